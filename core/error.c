@@ -1,0 +1,116 @@
+/* Error messages with config positions, and the did-you-mean used for unknown names. */
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error-private.h"
+
+static void where_record(struct dli_error *err, const struct dli_where *where)
+{
+	if (!where || !where->file) {
+		err->file[0] = '\0';
+		err->line = 0;
+		err->column = 0;
+		return;
+	}
+	snprintf(err->file, sizeof err->file, "%s", where->file);
+	err->line = where->line;
+	err->column = where->column;
+}
+
+int dli_error_set(struct dli_error *err, int code, const struct dli_where *where, const char *fmt, ...)
+{
+	if (!err)
+		return code;
+	err->code = code;
+	where_record(err, where);
+	size_t off = 0;
+	if (where && where->file) {
+		int n = snprintf(err->message, sizeof err->message, "%s:%d:%d: ", where->file,
+				 where->line, where->column);
+		off = n < 0 ? 0 : (size_t)n < sizeof err->message ? (size_t)n : sizeof err->message - 1;
+	}
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(err->message + off, sizeof err->message - off, fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+int dli_error_prefix(struct dli_error *err, const struct dli_where *where, const char *fmt, ...)
+{
+	if (!err)
+		return -1;
+	char old[sizeof err->message];
+	memcpy(old, err->message, sizeof old);
+	char text[sizeof err->message];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	where_record(err, where);
+	if (where && where->file)
+		snprintf(err->message, sizeof err->message, "%s:%d:%d: %s%s", where->file, where->line,
+			 where->column, text, old);
+	else
+		snprintf(err->message, sizeof err->message, "%s%s", text, old);
+	return err->code;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b);
+	if (la > 64 || lb > 64)
+		return (size_t)-1;
+	size_t row[65];
+	for (size_t j = 0; j <= lb; j++)
+		row[j] = j;
+	for (size_t i = 1; i <= la; i++) {
+		size_t diag = row[0];
+		row[0] = i;
+		for (size_t j = 1; j <= lb; j++) {
+			size_t up = row[j];
+			size_t cost = tolower((unsigned char)a[i - 1]) != tolower((unsigned char)b[j - 1]);
+			size_t best = diag + cost;
+			if (row[j] + 1 < best)
+				best = row[j] + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			row[j] = best;
+			diag = up;
+		}
+	}
+	return row[lb];
+}
+
+const char *dli_suggest(const char *word, const char *const *candidates, size_t n)
+{
+	size_t limit = strlen(word) / 3;
+	if (limit < 2)
+		limit = 2;
+	const char *best = NULL;
+	size_t best_d = limit + 1;
+	for (size_t i = 0; i < n; i++) {
+		if (!candidates[i])
+			continue;
+		size_t d = edit_distance(word, candidates[i]);
+		if (d < best_d) {
+			best_d = d;
+			best = candidates[i];
+		}
+	}
+	return best;
+}
+
+const char *dli_suggest_text(char *buf, size_t size, const char *word, const char *const *candidates,
+			     size_t n)
+{
+	const char *s = dli_suggest(word, candidates, n);
+	if (s)
+		snprintf(buf, size, " (did you mean '%s'?)", s);
+	else if (size)
+		buf[0] = '\0';
+	return buf;
+}

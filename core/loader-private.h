@@ -1,0 +1,34 @@
+/* Module loading through libltdl (core/loader.c is the only file that includes ltdl.h). */
+#ifndef DLI_LOADER_PRIVATE_H
+#define DLI_LOADER_PRIVATE_H
+
+#include <stddef.h>
+
+#include <dlinspect/plugin.h>
+
+struct dli_loader;
+
+/* Makes a loader searching `dirs` in order (borrowed; copied). `host` is passed to each module's
+ * entry and must outlive the loader. */
+int dli_loader_create(const struct dli_host *host, const char *const *dirs, size_t n_dirs,
+		      struct dli_loader **out, struct dli_error *err);
+
+/* Loads every module (`*.so`, regular files only) found in the search dirs. A module name found
+ * again in a later dir is skipped (the first in search order wins, like PATH). */
+int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err);
+
+/* Loads what one `extensions` entry names: a path (contains '/'), a module name (<dir>/<name>.so),
+ * or a namespace (every module on the search path declaring it). Loading a module that is already
+ * loaded is a no-op. -ENOENT when nothing matches, with the message naming the dirs searched and a
+ * did-you-mean over the module names and namespaces seen. Error messages carry no config position:
+ * the caller prefixes it. */
+int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_error *err);
+
+size_t dli_loader_count(const struct dli_loader *loader);
+const struct dli_module *dli_loader_module(const struct dli_loader *loader, size_t i);
+const char *dli_loader_path(const struct dli_loader *loader, size_t i);
+
+/* Unloads every module. Accepts NULL. */
+void dli_loader_destroy(struct dli_loader *loader);
+
+#endif

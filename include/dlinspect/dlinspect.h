@@ -1,0 +1,185 @@
+/* dlinspect host API: what a training program calls at each GEMM and for each tensor it watches.
+ *
+ * Ownership in one paragraph: dli_init returns a context the caller owns and frees with dli_destroy.
+ * Layer handles belong to the context and stay valid until dli_destroy. Every string and tensor passed
+ * in is borrowed for the duration of the call only. */
+#ifndef DLINSPECT_H
+#define DLINSPECT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlinspect/tensor.h>
+#include <dlinspect/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct dli_context;
+struct dli_layer;
+
+/* "Never": the next_iteration of an answer that cannot change again. */
+#define DLI_NEVER INT64_MAX
+
+/* The three GEMMs of a Linear layer (TransformerEngine's names). */
+enum dli_gemm {
+	DLI_GEMM_FPROP = 0,
+	DLI_GEMM_DGRAD,
+	DLI_GEMM_WGRAD,
+	DLI_GEMM_COUNT
+};
+
+/* Tensor ids. The six standard tensors have fixed ids; a host's own tensor names (as used in the
+ * config's `tensors:` lists) get ids from dli_tensor_id(). */
+enum dli_tensor_kind {
+	DLI_TENSOR_ACTIVATION = 0,
+	DLI_TENSOR_GRADIENT,
+	DLI_TENSOR_WEIGHT,
+	DLI_TENSOR_OUTPUT,
+	DLI_TENSOR_WGRAD,
+	DLI_TENSOR_DGRAD,
+	DLI_TENSOR_STANDARD_COUNT
+};
+
+enum dli_log_level {
+	DLI_LOG_ERROR = 0,
+	DLI_LOG_WARNING,
+	DLI_LOG_INFO,
+	DLI_LOG_DEBUG,
+};
+
+/* Error details filled by failing calls. `message` is complete on its own; where a config is
+ * involved it starts with "path:line:column: " and `file`, `line`, `column` (1-based) say the same. */
+struct dli_error {
+	int code; /* the negative errno the call returned */
+	char file[512]; /* config path, "<string>" for YAML text, "" when no config is involved */
+	int line;
+	int column;
+	char message[1024];
+};
+
+/* Options for dli_init. Fill with dli_options_init() first, then set what you need: fields added in
+ * later versions keep their defaults for callers built against older headers. */
+struct dli_options {
+	uint32_t size; /* sizeof(struct dli_options); set by dli_options_init */
+	const char *config_path; /* YAML file; NULL = $DLINSPECT_CONFIG, and if unset, no config */
+	const char *config_yaml; /* YAML text instead of a file (wins over config_path) */
+	const char *log_dir; /* NULL = $DLINSPECT_LOG_DIR, and if unset "." */
+	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir */
+	size_t n_plugin_dirs;
+	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
+	size_t n_extensions;
+	int rank;       /* global rank of this process (file names, logger `ranks`) */
+	int world_size;
+	int64_t initial_iteration;
+	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO */
+};
+
+/* Sets every field to its default. */
+void dli_options_init(struct dli_options *options);
+
+/* Reads the config, loads the modules it names and creates the feature and logger instances.
+ * On success *out is a new context owned by the caller (free with dli_destroy) and 0 is returned;
+ * on failure a negative errno is returned, *out is NULL and *err (if non-NULL) says why. */
+int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err);
+
+/* Finishes a pending step's logging, flushes and closes loggers, unloads modules, frees the context
+ * and every layer handle. Accepts NULL. */
+void dli_destroy(struct dli_context *ctx);
+
+/* Returns in *out the handle for the layer called `name` (borrowed: valid until dli_destroy; the
+ * same name always gives the same handle). Layer selection is resolved here, once. Fails with
+ * -EINVAL when two features that both modify a tensor, or one feature configured twice, select the
+ * same (layer, gemm, tensor) through different sections; *err names both places. Thread-safe. */
+int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		  struct dli_error *err);
+
+/* The layer's name (borrowed from the handle). */
+const char *dli_layer_name(const struct dli_layer *layer);
+
+/* Id of a tensor name: the standard names map to enum dli_tensor_kind, a name used in the config
+ * to its own id, any other name to -1 (a tensor nothing selects; calls with it answer defaults). */
+int dli_tensor_id(const struct dli_context *ctx, const char *name);
+
+/* "fprop"/"dgrad"/"wgrad" to enum dli_gemm; -1 for anything else. */
+int dli_gemm_from_name(const char *name);
+
+/* ---- Calls through a layer handle: no string work, no allocation, no lock. ----
+ * Each *_enabled call returns the answer for the current iteration and, if `next` is non-NULL,
+ * stores the first iteration at which the answer may differ (DLI_NEVER if it cannot), so a host can
+ * skip every debug call until then. With several features: enabled = any, next = the earliest. */
+
+/* Default true: the GEMM runs in FP8 unless a feature (DisableFP8GEMM, DisableFP8Layer) says no. */
+bool dli_fp8_gemm_enabled(struct dli_layer *layer, enum dli_gemm gemm, int64_t *next);
+
+/* Default false. */
+bool dli_modify_tensor_enabled(struct dli_layer *layer, enum dli_gemm gemm, int tensor,
+			       int64_t *next);
+
+/* Lets the one feature that modifies (gemm, tensor) write `out` from `in` (both borrowed; `out`
+ * is allocated by the host with the shape and dtype the host expects). -ENOENT when no feature
+ * modifies it at this iteration. `quantizer` may be NULL. */
+int dli_modify_tensor(struct dli_layer *layer, enum dli_gemm gemm, int tensor,
+		      const struct dli_tensor *in, const struct dli_quantizer *quantizer,
+		      struct dli_tensor *out);
+
+/* Default false. */
+bool dli_inspect_tensor_enabled(struct dli_layer *layer, int tensor, int64_t *next);
+
+/* Hands the high-precision tensor and, when the host has them, its row-wise and column-wise
+ * quantized forms (each may be NULL) to every feature inspecting it at this iteration. All borrowed.
+ * A no-op returning 0 when none does. */
+int dli_inspect_tensor(struct dli_layer *layer, int tensor, const struct dli_tensor *hp,
+		       const struct dli_quantized_tensor *rowwise,
+		       const struct dli_quantized_tensor *colwise);
+
+/* Default false. */
+bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *layer, enum dli_gemm gemm, int tensor,
+					     int64_t *next);
+
+/* No-op returning 0 when no feature inspects it. */
+int dli_inspect_tensor_postquantize(struct dli_layer *layer, enum dli_gemm gemm, int tensor,
+				    const struct dli_quantized_tensor *q);
+
+/* A call a plugin declared by name (its descriptor's `calls`). `args` is passed through untouched.
+ * Returns -ENOSYS when no loaded module declares `name`, 0 when none of the layer's features does,
+ * else what the feature returned (the first non-zero one when several do). */
+int dli_call(struct dli_layer *layer, const char *name, void *args);
+
+/* ---- String-taking convenience calls: one hash lookup, then the handle call. ----
+ * Names are borrowed. An unknown gemm name answers the default. */
+bool dli_fp8_gemm_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
+				  int64_t *next);
+bool dli_modify_tensor_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
+				       const char *tensor, int64_t *next);
+bool dli_inspect_tensor_enabled_by_name(struct dli_context *ctx, const char *layer,
+					const char *tensor, int64_t *next);
+int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const char *tensor,
+			       const struct dli_tensor *hp);
+
+/* ---- Steps ----
+ * dli_step ends the current iteration: features' step_end runs (statistics are finalized and sent to
+ * the loggers with the iteration that just ended), loggers flush, then the iteration increments.
+ * It must not run concurrently with other calls on the same context. */
+int dli_step(struct dli_context *ctx);
+int64_t dli_iteration_get(const struct dli_context *ctx);
+/* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
+ * threading rule as dli_step. */
+void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
+
+/* ---- Messages ----
+ * Writes a message through the loaders' message logs (file logger: nvdlfw_inspect_logs/), filtered
+ * by the context's level. `fmt` is printf-style. */
+void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+	__attribute__((format(printf, 3, 4)))
+#endif
+	;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

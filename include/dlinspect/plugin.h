@@ -1,0 +1,263 @@
+/* dlinspect module ABI: what a feature or logger plugin implements and what the host gives it.
+ *
+ * A module is a shared object exporting one symbol, DLI_MODULE_ENTRY. The host calls it with its
+ * function table and gets back a static module descriptor. A plugin links nothing from the core:
+ * everything it needs comes through `struct dli_host`. Every table starts with its size and only
+ * grows at its end; the host checks the size and non-NULL before using a member, so a plugin built
+ * against older headers keeps working. */
+#ifndef DLINSPECT_PLUGIN_H
+#define DLINSPECT_PLUGIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlinspect/dlinspect.h>
+#include <dlinspect/tensor.h>
+#include <dlinspect/version.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DLI_MODULE_ENTRY dli_module_entry
+#define DLI_MODULE_ENTRY_NAME "dli_module_entry"
+
+#if defined(__GNUC__)
+#define DLI_EXPORT __attribute__((visibility("default")))
+#else
+#define DLI_EXPORT
+#endif
+
+/* True when the table `p` (whose first member is its size) is large enough to hold `member`. */
+#define DLI_HAS_MEMBER(p, type, member) \
+	((p)->size >= offsetof(type, member) + sizeof(((type *)0)->member))
+
+/* ---- Parameters ----
+ * A feature or logger declares its keys; the core parses and validates the config against them
+ * (types, choices, did-you-mean for unknown keys) and hands the values over in schema order. */
+
+enum dli_param_type {
+	DLI_PARAM_BOOL = 0,
+	DLI_PARAM_INT,
+	DLI_PARAM_FLOAT,
+	DLI_PARAM_STRING,
+	DLI_PARAM_STRING_LIST, /* a YAML sequence of strings; a bare scalar is a one-item list */
+	DLI_PARAM_INT_PAIRS,   /* [[a, b], ...], e.g. start_end_list */
+};
+
+struct dli_param_desc {
+	const char *key;
+	const char *alias; /* older spelling accepted for the same key (e.g. `type` for `stats`), or NULL */
+	enum dli_param_type type;
+	const char *default_value; /* as YAML text ("1", "[min, max]"); NULL = no default */
+	const char *doc;           /* one line, shown by `dlinspect plugins --explain` */
+	const char *const *choices; /* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL */
+	bool required;
+};
+
+struct dli_int_pair {
+	int64_t first, second;
+};
+
+struct dli_value {
+	enum dli_param_type type;
+	bool set; /* given in the config (false: the default, or no value when there is no default) */
+	union {
+		bool b;
+		int64_t i;
+		double f;
+		const char *s;
+		struct {
+			const char *const *items;
+			size_t n;
+		} list;
+		struct {
+			const struct dli_int_pair *items;
+			size_t n;
+		} pairs;
+	} u;
+	const char *where; /* "path:line:column" of the value, for the plugin's own error messages */
+};
+
+/* ---- Scheduling (freq, start_step, end_step, start_end_list) ----
+ * Parsed by the core for every feature flagged DLI_FEATURE_SCHEDULED; evaluated with the host's
+ * schedule_active / schedule_next. */
+struct dli_schedule {
+	int64_t freq;       /* >= 1 */
+	int64_t start_step; /* 0 when absent */
+	int64_t end_step;   /* inclusive; DLI_NEVER when absent */
+	const struct dli_int_pair *ranges; /* start_end_list, inclusive; NULL when absent */
+	size_t n_ranges;
+};
+
+/* ---- The host table ---- */
+
+struct dli_histogram;
+
+struct dli_host {
+	uint32_t size;
+	uint16_t abi_major, abi_minor;
+
+	/* ABI 1.0 */
+	/* Writes a message to the message logs, like dli_log(). */
+	void (*log)(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+		__attribute__((format(printf, 3, 4)))
+#endif
+		;
+	int64_t (*iteration)(const struct dli_context *ctx);
+	int (*rank)(const struct dli_context *ctx);
+	int (*world_size)(const struct dli_context *ctx);
+	/* The context's log dir (borrowed, lives as long as the context). */
+	const char *(*log_dir)(const struct dli_context *ctx);
+	/* Sends one scalar to every logger. `name` is borrowed. Returns 0 or the first logger error. */
+	int (*emit_scalar)(struct dli_context *ctx, const char *name, int64_t iteration, double value);
+	bool (*schedule_active)(const struct dli_schedule *s, int64_t iteration);
+	/* The first iteration > `iteration` that the schedule selects, or DLI_NEVER. */
+	int64_t (*schedule_next)(const struct dli_schedule *s, int64_t iteration);
+	const char *(*gemm_name)(enum dli_gemm gemm);
+	/* Name of a tensor id (borrowed, lives as long as the context); NULL for an unknown id. */
+	const char *(*tensor_name)(const struct dli_context *ctx, int tensor);
+};
+
+/* ---- Features ---- */
+
+enum dli_feature_flags {
+	DLI_FEATURE_GENERIC = 1u << 0,   /* may sit directly in a section, outside its namespace block */
+	DLI_FEATURE_GEMMS = 1u << 1,     /* takes gemms / gemms_struct (required) */
+	DLI_FEATURE_TENSORS = 1u << 2,   /* takes tensors / tensors_struct (required) */
+	DLI_FEATURE_SCHEDULED = 1u << 3, /* takes freq, start_step, end_step, start_end_list */
+	DLI_FEATURE_MODIFIES = 1u << 4,  /* implements modify_tensor: one per (layer, gemm, tensor) */
+};
+
+/* What create() gets: one instance per feature block, or per gemms_struct/tensors_struct entry.
+ * Everything here is borrowed and lives only during create: copy what you keep. */
+struct dli_feature_create_args {
+	uint32_t size;
+	struct dli_context *ctx;
+	const struct dli_host *host;
+	const char *where;   /* "path:line:column" of the block */
+	const char *section; /* the config section's name */
+	const struct dli_value *params; /* in the order of the descriptor's params */
+	size_t n_params;
+	const struct dli_schedule *schedule; /* NULL unless DLI_FEATURE_SCHEDULED */
+	uint32_t gemms;   /* bit (1u << enum dli_gemm) per selected gemm; 0 without DLI_FEATURE_GEMMS */
+	uint64_t tensors; /* bit (1ull << tensor id) per selected tensor; 0 without DLI_FEATURE_TENSORS */
+};
+
+/* What a per-layer call gets: the binding of one instance to one layer. Built once when the layer is
+ * resolved; the same pointer comes back on every call for that layer. */
+struct dli_feature_call {
+	void *instance;    /* what create() returned */
+	void *layer_state; /* what layer_attach() returned, or NULL */
+	struct dli_context *ctx;
+	const char *layer_name;
+};
+
+struct dli_feature_ops {
+	uint32_t size;
+	/* Required. On failure return a negative errno and fill err->message (no location needed: the
+	 * core prefixes the block's). */
+	int (*create)(const struct dli_feature_create_args *args, void **instance, struct dli_error *err);
+	void (*destroy)(void *instance);
+	/* Optional: per-layer state, made when a layer is first resolved (not on a hot path). */
+	int (*layer_attach)(void *instance, const char *layer_name, void **layer_state);
+	void (*layer_detach)(void *instance, void *layer_state);
+
+	/* Optional, one per host call. *_enabled store in *next the first iteration at which their
+	 * answer may change (DLI_NEVER if never; the current iteration to be asked on every call). */
+	bool (*fp8_gemm_enabled)(const struct dli_feature_call *c, enum dli_gemm gemm, int64_t iteration,
+				 int64_t *next);
+	bool (*modify_tensor_enabled)(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,
+				      int64_t iteration, int64_t *next);
+	int (*modify_tensor)(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,
+			     const struct dli_tensor *in, const struct dli_quantizer *quantizer,
+			     struct dli_tensor *out);
+	bool (*inspect_tensor_enabled)(const struct dli_feature_call *c, int tensor, int64_t iteration,
+				       int64_t *next);
+	int (*inspect_tensor)(const struct dli_feature_call *c, int tensor, const struct dli_tensor *hp,
+			      const struct dli_quantized_tensor *rowwise,
+			      const struct dli_quantized_tensor *colwise);
+	bool (*inspect_tensor_postquantize_enabled)(const struct dli_feature_call *c, enum dli_gemm gemm,
+						    int tensor, int64_t iteration, int64_t *next);
+	int (*inspect_tensor_postquantize)(const struct dli_feature_call *c, enum dli_gemm gemm,
+					   int tensor, const struct dli_quantized_tensor *q);
+	/* Called at dli_step for every attached layer, with the iteration that just ended. */
+	void (*step_end)(const struct dli_feature_call *c, int64_t iteration);
+	/* A custom call declared in the descriptor's `calls`. */
+	int (*call)(const struct dli_feature_call *c, const char *name, void *args);
+};
+
+struct dli_feature_desc {
+	uint32_t size;
+	const char *name;            /* as written in configs: "DisableFP8GEMM" */
+	const char *const *aliases;  /* NULL-terminated older names ("disable_fp8_gemm"), or NULL */
+	const char *doc;             /* one line */
+	uint32_t flags;              /* enum dli_feature_flags */
+	const struct dli_param_desc *params;
+	size_t n_params;
+	const char *const *calls;    /* NULL-terminated custom call names, or NULL */
+	const struct dli_feature_ops *ops;
+};
+
+/* ---- Loggers ---- */
+
+struct dli_logger_create_args {
+	uint32_t size;
+	struct dli_context *ctx;
+	const struct dli_host *host;
+	const char *where;
+	const struct dli_value *params;
+	size_t n_params;
+	const char *log_dir; /* borrowed */
+	int rank;
+	int world_size;
+};
+
+struct dli_logger_ops {
+	uint32_t size;
+	int (*create)(const struct dli_logger_create_args *args, void **instance, struct dli_error *err);
+	void (*destroy)(void *instance);
+	/* One statistic. `name` is borrowed. Returns 0 or a negative errno (reported once by the core). */
+	int (*log_scalar)(void *instance, const char *name, int64_t iteration, double value);
+	/* Optional: one formatted message line (no trailing newline). */
+	int (*log_text)(void *instance, enum dli_log_level level, const char *text);
+	/* Optional: called at the end of each step and at dli_destroy. */
+	int (*flush)(void *instance);
+};
+
+struct dli_logger_desc {
+	uint32_t size;
+	const char *name; /* as written under `loggers:` */
+	const char *doc;
+	const struct dli_param_desc *params;
+	size_t n_params;
+	const struct dli_logger_ops *ops;
+};
+
+/* ---- The module ---- */
+
+struct dli_module {
+	uint32_t size;
+	uint16_t abi_major, abi_minor; /* DLI_ABI_MAJOR, DLI_ABI_MINOR of the headers it was built with */
+	const char *name;   /* matches the file name: <name>.so */
+	const char *ns;     /* namespace ("transformer_engine"), or NULL */
+	const char *doc;
+	const struct dli_feature_desc *features;
+	size_t n_features;
+	const struct dli_logger_desc *loggers;
+	size_t n_loggers;
+};
+
+typedef const struct dli_module *(*dli_module_entry_fn)(const struct dli_host *host);
+
+/* Every module defines exactly this, returning a pointer to static data (NULL = refuse to load):
+ *     DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host); */
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

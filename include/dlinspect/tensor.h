@@ -1,0 +1,93 @@
+/* Tensor descriptors handed to dlinspect by hosts: plain data, never owned by dlinspect. */
+#ifndef DLINSPECT_TENSOR_H
+#define DLINSPECT_TENSOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum dli_dtype {
+	DLI_DTYPE_F32 = 0,
+	DLI_DTYPE_F16,
+	DLI_DTYPE_BF16,
+	DLI_DTYPE_F8E4M3, /* the "fn" variant: max 448, no infinity */
+	DLI_DTYPE_F8E5M2,
+	DLI_DTYPE_F64,
+	DLI_DTYPE_I8,
+	DLI_DTYPE_U8,
+	DLI_DTYPE_I32,
+	DLI_DTYPE_I64,
+	DLI_DTYPE_COUNT
+};
+
+enum dli_device_type {
+	DLI_DEVICE_CPU = 0,
+	DLI_DEVICE_CUDA,
+};
+
+struct dli_device {
+	enum dli_device_type type;
+	int index;    /* CUDA device ordinal; 0 for the CPU */
+	void *stream; /* cudaStream_t the data is ordered on; NULL = the default stream */
+};
+
+#define DLI_TENSOR_MAX_DIMS 8
+
+/* A dense tensor. dlinspect borrows `data` for the duration of the call it is passed to and never
+ * frees it. Element counts are 64-bit: tensors above 2^31 elements are valid, and so are empty ones. */
+struct dli_tensor {
+	void *data;
+	enum dli_dtype dtype;
+	struct dli_device device;
+	int ndim; /* 0 .. DLI_TENSOR_MAX_DIMS; 0 is a scalar */
+	int64_t shape[DLI_TENSOR_MAX_DIMS];
+	bool contiguous; /* row-major and dense; features may refuse other layouts */
+};
+
+/* An FP8 tensor as the host's quantizer produced it: the FP8 bytes, the inverse scale(s) to
+ * dequantize them, and the format. Borrowed like struct dli_tensor. */
+struct dli_quantized_tensor {
+	struct dli_tensor data; /* dtype DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
+	const float *scale_inv; /* in the same memory space as data */
+	int64_t scale_inv_count; /* 1 for per-tensor scaling */
+};
+
+/* How the host would quantize a tensor; handed to modify_tensor so a feature can honour the
+ * host's format. All pointers are borrowed. */
+struct dli_quantizer {
+	uint32_t size; /* sizeof(struct dli_quantizer) of the host that filled it */
+	enum dli_dtype format; /* DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
+	const float *scale; /* the host's current scale, or NULL */
+	const float *amax;  /* the host's current amax, or NULL */
+};
+
+/* Size of one element in bytes; 0 for an out-of-range dtype. */
+static inline size_t dli_dtype_size(enum dli_dtype dtype)
+{
+	switch (dtype) {
+	case DLI_DTYPE_F32: case DLI_DTYPE_I32: return 4;
+	case DLI_DTYPE_F16: case DLI_DTYPE_BF16: return 2;
+	case DLI_DTYPE_F8E4M3: case DLI_DTYPE_F8E5M2: case DLI_DTYPE_I8: case DLI_DTYPE_U8: return 1;
+	case DLI_DTYPE_F64: case DLI_DTYPE_I64: return 8;
+	default: return 0;
+	}
+}
+
+/* Number of elements (product of the shape; 1 for ndim 0). */
+static inline int64_t dli_tensor_numel(const struct dli_tensor *t)
+{
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++)
+		n *= t->shape[i];
+	return n;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
