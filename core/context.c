@@ -1,2 +1,614 @@
-/* placeholder until written */
-typedef int dli_placeholder_context;
+/* The context: dli_init/dli_destroy, the host table given to modules, messages and logger fan-out,
+ * layer handles by name, and step counting. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "context-private.h"
+#include "error-private.h"
+#include "loader-private.h"
+#include "schedule-private.h"
+
+#ifndef DLI_PLUGINDIR
+#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
+#endif
+
+static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
+static const char *const level_names[] = {"error", "warning", "info", "debug"};
+
+void dli_options_init(struct dli_options *o)
+{
+	memset(o, 0, sizeof *o);
+	o->size = sizeof *o;
+	o->world_size = 1;
+	o->log_level = -1;
+}
+
+/* ---- Messages ---- */
+
+static void log_va(struct dli_context *ctx, enum dli_log_level level, const char *fmt, va_list ap)
+{
+	if (!ctx || (int)level > ctx->log_level)
+		return;
+	char text[2048];
+	vsnprintf(text, sizeof text, fmt, ap);
+	size_t taken = 0;
+	for (size_t i = 0; i < ctx->n_loggers; i++) {
+		const struct dli_logger_ops *ops = ctx->loggers[i].entry->desc->ops;
+		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_text) && ops->log_text) {
+			ops->log_text(ctx->loggers[i].state, level, text);
+			taken++;
+		}
+	}
+	/* Errors always reach the terminal too; other messages only when no logger took them. */
+	if (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING))
+		fprintf(stderr, "dlinspect: %s: %s\n", level_names[level], text);
+}
+
+void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_va(ctx, level, fmt, ap);
+	va_end(ap);
+}
+
+int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
+			    double value)
+{
+	int first = 0;
+	for (size_t i = 0; i < ctx->n_loggers; i++) {
+		struct dli_logger_instance *l = &ctx->loggers[i];
+		int r = l->entry->desc->ops->log_scalar(l->state, name, iteration, value);
+		if (r >= 0)
+			continue;
+		if (!first)
+			first = r;
+		/* Report once per logger: a full disk would otherwise flood every other log. */
+		if (!atomic_exchange(&l->failed, true))
+			dli_log(ctx, DLI_LOG_ERROR,
+				"logger '%s' could not write '%s' at iteration %lld: %s (further errors "
+				"of this logger are not reported; training continues)",
+				l->entry->desc->name, name, (long long)iteration, strerror(-r));
+	}
+	return first;
+}
+
+/* ---- The host table ---- */
+
+static void host_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void host_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_va(ctx, level, fmt, ap);
+	va_end(ap);
+}
+
+static int64_t host_iteration(const struct dli_context *ctx)
+{
+	return ctx->iteration;
+}
+
+static int host_rank(const struct dli_context *ctx)
+{
+	return ctx->rank;
+}
+
+static int host_world_size(const struct dli_context *ctx)
+{
+	return ctx->world_size;
+}
+
+static const char *host_log_dir(const struct dli_context *ctx)
+{
+	return ctx->log_dir;
+}
+
+static const char *host_gemm_name(enum dli_gemm gemm)
+{
+	return (unsigned)gemm < DLI_GEMM_COUNT ? gemm_names[gemm] : NULL;
+}
+
+static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
+{
+	if (tensor < 0 || (size_t)tensor >= ctx->n_tensors)
+		return NULL;
+	return ctx->config ? ctx->config->tensor_names[tensor] : NULL;
+}
+
+static const struct dli_host host_template = {
+	.size = sizeof(struct dli_host),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.log = host_log,
+	.iteration = host_iteration,
+	.rank = host_rank,
+	.world_size = host_world_size,
+	.log_dir = host_log_dir,
+	.emit_scalar = dli_context_emit_scalar,
+	.schedule_active = dli_schedule_active,
+	.schedule_next = dli_schedule_next,
+	.schedule_query = dli_schedule_query,
+	.gemm_name = host_gemm_name,
+	.tensor_name = host_tensor_name,
+};
+
+/* ---- Names ---- */
+
+int dli_gemm_from_name(const char *name)
+{
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		if (name && !strcmp(name, gemm_names[g]))
+			return g;
+	return -1;
+}
+
+int dli_tensor_id(const struct dli_context *ctx, const char *name)
+{
+	static const char *const standard[DLI_TENSOR_STANDARD_COUNT] = {
+		"activation", "gradient", "weight", "output", "wgrad", "dgrad",
+	};
+	if (!name)
+		return -1;
+	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
+		if (!strcmp(name, standard[t]))
+			return t;
+	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx->config && t < ctx->n_tensors; t++)
+		if (!strcmp(name, ctx->config->tensor_names[t]))
+			return (int)t;
+	return -1;
+}
+
+const char *dli_layer_name(const struct dli_layer *layer)
+{
+	return layer->name;
+}
+
+/* ---- Layer handles by name ---- */
+
+static uint64_t name_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static struct dli_layer *table_find(const struct dli_layer_table *t, const char *name, uint64_t h)
+{
+	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
+		struct dli_layer *l = atomic_load_explicit(&t->slots[i], memory_order_acquire);
+		if (!l || !strcmp(l->name, name))
+			return l;
+	}
+}
+
+static struct dli_layer_table *table_new(size_t cap)
+{
+	struct dli_layer_table *t = calloc(1, sizeof *t);
+	if (!t || !(t->slots = calloc(cap, sizeof *t->slots))) {
+		free(t);
+		return NULL;
+	}
+	t->mask = cap - 1;
+	return t;
+}
+
+static void table_put(struct dli_layer_table *t, struct dli_layer *l)
+{
+	size_t i = name_hash(l->name) & t->mask;
+	while (atomic_load_explicit(&t->slots[i], memory_order_relaxed))
+		i = (i + 1) & t->mask;
+	atomic_store_explicit(&t->slots[i], l, memory_order_release);
+}
+
+struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name)
+{
+	return table_find(atomic_load_explicit(&ctx->layers, memory_order_acquire), name,
+			  name_hash(name));
+}
+
+int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		  struct dli_error *err)
+{
+	if (!ctx || !name || !out)
+		return dli_error_set(err, -EINVAL, NULL, "dli_layer_get: NULL argument");
+	uint64_t h = name_hash(name);
+	struct dli_layer *l = table_find(atomic_load_explicit(&ctx->layers, memory_order_acquire),
+					 name, h);
+	if (l) {
+		*out = l;
+		return 0;
+	}
+	pthread_mutex_lock(&ctx->layers_lock);
+	struct dli_layer_table *t = atomic_load_explicit(&ctx->layers, memory_order_relaxed);
+	int r = 0;
+	if ((l = table_find(t, name, h)))
+		goto done;
+	if (ctx->n_layers == ctx->cap_layer_list) {
+		size_t cap = ctx->cap_layer_list ? 2 * ctx->cap_layer_list : 64;
+		struct dli_layer **list = realloc(ctx->layer_list, cap * sizeof *list);
+		if (!list) {
+			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+			goto done;
+		}
+		ctx->layer_list = list;
+		ctx->cap_layer_list = cap;
+	}
+	if ((ctx->n_layers + 1) * 2 > t->mask + 1) {
+		/* Readers may still walk the old table: keep it until dli_destroy. */
+		struct dli_layer_table *grown = table_new(2 * (t->mask + 1));
+		if (!grown) {
+			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+			goto done;
+		}
+		for (size_t i = 0; i < ctx->n_layers; i++)
+			table_put(grown, ctx->layer_list[i]);
+		grown->older = t;
+		atomic_store_explicit(&ctx->layers, grown, memory_order_release);
+		t = grown;
+	}
+	if ((r = dli_layer_create(ctx, name, &l, err)))
+		goto done;
+	ctx->layer_list[ctx->n_layers++] = l;
+	table_put(t, l);
+done:
+	pthread_mutex_unlock(&ctx->layers_lock);
+	*out = r ? NULL : l;
+	return r;
+}
+
+/* ---- Steps ---- */
+
+int64_t dli_iteration_get(const struct dli_context *ctx)
+{
+	return ctx->iteration;
+}
+
+void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
+{
+	ctx->iteration = iteration < 0 ? 0 : iteration;
+	pthread_mutex_lock(&ctx->layers_lock);
+	for (size_t i = 0; i < ctx->n_layers; i++)
+		dli_layer_forget(ctx->layer_list[i]);
+	pthread_mutex_unlock(&ctx->layers_lock);
+}
+
+int dli_step(struct dli_context *ctx)
+{
+#ifdef DLI_DEBUG_CHECKS
+	int busy = atomic_load(&ctx->calls_in_flight);
+	if (busy)
+		dli_log(ctx, DLI_LOG_ERROR,
+			"dli_step ran while %d other call(s) on this context were in flight: the "
+			"host must not call dli_step concurrently with other calls",
+			busy);
+#endif
+	pthread_mutex_lock(&ctx->layers_lock);
+	for (size_t i = 0; i < ctx->n_layers; i++) {
+		struct dli_layer *l = ctx->layer_list[i];
+		for (size_t k = 0; k < l->n_bindings; k++) {
+			const struct dli_feature_ops *ops = l->bindings[k].ops;
+			if (DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) && ops->step_end)
+				ops->step_end(&l->bindings[k].call, ctx->iteration);
+		}
+	}
+	pthread_mutex_unlock(&ctx->layers_lock);
+	int first = 0;
+	for (size_t i = 0; i < ctx->n_loggers; i++) {
+		struct dli_logger_instance *l = &ctx->loggers[i];
+		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) || !ops->flush)
+			continue;
+		int r = ops->flush(l->state);
+		if (r < 0 && !first)
+			first = r;
+		if (r < 0 && !atomic_exchange(&l->failed, true))
+			dli_log(ctx, DLI_LOG_ERROR, "logger '%s' could not flush: %s (training continues)",
+				l->entry->desc->name, strerror(-r));
+	}
+	ctx->iteration++;
+	return first;
+}
+
+/* ---- Init ---- */
+
+static int parse_level(const char *s, int *out)
+{
+	for (int i = 0; i < 4; i++) {
+		if (!strcasecmp(s, level_names[i]) || (s[0] == '0' + i && !s[1])) {
+			*out = i;
+			return 0;
+		}
+	}
+	if (!strcasecmp(s, "warn")) {
+		*out = DLI_LOG_WARNING;
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* The search path: the options' dirs, $DLINSPECT_PLUGIN_PATH (':'-separated), the install dir. */
+static int search_dirs(const struct dli_options *o, char ***out, size_t *n, struct dli_error *err)
+{
+	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
+	size_t cap = o->n_plugin_dirs + 2;
+	for (const char *p = env; p && *p; p++)
+		cap += *p == ':';
+	char **dirs = calloc(cap, sizeof *dirs);
+	if (!dirs)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	size_t c = 0;
+	for (size_t i = 0; i < o->n_plugin_dirs; i++)
+		if (o->plugin_dirs[i] && o->plugin_dirs[i][0])
+			dirs[c++] = strdup(o->plugin_dirs[i]);
+	if (env) {
+		const char *p = env;
+		for (;;) {
+			const char *end = strchr(p, ':');
+			size_t len = end ? (size_t)(end - p) : strlen(p);
+			if (len)
+				dirs[c++] = strndup(p, len);
+			if (!end)
+				break;
+			p = end + 1;
+		}
+	}
+	dirs[c++] = strdup(DLI_PLUGINDIR);
+	*out = dirs;
+	*n = c;
+	for (size_t i = 0; i < c; i++)
+		if (!dirs[i])
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	return 0;
+}
+
+static int load_modules(struct dli_context *ctx, const struct dli_options *o, struct dli_error *err)
+{
+	struct dli_config *cfg = ctx->config;
+	int r = 0;
+	if (o->extensions) {
+		for (size_t i = 0; i < o->n_extensions && !r; i++)
+			r = dli_loader_load(ctx->loader, o->extensions[i], err);
+		if (r)
+			return dli_error_prefix(err, NULL, "options.extensions: ");
+	} else if (cfg->has_extensions) {
+		for (size_t i = 0; i < cfg->n_extensions; i++) {
+			const struct dli_config_entry *e = &cfg->extensions[i];
+			if ((r = dli_loader_load(ctx->loader, e->name, err)))
+				return dli_error_prefix(err, &e->where, "extensions: '%s': ", e->name);
+		}
+	} else if ((r = dli_loader_load_all(ctx->loader, err))) {
+		return r;
+	}
+	/* The file logger is the default logger: bring it even when 'extensions' leaves it out. */
+	if (!cfg->has_loggers) {
+		struct dli_error ignored;
+		dli_loader_load(ctx->loader, "file", &ignored);
+	}
+	return 0;
+}
+
+static int create_loggers(struct dli_context *ctx, struct dli_error *err)
+{
+	struct dli_config *cfg = ctx->config;
+	static const struct dli_logger_config none;
+	size_t n = cfg->has_loggers ? cfg->n_loggers : 1;
+	ctx->loggers = calloc(n, sizeof *ctx->loggers);
+	if (!ctx->loggers)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		const struct dli_logger_config *lc = cfg->has_loggers ? &cfg->loggers[i] : &none;
+		const struct dli_logger_entry *e = lc->logger;
+		const struct dli_value *params = lc->params;
+		if (!cfg->has_loggers) {
+			e = dli_registry_logger(&ctx->registry, "file");
+			if (!e) {
+				dli_log(ctx, DLI_LOG_WARNING, "the default 'file' logger module was not "
+							      "found: statistics will not be written");
+				return 0;
+			}
+			struct dli_value *defaults;
+			int r = dli_config_params(cfg, NULL, e->desc->params, e->desc->n_params, "file",
+						  &defaults, err);
+			if (r)
+				return r;
+			params = defaults;
+		}
+		struct dli_logger_create_args args = {
+			.size = sizeof args,
+			.ctx = ctx,
+			.host = &ctx->host,
+			.where = lc->where_text ? lc->where_text : "(default logger)",
+			.params = params,
+			.n_params = e->desc->n_params,
+			.log_dir = ctx->log_dir,
+			.rank = ctx->rank,
+			.world_size = ctx->world_size,
+		};
+		struct dli_logger_instance *li = &ctx->loggers[ctx->n_loggers];
+		li->entry = e;
+		struct dli_error perr = {.code = -EINVAL};
+		int r = e->desc->ops->create(&args, &li->state, &perr);
+		if (r) {
+			*err = perr;
+			err->code = r;
+			return dli_error_prefix(err, lc->where_text ? &lc->where : NULL,
+						"loggers.%s: could not create the logger: ", e->desc->name);
+		}
+		ctx->n_loggers++;
+	}
+	return 0;
+}
+
+static int create_instances(struct dli_context *ctx, struct dli_error *err)
+{
+	struct dli_config *cfg = ctx->config;
+	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
+	if (!ctx->instances)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	for (size_t i = 0; i < cfg->n_targets; i++) {
+		const struct dli_target *t = &cfg->targets[i];
+		const struct dli_feature_desc *d = t->feature->desc;
+		struct dli_feature_create_args args = {
+			.size = sizeof args,
+			.ctx = ctx,
+			.host = &ctx->host,
+			.where = t->where_text,
+			.section = t->section->name,
+			.params = t->params,
+			.n_params = d->n_params,
+			.schedule = (d->flags & DLI_FEATURE_SCHEDULED) ? &t->schedule : NULL,
+			.gemms = (d->flags & DLI_FEATURE_GEMMS) ? t->gemms : 0,
+			.tensors = (d->flags & DLI_FEATURE_TENSORS) ? t->tensors : 0,
+		};
+		struct dli_instance *inst = &ctx->instances[ctx->n_instances];
+		inst->target = t;
+		inst->ops = d->ops;
+		struct dli_error perr = {.code = -EINVAL};
+		int r = d->ops->create(&args, &inst->state, &perr);
+		if (r) {
+			*err = perr;
+			err->code = r;
+			return dli_error_prefix(err, &t->where, "%s.%s: could not create the feature: ",
+						t->section->name, d->name);
+		}
+		ctx->n_instances++;
+	}
+	return 0;
+}
+
+int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
+{
+	struct dli_options defaults;
+	dli_options_init(&defaults);
+	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
+	if (options) {
+		size_t n = options->size < sizeof defaults ? options->size : sizeof defaults;
+		memcpy(&defaults, options, n);
+		defaults.size = sizeof defaults;
+	}
+	const struct dli_options *o = &defaults;
+	*out = NULL;
+	if (err)
+		memset(err, 0, sizeof *err);
+	struct dli_context *ctx = calloc(1, sizeof *ctx);
+	if (!ctx)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	ctx->host = host_template;
+	ctx->rank = o->rank;
+	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
+	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;
+	ctx->n_tensors = DLI_TENSOR_STANDARD_COUNT;
+	ctx->log_level = DLI_LOG_INFO;
+	pthread_mutex_init(&ctx->layers_lock, NULL);
+	char **dirs = NULL;
+	size_t n_dirs = 0;
+	int r = 0;
+	struct dli_layer_table *t = table_new(64);
+	if (!t) {
+		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		goto fail;
+	}
+	atomic_store(&ctx->layers, t);
+
+	const char *env_level = getenv("DLINSPECT_LOG_LEVEL");
+	if (o->log_level >= 0)
+		ctx->log_level = o->log_level > DLI_LOG_DEBUG ? DLI_LOG_DEBUG : o->log_level;
+	else if (env_level && parse_level(env_level, &ctx->log_level)) {
+		r = dli_error_set(err, -EINVAL, NULL, "DLINSPECT_LOG_LEVEL='%s': expected error, "
+						      "warning, info or debug (or 0-3)",
+				  env_level);
+		goto fail;
+	}
+	const char *log_dir = o->log_dir ? o->log_dir : getenv("DLINSPECT_LOG_DIR");
+	if (!(ctx->log_dir = strdup(log_dir && log_dir[0] ? log_dir : "."))) {
+		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		goto fail;
+	}
+
+	const char *path = o->config_path;
+	if (!o->config_yaml && !path) {
+		path = getenv("DLINSPECT_CONFIG");
+		if (path && !path[0])
+			path = NULL;
+	}
+	if (!o->config_yaml && !path) {
+		/* The default run: no module loaded, no layer selected, every call a pointer check. */
+		*out = ctx;
+		return 0;
+	}
+	if ((r = dli_config_parse(path, o->config_yaml, &ctx->config, err)))
+		goto fail;
+	if ((r = search_dirs(o, &dirs, &n_dirs, err)))
+		goto fail;
+	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
+		goto fail;
+	if ((r = load_modules(ctx, o, err)))
+		goto fail;
+	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
+		goto fail;
+	if ((r = dli_config_resolve(ctx->config, &ctx->registry, err)))
+		goto fail;
+	ctx->n_tensors = ctx->config->n_tensor_names;
+	if ((r = create_loggers(ctx, err)))
+		goto fail;
+	if ((r = create_instances(ctx, err)))
+		goto fail;
+	for (size_t i = 0; i < ctx->config->n_warnings; i++)
+		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
+	for (size_t i = 0; i < n_dirs; i++)
+		free(dirs[i]);
+	free(dirs);
+	*out = ctx;
+	return 0;
+fail:
+	for (size_t i = 0; dirs && i < n_dirs; i++)
+		free(dirs[i]);
+	free(dirs);
+	if (err && !err->code)
+		err->code = r;
+	dli_destroy(ctx);
+	return r;
+}
+
+void dli_destroy(struct dli_context *ctx)
+{
+	if (!ctx)
+		return;
+	for (size_t i = 0; i < ctx->n_layers; i++)
+		dli_layer_destroy(ctx->layer_list[i]);
+	free(ctx->layer_list);
+	for (struct dli_layer_table *t = atomic_load(&ctx->layers), *older; t; t = older) {
+		older = t->older;
+		free(t->slots);
+		free(t);
+	}
+	for (size_t i = ctx->n_instances; i-- > 0;)
+		if (ctx->instances[i].ops->destroy)
+			ctx->instances[i].ops->destroy(ctx->instances[i].state);
+	free(ctx->instances);
+	for (size_t i = 0; i < ctx->n_loggers; i++) {
+		const struct dli_logger_ops *ops = ctx->loggers[i].entry->desc->ops;
+		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) && ops->flush)
+			ops->flush(ctx->loggers[i].state);
+	}
+	/* Loggers go last but before their code is unloaded: messages above may still use them. */
+	size_t n_loggers = ctx->n_loggers;
+	ctx->n_loggers = 0;
+	for (size_t i = n_loggers; i-- > 0;)
+		if (ctx->loggers[i].entry->desc->ops->destroy)
+			ctx->loggers[i].entry->desc->ops->destroy(ctx->loggers[i].state);
+	free(ctx->loggers);
+	dli_registry_finish(&ctx->registry);
+	dli_loader_destroy(ctx->loader);
+	dli_config_destroy(ctx->config);
+	pthread_mutex_destroy(&ctx->layers_lock);
+	free(ctx->log_dir);
+	free(ctx);
+}

@@ -1,2 +1,450 @@
-/* placeholder until written */
-typedef int dli_placeholder_dispatch;
+/* Dispatch: building a layer handle's per-call tables once, and the host calls that read them.
+ *
+ * Hot-path rule: a call through a handle does no string work, takes no lock and allocates nothing.
+ * A layer no section selects answers after one pointer check; a selected layer between its
+ * scheduled steps answers from its slot cache (one relaxed atomic load and a compare). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context-private.h"
+#include "error-private.h"
+
+#define HAS_OP(ops, name) (DLI_HAS_MEMBER(ops, struct dli_feature_ops, name) && (ops)->name)
+
+#ifdef DLI_DEBUG_CHECKS
+#define CALL_ENTER(ctx) atomic_fetch_add(&(ctx)->calls_in_flight, 1)
+#define CALL_LEAVE(ctx) atomic_fetch_sub(&(ctx)->calls_in_flight, 1)
+#else
+#define CALL_ENTER(ctx) ((void)0)
+#define CALL_LEAVE(ctx) ((void)0)
+#endif
+
+enum call_kind { CALL_FP8, CALL_MODIFY, CALL_INSPECT, CALL_POSTQ };
+
+static uint64_t cache_word(bool enabled, int64_t next)
+{
+	return ((uint64_t)next << 1) | (enabled ? 1u : 0u);
+}
+
+/* ---- Building a handle ---- */
+
+static bool binding_serves(const struct dli_binding *b, enum call_kind kind, int gemm, int tensor)
+{
+	const struct dli_target *t = b->instance->target;
+	const struct dli_feature_ops *ops = b->ops;
+	bool g = gemm < 0 || (t->gemms >> gemm & 1u);
+	bool te = tensor < 0 || (t->tensors >> tensor & 1u);
+	switch (kind) {
+	case CALL_FP8:
+		return HAS_OP(ops, fp8_gemm_enabled) && g;
+	case CALL_MODIFY:
+		return HAS_OP(ops, modify_tensor) && g && te;
+	case CALL_INSPECT:
+		return HAS_OP(ops, inspect_tensor) && te;
+	case CALL_POSTQ:
+		return HAS_OP(ops, inspect_tensor_postquantize) && g && te;
+	}
+	return false;
+}
+
+static int slot_fill(struct dli_layer *l, struct dli_slot *s, enum call_kind kind, int gemm,
+		     int tensor, struct dli_binding **pool, size_t *used)
+{
+	s->bindings = pool + *used;
+	for (size_t i = 0; i < l->n_bindings; i++)
+		if (binding_serves(&l->bindings[i], kind, gemm, tensor))
+			s->bindings[s->n++] = &l->bindings[i];
+	*used += s->n;
+	return 0;
+}
+
+/* Answers of empty slots never change: cache them for good. */
+static void slot_reset(struct dli_slot *s, bool dflt)
+{
+	atomic_store_explicit(&s->cache, s->n ? 0 : cache_word(dflt, DLI_NEVER), memory_order_relaxed);
+}
+
+static void layer_reset(struct dli_layer *l)
+{
+	size_t nt = l->ctx->n_tensors;
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		slot_reset(&l->fp8[g], true);
+	for (size_t i = 0; i < DLI_GEMM_COUNT * nt; i++) {
+		slot_reset(&l->modify[i], false);
+		slot_reset(&l->postq[i], false);
+	}
+	for (size_t t = 0; t < nt; t++)
+		slot_reset(&l->inspect[t], false);
+}
+
+void dli_layer_forget(struct dli_layer *l)
+{
+	if (l->slots)
+		layer_reset(l);
+}
+
+/* Two sections selecting this layer may configure the same feature, or two modifying features,
+ * for one (gemm, tensor): only visible now that the layer's name is known. */
+static int check_conflicts(struct dli_layer *l, const struct dli_instance **matched, size_t n,
+			   struct dli_error *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		for (size_t k = 0; k < i; k++) {
+			const struct dli_target *a = matched[k]->target, *b = matched[i]->target;
+			if (a->section == b->section || !dli_target_overlaps(a, b))
+				continue;
+			const struct dli_feature_desc *da = a->feature->desc, *db = b->feature->desc;
+			if (a->feature == b->feature)
+				return dli_error_set(err, -EINVAL, &b->where,
+						     "layer '%s': %s is configured twice for the same "
+						     "gemm/tensor, by section '%s' here and by section "
+						     "'%s' at %s",
+						     l->name, db->name, b->section->name, a->section->name,
+						     a->where_text);
+			if ((da->flags & DLI_FEATURE_MODIFIES) && (db->flags & DLI_FEATURE_MODIFIES))
+				return dli_error_set(err, -EINVAL, &b->where,
+						     "layer '%s': %s (section '%s', here) and %s "
+						     "(section '%s', at %s) would both modify the same "
+						     "tensor; only one feature may modify a (gemm, tensor)",
+						     l->name, db->name, b->section->name, da->name,
+						     a->section->name, a->where_text);
+		}
+	}
+	return 0;
+}
+
+int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		     struct dli_error *err)
+{
+	struct dli_layer *l = calloc(1, sizeof *l);
+	const struct dli_instance **matched = calloc(ctx->n_instances + 1, sizeof *matched);
+	int r = 0;
+	if (!l || !matched || !(l->name = strdup(name))) {
+		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		goto fail;
+	}
+	l->ctx = ctx;
+	size_t n = 0;
+	for (size_t i = 0; i < ctx->n_instances; i++) {
+		const struct dli_section *s = ctx->instances[i].target->section;
+		if (s->enabled && dli_selector_match(&s->selector, name))
+			matched[n++] = &ctx->instances[i];
+	}
+	if (n == 0) {
+		free(matched);
+		*out = l;
+		return 0;
+	}
+	if ((r = check_conflicts(l, matched, n, err)))
+		goto fail;
+	l->bindings = calloc(n, sizeof *l->bindings);
+	if (!l->bindings) {
+		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		goto fail;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct dli_binding *b = &l->bindings[i];
+		b->instance = matched[i];
+		b->ops = matched[i]->ops;
+		b->call = (struct dli_feature_call){matched[i]->state, NULL, ctx, l->name};
+		if (HAS_OP(b->ops, layer_attach) &&
+		    (r = b->ops->layer_attach(b->call.instance, l->name, &b->call.layer_state))) {
+			dli_error_set(err, r, &matched[i]->target->where,
+				      "layer '%s': %s could not attach to the layer", name,
+				      matched[i]->target->feature->desc->name);
+			goto fail;
+		}
+		l->n_bindings++;
+	}
+	size_t nt = ctx->n_tensors;
+	size_t n_slots = DLI_GEMM_COUNT + 2 * DLI_GEMM_COUNT * nt + nt;
+	l->slots = calloc(n_slots, sizeof *l->slots);
+	/* Each slot lists at most every binding: one pool sized for the worst case. */
+	struct dli_binding **pool = calloc(n_slots * n, sizeof *pool);
+	if (!l->slots || !pool) {
+		free(pool);
+		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		goto fail;
+	}
+	l->fp8 = l->slots;
+	l->modify = l->fp8 + DLI_GEMM_COUNT;
+	l->postq = l->modify + DLI_GEMM_COUNT * nt;
+	l->inspect = l->postq + DLI_GEMM_COUNT * nt;
+	size_t used = 0;
+	for (int g = 0; g < DLI_GEMM_COUNT; g++) {
+		slot_fill(l, &l->fp8[g], CALL_FP8, g, -1, pool, &used);
+		for (size_t t = 0; t < nt; t++) {
+			slot_fill(l, &l->modify[g * nt + t], CALL_MODIFY, g, (int)t, pool, &used);
+			slot_fill(l, &l->postq[g * nt + t], CALL_POSTQ, g, (int)t, pool, &used);
+		}
+	}
+	for (size_t t = 0; t < nt; t++)
+		slot_fill(l, &l->inspect[t], CALL_INSPECT, -1, (int)t, pool, &used);
+	layer_reset(l);
+	free(matched);
+	*out = l;
+	return 0;
+fail:
+	free(matched);
+	dli_layer_destroy(l);
+	*out = NULL;
+	return r;
+}
+
+void dli_layer_destroy(struct dli_layer *l)
+{
+	if (!l)
+		return;
+	for (size_t i = 0; i < l->n_bindings; i++) {
+		struct dli_binding *b = &l->bindings[i];
+		if (HAS_OP(b->ops, layer_detach))
+			b->ops->layer_detach(b->call.instance, b->call.layer_state);
+	}
+	if (l->slots)
+		free(l->slots[0].bindings);
+	free(l->slots);
+	free(l->bindings);
+	free(l->name);
+	free(l);
+}
+
+/* ---- Answers ---- */
+
+/* One feature's answer; a feature without the *_enabled method is always on. */
+static bool ask(const struct dli_binding *b, enum call_kind kind, int gemm, int tensor, int64_t it,
+		int64_t *next)
+{
+	const struct dli_feature_ops *ops = b->ops;
+	*next = DLI_NEVER;
+	switch (kind) {
+	case CALL_FP8:
+		return ops->fp8_gemm_enabled(&b->call, (enum dli_gemm)gemm, it, next);
+	case CALL_MODIFY:
+		return HAS_OP(ops, modify_tensor_enabled)
+			       ? ops->modify_tensor_enabled(&b->call, (enum dli_gemm)gemm, tensor, it, next)
+			       : true;
+	case CALL_INSPECT:
+		return HAS_OP(ops, inspect_tensor_enabled)
+			       ? ops->inspect_tensor_enabled(&b->call, tensor, it, next)
+			       : true;
+	case CALL_POSTQ:
+		return HAS_OP(ops, inspect_tensor_postquantize_enabled)
+			       ? ops->inspect_tensor_postquantize_enabled(&b->call, (enum dli_gemm)gemm,
+									  tensor, it, next)
+			       : true;
+	}
+	return false;
+}
+
+/* Asks every feature of the slot and caches the combined answer. FP8 is on unless a feature turns
+ * it off; the other calls are on when any feature wants them. */
+__attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_slot *s,
+					       enum call_kind kind, int gemm, int tensor, int64_t *next)
+{
+	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
+	bool answer = kind == CALL_FP8;
+	for (uint32_t i = 0; i < s->n; i++) {
+		int64_t nx;
+		bool a = ask(s->bindings[i], kind, gemm, tensor, it, &nx);
+		answer = kind == CALL_FP8 ? answer && a : answer || a;
+		if (nx < soonest)
+			soonest = nx;
+	}
+	if (soonest > it)
+		atomic_store_explicit(&s->cache, cache_word(answer, soonest), memory_order_relaxed);
+	if (next)
+		*next = soonest > it ? soonest : it + 1;
+	return answer;
+}
+
+static inline bool slot_answer(struct dli_layer *l, struct dli_slot *s, enum call_kind kind, int gemm,
+			       int tensor, int64_t *next)
+{
+	uint64_t c = atomic_load_explicit(&s->cache, memory_order_relaxed);
+	if ((int64_t)(c >> 1) > l->ctx->iteration) {
+		if (next)
+			*next = (int64_t)(c >> 1);
+		return c & 1u;
+	}
+	return slot_ask(l, s, kind, gemm, tensor, next);
+}
+
+static inline bool answer_default(bool dflt, int64_t *next)
+{
+	if (next)
+		*next = DLI_NEVER;
+	return dflt;
+}
+
+static inline bool tensor_ok(const struct dli_layer *l, int tensor)
+{
+	return tensor >= 0 && (size_t)tensor < l->ctx->n_tensors;
+}
+
+bool dli_fp8_gemm_enabled(struct dli_layer *l, enum dli_gemm gemm, int64_t *next)
+{
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT)
+		return answer_default(true, next);
+	return slot_answer(l, &l->fp8[gemm], CALL_FP8, gemm, -1, next);
+}
+
+bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor, int64_t *next)
+{
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return answer_default(false, next);
+	return slot_answer(l, &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_MODIFY, gemm,
+			   tensor, next);
+}
+
+bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
+{
+	if (!l->slots || !tensor_ok(l, tensor))
+		return answer_default(false, next);
+	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
+}
+
+bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor,
+					     int64_t *next)
+{
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return answer_default(false, next);
+	return slot_answer(l, &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_POSTQ, gemm,
+			   tensor, next);
+}
+
+/* ---- Actions: only features whose answer is "on" at this iteration act. ---- */
+
+int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const struct dli_tensor *in,
+		      const struct dli_quantizer *quantizer, struct dli_tensor *out)
+{
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return -ENOENT;
+	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
+	int64_t it = l->ctx->iteration, nx;
+	int r = -ENOENT;
+	CALL_ENTER(l->ctx);
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct dli_binding *b = s->bindings[i];
+		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
+			r = b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out);
+			break;
+		}
+	}
+	CALL_LEAVE(l->ctx);
+	return r;
+}
+
+int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+		       const struct dli_quantized_tensor *rowwise,
+		       const struct dli_quantized_tensor *colwise)
+{
+	if (!l->slots || !tensor_ok(l, tensor))
+		return 0;
+	struct dli_slot *s = &l->inspect[tensor];
+	int64_t it = l->ctx->iteration, nx;
+	int first = 0;
+	CALL_ENTER(l->ctx);
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct dli_binding *b = s->bindings[i];
+		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
+			continue;
+		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		if (r && !first)
+			first = r;
+	}
+	CALL_LEAVE(l->ctx);
+	return first;
+}
+
+int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int tensor,
+				    const struct dli_quantized_tensor *q)
+{
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return 0;
+	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
+	int64_t it = l->ctx->iteration, nx;
+	int first = 0;
+	CALL_ENTER(l->ctx);
+	for (uint32_t i = 0; i < s->n; i++) {
+		const struct dli_binding *b = s->bindings[i];
+		if (!ask(b, CALL_POSTQ, gemm, tensor, it, &nx))
+			continue;
+		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		if (r && !first)
+			first = r;
+	}
+	CALL_LEAVE(l->ctx);
+	return first;
+}
+
+int dli_call(struct dli_layer *l, const char *name, void *args)
+{
+	if (!l || !name || !dli_registry_has_call(&l->ctx->registry, name))
+		return -ENOSYS;
+	CALL_ENTER(l->ctx);
+	int r = 0;
+	for (size_t i = 0; i < l->n_bindings && !r; i++) {
+		const struct dli_binding *b = &l->bindings[i];
+		const char *const *calls = b->instance->target->feature->desc->calls;
+		for (size_t k = 0; calls && calls[k]; k++) {
+			if (!strcmp(calls[k], name) && HAS_OP(b->ops, call)) {
+				r = b->ops->call(&b->call, name, args);
+				break;
+			}
+		}
+	}
+	CALL_LEAVE(l->ctx);
+	return r;
+}
+
+/* ---- String-taking calls: one lock-free hash lookup, then the handle call. ---- */
+
+static struct dli_layer *layer_by_name(struct dli_context *ctx, const char *name)
+{
+	struct dli_layer *l = dli_layer_find(ctx, name);
+	if (l)
+		return l;
+	struct dli_error err;
+	if (dli_layer_get(ctx, name, &l, &err)) {
+		dli_log(ctx, DLI_LOG_ERROR, "%s", err.message);
+		return NULL;
+	}
+	return l;
+}
+
+bool dli_fp8_gemm_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
+				  int64_t *next)
+{
+	struct dli_layer *l = layer_by_name(ctx, layer);
+	int g = dli_gemm_from_name(gemm);
+	if (!l || g < 0)
+		return answer_default(true, next);
+	return dli_fp8_gemm_enabled(l, (enum dli_gemm)g, next);
+}
+
+bool dli_modify_tensor_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
+				       const char *tensor, int64_t *next)
+{
+	struct dli_layer *l = layer_by_name(ctx, layer);
+	int g = dli_gemm_from_name(gemm);
+	if (!l || g < 0)
+		return answer_default(false, next);
+	return dli_modify_tensor_enabled(l, (enum dli_gemm)g, dli_tensor_id(ctx, tensor), next);
+}
+
+bool dli_inspect_tensor_enabled_by_name(struct dli_context *ctx, const char *layer,
+					const char *tensor, int64_t *next)
+{
+	struct dli_layer *l = layer_by_name(ctx, layer);
+	if (!l)
+		return answer_default(false, next);
+	return dli_inspect_tensor_enabled(l, dli_tensor_id(ctx, tensor), next);
+}
+
+int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const char *tensor,
+			       const struct dli_tensor *hp)
+{
+	struct dli_layer *l = layer_by_name(ctx, layer);
+	return l ? dli_inspect_tensor(l, dli_tensor_id(ctx, tensor), hp, NULL, NULL) : 0;
+}

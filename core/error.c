@@ -39,6 +39,21 @@ int dli_error_set(struct dli_error *err, int code, const struct dli_where *where
 	return code;
 }
 
+/* Appends to buf at *off, truncating at the end of buf. */
+static void append(char *buf, size_t size, size_t *off, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t size, size_t *off, const char *fmt, ...)
+{
+	if (*off >= size - 1)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(buf + *off, size - *off, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*off = *off + (size_t)n < size - 1 ? *off + (size_t)n : size - 1;
+}
+
 int dli_error_prefix(struct dli_error *err, const struct dli_where *where, const char *fmt, ...)
 {
 	if (!err)
@@ -51,11 +66,12 @@ int dli_error_prefix(struct dli_error *err, const struct dli_where *where, const
 	vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
 	where_record(err, where);
+	size_t off = 0;
 	if (where && where->file)
-		snprintf(err->message, sizeof err->message, "%s:%d:%d: %s%s", where->file, where->line,
-			 where->column, text, old);
-	else
-		snprintf(err->message, sizeof err->message, "%s%s", text, old);
+		append(err->message, sizeof err->message, &off, "%s:%d:%d: ", where->file, where->line,
+		       where->column);
+	append(err->message, sizeof err->message, &off, "%s", text);
+	append(err->message, sizeof err->message, &off, "%s", old);
 	return err->code;
 }
 

@@ -1,2 +1,701 @@
-/* placeholder until written */
-typedef int dli_placeholder_loader;
+/* Module loading: finds `<name>.so` modules on the search path, opens them through libltdl, calls
+ * their entry and checks the descriptor before any other part of the core touches it. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <ltdl.h>
+
+#include "error-private.h"
+#include "loader-private.h"
+
+/* libltdl keeps process-wide state (its handle list, its last error), so every lt_* call in the
+ * process goes through this one lock. lt_dlinit/lt_dlexit pair up through `dli_ltdl_users`, so
+ * several loaders (several contexts) can live at once. */
+static pthread_mutex_t dli_ltdl_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned dli_ltdl_users;
+
+/* The size of the tables as ABI 1.0 defined them: a module built against 1.0 headers must fill at
+ * least this much; members added later are checked with DLI_HAS_MEMBER where they are used. */
+#define DLI_MODULE_SIZE_1_0 (offsetof(struct dli_module, n_loggers) + sizeof(size_t))
+#define DLI_MODULE_HEADER_SIZE (offsetof(struct dli_module, abi_minor) + sizeof(uint16_t))
+
+struct dli_loaded {
+	lt_dlhandle handle;
+	char *path; /* as opened */
+	char *real; /* resolved, so that one file reached twice is loaded once */
+	char *name; /* file name without ".so" (equal to module->name) */
+	const struct dli_module *module; /* static data of the module: valid until the handle closes */
+};
+
+struct dli_loader {
+	const struct dli_host *host;
+	char **dirs;
+	size_t n_dirs;
+	struct dli_loaded *mods;
+	size_t n_mods, cap_mods;
+};
+
+/* A `.so` file on the search path, after first-in-search-order dedupe. */
+struct dli_candidate {
+	char *name;
+	char *path;
+};
+
+struct dli_candidates {
+	struct dli_candidate *v;
+	size_t n, cap;
+};
+
+/* Owned strings, for the did-you-mean over namespaces seen while scanning. */
+struct dli_strings {
+	char **v;
+	size_t n, cap;
+};
+
+static int dli_ltdl_acquire(struct dli_error *err)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&dli_ltdl_lock);
+	if (dli_ltdl_users == 0 && lt_dlinit() != 0) {
+		const char *why = lt_dlerror();
+		rc = dli_error_set(err, -EIO, NULL, "cannot initialise libltdl: %s",
+				   why ? why : "unknown error");
+	} else {
+		dli_ltdl_users++;
+	}
+	pthread_mutex_unlock(&dli_ltdl_lock);
+	return rc;
+}
+
+static void dli_ltdl_release(void)
+{
+	pthread_mutex_lock(&dli_ltdl_lock);
+	if (dli_ltdl_users > 0 && --dli_ltdl_users == 0)
+		lt_dlexit();
+	pthread_mutex_unlock(&dli_ltdl_lock);
+}
+
+static bool dli_is_module_file(const char *file)
+{
+	size_t len = strlen(file);
+
+	return len > 3 && strcmp(file + len - 3, ".so") == 0;
+}
+
+/* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
+static bool dli_is_regular(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static char *dli_path_join(const char *dir, const char *file, const char *suffix)
+{
+	size_t n = strlen(dir) + strlen(file) + strlen(suffix) + 2;
+	char *path = malloc(n);
+
+	if (path)
+		snprintf(path, n, "%s/%s%s", dir, file, suffix);
+	return path;
+}
+
+static int dli_strings_add(struct dli_strings *list, const char *s)
+{
+	if (!s || !*s)
+		return 0;
+	for (size_t i = 0; i < list->n; i++)
+		if (strcmp(list->v[i], s) == 0)
+			return 0;
+	if (list->n == list->cap) {
+		size_t cap = list->cap ? list->cap * 2 : 8;
+		char **v = realloc(list->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		list->v = v;
+		list->cap = cap;
+	}
+	list->v[list->n] = strdup(s);
+	if (!list->v[list->n])
+		return -ENOMEM;
+	list->n++;
+	return 0;
+}
+
+static void dli_strings_finish(struct dli_strings *list)
+{
+	for (size_t i = 0; i < list->n; i++)
+		free(list->v[i]);
+	free(list->v);
+}
+
+static void dli_candidates_finish(struct dli_candidates *c)
+{
+	for (size_t i = 0; i < c->n; i++) {
+		free(c->v[i].name);
+		free(c->v[i].path);
+	}
+	free(c->v);
+}
+
+static int dli_candidate_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct dli_candidate *)a)->name, ((const struct dli_candidate *)b)->name);
+}
+
+static int dli_candidates_push(struct dli_candidates *c, const char *dir, const char *file)
+{
+	if (c->n == c->cap) {
+		size_t cap = c->cap ? c->cap * 2 : 16;
+		struct dli_candidate *v = realloc(c->v, cap * sizeof(*v));
+		if (!v)
+			return -ENOMEM;
+		c->v = v;
+		c->cap = cap;
+	}
+	struct dli_candidate *e = &c->v[c->n];
+	e->path = dli_path_join(dir, file, "");
+	e->name = strndup(file, strlen(file) - 3);
+	if (!e->path || !e->name) {
+		free(e->path);
+		free(e->name);
+		return -ENOMEM;
+	}
+	if (!dli_is_regular(e->path)) {
+		free(e->path);
+		free(e->name);
+		return 0;
+	}
+	c->n++;
+	return 0;
+}
+
+/* Every module file on the search path, each dir's in name order (readdir order would make the
+ * load order, and so registration order, differ between file systems). A name already found in an
+ * earlier dir is dropped: the first in search order wins, like PATH. Dirs that cannot be read are
+ * skipped: the installed plugin dir need not exist in a build-tree run. */
+static int dli_candidates_collect(const struct dli_loader *loader, struct dli_candidates *c)
+{
+	for (size_t d = 0; d < loader->n_dirs; d++) {
+		DIR *dir = opendir(loader->dirs[d]);
+		if (!dir)
+			continue;
+		size_t first = c->n;
+		struct dirent *ent;
+		int rc = 0;
+		while (rc == 0 && (ent = readdir(dir)) != NULL)
+			if (dli_is_module_file(ent->d_name))
+				rc = dli_candidates_push(c, loader->dirs[d], ent->d_name);
+		closedir(dir);
+		if (rc < 0)
+			return rc;
+		qsort(c->v + first, c->n - first, sizeof(*c->v), dli_candidate_cmp);
+		size_t kept = first;
+		for (size_t i = first; i < c->n; i++) {
+			bool seen = false;
+			for (size_t j = 0; j < first && !seen; j++)
+				seen = strcmp(c->v[j].name, c->v[i].name) == 0;
+			if (seen) {
+				free(c->v[i].name);
+				free(c->v[i].path);
+			} else {
+				c->v[kept++] = c->v[i];
+			}
+		}
+		c->n = kept;
+	}
+	return 0;
+}
+
+static long dli_loaded_find(const struct dli_loader *loader, const char *name, const char *real)
+{
+	for (size_t i = 0; i < loader->n_mods; i++) {
+		const struct dli_loaded *m = &loader->mods[i];
+		if ((name && strcmp(m->name, name) == 0) || (real && strcmp(m->real, real) == 0))
+			return (long)i;
+	}
+	return -1;
+}
+
+static void dli_loaded_close(struct dli_loaded *m)
+{
+	if (m->handle) {
+		pthread_mutex_lock(&dli_ltdl_lock);
+		lt_dlclose(m->handle);
+		pthread_mutex_unlock(&dli_ltdl_lock);
+	}
+	free(m->path);
+	free(m->real);
+	free(m->name);
+	memset(m, 0, sizeof(*m));
+}
+
+/* Reports why the dynamic linker refused `path`, with a hint at the likely cause. */
+static int dli_open_error(struct dli_error *err, const char *path, const char *why)
+{
+	size_t len = strlen(path);
+	const char *hint = "";
+
+	/* dlerror() usually starts with the path; it is said once already. */
+	if (strncmp(why, path, len) == 0 && why[len] == ':' && why[len + 1] == ' ')
+		why += len + 2;
+	if (strstr(why, "undefined symbol") || strstr(why, "version `"))
+		hint = "; check its dependencies with ldd -r";
+	else if (strstr(why, "cannot open shared object file"))
+		hint = "; a library it needs is missing: check its dependencies with ldd";
+	else if (strstr(why, "ELF") || strstr(why, "file too short"))
+		hint = "; it is not a shared object built for this machine";
+	return dli_error_set(err, -ENOEXEC, NULL, "cannot load module %s: %s%s", path, why, hint);
+}
+
+static int dli_module_check(const struct dli_module *mod, const char *name, const char *path,
+			    struct dli_error *err)
+{
+	if (mod->size < DLI_MODULE_HEADER_SIZE)
+		return dli_error_set(err, -ENOEXEC, NULL,
+				     "module '%s' (%s): descriptor size %u is too small to be a dlinspect "
+				     "module", name, path, (unsigned)mod->size);
+	if (mod->abi_major != DLI_ABI_MAJOR)
+		return dli_error_set(err, -ENOEXEC, NULL,
+				     "module '%s' (%s) was built for dlinspect module ABI %u.%u, this "
+				     "dlinspect has ABI %d.%d", name, path, (unsigned)mod->abi_major,
+				     (unsigned)mod->abi_minor, DLI_ABI_MAJOR, DLI_ABI_MINOR);
+	if (mod->size < DLI_MODULE_SIZE_1_0)
+		return dli_error_set(err, -ENOEXEC, NULL,
+				     "module '%s' (%s): descriptor size %u, ABI %d needs at least %zu", name,
+				     path, (unsigned)mod->size, DLI_ABI_MAJOR, DLI_MODULE_SIZE_1_0);
+	if (!mod->name)
+		return dli_error_set(err, -EINVAL, NULL, "module %s has no name", path);
+	if (strcmp(mod->name, name) != 0)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "module %s calls itself '%s': a module's name must match its file "
+				     "name (%s.so)", path, mod->name, name);
+	if ((mod->n_features && !mod->features) || (mod->n_loggers && !mod->loggers))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "module '%s' (%s): %zu features and %zu loggers declared but no array",
+				     name, path, mod->n_features, mod->n_loggers);
+
+	for (size_t i = 0; i < mod->n_features; i++) {
+		const struct dli_feature_desc *f = mod->features[i];
+		if (!f)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature #%zu is NULL", name, path, i);
+		/* Every member of ABI 1.0 must be there; later members are checked before use. */
+		if (f->size < sizeof(*f))
+			return dli_error_set(err, -ENOEXEC, NULL,
+					     "module '%s' (%s): feature #%zu has descriptor size %u, this "
+					     "dlinspect needs at least %zu", name, path, i, (unsigned)f->size,
+					     sizeof(*f));
+		if (!f->name || !*f->name)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature #%zu has no name", name, path, i);
+		if (!f->ops)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature '%s' has no ops table", name, path,
+					     f->name);
+		if (!DLI_HAS_MEMBER(f->ops, struct dli_feature_ops, create))
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature '%s' has an ops table of size %u, "
+					     "too small to hold create", name, path, f->name,
+					     (unsigned)f->ops->size);
+		if (!f->ops->create)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature '%s' has no create method", name,
+					     path, f->name);
+		if (f->n_params && !f->params)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): feature '%s' declares %zu params but no "
+					     "array", name, path, f->name, f->n_params);
+	}
+
+	for (size_t i = 0; i < mod->n_loggers; i++) {
+		const struct dli_logger_desc *l = mod->loggers[i];
+		if (!l)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger #%zu is NULL", name, path, i);
+		if (l->size < sizeof(*l))
+			return dli_error_set(err, -ENOEXEC, NULL,
+					     "module '%s' (%s): logger #%zu has descriptor size %u, this "
+					     "dlinspect needs at least %zu", name, path, i, (unsigned)l->size,
+					     sizeof(*l));
+		if (!l->name || !*l->name)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger #%zu has no name", name, path, i);
+		if (!l->ops)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger '%s' has no ops table", name, path,
+					     l->name);
+		if (!DLI_HAS_MEMBER(l->ops, struct dli_logger_ops, log_scalar))
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger '%s' has an ops table of size %u, "
+					     "too small to hold create and log_scalar", name, path,
+					     l->name, (unsigned)l->ops->size);
+		if (!l->ops->create || !l->ops->log_scalar)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger '%s' lacks create or log_scalar", name,
+					     path, l->name);
+		if (l->n_params && !l->params)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): logger '%s' declares %zu params but no array",
+					     name, path, l->name, l->n_params);
+	}
+	return 0;
+}
+
+/* Opens `path`, calls its entry and checks what it returns. On success *m owns the handle and the
+ * strings; on failure nothing stays open. */
+static int dli_module_open(const struct dli_loader *loader, const char *path, const char *name,
+			   const char *real, struct dli_loaded *m, struct dli_error *err)
+{
+	char why[512];
+	int rc;
+
+	memset(m, 0, sizeof(*m));
+	m->path = strdup(path);
+	m->name = strdup(name);
+	m->real = strdup(real);
+	if (!m->path || !m->name || !m->real) {
+		dli_loaded_close(m);
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
+	}
+
+	pthread_mutex_lock(&dli_ltdl_lock);
+	/* libltdl opens with RTLD_LAZY and says "file not found" for any failure. Opening with
+	 * RTLD_NOW first makes a module with an unresolved function fail here, with dlerror()
+	 * naming the symbol or the missing library, instead of loading and then killing the process
+	 * at its first call, hours into training. The probe keeps the object mapped (and fully
+	 * bound) until libltdl holds its own reference. */
+	void *probe = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!probe) {
+		const char *e = dlerror();
+		snprintf(why, sizeof why, "%s", e ? e : "unknown dynamic linker error");
+		pthread_mutex_unlock(&dli_ltdl_lock);
+		dli_loaded_close(m);
+		return dli_open_error(err, path, why);
+	}
+	lt_dladvise advise;
+	if (lt_dladvise_init(&advise) == 0) {
+		/* Local: two modules may define the same internal names. */
+		if (lt_dladvise_local(&advise) == 0)
+			m->handle = lt_dlopenadvise(path, advise);
+		lt_dladvise_destroy(&advise);
+	}
+	if (!m->handle) {
+		const char *e = lt_dlerror();
+		snprintf(why, sizeof why, "libltdl: %s", e ? e : "unknown error");
+	}
+	void *sym = m->handle ? lt_dlsym(m->handle, DLI_MODULE_ENTRY_NAME) : NULL;
+	dlclose(probe);
+	pthread_mutex_unlock(&dli_ltdl_lock);
+
+	if (!m->handle) {
+		dli_loaded_close(m);
+		return dli_open_error(err, path, why);
+	}
+	if (!sym) {
+		rc = dli_error_set(err, -ENOEXEC, NULL,
+				   "%s is not a dlinspect module: it does not export %s (define it with "
+				   "DLI_EXPORT, see dlinspect/plugin.h)", path, DLI_MODULE_ENTRY_NAME);
+		dli_loaded_close(m);
+		return rc;
+	}
+
+	/* ISO C has no object-to-function pointer cast; POSIX guarantees the representations
+	 * match, so copy the bits. Called without the lock: it is the module's code. */
+	dli_module_entry_fn entry;
+	memcpy(&entry, &sym, sizeof(entry));
+	m->module = entry(loader->host);
+	if (!m->module) {
+		rc = dli_error_set(err, -ECANCELED, NULL,
+				   "module '%s' (%s): module refused to load (its %s returned NULL)", name,
+				   path, DLI_MODULE_ENTRY_NAME);
+		dli_loaded_close(m);
+		return rc;
+	}
+	rc = dli_module_check(m->module, name, path, err);
+	if (rc < 0)
+		dli_loaded_close(m);
+	return rc;
+}
+
+static int dli_loaded_append(struct dli_loader *loader, struct dli_loaded *m, struct dli_error *err)
+{
+	if (loader->n_mods == loader->cap_mods) {
+		size_t cap = loader->cap_mods ? loader->cap_mods * 2 : 8;
+		struct dli_loaded *v = realloc(loader->mods, cap * sizeof(*v));
+		if (!v) {
+			int rc = dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", m->path);
+			dli_loaded_close(m);
+			return rc;
+		}
+		loader->mods = v;
+		loader->cap_mods = cap;
+	}
+	loader->mods[loader->n_mods++] = *m;
+	return 0;
+}
+
+/* The resolved path of `path` in *real (owned), or a copy of `path` when it cannot be resolved. */
+static int dli_realpath(const char *path, char **real)
+{
+	*real = realpath(path, NULL);
+	if (!*real && errno != ENOMEM)
+		*real = strdup(path);
+	return *real ? 0 : -ENOMEM;
+}
+
+/* Loads the module file at `path` unless a module of that name or that file is already loaded.
+ * With `out`, *out says where it is (either way). With `ns`, a module not declaring that namespace
+ * is closed again and *out is -1; `ns_seen` (optional) collects every namespace met. */
+static int dli_load_file(struct dli_loader *loader, const char *path, const char *ns,
+			 struct dli_strings *ns_seen, long *out, struct dli_error *err)
+{
+	const char *base = strrchr(path, '/');
+	struct dli_loaded m;
+	struct stat st;
+	char *name = NULL, *real = NULL;
+	long at = -1;
+	int rc;
+
+	if (out)
+		*out = -1;
+	base = base ? base + 1 : path;
+	if (!dli_is_module_file(base))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "%s is not a module file: a module is named <name>.so", path);
+	if (stat(path, &st) != 0) {
+		int e = errno;
+		return dli_error_set(err, -e, NULL, "cannot load module %s: %s", path, strerror(e));
+	}
+	if (!S_ISREG(st.st_mode))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "cannot load module %s: not a regular file", path);
+
+	name = strndup(base, strlen(base) - 3);
+	if (!name || dli_realpath(path, &real) < 0)
+		goto nomem;
+
+	at = dli_loaded_find(loader, name, real);
+	if (at >= 0) {
+		const struct dli_module *mod = loader->mods[at].module;
+		if (ns_seen && dli_strings_add(ns_seen, mod->ns) < 0)
+			goto nomem;
+		if (ns && (!mod->ns || strcmp(mod->ns, ns) != 0))
+			at = -1;
+		rc = 0;
+		goto out;
+	}
+
+	rc = dli_module_open(loader, path, name, real, &m, err);
+	if (rc < 0)
+		goto out;
+	if (ns_seen && dli_strings_add(ns_seen, m.module->ns) < 0) {
+		dli_loaded_close(&m);
+		goto nomem;
+	}
+	if (ns && (!m.module->ns || strcmp(m.module->ns, ns) != 0)) {
+		/* Opened only to read its namespace: not part of what was asked for. */
+		dli_loaded_close(&m);
+		goto out;
+	}
+	rc = dli_loaded_append(loader, &m, err);
+	if (rc == 0)
+		at = (long)loader->n_mods - 1;
+out:
+	if (out && rc == 0)
+		*out = at;
+	free(name);
+	free(real);
+	return rc;
+nomem:
+	free(name);
+	free(real);
+	return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
+}
+
+int dli_loader_create(const struct dli_host *host, const char *const *dirs, size_t n_dirs,
+		      struct dli_loader **out, struct dli_error *err)
+{
+	struct dli_loader *loader;
+	int rc;
+
+	*out = NULL;
+	if (!host)
+		return dli_error_set(err, -EINVAL, NULL, "module loader: no host table");
+	loader = calloc(1, sizeof(*loader));
+	if (!loader)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory creating the module loader");
+	rc = dli_ltdl_acquire(err);
+	if (rc < 0) {
+		free(loader);
+		return rc;
+	}
+	/* From here on dli_loader_destroy undoes everything, the libltdl reference included. */
+	loader->host = host;
+	if (n_dirs && !(loader->dirs = calloc(n_dirs, sizeof(char *))))
+		goto nomem;
+	for (size_t i = 0; i < n_dirs; i++) {
+		/* An empty entry (as in "a::b") names no dir; skip it rather than search ".". */
+		if (!dirs[i] || !*dirs[i])
+			continue;
+		loader->dirs[loader->n_dirs] = strdup(dirs[i]);
+		if (!loader->dirs[loader->n_dirs])
+			goto nomem;
+		loader->n_dirs++;
+	}
+	*out = loader;
+	return 0;
+nomem:
+	dli_loader_destroy(loader);
+	return dli_error_set(err, -ENOMEM, NULL, "out of memory creating the module loader");
+}
+
+int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
+{
+	struct dli_candidates c = {0};
+	int rc = dli_candidates_collect(loader, &c);
+
+	if (rc < 0)
+		rc = dli_error_set(err, rc, NULL, "out of memory listing the plugin dirs");
+	for (size_t i = 0; rc == 0 && i < c.n; i++)
+		rc = dli_load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
+	dli_candidates_finish(&c);
+	return rc;
+}
+
+/* The -ENOENT message: what was looked for, where, and the nearest name seen. */
+static int dli_not_found(const struct dli_loader *loader, const char *entry, const char *name,
+			 const struct dli_candidates *c, const struct dli_strings *ns_seen,
+			 struct dli_error *err)
+{
+	char dirs[640] = "";
+	size_t off = 0;
+	for (size_t i = 0; i < loader->n_dirs && off < sizeof dirs; i++) {
+		int n = snprintf(dirs + off, sizeof dirs - off, "%s%s", i ? ", " : "",
+				 loader->dirs[i]);
+		if (n < 0)
+			break;
+		off += (size_t)n;
+	}
+
+	size_t n_words = c->n + ns_seen->n;
+	const char **words = n_words ? malloc(n_words * sizeof(*words)) : NULL;
+	char mean[160] = "";
+	if (words) {
+		for (size_t i = 0; i < c->n; i++)
+			words[i] = c->v[i].name;
+		for (size_t i = 0; i < ns_seen->n; i++)
+			words[c->n + i] = ns_seen->v[i];
+		dli_suggest_text(mean, sizeof mean, name, words, n_words);
+		free(words);
+	}
+	return dli_error_set(err, -ENOENT, NULL,
+			     "extension '%s' not found: no module %s.so and no module of namespace "
+			     "'%s' in %s%s%s", entry, name, name,
+			     loader->n_dirs ? "the plugin dirs " : "an empty plugin path", dirs, mean);
+}
+
+int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_error *err)
+{
+	if (!entry || !*entry)
+		return dli_error_set(err, -EINVAL, NULL, "empty extension name");
+	if (strchr(entry, '/'))
+		return dli_load_file(loader, entry, NULL, NULL, NULL, err);
+
+	/* "x.so" means the module x: users write the file name too. */
+	size_t len = strlen(entry);
+	char *name = dli_is_module_file(entry) ? strndup(entry, len - 3) : strdup(entry);
+	if (!name)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory loading '%s'", entry);
+	if (dli_loaded_find(loader, name, NULL) >= 0) {
+		free(name);
+		return 0;
+	}
+
+	int rc = 0;
+	for (size_t d = 0; d < loader->n_dirs; d++) {
+		char *path = dli_path_join(loader->dirs[d], name, ".so");
+		if (!path) {
+			free(name);
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading '%s'", entry);
+		}
+		bool found = dli_is_regular(path);
+		if (found)
+			rc = dli_load_file(loader, path, NULL, NULL, NULL, err);
+		free(path);
+		if (found) {
+			free(name);
+			return rc;
+		}
+	}
+
+	/* Not a module name: a namespace. Every module on the path must be opened to read its
+	 * descriptor; a module that fails to load fails the whole entry, since it may well be the
+	 * one of this namespace. */
+	struct dli_candidates c = {0};
+	struct dli_strings ns_seen = {0};
+	size_t matched = 0;
+	rc = dli_candidates_collect(loader, &c);
+	for (size_t i = 0; rc == 0 && i < loader->n_mods; i++) {
+		const char *ns = loader->mods[i].module->ns;
+		rc = dli_strings_add(&ns_seen, ns);
+		if (ns && strcmp(ns, name) == 0)
+			matched++;
+	}
+	if (rc < 0)
+		rc = dli_error_set(err, rc, NULL, "out of memory loading '%s'", entry);
+	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		long at;
+		rc = dli_load_file(loader, c.v[i].path, name, &ns_seen, &at, err);
+		if (rc < 0)
+			dli_error_prefix(err, NULL,
+					 "no module %s.so, so '%s' was taken as a namespace; while "
+					 "looking for it: ", name, name);
+		else if (at >= 0)
+			matched++;
+	}
+	if (rc == 0 && matched == 0)
+		rc = dli_not_found(loader, entry, name, &c, &ns_seen, err);
+	dli_strings_finish(&ns_seen);
+	dli_candidates_finish(&c);
+	free(name);
+	return rc;
+}
+
+size_t dli_loader_count(const struct dli_loader *loader)
+{
+	return loader ? loader->n_mods : 0;
+}
+
+const struct dli_module *dli_loader_module(const struct dli_loader *loader, size_t i)
+{
+	return loader && i < loader->n_mods ? loader->mods[i].module : NULL;
+}
+
+const char *dli_loader_path(const struct dli_loader *loader, size_t i)
+{
+	return loader && i < loader->n_mods ? loader->mods[i].path : NULL;
+}
+
+void dli_loader_destroy(struct dli_loader *loader)
+{
+	if (!loader)
+		return;
+	/* Reverse order of loading, like any unwinding. */
+	for (size_t i = loader->n_mods; i-- > 0;)
+		dli_loaded_close(&loader->mods[i]);
+	free(loader->mods);
+	for (size_t i = 0; i < loader->n_dirs; i++)
+		free(loader->dirs[i]);
+	free(loader->dirs);
+	free(loader);
+	dli_ltdl_release();
+}

@@ -15,6 +15,9 @@ bool dli_schedule_active(const struct dli_schedule *s, int64_t iteration);
  * iterations near INT64_MAX. */
 int64_t dli_schedule_next(const struct dli_schedule *s, int64_t iteration);
 
+/* Active at `iteration`, with *next the first iteration at which that may change (see plugin.h). */
+bool dli_schedule_query(const struct dli_schedule *s, int64_t iteration, int64_t *next);
+
 /* The schedule when no key is given: every step. */
 void dli_schedule_default(struct dli_schedule *s);
 

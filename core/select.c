@@ -1,2 +1,263 @@
-/* placeholder until written */
-typedef int dli_placeholder_select;
+/* Layer selection: matching a layer name against a section's `layers:` block (regex, exact names,
+ * layer numbers, layer types), and parsing the pieces of that block that are text. */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <ctype.h>
+#include <errno.h>
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "select-private.h"
+
+int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *msg, size_t msg_size,
+			   size_t *offset)
+{
+	int errcode;
+	PCRE2_SIZE erroffset = 0;
+	pcre2_code *code;
+	char *copy;
+
+	if (!pattern) {
+		if (msg && msg_size)
+			snprintf(msg, msg_size, "expected a regular expression");
+		if (offset)
+			*offset = 0;
+		return -EINVAL;
+	}
+	code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &errcode, &erroffset,
+			     NULL);
+	if (!code) {
+		/* A too-small buffer still gets a truncated, terminated message; that is good enough. */
+		if (msg && msg_size)
+			pcre2_get_error_message(errcode, (PCRE2_UCHAR *)msg, msg_size);
+		if (offset)
+			*offset = erroffset;
+		return -EINVAL;
+	}
+	copy = strdup(pattern);
+	if (!copy) {
+		pcre2_code_free(code);
+		if (msg && msg_size)
+			snprintf(msg, msg_size, "out of memory");
+		if (offset)
+			*offset = 0;
+		return -ENOMEM;
+	}
+	/* Only replace what the selector held once the new pattern is known to be good. */
+	pcre2_code_free(s->regex);
+	free(s->pattern);
+	s->regex = code;
+	s->pattern = copy;
+	return 0;
+}
+
+static const char *skip_space(const char *p)
+{
+	while (isspace((unsigned char)*p))
+		p++;
+	return p;
+}
+
+/* Reads a non-negative decimal number at *p (digits only: no sign). Returns 0 and advances *p, -EINVAL
+ * when there is no digit, -ERANGE when it does not fit in int64_t. */
+static int parse_number(const char **p, int64_t *out)
+{
+	const char *q = *p;
+	int64_t v = 0;
+
+	if (!isdigit((unsigned char)*q))
+		return -EINVAL;
+	for (; isdigit((unsigned char)*q); q++) {
+		int d = *q - '0';
+
+		if (v > (INT64_MAX - d) / 10)
+			return -ERANGE;
+		v = v * 10 + d;
+	}
+	*p = q;
+	*out = v;
+	return 0;
+}
+
+#define RANGE_EXPECTED "expected a layer number or an inclusive range 'a-b' (a <= b)"
+
+int dli_range_parse(const char *text, struct dli_int_pair *out, char *msg, size_t msg_size)
+{
+	const char *p;
+	const char *why = "";
+	int64_t a, b;
+	int r;
+
+	if (!text)
+		text = "";
+	p = skip_space(text);
+	r = parse_number(&p, &a);
+	if (r < 0)
+		goto fail;
+	p = skip_space(p);
+	if (*p == '\0') {
+		out->first = out->second = a;
+		return 0;
+	}
+	if (*p != '-') {
+		r = -EINVAL;
+		goto fail;
+	}
+	p = skip_space(p + 1);
+	r = parse_number(&p, &b);
+	if (r < 0)
+		goto fail;
+	p = skip_space(p);
+	if (*p != '\0') {
+		r = -EINVAL;
+		goto fail;
+	}
+	if (a > b) {
+		why = " (start after end)";
+		goto fail;
+	}
+	out->first = a;
+	out->second = b;
+	return 0;
+
+fail:
+	if (r == -ERANGE)
+		why = " (number too large)";
+	if (msg && msg_size)
+		snprintf(msg, msg_size, RANGE_EXPECTED ", got '%s'%s", text, why);
+	return -EINVAL;
+}
+
+/* The number of the first dot-separated component made only of digits: 1 found, 0 none,
+ * -ERANGE when that component does not fit in int64_t. */
+static int dotted_number(const char *name, int64_t *number)
+{
+	const char *p = name;
+
+	for (;;) {
+		const char *end = strchr(p, '.');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		size_t digits = 0;
+
+		while (digits < len && isdigit((unsigned char)p[digits]))
+			digits++;
+		if (len > 0 && digits == len) {
+			const char *q = p;
+
+			return parse_number(&q, number) < 0 ? -ERANGE : 1;
+		}
+		if (!end)
+			return 0;
+		p = end + 1;
+	}
+}
+
+int dli_layer_number(const char *name, int64_t *number)
+{
+	const char *p;
+	const char *candidate = NULL;
+	int64_t v;
+	int r;
+
+	if (!name)
+		return -ENOENT;
+	r = dotted_number(name, &v);
+	if (r < 0)
+		return -ENOENT;
+	if (r > 0) {
+		*number = v;
+		return 0;
+	}
+	/* No dotted number: accept a name like "Layer_7" or "block7_fc2", but only when exactly one run
+	 * of digits can be the layer's number; "fc<n>" is the Linear's own index, never the layer's. */
+	for (p = name; *p;) {
+		if (!isdigit((unsigned char)*p)) {
+			p++;
+			continue;
+		}
+		if (!(p - name >= 2 && p[-2] == 'f' && p[-1] == 'c')) {
+			if (candidate)
+				return -ENOENT;
+			candidate = p;
+		}
+		while (isdigit((unsigned char)*p))
+			p++;
+	}
+	if (!candidate || parse_number(&candidate, &v) < 0)
+		return -ENOENT;
+	*number = v;
+	return 0;
+}
+
+static bool regex_search(const pcre2_code *code, const char *name)
+{
+	pcre2_match_data *md;
+	int rc;
+
+	/* Match data per call keeps matching thread-safe; this runs once per layer handle, not per GEMM. */
+	md = pcre2_match_data_create_from_pattern(code, NULL);
+	if (!md)
+		return false;
+	/* A name that is not valid UTF-8 makes pcre2_match fail: it is then simply not selected. */
+	rc = pcre2_match(code, (PCRE2_SPTR)name, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL);
+	pcre2_match_data_free(md);
+	return rc >= 0;
+}
+
+static bool numbers_match(const struct dli_selector *s, const char *name)
+{
+	int64_t n;
+
+	if (!s->has_numbers || s->numbers_all)
+		return true;
+	if (dli_layer_number(name, &n) < 0)
+		return false;
+	for (size_t i = 0; i < s->n_numbers; i++)
+		if (s->numbers[i].first <= n && n <= s->numbers[i].second)
+			return true;
+	return false;
+}
+
+static bool types_match(const struct dli_selector *s, const char *name)
+{
+	if (!s->has_types || s->types_all)
+		return true;
+	for (size_t i = 0; i < s->n_types; i++)
+		if (s->types[i] && strstr(name, s->types[i]))
+			return true;
+	return false;
+}
+
+bool dli_selector_match(const struct dli_selector *s, const char *name)
+{
+	if (!s || !name)
+		return false;
+	if (s->has_exact || s->regex) {
+		for (size_t i = 0; s->has_exact && i < s->n_exact; i++)
+			if (s->exact[i] && strcmp(s->exact[i], name) == 0)
+				return true;
+		return s->regex && regex_search(s->regex, name);
+	}
+	/* An empty `layers:` block selects nothing rather than everything. */
+	if (!s->has_numbers && !s->has_types)
+		return false;
+	return numbers_match(s, name) && types_match(s, name);
+}
+
+void dli_selector_finish(struct dli_selector *s)
+{
+	if (!s)
+		return;
+	pcre2_code_free(s->regex);
+	free(s->pattern);
+	for (size_t i = 0; s->exact && i < s->n_exact; i++)
+		free(s->exact[i]);
+	free(s->exact);
+	free(s->numbers);
+	for (size_t i = 0; s->types && i < s->n_types; i++)
+		free(s->types[i]);
+	free(s->types);
+	memset(s, 0, sizeof(*s));
+}

@@ -116,6 +116,10 @@ struct dli_host {
 	bool (*schedule_active)(const struct dli_schedule *s, int64_t iteration);
 	/* The first iteration > `iteration` that the schedule selects, or DLI_NEVER. */
 	int64_t (*schedule_next)(const struct dli_schedule *s, int64_t iteration);
+	/* Whether the schedule selects `iteration`, and in *next the first iteration at which that
+	 * answer may change: the iteration after it when selected (conservative), else the next
+	 * selected one. What an *_enabled method of a scheduled feature usually returns. */
+	bool (*schedule_query)(const struct dli_schedule *s, int64_t iteration, int64_t *next);
 	const char *(*gemm_name)(enum dli_gemm gemm);
 	/* Name of a tensor id (borrowed, lives as long as the context); NULL for an unknown id. */
 	const char *(*tensor_name)(const struct dli_context *ctx, int tensor);
@@ -244,9 +248,11 @@ struct dli_module {
 	const char *name;   /* matches the file name: <name>.so */
 	const char *ns;     /* namespace ("transformer_engine"), or NULL */
 	const char *doc;
-	const struct dli_feature_desc *features;
+	/* Arrays of pointers, not of descriptors: each descriptor carries its own size, so a
+	 * descriptor can grow in a later minor version without moving its neighbours. */
+	const struct dli_feature_desc *const *features;
 	size_t n_features;
-	const struct dli_logger_desc *loggers;
+	const struct dli_logger_desc *const *loggers;
 	size_t n_loggers;
 };
 

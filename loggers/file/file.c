@@ -1,3 +1,277 @@
-/* placeholder */
+/* The file logger (the default): statistics and messages as text files in nvdlfw_inspect's layout,
+ * so the log parsers written for nvdlfw_inspect read dlinspect's logs unchanged. */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
 #include <dlinspect/plugin.h>
-DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host) { (void)host; return 0; }
+
+/* One output file. It is opened on the first line written to it, so a run that logs nothing leaves
+ * nothing behind; after a write error it is closed and reopened by the next call, so a log dir
+ * that comes back (space freed, directory recreated) is used again. */
+struct dli_file_log {
+	char *dir;
+	char *path;
+	FILE *fp;
+};
+
+struct dli_file_logger {
+	pthread_mutex_t lock; /* log_scalar and log_text may come from several threads */
+	struct dli_file_log stats, messages;
+};
+
+static const char *const dli_file_levels[] = {"ERROR", "WARNING", "INFO", "DEBUG"};
+
+/* A failed stdio call need not set errno; never turn a failure into 0. */
+static int dli_file_errno(void)
+{
+	return errno ? -errno : -EIO;
+}
+
+/* mkdir -p: a component that already exists as a directory is fine, whatever mkdir says about it
+ * (EEXIST, or EROFS/EACCES on a read-only parent). */
+static int dli_file_mkdirs(const char *dir)
+{
+	char *copy = strdup(dir);
+	struct stat st;
+	int rc = 0;
+
+	if (!copy)
+		return -ENOMEM;
+	for (char *p = copy + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(copy, 0755) != 0) {
+			int e = errno;
+			if (stat(copy, &st) != 0) {
+				rc = -e;
+				break;
+			}
+			if (!S_ISDIR(st.st_mode)) {
+				rc = -ENOTDIR; /* what mkdir -p says of a file in the way */
+				break;
+			}
+		}
+		*p = c;
+		if (c == '\0')
+			break;
+	}
+	free(copy);
+	return rc;
+}
+
+static int dli_file_log_init(struct dli_file_log *log, const char *log_dir, const char *subdir,
+			     int rank)
+{
+	if (asprintf(&log->dir, "%s/%s", log_dir, subdir) < 0) {
+		log->dir = NULL;
+		return -ENOMEM;
+	}
+	if (asprintf(&log->path, "%s/nvdlfw_inspect_globalrank-%d.log", log->dir, rank) < 0) {
+		log->path = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+/* After a failure the stream is dropped: its error flag would otherwise fail every later write. */
+static int dli_file_log_fail(struct dli_file_log *log)
+{
+	int rc = dli_file_errno();
+
+	fclose(log->fp);
+	log->fp = NULL;
+	return rc;
+}
+
+/* Opens for appending. A line cut short by an earlier failure is ended first: glued to the next
+ * line's timestamp, "value=1.2" would read back as a wrong number. */
+static int dli_file_log_open(struct dli_file_log *log)
+{
+	int rc = dli_file_mkdirs(log->dir);
+
+	if (rc < 0)
+		return rc;
+	/* "e": the descriptor must not leak into programs the trainer spawns. */
+	log->fp = fopen(log->path, "a+e");
+	if (!log->fp)
+		return dli_file_errno();
+	errno = 0;
+	if (fseek(log->fp, -1, SEEK_END) == 0) {
+		bool cut = fgetc(log->fp) != '\n';
+		/* An update stream needs a positioning call between reading and writing. */
+		if (fseek(log->fp, 0, SEEK_END) != 0 ||
+		    (cut && (fputc('\n', log->fp) == EOF || fflush(log->fp) != 0)))
+			return dli_file_log_fail(log);
+	}
+	return 0;
+}
+
+/* Writes "{timestamp} - {level} - " and the formatted rest, timestamped like Python logging's
+ * asctime (local time, milliseconds after a comma). Called with the lock held. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+static int dli_file_log_write(struct dli_file_log *log, const char *level, bool flush,
+			      const char *fmt, ...)
+{
+	struct timespec now;
+	struct tm tm;
+	char stamp[32];
+	va_list ap;
+	int rc;
+
+	if (!log->fp) {
+		rc = dli_file_log_open(log);
+		if (rc < 0)
+			return rc;
+	}
+	clock_gettime(CLOCK_REALTIME, &now);
+	localtime_r(&now.tv_sec, &tm);
+	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
+
+	errno = 0;
+	if (fprintf(log->fp, "%s,%03ld - %s - ", stamp, now.tv_nsec / 1000000, level) < 0)
+		return dli_file_log_fail(log);
+	va_start(ap, fmt);
+	rc = vfprintf(log->fp, fmt, ap);
+	va_end(ap);
+	if (rc < 0 || fputc('\n', log->fp) == EOF || (flush && fflush(log->fp) != 0))
+		return dli_file_log_fail(log);
+	return 0;
+}
+
+static int dli_file_log_flush(struct dli_file_log *log)
+{
+	errno = 0;
+	if (log->fp && fflush(log->fp) != 0)
+		return dli_file_log_fail(log);
+	return 0;
+}
+
+static void dli_file_log_finish(struct dli_file_log *log)
+{
+	if (log->fp)
+		fclose(log->fp);
+	free(log->path);
+	free(log->dir);
+}
+
+static void dli_file_destroy(void *instance)
+{
+	struct dli_file_logger *self = instance;
+
+	if (!self)
+		return;
+	dli_file_log_finish(&self->stats);
+	dli_file_log_finish(&self->messages);
+	pthread_mutex_destroy(&self->lock);
+	free(self);
+}
+
+static int dli_file_create(const struct dli_logger_create_args *args, void **instance,
+			   struct dli_error *err)
+{
+	struct dli_file_logger *self = calloc(1, sizeof(*self));
+	const char *log_dir = args->log_dir && *args->log_dir ? args->log_dir : ".";
+	int rc;
+
+	if (!self)
+		return -ENOMEM;
+	rc = -pthread_mutex_init(&self->lock, NULL);
+	if (rc < 0) {
+		free(self);
+		return rc;
+	}
+	rc = dli_file_log_init(&self->stats, log_dir, "nvdlfw_inspect_statistics_logs", args->rank);
+	if (rc == 0)
+		rc = dli_file_log_init(&self->messages, log_dir, "nvdlfw_inspect_logs", args->rank);
+	if (rc < 0) {
+		dli_file_destroy(self);
+		return rc;
+	}
+	*instance = self;
+	return 0;
+}
+
+/* Statistics stay in the stdio buffer until flush() at step end: a step may log thousands. */
+static int dli_file_log_scalar(void *instance, const char *name, int64_t iteration, double value)
+{
+	struct dli_file_logger *self = instance;
+	int rc;
+
+	pthread_mutex_lock(&self->lock);
+	rc = dli_file_log_write(&self->stats, "INFO", false,
+				"%s \t\t\t\t iteration=%06" PRId64 " \t\t\t\t value=%.9g", name,
+				iteration, value);
+	pthread_mutex_unlock(&self->lock);
+	return rc;
+}
+
+/* Messages are flushed at once: an error message must be on disk if the trainer dies next. */
+static int dli_file_log_text(void *instance, enum dli_log_level level, const char *text)
+{
+	struct dli_file_logger *self = instance;
+	int rc;
+
+	if ((unsigned)level >= sizeof(dli_file_levels) / sizeof(dli_file_levels[0]))
+		return -EINVAL;
+	pthread_mutex_lock(&self->lock);
+	rc = dli_file_log_write(&self->messages, dli_file_levels[level], true, "%s", text);
+	pthread_mutex_unlock(&self->lock);
+	return rc;
+}
+
+static int dli_file_flush(void *instance)
+{
+	struct dli_file_logger *self = instance;
+	int rc, rc2;
+
+	pthread_mutex_lock(&self->lock);
+	rc = dli_file_log_flush(&self->stats);
+	rc2 = dli_file_log_flush(&self->messages);
+	pthread_mutex_unlock(&self->lock);
+	return rc < 0 ? rc : rc2;
+}
+
+static const struct dli_logger_ops dli_file_ops = {
+	.size = sizeof(struct dli_logger_ops),
+	.create = dli_file_create,
+	.destroy = dli_file_destroy,
+	.log_scalar = dli_file_log_scalar,
+	.log_text = dli_file_log_text,
+	.flush = dli_file_flush,
+};
+
+static const struct dli_logger_desc dli_file_logger = {
+	.size = sizeof(struct dli_logger_desc),
+	.name = "file",
+	.doc = "Text logs in nvdlfw_inspect's layout under the log dir, one file per rank.",
+	.ops = &dli_file_ops,
+};
+static const struct dli_logger_desc *const dli_file_loggers_list[] = {&dli_file_logger};
+
+static const struct dli_module dli_file_module = {
+	.size = sizeof(struct dli_module),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.name = "file",
+	.doc = "The default logger: statistics and messages as nvdlfw_inspect-style text files.",
+	.loggers = dli_file_loggers_list,
+	.n_loggers = 1,
+};
+
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host)
+{
+	if (!host || host->abi_major != DLI_ABI_MAJOR)
+		return NULL;
+	return &dli_file_module;
+}

@@ -1,0 +1,109 @@
+/* The context and layer handles: what dli_init builds and the dispatch hot path reads. */
+#ifndef DLI_CONTEXT_PRIVATE_H
+#define DLI_CONTEXT_PRIVATE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <dlinspect/plugin.h>
+
+#include "config-private.h"
+#include "registry-private.h"
+
+struct dli_loader;
+
+/* A created feature instance (one per config target). */
+struct dli_instance {
+	const struct dli_target *target;
+	const struct dli_feature_ops *ops;
+	void *state;
+};
+
+/* One instance attached to one layer. `call` comes first: features get &binding->call. */
+struct dli_binding {
+	struct dli_feature_call call;
+	const struct dli_instance *instance;
+	const struct dli_feature_ops *ops;
+};
+
+/* The features answering one (call, gemm, tensor) of a layer, and the cached combined answer:
+ * (next << 1) | enabled, valid while iteration < next; 0 = nothing cached. The cache makes a call
+ * between scheduled steps one relaxed load and one compare. */
+struct dli_slot {
+	_Atomic uint64_t cache;
+	uint32_t n;
+	struct dli_binding **bindings;
+};
+
+struct dli_layer {
+	struct dli_context *ctx;
+	char *name;
+	/* NULL for a layer no section selects: every call answers its default after this check. */
+	struct dli_slot *slots;
+	struct dli_slot *fp8;     /* [gemm] */
+	struct dli_slot *modify;  /* [gemm * n_tensors + tensor] */
+	struct dli_slot *inspect; /* [tensor] */
+	struct dli_slot *postq;   /* [gemm * n_tensors + tensor] */
+	struct dli_binding *bindings; /* every attached instance, for step_end and dli_call */
+	size_t n_bindings;
+};
+
+struct dli_logger_instance {
+	const struct dli_logger_entry *entry;
+	void *state;
+	atomic_bool failed; /* a write error was reported once already */
+};
+
+/* Layer handles by name: open addressing, read without a lock (slots are published with release
+ * stores, a grown table replaces the old one which is kept until dli_destroy). */
+struct dli_layer_table {
+	size_t mask;
+	_Atomic(struct dli_layer *) *slots;
+	struct dli_layer_table *older;
+};
+
+struct dli_context {
+	struct dli_host host;
+	int64_t iteration;
+	int rank, world_size;
+	int log_level;
+	char *log_dir;
+	size_t n_tensors; /* config->n_tensor_names */
+
+	struct dli_config *config;
+	struct dli_loader *loader;
+	struct dli_registry registry;
+	struct dli_instance *instances; /* one per config target, same order */
+	size_t n_instances;
+	struct dli_logger_instance *loggers;
+	size_t n_loggers;
+
+	pthread_mutex_t layers_lock; /* taken only to add a layer */
+	_Atomic(struct dli_layer_table *) layers;
+	size_t n_layers;
+	struct dli_layer **layer_list; /* creation order, under layers_lock */
+	size_t cap_layer_list;
+
+#ifdef DLI_DEBUG_CHECKS
+	atomic_int calls_in_flight; /* dli_step checks it is 0 */
+#endif
+};
+
+/* Builds the handle for `name` (dispatch.c); called by dli_layer_get under layers_lock. */
+int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		     struct dli_error *err);
+void dli_layer_destroy(struct dli_layer *layer);
+/* Drops every cached answer (dli_iteration_set). */
+void dli_layer_forget(struct dli_layer *layer);
+
+/* The handle for `name` if it exists, else NULL. Lock-free: the string-taking calls use it on every
+ * call. */
+struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name);
+
+/* Fans a scalar out to every logger; reports each logger's first failure once. */
+int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
+			    double value);
+
+#endif

@@ -1,0 +1,51 @@
+/* The features, loggers and namespaces of the loaded modules, by name. */
+#ifndef DLI_REGISTRY_PRIVATE_H
+#define DLI_REGISTRY_PRIVATE_H
+
+#include <stddef.h>
+
+#include <dlinspect/plugin.h>
+
+struct dli_loader;
+
+struct dli_feature_entry {
+	const struct dli_feature_desc *desc;
+	const struct dli_module *module;
+	const char *path; /* the module's file (borrowed from the loader) */
+};
+
+struct dli_logger_entry {
+	const struct dli_logger_desc *desc;
+	const struct dli_module *module;
+	const char *path;
+};
+
+struct dli_registry {
+	struct dli_feature_entry *features;
+	size_t n_features;
+	struct dli_logger_entry *loggers;
+	size_t n_loggers;
+	const char **namespaces; /* distinct, borrowed from the descriptors */
+	size_t n_namespaces;
+};
+
+/* Indexes every module of the loader. Two modules declaring the same feature or logger name (or
+ * alias) is an error naming both files. */
+int dli_registry_build(struct dli_registry *registry, const struct dli_loader *loader,
+		       struct dli_error *err);
+void dli_registry_finish(struct dli_registry *registry);
+
+/* By name or alias; NULL when unknown. */
+const struct dli_feature_entry *dli_registry_feature(const struct dli_registry *registry,
+						     const char *name);
+const struct dli_logger_entry *dli_registry_logger(const struct dli_registry *registry,
+						   const char *name);
+bool dli_registry_has_namespace(const struct dli_registry *registry, const char *ns);
+/* Whether any feature declares the custom call `name`. */
+bool dli_registry_has_call(const struct dli_registry *registry, const char *name);
+
+/* Every feature name and alias, logger name and namespace, for did-you-mean. The array is owned by
+ * the caller (free()), the strings are borrowed. */
+const char **dli_registry_names(const struct dli_registry *registry, size_t *n);
+
+#endif

@@ -1,0 +1,453 @@
+/* Tests of core/loader.c: finding modules by path, name and namespace, search order, and the exact
+ * reasons given when a module cannot be loaded. Fixture modules come from tests/loader/fixtures. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "loader-private.h"
+
+static const char *const good_dir[] = {LOADER_GOOD_DIR};
+static const char *const bad_dir[] = {LOADER_BAD_DIR};
+
+static void stub_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+{
+}
+
+static int64_t stub_iteration(const struct dli_context *ctx)
+{
+	return 0;
+}
+
+static const struct dli_host host = {
+	.size = sizeof(struct dli_host),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.log = stub_log,
+	.iteration = stub_iteration,
+};
+
+static struct dli_loader *loader_new(const char *const *dirs, size_t n)
+{
+	struct dli_loader *loader = NULL;
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_create(&host, dirs, n, &loader, &err), 0);
+	CHECK(loader != NULL);
+	return loader;
+}
+
+/* Loads `entry` expecting failure with `code`; returns the message for the caller to check. */
+static const char *load_fails(const char *const *dirs, size_t n, const char *entry, int code)
+{
+	static struct dli_error err;
+	struct dli_loader *loader = loader_new(dirs, n);
+
+	memset(&err, 0, sizeof(err));
+	CHECK_INT(dli_loader_load(loader, entry, &err), code);
+	CHECK_INT(err.code, code);
+	/* A failed load leaves nothing behind. */
+	CHECK_INT(dli_loader_count(loader), 0);
+	dli_loader_destroy(loader);
+	return err.message;
+}
+
+static long find_module(const struct dli_loader *loader, const char *name)
+{
+	for (size_t i = 0; i < dli_loader_count(loader); i++)
+		if (strcmp(dli_loader_module(loader, i)->name, name) == 0)
+			return (long)i;
+	return -1;
+}
+
+static void test_load_by_name_gives_a_usable_module(void)
+{
+	struct dli_loader *loader = loader_new(good_dir, 1);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load(loader, "good", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	const struct dli_module *m = dli_loader_module(loader, 0);
+	CHECK_STR(m->name, "good");
+	CHECK_STR(m->ns, "fixture_ns");
+	CHECK_STR(m->doc, "good fixture, first dir");
+	CHECK_STR(dli_loader_path(loader, 0), LOADER_GOOD_DIR "/good.so");
+	CHECK_INT(m->n_features, 1);
+	CHECK_STR(m->features[0]->name, "GoodFeature");
+	CHECK_INT(m->n_loggers, 1);
+	CHECK_STR(m->loggers[0]->name, "goodlog");
+
+	/* The module's code runs: its create works through the ops table. */
+	struct dli_feature_create_args args = {.size = sizeof(args), .host = &host};
+	void *instance = NULL;
+	CHECK_INT(m->features[0]->ops->create(&args, &instance, &err), 0);
+	CHECK(instance != NULL);
+	CHECK(dli_loader_module(loader, 1) == NULL);
+	CHECK(dli_loader_path(loader, 1) == NULL);
+	dli_loader_destroy(loader);
+}
+
+static void test_loading_twice_keeps_one_module(void)
+{
+	struct dli_loader *loader = loader_new(good_dir, 1);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load(loader, "good", &err), 0);
+	CHECK_INT(dli_loader_load(loader, "good", &err), 0);
+	CHECK_INT(dli_loader_load(loader, "good.so", &err), 0);
+	CHECK_INT(dli_loader_load(loader, LOADER_GOOD_DIR "/good.so", &err), 0);
+	/* Another spelling of the same file. */
+	CHECK_INT(dli_loader_load(loader, LOADER_GOOD_DIR "/../fixtures/./good.so", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	/* Same name from another dir: the loaded one stays. */
+	CHECK_INT(dli_loader_load(loader, LOADER_SECOND_DIR "/good.so", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	CHECK_STR(dli_loader_module(loader, 0)->doc, "good fixture, first dir");
+	dli_loader_destroy(loader);
+}
+
+static void test_load_by_path_needs_no_search_dir(void)
+{
+	struct dli_loader *loader = loader_new(NULL, 0);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load(loader, LOADER_SECOND_DIR "/good.so", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	CHECK_STR(dli_loader_module(loader, 0)->doc, "good fixture, second dir");
+	CHECK_STR(dli_loader_path(loader, 0), LOADER_SECOND_DIR "/good.so");
+	dli_loader_destroy(loader);
+
+	const char *msg = load_fails(NULL, 0, LOADER_GOOD_DIR "/missing.so", -ENOENT);
+	CHECK_CONTAINS(msg, LOADER_GOOD_DIR "/missing.so");
+	CHECK_CONTAINS(msg, "No such file");
+	msg = load_fails(NULL, 0, LOADER_GOOD_DIR "/dir.so", -EINVAL);
+	CHECK_CONTAINS(msg, "dir.so: not a regular file");
+	msg = load_fails(NULL, 0, "./good.c", -EINVAL);
+	CHECK_CONTAINS(msg, "./good.c is not a module file");
+	msg = load_fails(good_dir, 1, "", -EINVAL);
+	CHECK_CONTAINS(msg, "empty extension name");
+}
+
+static void test_namespace_loads_every_module_declaring_it(void)
+{
+	struct dli_loader *loader = loader_new(good_dir, 1);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 2);
+	CHECK(find_module(loader, "good") >= 0);
+	CHECK(find_module(loader, "good2") >= 0);
+	/* Opened to read its namespace, then closed again. */
+	CHECK(find_module(loader, "create_fails") < 0);
+	/* Again: nothing new. */
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 2);
+	dli_loader_destroy(loader);
+
+	/* A module already loaded counts for its namespace. */
+	loader = loader_new(NULL, 0);
+	CHECK_INT(dli_loader_load(loader, LOADER_GOOD_DIR "/good.so", &err), 0);
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	dli_loader_destroy(loader);
+}
+
+static void test_namespace_scan_stops_at_a_broken_module(void)
+{
+	const char *dirs[] = {LOADER_BAD_DIR, LOADER_GOOD_DIR};
+	const char *msg = load_fails(dirs, 2, "fixture_ns", -ENOEXEC);
+
+	CHECK_CONTAINS(msg, "no module fixture_ns.so, so 'fixture_ns' was taken as a namespace; "
+			    "while looking for it: ");
+	CHECK_CONTAINS(msg, LOADER_BAD_DIR "/");
+}
+
+static void test_first_dir_in_search_order_wins(void)
+{
+	const char *second_first[] = {LOADER_SECOND_DIR, LOADER_GOOD_DIR};
+	const char *good_first[] = {LOADER_GOOD_DIR, LOADER_SECOND_DIR};
+	struct dli_error err = {0};
+
+	struct dli_loader *loader = loader_new(second_first, 2);
+	CHECK_INT(dli_loader_load(loader, "good", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	CHECK_STR(dli_loader_module(loader, 0)->doc, "good fixture, second dir");
+	dli_loader_destroy(loader);
+
+	loader = loader_new(second_first, 2);
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 2);
+	CHECK_STR(dli_loader_module(loader, (size_t)find_module(loader, "good"))->doc,
+		  "good fixture, second dir");
+	dli_loader_destroy(loader);
+
+	loader = loader_new(good_first, 2);
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	CHECK_INT(dli_loader_count(loader), 3);
+	long good = find_module(loader, "good");
+	CHECK(good >= 0);
+	if (good >= 0)
+		CHECK_STR(dli_loader_module(loader, (size_t)good)->doc, "good fixture, first dir");
+	dli_loader_destroy(loader);
+}
+
+static void test_load_all_takes_every_module_of_a_dir(void)
+{
+	struct dli_loader *loader = loader_new(good_dir, 1);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	/* good, good2, create_fails; dir.so is a directory and is skipped. */
+	CHECK_INT(dli_loader_count(loader), 3);
+	CHECK(find_module(loader, "good") >= 0);
+	CHECK(find_module(loader, "good2") >= 0);
+	CHECK(find_module(loader, "create_fails") >= 0);
+	CHECK(find_module(loader, "dir") < 0);
+	/* In name order, whatever readdir returned. */
+	CHECK_STR(dli_loader_module(loader, 0)->name, "create_fails");
+	CHECK_STR(dli_loader_module(loader, 1)->name, "good");
+	CHECK_STR(dli_loader_module(loader, 2)->name, "good2");
+	/* Everything is loaded already. */
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 3);
+	dli_loader_destroy(loader);
+
+	/* A missing dir is skipped, the others still searched. */
+	const char *dirs[] = {LOADER_GOOD_DIR "/no-such-dir", "", LOADER_GOOD_DIR};
+	loader = loader_new(dirs, 3);
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	CHECK_INT(dli_loader_count(loader), 3);
+	dli_loader_destroy(loader);
+
+	/* A broken module fails load_all: nothing is silently skipped. */
+	loader = loader_new(bad_dir, 1);
+	CHECK(dli_loader_load_all(loader, &err) < 0);
+	CHECK_CONTAINS(err.message, LOADER_BAD_DIR "/");
+	dli_loader_destroy(loader);
+}
+
+static void test_only_regular_files_are_modules(void)
+{
+	char tmp[] = "/tmp/dli-loader-XXXXXX";
+	char path[sizeof(tmp) + 32];
+	struct dli_error err = {0};
+
+	if (!mkdtemp(tmp)) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/dir.so", tmp);
+	CHECK_INT(mkdir(path, 0700), 0);
+	snprintf(path, sizeof(path), "%s/fifo.so", tmp);
+	CHECK_INT(mkfifo(path, 0600), 0);
+	/* A symlink to a module is a module (named after the link). */
+	snprintf(path, sizeof(path), "%s/good.so", tmp);
+	CHECK_INT(symlink(LOADER_GOOD_DIR "/good.so", path), 0);
+	snprintf(path, sizeof(path), "%s/.so", tmp);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (f)
+		fclose(f);
+
+	const char *dirs[] = {tmp};
+	struct dli_loader *loader = loader_new(dirs, 1);
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	CHECK(find_module(loader, "good") >= 0);
+	CHECK_INT(dli_loader_load(loader, "fifo", &err), -ENOENT);
+	CHECK_INT(dli_loader_load(loader, "dir", &err), -ENOENT);
+	CHECK_INT(dli_loader_count(loader), 1);
+	dli_loader_destroy(loader);
+
+	const char *names[] = {"dir.so", "fifo.so", "good.so", ".so"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		snprintf(path, sizeof(path), "%s/%s", tmp, names[i]);
+		CHECK_INT(i == 0 ? rmdir(path) : unlink(path), 0);
+	}
+	CHECK_INT(rmdir(tmp), 0);
+}
+
+static void test_unknown_name_says_where_and_suggests(void)
+{
+	const char *msg = load_fails(good_dir, 1, "goood", -ENOENT);
+	CHECK_CONTAINS(msg, "extension 'goood' not found");
+	CHECK_CONTAINS(msg, "no module goood.so");
+	CHECK_CONTAINS(msg, LOADER_GOOD_DIR);
+	CHECK_CONTAINS(msg, "(did you mean 'good'?)");
+
+	msg = load_fails(good_dir, 1, "fixture_nss", -ENOENT);
+	CHECK_CONTAINS(msg, "(did you mean 'fixture_ns'?)");
+
+	const char *dirs[] = {LOADER_SECOND_DIR, LOADER_GOOD_DIR};
+	msg = load_fails(dirs, 2, "zzzzzzzz", -ENOENT);
+	CHECK_CONTAINS(msg, LOADER_SECOND_DIR ", " LOADER_GOOD_DIR);
+	CHECK(strstr(msg, "did you mean") == NULL);
+
+	msg = load_fails(NULL, 0, "good", -ENOENT);
+	CHECK_CONTAINS(msg, "an empty plugin path");
+}
+
+static void test_missing_entry_names_the_symbol(void)
+{
+	const char *msg = load_fails(bad_dir, 1, "no_entry", -ENOEXEC);
+	CHECK_CONTAINS(msg, LOADER_BAD_DIR "/no_entry.so");
+	CHECK_CONTAINS(msg, "does not export dli_module_entry");
+}
+
+static void test_other_abi_major_is_refused(void)
+{
+	char expect[128];
+	const char *msg = load_fails(bad_dir, 1, "abi_major", -ENOEXEC);
+
+	CHECK_CONTAINS(msg, "module 'abi_major' (" LOADER_BAD_DIR "/abi_major.so)");
+	snprintf(expect, sizeof(expect),
+		 "built for dlinspect module ABI %d.0, this dlinspect has ABI %d.%d", DLI_ABI_MAJOR + 1,
+		 DLI_ABI_MAJOR, DLI_ABI_MINOR);
+	CHECK_CONTAINS(msg, expect);
+}
+
+static void test_entry_returning_null_is_refused(void)
+{
+	const char *msg = load_fails(bad_dir, 1, "returns_null", -ECANCELED);
+	CHECK_CONTAINS(msg, LOADER_BAD_DIR "/returns_null.so");
+	CHECK_CONTAINS(msg, "module refused to load");
+}
+
+static void test_unresolved_symbol_is_named(void)
+{
+	/* libltdl alone would say "file not found" (or, binding lazily, load it and crash later). */
+	const char *msg = load_fails(bad_dir, 1, "unresolved", -ENOEXEC);
+	CHECK_CONTAINS(msg, "cannot load module " LOADER_BAD_DIR "/unresolved.so");
+	CHECK_CONTAINS(msg, "undefined symbol: dli_fixture_missing_symbol");
+	CHECK_CONTAINS(msg, "check its dependencies with ldd");
+	CHECK(strstr(msg, "file not found") == NULL);
+}
+
+static void test_not_a_shared_object_says_so(void)
+{
+	const char *msg = load_fails(bad_dir, 1, "not_elf", -ENOEXEC);
+	CHECK_CONTAINS(msg, "cannot load module " LOADER_BAD_DIR "/not_elf.so");
+	CHECK(strstr(msg, "invalid ELF header") || strstr(msg, "file too short"));
+	CHECK_CONTAINS(msg, "not a shared object");
+}
+
+static void test_bad_descriptors_are_refused(void)
+{
+	const char *msg = load_fails(bad_dir, 1, "bad_name", -EINVAL);
+	CHECK_CONTAINS(msg, LOADER_BAD_DIR "/bad_name.so calls itself 'someone_else'");
+	CHECK_CONTAINS(msg, "(bad_name.so)");
+
+	msg = load_fails(bad_dir, 1, "no_create", -EINVAL);
+	CHECK_CONTAINS(msg, "module 'no_create' (" LOADER_BAD_DIR "/no_create.so)");
+	CHECK_CONTAINS(msg, "feature 'BadFeature' has no create method");
+
+	msg = load_fails(bad_dir, 1, "small_ops", -EINVAL);
+	CHECK_CONTAINS(msg, "feature 'BadFeature' has an ops table of size 4, too small to hold create");
+
+	msg = load_fails(bad_dir, 1, "no_feature_name", -EINVAL);
+	CHECK_CONTAINS(msg, "feature #0 has no name");
+
+	msg = load_fails(bad_dir, 1, "no_log_scalar", -EINVAL);
+	CHECK_CONTAINS(msg, "logger 'badlog' lacks create or log_scalar");
+}
+
+static void test_failing_create_reports_its_message(void)
+{
+	struct dli_loader *loader = loader_new(good_dir, 1);
+	struct dli_error err = {0};
+
+	CHECK_INT(dli_loader_load(loader, "create_fails", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	const struct dli_module *m = dli_loader_module(loader, 0);
+	CHECK(m->ns == NULL);
+	CHECK_STR(m->features[0]->name, "FailCreate");
+	CHECK(m->features[0]->flags & DLI_FEATURE_GENERIC);
+	struct dli_feature_create_args args = {.size = sizeof(args), .host = &host};
+	void *instance = NULL;
+	CHECK_INT(m->features[0]->ops->create(&args, &instance, &err), -EINVAL);
+	CHECK_STR(err.message, "fixture create failed on purpose");
+	dli_loader_destroy(loader);
+}
+
+static void test_loaders_share_libltdl(void)
+{
+	struct dli_error err = {0};
+	struct dli_loader *a = loader_new(good_dir, 1);
+	struct dli_loader *b = loader_new(good_dir, 1);
+
+	CHECK_INT(dli_loader_load(a, "good", &err), 0);
+	CHECK_INT(dli_loader_load(b, "good", &err), 0);
+	dli_loader_destroy(a);
+	/* b's module is still mapped and libltdl still initialised. */
+	const struct dli_module *m = dli_loader_module(b, 0);
+	struct dli_feature_create_args args = {.size = sizeof(args), .host = &host};
+	void *instance = NULL;
+	CHECK_INT(m->features[0]->ops->create(&args, &instance, &err), 0);
+	CHECK_INT(dli_loader_load(b, "good2", &err), 0);
+	CHECK_INT(dli_loader_count(b), 2);
+	dli_loader_destroy(b);
+	dli_loader_destroy(NULL);
+
+	CHECK_INT(dli_loader_create(NULL, NULL, 0, &a, &err), -EINVAL);
+	CHECK(a == NULL);
+}
+
+static void *loader_thread(void *arg)
+{
+	const char *dirs[] = {LOADER_GOOD_DIR, LOADER_SECOND_DIR};
+	long failures = 0;
+
+	for (int i = 0; i < 20; i++) {
+		struct dli_loader *loader = NULL;
+		struct dli_error err = {0};
+		if (dli_loader_create(&host, dirs, 2, &loader, &err) != 0 ||
+		    dli_loader_load(loader, "fixture_ns", &err) != 0 ||
+		    dli_loader_load(loader, "create_fails", &err) != 0 ||
+		    dli_loader_count(loader) != 3 || dli_loader_load(loader, "nope", &err) != -ENOENT)
+			failures++;
+		dli_loader_destroy(loader);
+	}
+	return (void *)failures;
+}
+
+static void test_concurrent_loaders(void)
+{
+	pthread_t t[4];
+
+	for (size_t i = 0; i < 4; i++)
+		CHECK_INT(pthread_create(&t[i], NULL, loader_thread, NULL), 0);
+	for (size_t i = 0; i < 4; i++) {
+		void *failures = NULL;
+		CHECK_INT(pthread_join(t[i], &failures), 0);
+		CHECK_INT((long)failures, 0);
+	}
+}
+
+int main(void)
+{
+	test_load_by_name_gives_a_usable_module();
+	test_loading_twice_keeps_one_module();
+	test_load_by_path_needs_no_search_dir();
+	test_namespace_loads_every_module_declaring_it();
+	test_namespace_scan_stops_at_a_broken_module();
+	test_first_dir_in_search_order_wins();
+	test_load_all_takes_every_module_of_a_dir();
+	test_only_regular_files_are_modules();
+	test_unknown_name_says_where_and_suggests();
+	test_missing_entry_names_the_symbol();
+	test_other_abi_major_is_refused();
+	test_entry_returning_null_is_refused();
+	test_unresolved_symbol_is_named();
+	test_not_a_shared_object_says_so();
+	test_bad_descriptors_are_refused();
+	test_failing_create_reports_its_message();
+	test_loaders_share_libltdl();
+	test_concurrent_loaders();
+	return check_exit();
+}
