@@ -91,6 +91,17 @@ struct dli_context {
 #endif
 };
 
+/* dli_init without loggers when `with_loggers` is false: for `dlinspect check`, which must not write
+ * logs. Messages then go to stderr. */
+int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
+		     struct dli_error *err);
+
+/* The plugin search path: `extra` dirs, then $DLINSPECT_PLUGIN_PATH (':'-separated), then the
+ * install dir. *out is an array of owned strings; free with dli_search_dirs_free. */
+int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
+		    struct dli_error *err);
+void dli_search_dirs_free(char **dirs, size_t n);
+
 /* Builds the handle for `name` (dispatch.c); called by dli_layer_get under layers_lock. */
 int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
 		     struct dli_error *err);

@@ -333,20 +333,27 @@ static int parse_level(const char *s, int *out)
 	return -EINVAL;
 }
 
-/* The search path: the options' dirs, $DLINSPECT_PLUGIN_PATH (':'-separated), the install dir. */
-static int search_dirs(const struct dli_options *o, char ***out, size_t *n, struct dli_error *err)
+void dli_search_dirs_free(char **dirs, size_t n)
+{
+	for (size_t i = 0; dirs && i < n; i++)
+		free(dirs[i]);
+	free(dirs);
+}
+
+int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
+		    struct dli_error *err)
 {
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
-	size_t cap = o->n_plugin_dirs + 2;
+	size_t cap = n_extra + 2;
 	for (const char *p = env; p && *p; p++)
 		cap += *p == ':';
 	char **dirs = calloc(cap, sizeof *dirs);
 	if (!dirs)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	size_t c = 0;
-	for (size_t i = 0; i < o->n_plugin_dirs; i++)
-		if (o->plugin_dirs[i] && o->plugin_dirs[i][0])
-			dirs[c++] = strdup(o->plugin_dirs[i]);
+	for (size_t i = 0; i < n_extra; i++)
+		if (extra[i] && extra[i][0])
+			dirs[c++] = strdup(extra[i]);
 	if (env) {
 		const char *p = env;
 		for (;;) {
@@ -360,11 +367,14 @@ static int search_dirs(const struct dli_options *o, char ***out, size_t *n, stru
 		}
 	}
 	dirs[c++] = strdup(DLI_PLUGINDIR);
+	for (size_t i = 0; i < c; i++) {
+		if (!dirs[i]) {
+			dli_search_dirs_free(dirs, c);
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		}
+	}
 	*out = dirs;
 	*n = c;
-	for (size_t i = 0; i < c; i++)
-		if (!dirs[i])
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	return 0;
 }
 
@@ -485,6 +495,12 @@ static int create_instances(struct dli_context *ctx, struct dli_error *err)
 
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
 {
+	return dli_context_open(options, true, out, err);
+}
+
+int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
+		     struct dli_error *err)
+{
 	struct dli_options defaults;
 	dli_options_init(&defaults);
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
@@ -543,9 +559,10 @@ int dli_init(const struct dli_options *options, struct dli_context **out, struct
 		*out = ctx;
 		return 0;
 	}
-	if ((r = dli_config_parse(path, o->config_yaml, &ctx->config, err)))
+	/* YAML text is named "<string>" in messages, even when a config_path is also set. */
+	if ((r = dli_config_parse(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config, err)))
 		goto fail;
-	if ((r = search_dirs(o, &dirs, &n_dirs, err)))
+	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err)))
 		goto fail;
 	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
 		goto fail;
@@ -556,21 +573,17 @@ int dli_init(const struct dli_options *options, struct dli_context **out, struct
 	if ((r = dli_config_resolve(ctx->config, &ctx->registry, err)))
 		goto fail;
 	ctx->n_tensors = ctx->config->n_tensor_names;
-	if ((r = create_loggers(ctx, err)))
+	if (with_loggers && (r = create_loggers(ctx, err)))
 		goto fail;
 	if ((r = create_instances(ctx, err)))
 		goto fail;
 	for (size_t i = 0; i < ctx->config->n_warnings; i++)
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
-	for (size_t i = 0; i < n_dirs; i++)
-		free(dirs[i]);
-	free(dirs);
+	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
 	return 0;
 fail:
-	for (size_t i = 0; dirs && i < n_dirs; i++)
-		free(dirs[i]);
-	free(dirs);
+	dli_search_dirs_free(dirs, n_dirs);
 	if (err && !err->code)
 		err->code = r;
 	dli_destroy(ctx);

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs the dependencies, builds dlinspect twice (plain, and with AddressSanitizer and
+# UndefinedBehaviorSanitizer), runs every test in both, and ends with "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh --sanitize || { echo "0 passed, 1 failed"; exit 1; }
+
+status=0
+for dir in build build-asan; do
+	echo "== tests in $dir"
+	meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
+done
+
+python3 - build/meson-logs/testlog.json build-asan/meson-logs/testlog.json <<'PY'
+import json, sys
+passed = failed = skipped = 0
+for path in sys.argv[1:]:
+    try:
+        lines = open(path).read().splitlines()
+    except OSError:
+        failed += 1
+        continue
+    for line in lines:
+        r = json.loads(line)
+        if r["result"] in ("OK", "EXPECTEDFAIL"):
+            passed += 1
+        elif r["result"] == "SKIP":
+            skipped += 1
+        else:
+            failed += 1
+            print(f"FAILED: {r['name']} ({path})")
+print(f"{passed} passed, {failed} failed" + (f", {skipped} skipped" if skipped else ""))
+PY
+exit $status

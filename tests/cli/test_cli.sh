@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The `dlinspect` tool as a user runs it: check accepts every shipped config and rejects broken
+# ones with path:line:col, check --layer explains, plugins --explain lists what ltdl loaded from the
+# build tree. $1: the dlinspect binary, $2: source root.
+set -u
+tool=$1 src=$2
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+for f in "$src"/configs/*.yaml; do
+	if out=$("$tool" check "$f" 2>&1); then ok; else bad "check rejects shipped config $f: $out"; fi
+done
+
+for f in "$src"/tests/cli/broken/*.yaml; do
+	expect=$(sed -n 's/^# expect: //p' "$f")
+	out=$("$tool" check "$f" 2>&1 >/dev/null)
+	rc=$?
+	[ $rc = 1 ] && ok || bad "$f: exit $rc, expected 1"
+	case "$out" in
+	"$f:$expect"*) ok ;;
+	*) bad "$f: stderr '$out' does not start with '$f:$expect'" ;;
+	esac
+done
+
+cfg=$(mktemp --suffix=.yaml)
+trap 'rm -f "$cfg"' EXIT
+cat >"$cfg" <<'YAML'
+mlp:
+  enabled: true
+  layers: {layer_name_regex_pattern: 'mlp\.fc[12]$', layer_numbers: [0]}
+  transformer_engine:
+    DisableFP8GEMM: {enabled: true, gemms: [dgrad, wgrad]}
+YAML
+out=$("$tool" check "$cfg" --layer model.layers.3.mlp.fc2 --layer model.layers.3.qkv 2>&1)
+[ $? = 0 ] && ok || bad "check --layer failed: $out"
+grep -q "warning: mlp.layers.layer_numbers: has no effect" <<<"$out" && ok || bad "no warning for layer_numbers beside a regex: $out"
+grep -q "DisableFP8GEMM         section 'mlp' at $cfg:5:5" <<<"$out" && ok || bad "check --layer does not name the feature and place: $out"
+grep -q "at iteration 0: fprop FP8, dgrad high precision, wgrad high precision" <<<"$out" && ok || bad "check --layer GEMM summary: $out"
+grep -q "layer model.layers.3.qkv:" <<<"$out" && grep -q "selected by no section" <<<"$out" && ok || bad "unselected layer: $out"
+
+out=$("$tool" plugins --explain 2>&1)
+[ $? = 0 ] && ok || bad "plugins --explain failed: $out"
+for want in "feature DisableFP8GEMM (alias disable_fp8_gemm)" "feature DisableFP8Layer (alias disable_fp8_layer)" \
+	"logger file:" "[namespace transformer_engine]" "gemms            list of strings      required"; do
+	grep -qF "$want" <<<"$out" && ok || bad "plugins --explain lacks '$want'"
+done
+# Loaded from the build tree, not an installed copy.
+grep -qE "/features/disable_fp8_gemm\.so$" <<<"$out" && grep -qE "/loggers/file\.so$" <<<"$out" && ok || bad "module paths: $out"
+
+"$tool" check >/dev/null 2>&1; [ $? = 2 ] && ok || bad "check without a config should exit 2"
+"$tool" frobnicate >/dev/null 2>&1; [ $? = 2 ] && ok || bad "unknown command should exit 2"
+out=$("$tool" check /nonexistent.yaml 2>&1); [ $? = 1 ] && grep -q "cannot open config '/nonexistent.yaml'" <<<"$out" && ok || bad "missing file: $out"
+
+echo "$pass passed, $fail failed"
+[ $fail = 0 ]

@@ -1,0 +1,144 @@
+/* `dlinspect check CONFIG [--layer NAME]...`: validate a config the way dli_init reads it, without
+ * writing any log, and show what applies to given layers. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "context-private.h"
+#include "loader-private.h"
+
+static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
+
+static void print_gemms(uint32_t mask)
+{
+	const char *sep = "";
+	for (int g = 0; g < DLI_GEMM_COUNT; g++) {
+		if (mask >> g & 1u) {
+			printf("%s%s", sep, gemm_names[g]);
+			sep = ", ";
+		}
+	}
+}
+
+static void print_tensors(const struct dli_context *ctx, uint64_t mask)
+{
+	const char *sep = "";
+	for (size_t t = 0; t < ctx->n_tensors; t++) {
+		if (mask >> t & 1u) {
+			printf("%s%s", sep, ctx->config->tensor_names[t]);
+			sep = ", ";
+		}
+	}
+}
+
+static void print_schedule(const struct dli_schedule *s)
+{
+	printf("freq %lld", (long long)s->freq);
+	if (s->ranges) {
+		printf(", steps");
+		for (size_t i = 0; i < s->n_ranges; i++)
+			printf(" %lld-%lld", (long long)s->ranges[i].first, (long long)s->ranges[i].second);
+	} else if (s->start_step || s->end_step != DLI_NEVER) {
+		printf(", steps %lld-", (long long)s->start_step);
+		if (s->end_step != DLI_NEVER)
+			printf("%lld", (long long)s->end_step);
+	}
+}
+
+static int describe_layer(struct dli_context *ctx, const char *name)
+{
+	struct dli_layer *l;
+	struct dli_error err;
+	if (dli_layer_get(ctx, name, &l, &err)) {
+		fprintf(stderr, "%s\n", err.message);
+		return 1;
+	}
+	printf("layer %s:\n", name);
+	if (!l->n_bindings) {
+		printf("  selected by no section: every GEMM in FP8, nothing inspected or modified\n");
+		return 0;
+	}
+	for (size_t i = 0; i < l->n_bindings; i++) {
+		const struct dli_target *t = l->bindings[i].instance->target;
+		const struct dli_feature_desc *d = t->feature->desc;
+		printf("  %-22s section '%s' at %s\n", d->name, t->section->name, t->where_text);
+		if (d->flags & DLI_FEATURE_GEMMS) {
+			printf("  %-22s gemms: ", "");
+			print_gemms(t->gemms);
+			printf("\n");
+		}
+		if (d->flags & DLI_FEATURE_TENSORS) {
+			printf("  %-22s tensors: ", "");
+			print_tensors(ctx, t->tensors);
+			printf("\n");
+		}
+		if (d->flags & DLI_FEATURE_SCHEDULED) {
+			printf("  %-22s schedule: ", "");
+			print_schedule(&t->schedule);
+			printf("\n");
+		}
+	}
+	printf("  at iteration %lld:", (long long)dli_iteration_get(ctx));
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		printf(" %s %s%s", gemm_names[g],
+		       dli_fp8_gemm_enabled(l, (enum dli_gemm)g, NULL) ? "FP8" : "high precision",
+		       g + 1 < DLI_GEMM_COUNT ? "," : "\n");
+	return 0;
+}
+
+int dli_cmd_check(int argc, char **argv)
+{
+	const char *path = NULL;
+	const char *layers[256], *dirs[64];
+	size_t n_layers = 0, n_dirs = 0;
+	for (int i = 1; i < argc; i++) {
+		if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) && i + 1 < argc) {
+			bool layer = !strcmp(argv[i], "--layer");
+			if (layer ? n_layers == 256 : n_dirs == 64) {
+				fprintf(stderr, "dlinspect check: too many %s options\n", argv[i]);
+				return 2;
+			}
+			if (layer)
+				layers[n_layers++] = argv[++i];
+			else
+				dirs[n_dirs++] = argv[++i];
+		} else if (argv[i][0] == '-' || path) {
+			fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+			return 2;
+		} else {
+			path = argv[i];
+		}
+	}
+	if (!path) {
+		fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+		return 2;
+	}
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_path = path;
+	o.plugin_dirs = dirs;
+	o.n_plugin_dirs = n_dirs;
+	o.log_level = DLI_LOG_ERROR; /* warnings are printed below, once */
+	struct dli_context *ctx;
+	struct dli_error err;
+	if (dli_context_open(&o, false, &ctx, &err)) {
+		fprintf(stderr, "%s\n", err.message);
+		return 1;
+	}
+	const struct dli_config *cfg = ctx->config;
+	for (size_t i = 0; i < cfg->n_warnings; i++)
+		fprintf(stderr, "%s\n", cfg->warnings[i]);
+	size_t enabled = 0;
+	for (size_t i = 0; i < cfg->n_sections; i++)
+		enabled += cfg->sections[i].enabled;
+	size_t n_modules = ctx->loader ? dli_loader_count(ctx->loader) : 0;
+	printf("%s: valid: %zu section%s (%zu enabled), %zu feature instance%s, %zu module%s loaded\n",
+	       path, cfg->n_sections, cfg->n_sections == 1 ? "" : "s", enabled, cfg->n_targets,
+	       cfg->n_targets == 1 ? "" : "s", n_modules, n_modules == 1 ? "" : "s");
+	int status = 0;
+	for (size_t i = 0; i < n_layers; i++)
+		status |= describe_layer(ctx, layers[i]);
+	dli_destroy(ctx);
+	return status;
+}

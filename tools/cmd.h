@@ -1,0 +1,9 @@
+/* The dlinspect command-line tool's subcommands. Each returns the process exit status. */
+#ifndef DLI_TOOLS_CMD_H
+#define DLI_TOOLS_CMD_H
+
+int dli_cmd_check(int argc, char **argv);
+int dli_cmd_plugins(int argc, char **argv);
+int dli_cmd_bench(int argc, char **argv);
+
+#endif

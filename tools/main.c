@@ -1,0 +1,44 @@
+/* `dlinspect`: validate configs, list plugins, run benchmarks. */
+#include <stdio.h>
+#include <string.h>
+
+#include <dlinspect/version.h>
+
+#include "cmd.h"
+
+static const char usage[] =
+	"usage: dlinspect COMMAND [ARGS]\n"
+	"\n"
+	"commands:\n"
+	"  check CONFIG [--layer NAME]...   validate a config; with --layer, show which features\n"
+	"                                   apply to which gemm/tensor of that layer\n"
+	"  plugins [--explain] [--plugin-dir DIR]...\n"
+	"                                   list the modules found, their features and loggers;\n"
+	"                                   --explain adds every parameter with type, default, doc\n"
+	"  bench dispatch [--json]          time the per-call cost of the host API\n"
+	"  --version                        print the version\n"
+	"\n"
+	"Environment: DLINSPECT_PLUGIN_PATH (':'-separated plugin dirs searched before the\n"
+	"installed ones), DLINSPECT_LOG_LEVEL (error, warning, info, debug).\n";
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+	    !strcmp(argv[1], "help")) {
+		fputs(usage, argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "--version")) {
+		printf("dlinspect %s (module ABI %d.%d)\n", DLI_VERSION_STRING, DLI_ABI_MAJOR,
+		       DLI_ABI_MINOR);
+		return 0;
+	}
+	if (!strcmp(argv[1], "check"))
+		return dli_cmd_check(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "plugins"))
+		return dli_cmd_plugins(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "bench"))
+		return dli_cmd_bench(argc - 1, argv + 1);
+	fprintf(stderr, "dlinspect: unknown command '%s'\n\n%s", argv[1], usage);
+	return 2;
+}

@@ -1,0 +1,141 @@
+/* `dlinspect plugins [--explain]`: the modules on the plugin search path, loaded through the same
+ * loader dli_init uses, with their features, loggers and parameters. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cmd.h"
+#include "context-private.h"
+#include "loader-private.h"
+
+static const char *type_name(enum dli_param_type t)
+{
+	switch (t) {
+	case DLI_PARAM_BOOL: return "bool";
+	case DLI_PARAM_INT: return "int";
+	case DLI_PARAM_FLOAT: return "float";
+	case DLI_PARAM_STRING: return "string";
+	case DLI_PARAM_STRING_LIST: return "list of strings";
+	case DLI_PARAM_INT_PAIRS: return "list of [start, end]";
+	}
+	return "?";
+}
+
+static void print_params(const struct dli_param_desc *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		printf("        %-16s %-20s %s%s%s", p[i].key, type_name(p[i].type),
+		       p[i].required ? "required" : "default ",
+		       p[i].required ? "" : p[i].default_value ? p[i].default_value : "(none)",
+		       p[i].alias ? "" : "");
+		if (p[i].alias)
+			printf("  (also '%s')", p[i].alias);
+		printf("\n        %-16s %s\n", "", p[i].doc ? p[i].doc : "");
+		if (p[i].choices) {
+			printf("        %-16s one of:", "");
+			for (size_t k = 0; p[i].choices[k]; k++)
+				printf(" %s", p[i].choices[k]);
+			printf("\n");
+		}
+	}
+}
+
+/* The keys the core handles for every feature, by flag. */
+static void print_common_keys(uint32_t flags)
+{
+	printf("        %-16s %-20s required  turns the feature on or off\n", "enabled", "bool");
+	if (flags & DLI_FEATURE_GEMMS)
+		printf("        %-16s %-20s required  fprop, dgrad, wgrad (or gemms_struct: [{gemm: "
+		       "..., <overrides>}])\n",
+		       "gemms", "list of strings");
+	if (flags & DLI_FEATURE_TENSORS)
+		printf("        %-16s %-20s required  activation, gradient, weight, output, wgrad, "
+		       "dgrad or a host's own (or tensors_struct)\n",
+		       "tensors", "list of strings");
+	if (flags & DLI_FEATURE_SCHEDULED) {
+		printf("        %-16s %-20s default 1  log when step %% freq == 0\n", "freq", "int");
+		printf("        %-16s %-20s default 0  first step\n", "start_step", "int");
+		printf("        %-16s %-20s default -  last step, inclusive (absent: no end)\n",
+		       "end_step", "int");
+		printf("        %-16s %-20s default -  inclusive [start, end] ranges replacing "
+		       "start/end\n",
+		       "start_end_list", "list of [start, end]");
+	}
+}
+
+int dli_cmd_plugins(int argc, char **argv)
+{
+	bool explain = false;
+	const char *extra[64];
+	size_t n_extra = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--explain")) {
+			explain = true;
+		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc && n_extra < 64) {
+			extra[n_extra++] = argv[++i];
+		} else {
+			fprintf(stderr, "usage: dlinspect plugins [--explain] [--plugin-dir DIR]...\n");
+			return 2;
+		}
+	}
+	struct dli_error err;
+	char **dirs;
+	size_t n_dirs;
+	if (dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err)) {
+		fprintf(stderr, "dlinspect: %s\n", err.message);
+		return 1;
+	}
+	printf("plugin search path:\n");
+	for (size_t i = 0; i < n_dirs; i++)
+		printf("  %s\n", dirs[i]);
+	/* A host table that only answers "who are you": entries need nothing else to describe
+	 * themselves. */
+	static const struct dli_host host = {.size = sizeof host, .abi_major = DLI_ABI_MAJOR,
+					     .abi_minor = DLI_ABI_MINOR};
+	struct dli_loader *loader;
+	int status = 0;
+	if (dli_loader_create(&host, (const char *const *)dirs, n_dirs, &loader, &err) ||
+	    dli_loader_load_all(loader, &err)) {
+		fprintf(stderr, "dlinspect: %s\n", err.message);
+		status = 1;
+		if (!loader) {
+			dli_search_dirs_free(dirs, n_dirs);
+			return 1;
+		}
+	}
+	size_t n = dli_loader_count(loader);
+	printf("\n%zu module%s:\n", n, n == 1 ? "" : "s");
+	for (size_t i = 0; i < n; i++) {
+		const struct dli_module *m = dli_loader_module(loader, i);
+		printf("\n  %s%s%s%s (ABI %u.%u)  %s\n", m->name, m->ns ? " [namespace " : "",
+		       m->ns ? m->ns : "", m->ns ? "]" : "", (unsigned)m->abi_major,
+		       (unsigned)m->abi_minor, dli_loader_path(loader, i));
+		if (m->doc)
+			printf("    %s\n", m->doc);
+		for (size_t k = 0; k < m->n_features; k++) {
+			const struct dli_feature_desc *d = m->features[k];
+			printf("    feature %s", d->name);
+			for (size_t a = 0; d->aliases && d->aliases[a]; a++)
+				printf("%s%s", a ? ", " : " (alias ", d->aliases[a]);
+			printf("%s: %s\n", d->aliases && d->aliases[0] ? ")" : "", d->doc ? d->doc : "");
+			if (explain) {
+				printf("      placed %s\n", (d->flags & DLI_FEATURE_GENERIC) || !m->ns
+							? "directly in a section or in its namespace block"
+							: "in the section's namespace block");
+				printf("      keys:\n");
+				print_common_keys(d->flags);
+				print_params(d->params, d->n_params);
+			}
+		}
+		for (size_t k = 0; k < m->n_loggers; k++) {
+			const struct dli_logger_desc *d = m->loggers[k];
+			printf("    logger %s: %s\n", d->name, d->doc ? d->doc : "");
+			if (explain) {
+				printf("      keys:%s\n", d->n_params ? "" : " none");
+				print_params(d->params, d->n_params);
+			}
+		}
+	}
+	dli_loader_destroy(loader);
+	dli_search_dirs_free(dirs, n_dirs);
+	return status;
+}
