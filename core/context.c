@@ -493,6 +493,21 @@ static int create_instances(struct dli_context *ctx, struct dli_error *err)
 	return 0;
 }
 
+/* The first message log line: what this run loaded, so a log read later says how it was made. */
+static void log_start(struct dli_context *ctx)
+{
+	char modules[512] = "";
+	size_t off = 0;
+	for (size_t i = 0; i < dli_loader_count(ctx->loader) && off < sizeof modules; i++)
+		off += (size_t)snprintf(modules + off, sizeof modules - off, "%s%s", i ? ", " : "",
+					dli_loader_module(ctx->loader, i)->name);
+	dli_log(ctx, DLI_LOG_INFO,
+		"dlinspect %s started: config %s, %zu sections, %zu feature instances, modules: %s; "
+		"rank %d of %d, iteration %lld",
+		DLI_VERSION_STRING, ctx->config->path, ctx->config->n_sections, ctx->n_instances,
+		modules, ctx->rank, ctx->world_size, (long long)ctx->iteration);
+}
+
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
 {
 	return dli_context_open(options, true, out, err);
@@ -577,6 +592,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = create_instances(ctx, err)))
 		goto fail;
+	log_start(ctx);
 	for (size_t i = 0; i < ctx->config->n_warnings; i++)
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 	dli_search_dirs_free(dirs, n_dirs);
