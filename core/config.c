@@ -128,8 +128,12 @@ static int parser_error(struct builder *b)
 			      (int)p->problem_mark.column + 1};
 	if (p->error == YAML_MEMORY_ERROR)
 		return dli_error_set(b->err, -ENOMEM, NULL, "out of memory reading %s", b->cfg->path);
+	/* The context's mark says where the construct began: often far from where libyaml gave up. */
 	if (p->context)
-		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s", p->problem, p->context);
+		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s started at line %d, "
+							  "column %d",
+				     p->problem, p->context, (int)p->context_mark.line + 1,
+				     (int)p->context_mark.column + 1);
 	return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s",
 			     p->problem ? p->problem : "unreadable input");
 }
@@ -164,8 +168,35 @@ static bool is_null(const struct dli_node *n)
 
 static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node **out);
 
+/* Applies YAML merge keys (`<<: *base` or `<<: [*a, *b]`): the merged maps' pairs whose keys the
+ * mapping does not give itself, first source first, as PyYAML does. */
+static int apply_merges(struct builder *b, struct dli_node *node, struct dli_node **merges, size_t n)
+{
+	for (size_t m = 0; m < n; m++) {
+		const struct dli_node *src = merges[m];
+		size_t n_src = src->kind == DLI_NODE_SEQ ? src->n : 1;
+		for (size_t s = 0; s < n_src; s++) {
+			const struct dli_node *map = src->kind == DLI_NODE_SEQ ? src->items[s] : src;
+			if (map->kind != DLI_NODE_MAP)
+				return dli_error_set(b->err, -EINVAL, &map->where,
+						     "'<<' merges mappings: expected a mapping or a "
+						     "list of mappings");
+			for (size_t i = 0; i < map->n; i++) {
+				bool present = false;
+				for (size_t k = 0; k < node->n && !present; k++)
+					present = !strcmp(node->keys[k]->text, map->keys[i]->text);
+				if (!present && node_append(node, map->keys[i], map->items[i]))
+					return -ENOMEM;
+			}
+		}
+	}
+	return 0;
+}
+
 static int build_children(struct builder *b, struct dli_node *node, int depth)
 {
+	struct dli_node *merges[8];
+	size_t n_merges = 0;
 	for (;;) {
 		yaml_event_t ev;
 		int r = next_event(b, &ev);
@@ -173,7 +204,7 @@ static int build_children(struct builder *b, struct dli_node *node, int depth)
 			return r;
 		if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
 			yaml_event_delete(&ev);
-			return 0;
+			return apply_merges(b, node, merges, n_merges);
 		}
 		struct dli_node *key = NULL, *value = NULL;
 		r = build(b, &ev, depth + 1, node->kind == DLI_NODE_MAP ? &key : &value);
@@ -184,7 +215,8 @@ static int build_children(struct builder *b, struct dli_node *node, int depth)
 			if (key->kind != DLI_NODE_SCALAR)
 				return dli_error_set(b->err, -EINVAL, &key->where,
 						     "mapping keys must be plain names");
-			for (size_t i = 0; i < node->n; i++) {
+			bool merge = key->plain && !strcmp(key->text, "<<");
+			for (size_t i = 0; i < node->n && !merge; i++) {
 				if (strcmp(node->keys[i]->text, key->text))
 					continue;
 				return dli_error_set(b->err, -EINVAL, &key->where,
@@ -199,6 +231,13 @@ static int build_children(struct builder *b, struct dli_node *node, int depth)
 			yaml_event_delete(&ev);
 			if (r)
 				return r;
+			if (merge) {
+				if (n_merges == sizeof merges / sizeof merges[0])
+					return dli_error_set(b->err, -EINVAL, &key->where,
+							     "more than 8 '<<' merge keys in one mapping");
+				merges[n_merges++] = value;
+				continue;
+			}
 		}
 		if (node_append(node, key, value))
 			return -ENOMEM;
@@ -350,8 +389,9 @@ static int warn(struct resolver *rs, const struct dli_node *at, const char *fmt,
 	if (!w)
 		return -ENOMEM;
 	cfg->warnings = w;
-	w[cfg->n_warnings] = cfg_printf(cfg, "%s:%d:%d: %s%s%s", at->where.file, at->where.line,
-					at->where.column, rs->path, rs->path[0] ? ": " : "", text);
+	w[cfg->n_warnings] = cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file,
+					at->where.line, at->where.column, rs->path,
+					rs->path[0] ? ": " : "", text);
 	if (!w[cfg->n_warnings])
 		return -ENOMEM;
 	cfg->n_warnings++;
@@ -428,8 +468,6 @@ static int want_list(struct resolver *rs, const struct dli_node *n, const char *
 		     const struct dli_node *const **items, size_t *count)
 {
 	if (n->kind == DLI_NODE_SCALAR && !is_null(n)) {
-		*items = (const struct dli_node *const *)&rs->cfg->nodes[0];
-		/* Point at the node itself: callers index items[0]. */
 		struct dli_node **one = cfg_calloc(rs->cfg, 1, sizeof *one);
 		if (!one)
 			return -ENOMEM;
@@ -692,10 +730,9 @@ static int read_loggers(struct resolver *rs, const struct dli_node *n)
 		l->where_text = where_text(cfg, &l->where);
 		l->node = is_null(n->items[i]) ? NULL : n->items[i];
 		if (l->node && l->node->kind != DLI_NODE_MAP) {
-			size_t m2 = path_push(rs, l->name);
+			path_push(rs, l->name);
 			return fail(rs, l->node, "expected a mapping of parameters, got %s",
 				    kind_name(l->node));
-			path_pop(rs, m2);
 		}
 	}
 	cfg->n_loggers = n->n;
@@ -742,10 +779,12 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 			memcpy(text + len, buf, got);
 			len += got;
 		}
-		int read_error = ferror(f);
+		int read_error = ferror(f) ? (errno ? errno : EIO) : 0;
 		fclose(f);
 		if (read_error) {
-			r = dli_error_set(err, -EIO, NULL, "cannot read config '%s'", path);
+			/* e.g. a directory: fopen succeeds, fread fails with EISDIR */
+			r = dli_error_set(err, -read_error, NULL, "cannot read config '%s': %s", path,
+					  strerror(read_error));
 			goto fail;
 		}
 		yaml_text = text ? text : "";
@@ -828,8 +867,8 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			if (dli_selector_set_regex(sel, v->text, msg, sizeof msg, &off)) {
 				/* Point at the offending character when the pattern is on one line. */
 				struct dli_node at = *v;
-				if (v->plain && !strchr(v->text, '\n'))
-					at.where.column += (int)off;
+				if (!strchr(v->text, '\n'))
+					at.where.column += (int)off + !v->plain; /* skip a quote */
 				return fail(rs, &at, "bad regular expression '%s': %s at offset %zu",
 					    v->text, msg, off);
 			}
@@ -961,6 +1000,9 @@ struct block {
 	struct dli_value ranges;
 	bool has_ranges;
 	const struct dli_node *first_sched_key;
+	/* Given by this block itself, not inherited: an entry's start_end_list replaces the block's
+	 * start_step/end_step and the other way round; both in one block is an error. */
+	bool steps_here, ranges_here, sched_here;
 };
 
 /* One key of a feature block or struct entry. `entry_key` is "gemm" or "tensor" inside struct
@@ -1004,8 +1046,14 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		if (!r && i > 0 && b->sched[i] < 0)
 			r = fail(rs, v, "expected a step >= 0, got %lld", (long long)b->sched[i]);
 		b->sched_set[i] = true;
-		if (!b->first_sched_key)
+		if (i > 0) {
+			if (!b->ranges_here)
+				b->has_ranges = false;
+			b->steps_here = true;
+		}
+		if (!b->sched_here)
 			b->first_sched_key = key;
+		b->sched_here = true;
 	} else if ((d->flags & DLI_FEATURE_SCHEDULED) && !strcmp(k, "start_end_list")) {
 		static const struct dli_param_desc pairs = {"start_end_list", NULL, DLI_PARAM_INT_PAIRS,
 							    NULL, NULL, NULL, false};
@@ -1018,8 +1066,12 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 					 (long long)p->first, (long long)p->second);
 		}
 		b->has_ranges = true;
-		if (!b->first_sched_key)
+		if (!b->steps_here)
+			b->sched_set[1] = b->sched_set[2] = false;
+		b->ranges_here = true;
+		if (!b->sched_here)
 			b->first_sched_key = key;
+		b->sched_here = true;
 	} else {
 		int idx = schema_find(d->params, d->n_params, k);
 		if (idx >= 0) {
@@ -1029,17 +1081,23 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			return r;
 		}
 		/* Unknown: suggest among every key this feature takes here. */
+		bool in_gemm = entry_key && !strcmp(entry_key, "gemm");
+		bool in_tensor = entry_key && !strcmp(entry_key, "tensor");
 		const char *cands[64];
 		size_t nc = 0;
 		if (!entry_key)
 			cands[nc++] = "enabled";
 		if (d->flags & DLI_FEATURE_GEMMS) {
-			cands[nc++] = "gemms";
-			cands[nc++] = "gemms_struct";
+			if (!in_gemm)
+				cands[nc++] = "gemms";
+			if (!entry_key)
+				cands[nc++] = "gemms_struct";
 		}
 		if (d->flags & DLI_FEATURE_TENSORS) {
-			cands[nc++] = "tensors";
-			cands[nc++] = "tensors_struct";
+			if (!in_tensor)
+				cands[nc++] = "tensors";
+			if (!in_tensor)
+				cands[nc++] = "tensors_struct";
 		}
 		if (d->flags & DLI_FEATURE_SCHEDULED)
 			for (size_t i = 0; i < N_SCHEDULE_KEYS; i++)
@@ -1053,9 +1111,20 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		dli_suggest_text(hint, sizeof hint, k, cands, nc);
 		path_pop(rs, mark);
 		const char *why = "";
-		if (!strcmp(k, "gemms") || !strcmp(k, "gemms_struct"))
+		bool gemm_key = !strcmp(k, "gemms") || !strcmp(k, "gemms_struct");
+		bool tensor_key = !strcmp(k, "tensors") || !strcmp(k, "tensors_struct");
+		/* The feature may take the key, just not inside this struct entry. */
+		if (entry_key && !strcmp(k, "enabled"))
+			why = " ('enabled' belongs to the feature block, not to a struct entry)";
+		else if ((gemm_key && (d->flags & DLI_FEATURE_GEMMS)) ||
+			 (tensor_key && (d->flags & DLI_FEATURE_TENSORS)))
+			why = in_gemm ? " (not inside a gemms_struct entry: its 'gemm:' says which GEMM)"
+			      : in_tensor ? " (not inside a tensors_struct entry: its 'tensor:' says "
+					    "which tensor)"
+					  : "";
+		else if (gemm_key)
 			why = " (this feature does not act per GEMM)";
-		else if (!strcmp(k, "tensors") || !strcmp(k, "tensors_struct"))
+		else if (tensor_key)
 			why = " (this feature does not act per tensor)";
 		else if (!strcmp(k, "freq") || !strcmp(k, "start_step") || !strcmp(k, "end_step") ||
 			 !strcmp(k, "start_end_list"))
@@ -1071,12 +1140,25 @@ static int block_copy(struct dli_config *cfg, const struct dli_feature_desc *d, 
 {
 	*to = *from;
 	to->gemms_struct = to->tensors_struct = NULL;
+	to->steps_here = to->ranges_here = to->sched_here = false;
 	to->params = cfg_calloc(cfg, d->n_params, sizeof *to->params);
 	to->set_here = cfg_calloc(cfg, d->n_params + 1, sizeof *to->set_here);
 	if (!to->params || !to->set_here)
 		return -ENOMEM;
 	memcpy(to->params, from->params, d->n_params * sizeof *to->params);
 	return 0;
+}
+
+/* config->targets grows by doubling from TARGETS_MIN, so its capacity follows from the count. It is
+ * not sized from the tree up front: with YAML aliases the tree can stand for exponentially many
+ * nodes (a few lines of "billion laughs" took minutes, then failed for lack of memory). */
+#define TARGETS_MIN 16
+static size_t targets_cap(size_t n)
+{
+	size_t cap = TARGETS_MIN;
+	while (cap < n)
+		cap *= 2;
+	return cap;
 }
 
 static int add_target(struct resolver *rs, struct dli_section *s, const struct dli_feature_entry *fe,
@@ -1090,6 +1172,12 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	if (b->sched_set[1] && b->sched_set[2] && b->sched[2] < b->sched[1])
 		return fail(rs, b->first_sched_key, "end_step (%lld) is before start_step (%lld)",
 			    (long long)b->sched[2], (long long)b->sched[1]);
+	if (cfg->n_targets >= TARGETS_MIN && cfg->n_targets == targets_cap(cfg->n_targets)) {
+		struct dli_target *grown = realloc(cfg->targets, 2 * cfg->n_targets * sizeof *grown);
+		if (!grown)
+			return -ENOMEM;
+		cfg->targets = grown;
+	}
 	struct dli_target *t = &cfg->targets[cfg->n_targets];
 	memset(t, 0, sizeof *t);
 	t->feature = fe;
@@ -1145,10 +1233,11 @@ static int finish_block(struct resolver *rs, struct dli_section *s, const struct
 		return read_struct(rs, s, fe, b, b->gemms_struct, "gemm", make_targets);
 	if (b->tensors_struct)
 		return read_struct(rs, s, fe, b, b->tensors_struct, "tensor", make_targets);
-	if ((d->flags & DLI_FEATURE_GEMMS) && !b->has_gemms)
+	/* A disabled block may leave out what it acts on: flipping `enabled` is how users park one. */
+	if ((d->flags & DLI_FEATURE_GEMMS) && !b->has_gemms && b->enabled)
 		return fail(rs, at, "%s needs 'gemms' (or 'gemms_struct'): which of fprop, dgrad, wgrad",
 			    d->name);
-	if ((d->flags & DLI_FEATURE_TENSORS) && !b->has_tensors)
+	if ((d->flags & DLI_FEATURE_TENSORS) && !b->has_tensors && b->enabled)
 		return fail(rs, at, "%s needs 'tensors' (or 'tensors_struct'), e.g. [activation, "
 				    "gradient, weight]",
 			    d->name);
@@ -1336,23 +1425,13 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 	return 0;
 }
 
-/* The most targets a config can make: one per struct entry or block. */
-static size_t count_blocks(const struct dli_node *n)
-{
-	size_t c = 1;
-	if (n->kind == DLI_NODE_SEQ || n->kind == DLI_NODE_MAP)
-		for (size_t i = 0; i < n->n; i++)
-			c += count_blocks(n->items[i]);
-	return c;
-}
-
 int dli_config_resolve(struct dli_config *config, const struct dli_registry *registry,
 		       struct dli_error *err)
 {
 	struct resolver rs = {.cfg = config, .reg = registry, .err = err};
 	config->n_targets = 0;
-	config->targets = cfg_calloc(config, config->root ? count_blocks(config->root) : 1,
-				     sizeof *config->targets);
+	free(config->targets);
+	config->targets = calloc(TARGETS_MIN, sizeof *config->targets);
 	if (!config->targets)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	for (size_t i = 0; i < config->n_sections; i++) {
@@ -1377,8 +1456,10 @@ int dli_config_resolve(struct dli_config *config, const struct dli_registry *reg
 					     "add its module to 'extensions' or check `dlinspect plugins`",
 					     l->name, l->name, hint);
 		}
+		char owner[160]; /* messages name the key path, like a section's */
+		snprintf(owner, sizeof owner, "loggers.%s", l->name);
 		int r = dli_config_params(config, l->node, l->logger->desc->params,
-					  l->logger->desc->n_params, l->name, &l->params, err);
+					  l->logger->desc->n_params, owner, &l->params, err);
 		if (r)
 			return r;
 	}
@@ -1404,6 +1485,7 @@ void dli_config_destroy(struct dli_config *config)
 	}
 	free(config->nodes);
 	free(config->warnings);
+	free(config->targets);
 	for (size_t i = 0; i < config->n_allocs; i++)
 		free(config->allocs[i]);
 	free(config->allocs);
