@@ -139,6 +139,8 @@ int dli_cmd_bench(int argc, char **argv)
 	}
 	if (what && !strcmp(what, "dispatch"))
 		return bench_dispatch(json);
-	fprintf(stderr, "usage: dlinspect bench dispatch [--json]\n");
+	if (what && !strcmp(what, "stats"))
+		return dli_bench_stats(argc - 1, argv + 1);
+	fprintf(stderr, "usage: dlinspect bench dispatch|stats [--json]\n");
 	return 2;
 }

@@ -15,7 +15,10 @@ static const char usage[] =
 	"  plugins [--explain] [--plugin-dir DIR]...\n"
 	"                                   list the modules found, their features and loggers;\n"
 	"                                   --explain adds every parameter with type, default, doc\n"
+	"  stats FILE [--tensor NAME] [--stats a,b,...] [--fp8 e4m3|e5m2] [--margin N] [--json]\n"
+	"                                   statistics of a tensor saved as .npy or .safetensors\n"
 	"  bench dispatch [--json]          time the per-call cost of the host API\n"
+	"  bench stats [--json]             statistics throughput against the read bandwidth\n"
 	"  --version                        print the version\n"
 	"\n"
 	"Environment: DLINSPECT_PLUGIN_PATH (':'-separated plugin dirs searched before the\n"
@@ -37,6 +40,8 @@ int main(int argc, char **argv)
 		return dli_cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "plugins"))
 		return dli_cmd_plugins(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stats"))
+		return dli_cmd_stats(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "bench"))
 		return dli_cmd_bench(argc - 1, argv + 1);
 	fprintf(stderr, "dlinspect: unknown command '%s'\n\n%s", argv[1], usage);

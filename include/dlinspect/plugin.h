@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include <dlinspect/dlinspect.h>
+#include <dlinspect/stats.h>
 #include <dlinspect/tensor.h>
 #include <dlinspect/version.h>
 
@@ -93,7 +94,8 @@ struct dli_schedule {
 
 /* ---- The host table ---- */
 
-struct dli_histogram;
+/* Records merged over a step: what a statistics feature keeps per (layer, tensor). */
+struct dli_stats_acc;
 
 struct dli_host {
 	uint32_t size;
@@ -123,6 +125,34 @@ struct dli_host {
 	const char *(*gemm_name)(enum dli_gemm gemm);
 	/* Name of a tensor id (borrowed, lives as long as the context); NULL for an unknown id. */
 	const char *(*tensor_name)(const struct dli_context *ctx, int tensor);
+
+	/* ABI 1.0: statistics (DESIGN.md sections 6 and 7). */
+	/* A new, empty accumulator owned by the caller (free with stats_acc_destroy); NULL when out
+	 * of memory. */
+	struct dli_stats_acc *(*stats_acc_create)(struct dli_context *ctx);
+	void (*stats_acc_destroy)(struct dli_stats_acc *acc); /* accepts NULL */
+	/* One pass over `t` (borrowed for the call) merged into `acc`; with `fp8` non-NULL the same
+	 * pass also quantizes each element and fills the FP8 terms. A CPU tensor is done when this
+	 * returns; a CUDA tensor is queued on its stream and nothing waits for it. Thread-safe on one
+	 * accumulator. -EINVAL for a tensor it cannot read (dtype, layout), -ENOTSUP for a device
+	 * without a backend. */
+	int (*stats_add)(struct dli_stats_acc *acc, const struct dli_tensor *t,
+			 const struct dli_fp8_spec *fp8);
+	/* A tensor the host quantized: records its scale_inv range and, when `hp` is non-NULL,
+	 * compares hp with dequant(q) for the FP8 terms. */
+	int (*stats_add_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
+				   const struct dli_quantized_tensor *q);
+	/* The merge of everything added since the last reset. Waits for queued device work: call it
+	 * from step_end, not on the hot path. */
+	int (*stats_acc_read)(struct dli_stats_acc *acc, struct dli_stats_record *out);
+	void (*stats_acc_reset)(struct dli_stats_acc *acc);
+	/* A finalized statistic (NaN where undefined, e.g. std of one element). */
+	double (*stats_value)(const struct dli_stats_record *r, enum dli_stat stat);
+	/* "min", "underflows%", ... as in configs and log names; NULL when out of range. */
+	const char *(*stat_name)(enum dli_stat stat);
+	/* The current-scaling scale: fp8_max / amax / 2^margin; 1 for an amax of 0, inf or NaN;
+	 * FLT_MAX for an infinite result. */
+	float (*fp8_scale)(float amax, enum dli_dtype format, double margin);
 };
 
 /* ---- Features ---- */

@@ -6,7 +6,7 @@ src=$1 gen=$2 cc=$3 cxx=$4
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
-for h in dlinspect.h tensor.h plugin.h version.h; do
+for h in dlinspect.h tensor.h plugin.h stats.h version.h; do
 	printf '#include <dlinspect/%s>\nint dli_header_test_dummy;\n' "$h" >"$tmp/t.c"
 	cp "$tmp/t.c" "$tmp/t.cpp"
 	if ! "$cc" -std=c11 -pedantic -Wall -Wextra -Werror -I"$src" -I"$gen" -c "$tmp/t.c" -o "$tmp/t.o"; then

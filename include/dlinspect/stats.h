@@ -1,0 +1,78 @@
+/* Statistics: the sufficient-statistics record a pass over a tensor fills, the statistics it
+ * finalizes to (DESIGN.md section 6), and the FP8 quantization a pass can compare against. */
+#ifndef DLINSPECT_STATS_H
+#define DLINSPECT_STATS_H
+
+#include <stdint.h>
+
+#include <dlinspect/tensor.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum dli_stat {
+	DLI_STAT_MIN = 0,
+	DLI_STAT_MAX,
+	DLI_STAT_MEAN,
+	DLI_STAT_STD,
+	DLI_STAT_VAR,
+	DLI_STAT_L1_NORM,
+	DLI_STAT_L2_NORM,
+	DLI_STAT_CUR_AMAX,
+	DLI_STAT_DYNAMIC_RANGE,
+	DLI_STAT_NAN_COUNT,
+	DLI_STAT_INF_COUNT,
+	DLI_STAT_ZERO_PCT,
+	/* From the FP8 quantize-and-compare pass. */
+	DLI_STAT_UNDERFLOWS_PCT,
+	DLI_STAT_OVERFLOWS_PCT,
+	DLI_STAT_SCALE_INV_MIN,
+	DLI_STAT_SCALE_INV_MAX,
+	DLI_STAT_MSE,
+	DLI_STAT_COS_SIM,
+	DLI_STAT_SQNR_DB,
+	DLI_STAT_COUNT
+};
+
+/* Everything a pass keeps so that two records merge exactly (microbatches, shards, ranks) and every
+ * statistic can be finalized from the merge. Plain data: copy, zero-initialize with
+ * dli_stats_record_init semantics (see the host table), send over the wire as is. */
+struct dli_stats_record {
+	uint64_t count;      /* elements */
+	uint64_t nan_count;
+	uint64_t inf_count;
+	uint64_t zero_count; /* +0 and -0 */
+	double min, max;     /* over the non-NaN elements (+inf / -inf while there are none) */
+	double amax;         /* max |x| over the non-NaN elements (0 while there are none) */
+	double min_nonzero_abs; /* min |x| over nonzero non-NaN elements (+inf while there are none) */
+	double sum;          /* sum x (the mean is sum / count: an inf element gives an inf mean) */
+	double sum_abs;      /* sum |x| */
+	double sum_sq;       /* sum x^2 */
+	double mean, m2;     /* running mean and sum of squared deviations, merged with Chan's formula */
+
+	/* The FP8 quantize-and-compare terms; zero unless an FP8 pass ran. */
+	uint64_t fp8_count;  /* elements compared */
+	uint64_t underflows; /* nonzero x that quantize to +-0 */
+	uint64_t overflows;  /* |x * scale| > the format's finite max (saturated) */
+	double err_sq;       /* sum (x - dq)^2, dq = dequant(quant(x)) */
+	double dot;          /* sum x * dq */
+	double dq_sq;        /* sum dq^2 */
+	double x_sq;         /* sum x^2 over the compared elements */
+	double scale_inv_min, scale_inv_max; /* over the scale_invs seen (nonzero ones for min) */
+};
+
+/* An FP8 quantization to compare a tensor against: x -> round-to-nearest-even(x * scale),
+ * saturated to the format's finite max; NaN stays NaN (DESIGN.md section 7). */
+struct dli_fp8_spec {
+	enum dli_dtype format; /* DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
+	float scale;           /* used when current_scaling is 0 */
+	int current_scaling;   /* nonzero: scale = fp8_max / amax / 2^margin from the tensor itself */
+	double margin;
+};
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

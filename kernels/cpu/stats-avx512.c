@@ -1,0 +1,2 @@
+/* placeholder until written */
+typedef int dli_placeholder_cpu_stats_avx512;

@@ -1,0 +1,80 @@
+/* Statistics and FP8 kernels for host memory, and the record arithmetic shared with the CUDA
+ * backend. Linked into libdlinspect; reached by plugins through the host table only. */
+#ifndef DLI_KERNELS_PRIVATE_H
+#define DLI_KERNELS_PRIVATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <dlinspect/stats.h>
+#include <dlinspect/tensor.h>
+
+/* ---- Records (kernels/record.c) ---- */
+
+/* The empty record: counts 0, min +inf, max -inf, amax 0, min_nonzero_abs +inf, scale_inv_min
+ * +inf, scale_inv_max 0 (so that merging it changes nothing). */
+void dli_stats_record_init(struct dli_stats_record *r);
+/* into = into (+) from, exactly: counts add, extrema combine, (mean, m2) by Chan's formula. */
+void dli_stats_merge(struct dli_stats_record *into, const struct dli_stats_record *from);
+/* A finalized statistic per DESIGN.md section 6 (NaN propagates into min/max/cur_amax/dynamic
+ * range when a NaN was seen; std/var of fewer than 2 elements, and FP8 stats without an FP8 pass,
+ * are NaN). */
+double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat);
+/* "min", "max", "mean", "std", "var", "l1_norm", "l2_norm", "cur_amax", "dynamic_range",
+ * "nan_count", "inf_count", "zero%", "underflows%", "overflows%", "scale_inv_min", "scale_inv_max",
+ * "mse", "cos_sim", "sqnr_db"; NULL when out of range. */
+const char *dli_stat_name(enum dli_stat stat);
+/* The stat of a name, or -1. */
+int dli_stat_from_name(const char *name);
+
+/* ---- CPU passes (kernels/cpu/) ---- */
+
+enum dli_simd {
+	DLI_SIMD_AUTO = 0, /* the best the CPU supports (or $DLINSPECT_SIMD: scalar, avx2, avx512) */
+	DLI_SIMD_SCALAR,
+	DLI_SIMD_AVX2,
+	DLI_SIMD_AVX512,
+};
+
+struct dli_cpu_options {
+	enum dli_simd simd;
+	int threads; /* 0: $DLINSPECT_THREADS, else the cores this process may run on */
+};
+
+/* The best path this CPU supports, and its name ("scalar", "avx2", "avx512"). */
+enum dli_simd dli_simd_detect(void);
+const char *dli_simd_name(enum dli_simd simd);
+
+/* One pass over n elements (f32, f16, bf16, f8e4m3, f8e5m2; 64-bit count, any n including 0)
+ * filling every field up to m2 of *out (which it initializes). Large inputs are split across
+ * threads. `o` may be NULL (defaults). -EINVAL for another dtype, -ENOTSUP for a SIMD path this CPU
+ * lacks. */
+int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
+		  struct dli_stats_record *out);
+
+/* ---- FP8 (kernels/cpu/fp8.c) ---- */
+
+/* 448 for E4M3, 57344 for E5M2, 0 for anything else. */
+float dli_fp8_max(enum dli_dtype format);
+/* Round-to-nearest-even cast of x (already scaled) to the format's bits, saturating to the finite
+ * max; NaN stays NaN (E4M3: 0x7f/0xff; E5M2: a quiet NaN). */
+uint8_t dli_fp8_encode(float x, enum dli_dtype format);
+float dli_fp8_decode(uint8_t bits, enum dli_dtype format);
+/* fp8_max / amax / 2^margin; 1 for an amax of 0, inf or NaN; FLT_MAX for an infinite result. */
+float dli_fp8_scale(float amax, enum dli_dtype format, double margin);
+
+/* The fused quantize-and-compare pass: for each of n elements x (f32, f16, bf16),
+ * dq = decode(encode(x * scale)) / scale, and the FP8 terms of *out are filled (fp8_count,
+ * underflows, overflows, err_sq, dot, dq_sq, x_sq; scale_inv_min/max = 1/scale). Nothing is
+ * written but *out (which it initializes). */
+int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
+			float scale, const struct dli_cpu_options *o, struct dli_stats_record *out);
+
+/* The same terms for a tensor the host quantized: hp (n elements of hp_dtype, may be NULL: then
+ * only scale_inv_min/max are filled) against q[i] decoded and multiplied by scale_inv[0]. */
+int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const uint8_t *q,
+				  enum dli_dtype format, const float *scale_inv, int64_t n_scale_inv,
+				  int64_t n, const struct dli_cpu_options *o,
+				  struct dli_stats_record *out);
+
+#endif

@@ -1,0 +1,3 @@
+/* placeholder */
+#include "cmd.h"
+int dli_cmd_stats(int argc, char **argv) { (void)argc; (void)argv; return 2; }
