@@ -113,6 +113,10 @@ void dli_layer_forget(struct dli_layer *layer);
  * call. */
 struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name);
 
+/* Fans a histogram out to the loggers that take them, same error rule as scalars. */
+int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_t iteration,
+			       const struct dli_histogram *h);
+
 /* Fans a scalar out to every logger; reports each logger's first failure once. */
 int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
 			    double value);

@@ -77,6 +77,29 @@ int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t i
 	return first;
 }
 
+int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_t iteration,
+			       const struct dli_histogram *h)
+{
+	int first = 0;
+	for (size_t i = 0; i < ctx->n_loggers; i++) {
+		struct dli_logger_instance *l = &ctx->loggers[i];
+		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) || !ops->log_histogram)
+			continue;
+		int r = ops->log_histogram(l->state, name, iteration, h);
+		if (r >= 0)
+			continue;
+		if (!first)
+			first = r;
+		if (!atomic_exchange(&l->failed, true))
+			dli_log(ctx, DLI_LOG_ERROR,
+				"logger '%s' could not write the histogram '%s' at iteration %lld: %s "
+				"(further errors of this logger are not reported; training continues)",
+				l->entry->desc->name, name, (long long)iteration, strerror(-r));
+	}
+	return first;
+}
+
 /* ---- The host table ---- */
 
 static void host_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
@@ -131,6 +154,7 @@ static const struct dli_host host_template = {
 	.world_size = host_world_size,
 	.log_dir = host_log_dir,
 	.emit_scalar = dli_context_emit_scalar,
+	.emit_histogram = dli_context_emit_histogram,
 	.schedule_active = dli_schedule_active,
 	.schedule_next = dli_schedule_next,
 	.schedule_query = dli_schedule_query,

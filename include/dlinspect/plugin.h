@@ -97,6 +97,15 @@ struct dli_schedule {
 /* Records merged over a step: what a statistics feature keeps per (layer, tensor). */
 struct dli_stats_acc;
 
+/* A value histogram, as TensorBoard's HistogramProto holds one: bucket i counts the values in
+ * (bucket_limit[i-1], bucket_limit[i]]; the first bucket starts at -inf. All borrowed. */
+struct dli_histogram {
+	double min, max, num, sum, sum_squares;
+	size_t n_buckets;
+	const double *bucket_limit;
+	const double *bucket;
+};
+
 struct dli_host {
 	uint32_t size;
 	uint16_t abi_major, abi_minor;
@@ -153,6 +162,11 @@ struct dli_host {
 	/* The current-scaling scale: fp8_max / amax / 2^margin; 1 for an amax of 0, inf or NaN;
 	 * FLT_MAX for an infinite result. */
 	float (*fp8_scale)(float amax, enum dli_dtype format, double margin);
+
+	/* ABI 1.0: histograms. Sends one histogram to every logger that takes them (others skip it).
+	 * `name` and `h` are borrowed. */
+	int (*emit_histogram)(struct dli_context *ctx, const char *name, int64_t iteration,
+			      const struct dli_histogram *h);
 };
 
 /* ---- Features ---- */
@@ -259,6 +273,9 @@ struct dli_logger_ops {
 	int (*log_text)(void *instance, enum dli_log_level level, const char *text);
 	/* Optional: called at the end of each step and at dli_destroy. */
 	int (*flush)(void *instance);
+	/* Optional: one histogram (borrowed). */
+	int (*log_histogram)(void *instance, const char *name, int64_t iteration,
+			     const struct dli_histogram *h);
 };
 
 struct dli_logger_desc {
