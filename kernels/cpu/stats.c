@@ -1,2 +1,263 @@
-/* placeholder until written */
-typedef int dli_placeholder_cpu_stats;
+/* The CPU statistics pass: one read of a tensor fills every field of a record up to m2. This file
+ * holds the scalar path (double throughout: the reference for the SIMD paths and their fallback
+ * for unusual blocks) and the driver that splits a tensor into chunks, hands them to threads and
+ * merges their records in chunk order.
+ *
+ * Why chunk order: a chunk's record depends only on its data, and the final record is the left
+ * fold of the chunk records in index order whatever thread computed them, so a result does not
+ * change with the thread count or the scheduling (bit for bit, for a given SIMD path). */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef DLI_HAVE_X86_SIMD
+#include <xmmintrin.h>
+#endif
+
+#include "cpu-private.h"
+
+/* Tensors up to this many elements stay on the calling thread: waking the pool costs tens of
+ * microseconds, which a pass over a few MiB only just pays back. */
+#define DLI_STATS_THREAD_MIN ((int64_t)4 << 20)
+
+/* ---- Decoding one element ---- */
+
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+static float fp8_table[2][256]; /* [0]: E4M3 (fn), [1]: E5M2 */
+
+static float f16_to_float(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+	if (e == 0) {
+		/* Subnormal (or zero): m * 2^-24, exact in float. */
+		float f = (float)m * 0x1p-24f;
+		return sign ? -f : f;
+	}
+	if (e == 31)
+		bits = sign | 0x7f800000u | (m << 13);
+	else
+		bits = sign | ((e + 112) << 23) | (m << 13);
+	float f;
+	memcpy(&f, &bits, sizeof(f));
+	return f;
+}
+
+static void fp8_build(void)
+{
+	for (int b = 0; b < 256; b++) {
+		float sign = b & 0x80 ? -1.0f : 1.0f;
+		int e = (b >> 3) & 0xf, m = b & 7;
+		/* E4M3 fn: bias 7, subnormals m * 2^-9, S.1111.111 the only NaN, no infinity. */
+		if ((b & 0x7f) == 0x7f)
+			fp8_table[0][b] = NAN;
+		else if (e == 0)
+			fp8_table[0][b] = sign * ldexpf((float)m, -9);
+		else
+			fp8_table[0][b] = sign * ldexpf(1.0f + (float)m / 8.0f, e - 7);
+		/* E5M2 is the upper byte of an IEEE half: same infinities and NaNs. */
+		fp8_table[1][b] = f16_to_float((uint16_t)(b << 8));
+	}
+}
+
+/* Element i, decoded to float (exactly: every input format is a subset of float). Loads go through
+ * memcpy because the data may have any alignment. */
+static inline float load_elem(const void *p, enum dli_dtype dt, int64_t i)
+{
+	const unsigned char *b = p;
+	switch (dt) {
+	case DLI_DTYPE_F32: {
+		float f;
+		memcpy(&f, b + 4 * i, 4);
+		return f;
+	}
+	case DLI_DTYPE_BF16: {
+		uint16_t h;
+		memcpy(&h, b + 2 * i, 2);
+		uint32_t bits = (uint32_t)h << 16;
+		float f;
+		memcpy(&f, &bits, 4);
+		return f;
+	}
+	case DLI_DTYPE_F16: {
+		uint16_t h;
+		memcpy(&h, b + 2 * i, 2);
+		return f16_to_float(h);
+	}
+	case DLI_DTYPE_F8E4M3:
+		return fp8_table[0][b[i]];
+	case DLI_DTYPE_F8E5M2:
+		return fp8_table[1][b[i]];
+	default:
+		return NAN;
+	}
+}
+
+/* ---- The scalar path ---- */
+
+/* Two passes over a block (it is in L1 for the second), in double: sums, counts and extrema first,
+ * then deviations from the block mean, with the correction term sum(d) that absorbs the mean's
+ * own rounding ("corrected two-pass", Chan, Golub and LeVeque 1983). NaN and infinities flow
+ * through the sums exactly as in a naive double loop; the extrema skip NaN (nan_count says one
+ * was seen, and the finalizer turns min/max into NaN). */
+static inline void block_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+{
+	uint64_t nan = 0, inf = 0, zero = 0;
+	double mn = INFINITY, mx = -INFINITY, mnz = INFINITY, s = 0, sa = 0, sq = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = load_elem(p, dt, i), a = fabs(x);
+		s += x;
+		sa += a;
+		sq += x * x;
+		if (x != x) {
+			nan++;
+			continue;
+		}
+		inf += a == INFINITY;
+		if (x == 0)
+			zero++;
+		else if (a < mnz)
+			mnz = a;
+		if (x < mn)
+			mn = x;
+		if (x > mx)
+			mx = x;
+	}
+	double mean = s / (double)n, sd = 0, sdd = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = (double)load_elem(p, dt, i) - mean;
+		sd += d;
+		sdd += d * d;
+	}
+	double m2 = sdd - sd * sd / (double)n;
+	r->count = (uint64_t)n;
+	r->nan_count = nan;
+	r->inf_count = inf;
+	r->zero_count = zero;
+	r->min = mn;
+	r->max = mx;
+	r->amax = (uint64_t)n > nan ? fmax(mx, -mn) : 0;
+	r->min_nonzero_abs = mnz;
+	r->sum = s;
+	r->sum_abs = sa;
+	r->sum_sq = sq;
+	r->mean = mean;
+	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
+	r->m2 = m2 < 0 ? 0 : m2;
+}
+
+void dli_stats_block_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+{
+	dli_stats_record_init(r);
+	if (n <= 0)
+		return;
+	/* One instance per dtype, so the decode switch folds away inside the loops. */
+	switch (dt) {
+	case DLI_DTYPE_F32: block_scalar(p, DLI_DTYPE_F32, n, r); break;
+	case DLI_DTYPE_BF16: block_scalar(p, DLI_DTYPE_BF16, n, r); break;
+	case DLI_DTYPE_F16: block_scalar(p, DLI_DTYPE_F16, n, r); break;
+	case DLI_DTYPE_F8E4M3: block_scalar(p, DLI_DTYPE_F8E4M3, n, r); break;
+	case DLI_DTYPE_F8E5M2: block_scalar(p, DLI_DTYPE_F8E5M2, n, r); break;
+	default: break;
+	}
+}
+
+void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+{
+	size_t es = dli_dtype_size(dt);
+	struct dli_stats_record b;
+	dli_stats_record_init(r);
+	for (int64_t i = 0; i < n; i += DLI_STATS_BLOCK) {
+		int64_t m = n - i < DLI_STATS_BLOCK ? n - i : DLI_STATS_BLOCK;
+		dli_stats_block_scalar((const char *)p + (size_t)i * es, dt, m, &b);
+		dli_stats_merge(r, &b);
+	}
+}
+
+/* ---- The driver ---- */
+
+struct pass {
+	const char *data;
+	enum dli_dtype dt;
+	int64_t n;
+	dli_stats_chunk_fn chunk;
+	struct dli_stats_record *recs; /* one per chunk, or NULL: then every chunk writes *one */
+	struct dli_stats_record *one;
+};
+
+/* One chunk, with subnormals honoured: a host (or a framework's "flush denormal" switch) may have
+ * set FTZ/DAZ on this thread, which would turn subnormal inputs into zeros and skew min, zero%
+ * and the range. The thread's own setting is restored before returning. */
+static void pass_chunk(void *arg, int64_t c, int worker)
+{
+	const struct pass *ps = arg;
+	int64_t first = c * DLI_STATS_CHUNK;
+	int64_t m = ps->n - first < DLI_STATS_CHUNK ? ps->n - first : DLI_STATS_CHUNK;
+#ifdef DLI_HAVE_X86_SIMD
+	unsigned csr = _mm_getcsr();
+	_mm_setcsr(csr & ~0x8040u); /* FTZ (bit 15) and DAZ (bit 6) off */
+#endif
+	ps->chunk(ps->data + (size_t)first * dli_dtype_size(ps->dt), ps->dt, m,
+		  ps->recs ? &ps->recs[c] : ps->one);
+#ifdef DLI_HAVE_X86_SIMD
+	_mm_setcsr(csr);
+#endif
+}
+
+int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
+		  struct dli_stats_record *out)
+{
+	if (!out)
+		return -EINVAL;
+	dli_stats_record_init(out);
+	switch (dtype) {
+	case DLI_DTYPE_F32: case DLI_DTYPE_F16: case DLI_DTYPE_BF16:
+	case DLI_DTYPE_F8E4M3: case DLI_DTYPE_F8E5M2:
+		break;
+	default:
+		return -EINVAL;
+	}
+	if (n < 0 || (n > 0 && !data))
+		return -EINVAL;
+	dli_stats_chunk_fn chunk = dli_stats_chunk_scalar;
+	switch (dli_cpu_simd(o)) {
+	case DLI_SIMD_SCALAR:
+		break;
+#ifdef DLI_HAVE_X86_SIMD
+	case DLI_SIMD_AVX2:
+		chunk = dli_stats_chunk_avx2;
+		break;
+	case DLI_SIMD_AVX512:
+		chunk = dli_stats_chunk_avx512;
+		break;
+#endif
+	default:
+		return -ENOTSUP;
+	}
+	if (n == 0)
+		return 0;
+	pthread_once(&fp8_once, fp8_build);
+
+	int64_t n_chunks = (n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
+	int threads = n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
+	struct dli_stats_record one;
+	struct pass ps = {.data = data, .dt = dtype, .n = n, .chunk = chunk, .one = &one};
+	/* Per-chunk records (a few hundred bytes per MiB of input) let threads finish in any order;
+	 * without memory for them the pass runs on this thread and gives the same result. */
+	struct dli_stats_record *recs = NULL;
+	if (threads > 1)
+		recs = malloc((size_t)n_chunks * sizeof(*recs));
+	if (recs) {
+		ps.recs = recs;
+		dli_parallel_for(n_chunks, threads, pass_chunk, &ps);
+		for (int64_t c = 0; c < n_chunks; c++)
+			dli_stats_merge(out, &recs[c]);
+		free(recs);
+		return 0;
+	}
+	for (int64_t c = 0; c < n_chunks; c++) {
+		pass_chunk(&ps, c, 0);
+		dli_stats_merge(out, &one);
+	}
+	return 0;
+}

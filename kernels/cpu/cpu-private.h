@@ -1,0 +1,67 @@
+/* What the CPU kernels share among themselves: the thread pool, the SIMD and thread-count choice,
+ * and the statistics pass's per-ISA chunk functions. Never installed, never seen by plugins. */
+#ifndef DLI_CPU_PRIVATE_H
+#define DLI_CPU_PRIVATE_H
+
+#include <stdint.h>
+
+#include "kernels-private.h"
+
+/* ---- Threads (kernels/cpu/threads.c) ---- */
+
+/* Calls fn(arg, chunk, worker) once for every chunk in [0, n_chunks), spread over up to `threads`
+ * threads of which the calling thread is one, and returns when every call has returned. Chunks
+ * are handed out dynamically (an atomic counter), so fn must not care which thread runs a chunk;
+ * `worker` is in [0, threads) and no two threads of one call share it, so per-worker scratch
+ * indexed by it needs no lock. The calling thread is worker 0.
+ *
+ * The workers are a persistent pool created lazily on the first call that wants more than one
+ * thread, grown when a call asks for more (up to DLI_MAX_THREADS), and torn down by a library
+ * destructor at exit or unload; after fork() the child starts with no pool. One call uses the
+ * pool at a time: a concurrent call from another thread, or a nested call from inside fn, runs
+ * all its chunks on its own thread instead of waiting. If threads cannot be created, everything
+ * runs on the calling thread. Returns 0 (an int so that a future failure mode fits). */
+int dli_parallel_for(int64_t n_chunks, int threads, void (*fn)(void *arg, int64_t chunk, int worker),
+		     void *arg);
+
+#define DLI_MAX_THREADS 256
+
+/* The thread count a pass may use: o->threads when positive, else $DLINSPECT_THREADS when it is a
+ * positive number (read once per process), else the number of CPUs this process may run on
+ * (sched_getaffinity, asked each time: a trainer may pin itself after start-up). 1 .. DLI_MAX_THREADS. */
+int dli_cpu_threads(const struct dli_cpu_options *o);
+
+/* The SIMD path a pass uses: o->simd when not AUTO, else $DLINSPECT_SIMD ("scalar", "avx2",
+ * "avx512"; read once per process; another value is ignored), else dli_simd_detect(). Returns
+ * DLI_SIMD_AUTO (0) when the forced path is one this CPU lacks: the caller returns -ENOTSUP. */
+enum dli_simd dli_cpu_simd(const struct dli_cpu_options *o);
+
+/* ---- Statistics pass internals (kernels/cpu/stats*.c) ---- */
+
+/* The pass works in blocks of this many elements: small enough that a block read from memory is
+ * still in L1 for the second (deviation) pass over it, large enough that merging block records
+ * in double costs nothing. Chunks, the unit handed to threads, are a whole number of blocks. */
+#define DLI_STATS_BLOCK 2048
+#define DLI_STATS_CHUNK ((int64_t)1 << 18)
+
+/* A chunk function fills *r (initializing it) with every field up to m2 of n elements of `dt`
+ * (one of the five float dtypes) starting at p, which may have any alignment. */
+typedef void (*dli_stats_chunk_fn)(const void *p, enum dli_dtype dt, int64_t n,
+				   struct dli_stats_record *r);
+
+/* Scalar, in double: the reference the SIMD paths are held to, their fallback for blocks holding
+ * NaN, infinities or magnitudes whose squares a float would overflow or flush, and their tail. */
+void dli_stats_block_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+#ifdef DLI_HAVE_X86_SIMD
+void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+#endif
+
+/* Bytes ahead of the current read that the SIMD passes prefetch (into L1): far enough to cover
+ * memory latency at full bandwidth, near enough to stay within L1 next to the current block. */
+#ifndef DLI_PREFETCH_BYTES
+#define DLI_PREFETCH_BYTES 4096
+#endif
+
+#endif
