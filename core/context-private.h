@@ -91,6 +91,10 @@ struct dli_context {
 #endif
 };
 
+/* The host table every module gets (each context copies it). Entries may look at it before any
+ * context exists, e.g. for `dlinspect plugins`. */
+extern const struct dli_host dli_host_template;
+
 /* dli_init without loggers when `with_loggers` is false: for `dlinspect check`, which must not write
  * logs. Messages then go to stderr. */
 int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,

@@ -11,6 +11,7 @@
 #include "error-private.h"
 #include "loader-private.h"
 #include "schedule-private.h"
+#include "stats-private.h"
 
 #ifndef DLI_PLUGINDIR
 #define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
@@ -144,7 +145,7 @@ static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
 	return ctx->config ? ctx->config->tensor_names[tensor] : NULL;
 }
 
-static const struct dli_host host_template = {
+const struct dli_host dli_host_template = {
 	.size = sizeof(struct dli_host),
 	.abi_major = DLI_ABI_MAJOR,
 	.abi_minor = DLI_ABI_MINOR,
@@ -160,6 +161,16 @@ static const struct dli_host host_template = {
 	.schedule_query = dli_schedule_query,
 	.gemm_name = host_gemm_name,
 	.tensor_name = host_tensor_name,
+	/* Statistics (core/stats.c, kernels/). */
+	.stats_acc_create = dli_stats_acc_create,
+	.stats_acc_destroy = dli_stats_acc_destroy,
+	.stats_add = dli_stats_add,
+	.stats_add_quantized = dli_stats_add_quantized,
+	.stats_acc_read = dli_stats_acc_read,
+	.stats_acc_reset = dli_stats_acc_reset,
+	.stats_value = dli_stats_value,
+	.stat_name = dli_stat_name,
+	.fp8_scale = dli_fp8_scale,
 };
 
 /* ---- Names ---- */
@@ -555,7 +566,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	struct dli_context *ctx = calloc(1, sizeof *ctx);
 	if (!ctx)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-	ctx->host = host_template;
+	ctx->host = dli_host_template;
 	ctx->rank = o->rank;
 	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
 	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;
@@ -647,9 +658,15 @@ void dli_destroy(struct dli_context *ctx)
 			ctx->instances[i].ops->destroy(ctx->instances[i].state);
 	free(ctx->instances);
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
-		const struct dli_logger_ops *ops = ctx->loggers[i].entry->desc->ops;
-		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) && ops->flush)
-			ops->flush(ctx->loggers[i].state);
+		struct dli_logger_instance *l = &ctx->loggers[i];
+		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		int r = DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) && ops->flush
+				? ops->flush(l->state)
+				: 0;
+		/* The last step's records are written here: a failure must not go unsaid. */
+		if (r < 0 && !atomic_exchange(&l->failed, true))
+			dli_log(ctx, DLI_LOG_ERROR, "logger '%s' could not write its last records: %s",
+				l->entry->desc->name, strerror(-r));
 	}
 	/* Loggers go last but before their code is unloaded: messages above may still use them. */
 	size_t n_loggers = ctx->n_loggers;

@@ -28,6 +28,19 @@ size_t dli_loader_count(const struct dli_loader *loader);
 const struct dli_module *dli_loader_module(const struct dli_loader *loader, size_t i);
 const char *dli_loader_path(const struct dli_loader *loader, size_t i);
 
+/* The search dirs, in order (borrowed from the loader). */
+const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n);
+
+/* Opens a helper shared object that is not a module (e.g. the CUDA statistics backend,
+ * dli_cuda.so): the first regular file `file` in `dirs` (borrowed), bound at once (RTLD_NOW,
+ * local), and its symbol `symbol`. On success *handle (close with dli_loader_close_backend) and
+ * *sym are set and 0 is returned; -ENOENT when no dir holds the file (the message lists the dirs),
+ * -ENOEXEC when it cannot be opened (with the dynamic linker's reason) or lacks the symbol. Takes
+ * its own libltdl reference, so it works with or without a live loader. */
+int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *file,
+			    const char *symbol, void **handle, void **sym, struct dli_error *err);
+void dli_loader_close_backend(void *handle); /* accepts NULL */
+
 /* Unloads every module. Accepts NULL. */
 void dli_loader_destroy(struct dli_loader *loader);
 

@@ -12,6 +12,7 @@
 
 #include <ltdl.h>
 
+#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-private.h"
 
@@ -88,6 +89,13 @@ static bool dli_is_module_file(const char *file)
 	size_t len = strlen(file);
 
 	return len > 3 && strcmp(file + len - 3, ".so") == 0;
+}
+
+/* Shared objects of dlinspect itself that live on the plugin path but are not modules (the CUDA
+ * backend, opened with dli_loader_open_backend): a directory scan must not try them as modules. */
+static bool dli_is_helper_file(const char *file)
+{
+	return strcmp(file, DLI_CUDA_BACKEND_FILE ".so") == 0;
 }
 
 /* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
@@ -192,12 +200,13 @@ static int dli_candidates_collect(const struct dli_loader *loader, struct dli_ca
 		struct dirent *ent;
 		int rc = 0;
 		while (rc == 0 && (ent = readdir(dir)) != NULL)
-			if (dli_is_module_file(ent->d_name))
+			if (dli_is_module_file(ent->d_name) && !dli_is_helper_file(ent->d_name))
 				rc = dli_candidates_push(c, loader->dirs[d], ent->d_name);
 		closedir(dir);
 		if (rc < 0)
 			return rc;
-		qsort(c->v + first, c->n - first, sizeof(*c->v), dli_candidate_cmp);
+		if (c->n > first) /* c->v is still NULL after a first dir without modules */
+			qsort(c->v + first, c->n - first, sizeof(*c->v), dli_candidate_cmp);
 		size_t kept = first;
 		for (size_t i = first; i < c->n; i++) {
 			bool seen = false;
@@ -683,6 +692,93 @@ const struct dli_module *dli_loader_module(const struct dli_loader *loader, size
 const char *dli_loader_path(const struct dli_loader *loader, size_t i)
 {
 	return loader && i < loader->n_mods ? loader->mods[i].path : NULL;
+}
+
+const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n)
+{
+	*n = loader ? loader->n_dirs : 0;
+	return loader ? (const char *const *)loader->dirs : NULL;
+}
+
+int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *file,
+			    const char *symbol, void **handle, void **sym, struct dli_error *err)
+{
+	char *path = NULL, why[512];
+	lt_dlhandle h = NULL;
+	void *s = NULL;
+	int rc;
+
+	*handle = NULL;
+	*sym = NULL;
+	for (size_t d = 0; d < n_dirs && !path; d++) {
+		if (!dirs[d] || !*dirs[d])
+			continue;
+		if (!(path = dli_path_join(dirs[d], file, "")))
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", file);
+		if (!dli_is_regular(path)) {
+			free(path);
+			path = NULL;
+		}
+	}
+	if (!path) {
+		char list[640] = "";
+		for (size_t d = 0, off = 0; d < n_dirs && off < sizeof list; d++)
+			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", d ? ", " : "",
+						dirs[d] ? dirs[d] : "");
+		return dli_error_set(err, -ENOENT, NULL, "no %s in %s%s", file,
+				     n_dirs ? "the plugin dirs " : "an empty plugin path", list);
+	}
+	if ((rc = dli_ltdl_acquire(err)) < 0) {
+		free(path);
+		return rc;
+	}
+	pthread_mutex_lock(&dli_ltdl_lock);
+	/* The same RTLD_NOW probe as for modules: a backend whose runtime library (libcudart) is
+	 * missing must fail here with the linker's reason, not at its first call. */
+	void *probe = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!probe) {
+		const char *e = dlerror();
+		snprintf(why, sizeof why, "%s", e ? e : "unknown dynamic linker error");
+	} else {
+		lt_dladvise advise;
+		if (lt_dladvise_init(&advise) == 0) {
+			if (lt_dladvise_local(&advise) == 0)
+				h = lt_dlopenadvise(path, advise);
+			lt_dladvise_destroy(&advise);
+		}
+		if (!h) {
+			const char *e = lt_dlerror();
+			snprintf(why, sizeof why, "libltdl: %s", e ? e : "unknown error");
+		}
+		s = h ? lt_dlsym(h, symbol) : NULL;
+		if (h && !s)
+			lt_dlclose(h);
+		dlclose(probe);
+	}
+	pthread_mutex_unlock(&dli_ltdl_lock);
+
+	if (!h)
+		rc = dli_open_error(err, path, why);
+	else if (!s)
+		rc = dli_error_set(err, -ENOEXEC, NULL, "%s does not export %s", path, symbol);
+	free(path);
+	if (rc < 0) {
+		dli_ltdl_release();
+		return rc;
+	}
+	*handle = h;
+	*sym = s;
+	return 0;
+}
+
+void dli_loader_close_backend(void *handle)
+{
+	if (!handle)
+		return;
+	pthread_mutex_lock(&dli_ltdl_lock);
+	lt_dlclose((lt_dlhandle)handle);
+	pthread_mutex_unlock(&dli_ltdl_lock);
+	dli_ltdl_release();
 }
 
 void dli_loader_destroy(struct dli_loader *loader)

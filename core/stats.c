@@ -1,2 +1,389 @@
-/* placeholder until written */
-typedef int dli_placeholder_stats;
+/* Statistics accumulators: the merged record a statistics feature keeps per (layer, tensor), filled
+ * by the CPU kernels for host tensors and by the CUDA backend for device tensors, whose records
+ * stay on the device until the accumulator is read at step end. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context-private.h"
+#include "cuda/backend.h"
+#include "error-private.h"
+#include "loader-private.h"
+#include "stats-private.h"
+
+/* The CUDA backend of one context, loaded on the first CUDA tensor any of its accumulators sees.
+ * The context struct has no slot for it, so it lives in this list, keyed by context and counted by
+ * the context's live accumulators: feature instances (and so accumulators) are destroyed in
+ * dli_destroy before the context, and the last one to go closes the backend. */
+struct dli_stats_backend {
+	struct dli_stats_backend *next;
+	struct dli_context *ctx;
+	size_t users;
+	atomic_bool tried; /* a load was attempted: once per context, so one message at most */
+	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
+	void *handle;
+};
+
+static pthread_mutex_t dli_backends_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dli_stats_backend *dli_backends;
+
+/* One device accumulator per CUDA device the tensors came from. */
+struct dli_stats_device {
+	int device;
+	void *dacc; /* NULL when the backend could not make one (reported once) */
+};
+
+struct dli_stats_acc {
+	struct dli_context *ctx;
+	struct dli_stats_backend *backend;
+	pthread_mutex_t lock; /* guards host, devices and the backend calls on them */
+	struct dli_stats_record host;
+	struct dli_stats_device *devices;
+	size_t n_devices;
+	atomic_bool warned; /* a tensor it cannot read was reported */
+};
+
+static const char *const dli_dtype_names[DLI_DTYPE_COUNT] = {
+	"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "f64", "i8", "u8", "i32", "i64",
+};
+
+static const char *dtype_name(enum dli_dtype d)
+{
+	return (unsigned)d < DLI_DTYPE_COUNT ? dli_dtype_names[d] : "unknown dtype";
+}
+
+/* ---- The per-context backend ---- */
+
+static struct dli_stats_backend *backend_acquire(struct dli_context *ctx)
+{
+	pthread_mutex_lock(&dli_backends_lock);
+	struct dli_stats_backend *b = dli_backends;
+	while (b && b->ctx != ctx)
+		b = b->next;
+	if (!b && (b = calloc(1, sizeof *b))) {
+		b->ctx = ctx;
+		b->next = dli_backends;
+		dli_backends = b;
+	}
+	if (b)
+		b->users++;
+	pthread_mutex_unlock(&dli_backends_lock);
+	return b;
+}
+
+static void backend_release(struct dli_stats_backend *b)
+{
+	pthread_mutex_lock(&dli_backends_lock);
+	if (--b->users) {
+		pthread_mutex_unlock(&dli_backends_lock);
+		return;
+	}
+	struct dli_stats_backend **p = &dli_backends;
+	while (*p != b)
+		p = &(*p)->next;
+	*p = b->next;
+	pthread_mutex_unlock(&dli_backends_lock);
+	dli_loader_close_backend(b->handle);
+	free(b);
+}
+
+/* Opens dli_cuda.so from the context's plugin search path. On failure err says why. */
+static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
+{
+	char file[64], **own = NULL;
+	size_t n_dirs = 0;
+	const char *const *dirs = dli_loader_dirs(b->ctx->loader, &n_dirs);
+	void *handle, *sym;
+	int r;
+
+	/* A context without a config has no loader; its search path is the default one. */
+	if (!b->ctx->loader) {
+		if ((r = dli_search_dirs(NULL, 0, &own, &n_dirs, err)))
+			return r;
+		dirs = (const char *const *)own;
+	}
+	snprintf(file, sizeof file, "%s.so", DLI_CUDA_BACKEND_FILE);
+	r = dli_loader_open_backend(dirs, n_dirs, file, DLI_CUDA_BACKEND_ENTRY_NAME, &handle, &sym,
+				    err);
+	dli_search_dirs_free(own, n_dirs);
+	if (r)
+		return r;
+	/* Object-to-function pointer: POSIX guarantees the representations match. */
+	dli_cuda_backend_entry_fn entry;
+	memcpy(&entry, &sym, sizeof entry);
+	const struct dli_cuda_backend *ops = entry();
+	if (!ops || !DLI_HAS_MEMBER(ops, struct dli_cuda_backend, reset) || !ops->acc_create ||
+	    !ops->acc_destroy || !ops->add || !ops->add_quantized || !ops->read || !ops->reset) {
+		dli_loader_close_backend(handle);
+		return dli_error_set(err, -ENOEXEC, NULL,
+				     "%s returned no usable backend table (built against other "
+				     "headers?)", file);
+	}
+	b->handle = handle;
+	atomic_store_explicit(&b->ops, ops, memory_order_release);
+	return 0;
+}
+
+/* The backend, loading it on first use. After the first attempt this is one atomic load. */
+static const struct dli_cuda_backend *backend_get(struct dli_stats_acc *acc)
+{
+	struct dli_stats_backend *b = acc->backend;
+	const struct dli_cuda_backend *ops = atomic_load_explicit(&b->ops, memory_order_acquire);
+	if (ops || atomic_load(&b->tried))
+		return ops;
+	struct dli_error err = {0};
+	int r = 0;
+	pthread_mutex_lock(&dli_backends_lock);
+	if (!atomic_load(&b->tried)) {
+		r = backend_open(b, &err);
+		atomic_store(&b->tried, true);
+	}
+	ops = atomic_load(&b->ops);
+	pthread_mutex_unlock(&dli_backends_lock);
+	if (r)
+		dli_log(acc->ctx, DLI_LOG_ERROR,
+			"statistics of CUDA tensors need dlinspect built with CUDA (nvcc found at "
+			"build time, meson option cuda) and its backend %s.so on the plugin path: %s. "
+			"CUDA tensors get no statistics in this run (reported once)",
+			DLI_CUDA_BACKEND_FILE, err.message);
+	return ops;
+}
+
+/* The device accumulator for `device`, made on first use. Called under acc->lock. */
+static void *device_acc(struct dli_stats_acc *acc, const struct dli_cuda_backend *be, int device)
+{
+	for (size_t i = 0; i < acc->n_devices; i++)
+		if (acc->devices[i].device == device)
+			return acc->devices[i].dacc;
+	struct dli_stats_device *v = realloc(acc->devices, (acc->n_devices + 1) * sizeof *v);
+	if (!v)
+		return NULL;
+	acc->devices = v;
+	char why[256] = "";
+	void *dacc = be->acc_create(device, why);
+	/* Kept even when NULL, so a device the backend refuses is reported once, not per call. */
+	v[acc->n_devices++] = (struct dli_stats_device){device, dacc};
+	if (!dacc)
+		dli_log(acc->ctx, DLI_LOG_ERROR,
+			"statistics: the CUDA backend could not make an accumulator on device %d: %s",
+			device, why[0] ? why : "unknown error");
+	return dacc;
+}
+
+/* ---- Accumulators ---- */
+
+struct dli_stats_acc *dli_stats_acc_create(struct dli_context *ctx)
+{
+	struct dli_stats_acc *acc = calloc(1, sizeof *acc);
+	if (!acc)
+		return NULL;
+	if (!(acc->backend = backend_acquire(ctx))) {
+		free(acc);
+		return NULL;
+	}
+	acc->ctx = ctx;
+	pthread_mutex_init(&acc->lock, NULL);
+	dli_stats_record_init(&acc->host);
+	return acc;
+}
+
+void dli_stats_acc_destroy(struct dli_stats_acc *acc)
+{
+	if (!acc)
+		return;
+	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	for (size_t i = 0; i < acc->n_devices; i++)
+		if (acc->devices[i].dacc)
+			be->acc_destroy(acc->devices[i].dacc);
+	free(acc->devices);
+	pthread_mutex_destroy(&acc->lock);
+	backend_release(acc->backend);
+	free(acc);
+}
+
+/* Says once per accumulator why a tensor was refused; returns -EINVAL. */
+static int refuse(struct dli_stats_acc *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
+{
+	if (!atomic_exchange(&acc->warned, true)) {
+		char text[384];
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(text, sizeof text, fmt, ap);
+		va_end(ap);
+		dli_log(acc->ctx, DLI_LOG_ERROR,
+			"statistics: %s; the tensor is skipped (further refusals for this tensor are "
+			"not reported)", text);
+	}
+	return -EINVAL;
+}
+
+/* Element count of a host tensor the CPU kernels can read, or a negative errno. `fp8_pass` limits
+ * the dtypes to those the quantize-and-compare pass takes. */
+static int64_t host_tensor_numel(struct dli_stats_acc *acc, const struct dli_tensor *t,
+				 bool fp8_pass)
+{
+	bool ok = t->dtype == DLI_DTYPE_F32 || t->dtype == DLI_DTYPE_F16 ||
+		  t->dtype == DLI_DTYPE_BF16;
+	if (!fp8_pass)
+		ok = ok || t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
+	if (!ok)
+		return refuse(acc, "cannot read a tensor of dtype %s: %s", dtype_name(t->dtype),
+			      fp8_pass ? "the FP8 comparison takes f32, f16 or bf16"
+				       : "expected f32, f16, bf16, f8e4m3 or f8e5m2");
+	if (!t->contiguous)
+		return refuse(acc, "cannot read a non-contiguous %s tensor: pass a contiguous copy",
+			      dtype_name(t->dtype));
+	if (t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS)
+		return refuse(acc, "a tensor has an invalid ndim %d", t->ndim);
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++) {
+		if (t->shape[i] < 0 || (t->shape[i] && n > INT64_MAX / t->shape[i]))
+			return refuse(acc, "a tensor has an invalid shape (dim %d is %lld)", i,
+				      (long long)t->shape[i]);
+		n *= t->shape[i];
+	}
+	if (n && !t->data)
+		return refuse(acc, "a non-empty %s tensor has no data", dtype_name(t->dtype));
+	return n;
+}
+
+static void merge_host(struct dli_stats_acc *acc, const struct dli_stats_record *r)
+{
+	pthread_mutex_lock(&acc->lock);
+	dli_stats_merge(&acc->host, r);
+	pthread_mutex_unlock(&acc->lock);
+}
+
+/* A CUDA tensor: queued through the backend, never waited for. */
+static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
+		      const struct dli_fp8_spec *fp8, const struct dli_tensor *hp,
+		      const struct dli_quantized_tensor *q)
+{
+	const struct dli_cuda_backend *be = backend_get(acc);
+	if (!be)
+		return -ENOTSUP;
+	pthread_mutex_lock(&acc->lock);
+	void *dacc = device_acc(acc, be, q ? q->data.device.index : t->device.index);
+	int r = !dacc ? -EIO : q ? be->add_quantized(dacc, hp, q) : be->add(dacc, t, fp8);
+	pthread_mutex_unlock(&acc->lock);
+	return r;
+}
+
+int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
+		  const struct dli_fp8_spec *fp8)
+{
+	if (!acc || !t)
+		return -EINVAL;
+	if (fp8 && fp8->format != DLI_DTYPE_F8E4M3 && fp8->format != DLI_DTYPE_F8E5M2)
+		return refuse(acc, "cannot compare against FP8 format %s: expected f8e4m3 or f8e5m2",
+			      dtype_name(fp8->format));
+	if (t->device.type == DLI_DEVICE_CUDA)
+		return add_device(acc, t, fp8, NULL, NULL);
+	if (t->device.type != DLI_DEVICE_CPU)
+		return refuse(acc, "a tensor is on an unknown device type %d", (int)t->device.type);
+	int64_t n = host_tensor_numel(acc, t, fp8 != NULL);
+	if (n <= 0)
+		return (int)n; /* an empty tensor adds nothing */
+
+	struct dli_stats_record rec, cmp, pass;
+	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+	/* dli_cpu_stats promises the fields up to m2; the FP8 terms stay empty until a comparison
+	 * fills them, whatever the SIMD path left there. */
+	dli_stats_record_init(&rec);
+	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	if (!r && fp8) {
+		/* Current scaling needs the tensor's amax before quantizing: the pass above has it,
+		 * so the comparison costs one more pass, not two. The record's amax skips NaNs, as
+		 * an fmaxf-based amax kernel does, so one NaN does not hide every other element's
+		 * quantization error. */
+		float scale = fp8->current_scaling
+				      ? dli_fp8_scale((float)rec.amax, fp8->format, fp8->margin)
+				      : fp8->scale;
+		r = dli_cpu_fp8_compare(t->data, t->dtype, n, fp8->format, scale, NULL, &cmp);
+		if (!r)
+			dli_stats_merge(&rec, &cmp);
+	}
+	if (r)
+		return r;
+	merge_host(acc, &rec);
+	return 0;
+}
+
+int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
+			    const struct dli_quantized_tensor *q)
+{
+	if (!acc || !q)
+		return -EINVAL;
+	const struct dli_tensor *qt = &q->data;
+	if (hp && hp->device.type != qt->device.type)
+		return refuse(acc, "a quantized tensor and its high-precision tensor are on different "
+				   "devices");
+	if (qt->dtype != DLI_DTYPE_F8E4M3 && qt->dtype != DLI_DTYPE_F8E5M2)
+		return refuse(acc, "a quantized tensor has dtype %s: expected f8e4m3 or f8e5m2",
+			      dtype_name(qt->dtype));
+	if (!q->scale_inv || q->scale_inv_count < 1)
+		return refuse(acc, "a quantized tensor has no scale_inv");
+	if (qt->device.type == DLI_DEVICE_CUDA)
+		return add_device(acc, NULL, NULL, hp, q);
+	int64_t n = host_tensor_numel(acc, qt, false);
+	if (n < 0)
+		return (int)n;
+	if (hp) {
+		int64_t n_hp = host_tensor_numel(acc, hp, true);
+		if (n_hp < 0)
+			return (int)n_hp;
+		if (n_hp != n)
+			return refuse(acc, "a quantized tensor (%lld elements) and its high-precision "
+					   "tensor (%lld) differ in size", (long long)n, (long long)n_hp);
+	}
+	struct dli_stats_record rec;
+	int r = dli_cpu_fp8_compare_quantized(hp ? hp->data : NULL, hp ? hp->dtype : DLI_DTYPE_F32,
+					      qt->data, qt->dtype, q->scale_inv, q->scale_inv_count,
+					      n, NULL, &rec);
+	if (r)
+		return r;
+	merge_host(acc, &rec);
+	return 0;
+}
+
+int dli_stats_acc_read(struct dli_stats_acc *acc, struct dli_stats_record *out)
+{
+	if (!acc || !out)
+		return -EINVAL;
+	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	int first = 0;
+	pthread_mutex_lock(&acc->lock);
+	*out = acc->host;
+	for (size_t i = 0; i < acc->n_devices; i++) {
+		if (!acc->devices[i].dacc)
+			continue;
+		struct dli_stats_record d;
+		int r = be->read(acc->devices[i].dacc, &d);
+		if (r == 0)
+			dli_stats_merge(out, &d);
+		else if (!first)
+			first = r;
+	}
+	pthread_mutex_unlock(&acc->lock);
+	return first;
+}
+
+void dli_stats_acc_reset(struct dli_stats_acc *acc)
+{
+	if (!acc)
+		return;
+	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	pthread_mutex_lock(&acc->lock);
+	dli_stats_record_init(&acc->host);
+	for (size_t i = 0; i < acc->n_devices; i++)
+		if (acc->devices[i].dacc)
+			be->reset(acc->devices[i].dacc);
+	pthread_mutex_unlock(&acc->lock);
+}

@@ -28,15 +28,17 @@ stat_log=$logs/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log
 run() { "$demo" --config "$src/configs/demo.yaml" --log-dir "$logs" --steps 3 "$@"; }
 
 # What configs/demo.yaml says for the default 4 layers: the qkv fprop of layers 0 and 3 and every
-# GEMM of layer 2's fc2 in high precision, everything else FP8, and no answer ever changes.
+# GEMM of layer 2's fc2 in high precision, everything else FP8. The FP8 answers never change; the
+# MLP Linears' statistics (every 5 steps) make their next query 5 once step 1 has asked.
 for i in 0 1 2 3; do
 	for lin in self_attention.qkv self_attention.proj mlp.fc1 mlp.fc2; do
-		f=FP8 d=FP8 w=FP8
+		f=FP8 d=FP8 w=FP8 next=never
+		case "$lin" in mlp.*) next=5 ;; esac
 		case "$i.$lin" in
 		0.self_attention.qkv | 3.self_attention.qkv) f="high precision" ;;
 		2.mlp.fc2) f="high precision" d="high precision" w="high precision" ;;
 		esac
-		echo "model.layers.$i.$lin fprop: $f dgrad: $d wgrad: $w next query: never"
+		echo "model.layers.$i.$lin fprop: $f dgrad: $d wgrad: $w next query: $next"
 	done
 done >"$work/expected"
 
@@ -47,15 +49,19 @@ grep '^  model\.layers\.' "$work/out" | tr -s ' ' | sed 's/^ //' >"$work/table"
 diff -u "$work/expected" "$work/table" >"$work/diff" ||
 	{ fail "FP8 table differs:"; cat "$work/diff"; }
 
-# Caching: every query at step 0 (16 Linear x 18), none after; the rest counted as skipped.
-grep -qx 'step 0: 288 debug calls' "$work/out" || fail "step 0 should make 288 queries"
-grep -qx 'step 1: 0 debug calls' "$work/out" || fail "step 1 should make no debug call"
-made='^Debug calls: 288 made (288 \*_enabled queries, 0 inspect_tensor, 0 modify_tensor)'
-grep -q "$made" "$work/out" && grep -q '^ *576 queries skipped thanks to' "$work/out" ||
+# Caching: every query at step 0 (16 Linear x 18) plus the 16 inspect_tensor of the statistics
+# (8 MLP Linears x 2 tensors); at step 1 the MLP Linears ask again (their statistics were on at
+# step 0, so the answer may have changed: 8 x 18) and learn that the next change is at step 5;
+# step 2 makes no debug call. Everything not asked is counted as skipped.
+grep -qx 'step 0: 304 debug calls' "$work/out" || fail "step 0 should make 304 debug calls"
+grep -qx 'step 1: 144 debug calls' "$work/out" || fail "step 1 should make 144 queries"
+grep -qx 'step 2: 0 debug calls' "$work/out" || fail "step 2 should make no debug call"
+made='^Debug calls: 448 made (432 \*_enabled queries, 16 inspect_tensor, 0 modify_tensor)'
+grep -q "$made" "$work/out" && grep -q '^ *432 queries skipped thanks to' "$work/out" ||
 	fail "wrong call counts"
 
-# The log claims must match the files. The demo writes one message (dli_log); nothing in
-# demo.yaml writes statistics, so that log must not exist.
+# The log claims must match the files. The demo writes one message (dli_log) and, through
+# LogTensorStats, the statistics of step 0 (the only selected step of 0..2).
 claim() { sed -n "s|^  $1: *$2/ *(\(.*\))\$|\1|p" "$work/out"; }
 check_claims() { # expected message claim, expected statistics claim
 	m=$(claim messages "$logs/nvdlfw_inspect_logs")
@@ -63,15 +69,30 @@ check_claims() { # expected message claim, expected statistics claim
 	[ "$m" = "$1" ] || fail "messages: expected '$1', printed '$m'"
 	[ "$s" = "$2" ] || fail "statistics: expected '$2', printed '$s'"
 }
-check_claims "exists, written by this run" "does not exist"
+check_claims "exists, written by this run" "exists, written by this run"
 [ -s "$msg_log" ] || fail "$msg_log claimed written but missing or empty"
 grep -q 'INFO - dlinspect-demo: 16 Linear layers, 3 steps' "$msg_log" 2>/dev/null ||
 	fail "the demo's message is not in $msg_log"
-[ ! -e "$stat_log" ] || fail "$stat_log claimed absent but exists"
+# Statistics lines at exactly the steps freq: 5 selects, each with one line per (MLP Linear,
+# tensor, stat): 8 x 2 x 5. With 12 steps: 0, 5 and 10.
+stat_steps() { sed -n 's/.* iteration=\([0-9]*\) .*/\1/p' "$stat_log" | uniq -c | tr -s ' ' | tr '\n' ';'; }
+[ "$(stat_steps)" = " 80 000000;" ] || fail "3 steps: statistics at '$(stat_steps)', expected 80 at step 0"
+rm -rf "$logs"
+run --steps 12 --quiet >"$work/out" 2>"$work/err" || { fail "12 steps failed"; cat "$work/err"; }
+[ "$(stat_steps)" = " 80 000000; 80 000005; 80 000010;" ] ||
+	fail "12 steps: statistics at '$(stat_steps)', expected 80 each at steps 0, 5, 10"
+names=$(sed 's/.* - INFO - \([^ ]*\) .*/\1/' "$stat_log" | sort -u)
+want=$(for i in 0 1 2 3; do for f in fc1 fc2; do for t in activation gradient; do
+	for s in min max std cur_amax dynamic_range; do echo "model.layers.$i.mlp.${f}_${t}_$s"; done
+	done; done; done | sort)
+[ "$names" = "$want" ] || fail "statistics names differ from {layer}_{tensor}_{stat} of demo.yaml"
+grep -v -q 'value=[-0-9.e+]*$' "$stat_log" && fail "a statistics value is not a finite number"
 
-# A statistics log left by an earlier run must not be passed off as this run's.
+# A statistics log left by an earlier run must not be passed off as this run's: a config without
+# statistics leaves it as it was.
+rm -rf "$logs"
 mkdir -p "$(dirname "$stat_log")" && echo "old line" >"$stat_log"
-run >"$work/out" 2>"$work/err"
+"$demo" --config "$src/configs/disable_fp8_gemm.yaml" --log-dir "$logs" --steps 3 >"$work/out" 2>"$work/err"
 check_claims "exists, written by this run" "exists, but left by an earlier run"
 
 # --quiet prints nothing on success; a bad option is a usage error (exit 2).
@@ -79,5 +100,5 @@ check_claims "exists, written by this run" "exists, but left by an earlier run"
 "$demo" --steps -1 >/dev/null 2>&1
 [ $? -eq 2 ] || fail "--steps -1 should exit 2"
 
-[ "$fails" -eq 0 ] && echo "ok: FP8 table, call counts and log claims match configs/demo.yaml"
+[ "$fails" -eq 0 ] && echo "ok: FP8 table, call counts, statistics steps and log claims match configs/demo.yaml"
 exit $((fails != 0))
