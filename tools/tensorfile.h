@@ -1,0 +1,62 @@
+/* Readers for tensors saved to disk as .npy or .safetensors: the file is mapped read-only, every
+ * header field, size and offset is checked against it, and the tensors come back as borrowed views
+ * into the mapping. Used by `dlinspect stats`. */
+#ifndef DLI_TOOLS_TENSORFILE_H
+#define DLI_TOOLS_TENSORFILE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <dlinspect/dlinspect.h>
+#include <dlinspect/tensor.h>
+
+/* NumPy's own limit (NPY_MAXDIMS in NumPy 2); a safetensors file is held to the same. */
+#define DLI_TF_MAX_DIMS 64
+
+enum dli_tf_format {
+	DLI_TF_NPY,
+	DLI_TF_SAFETENSORS,
+};
+
+struct dli_tf_tensor {
+	char *name;             /* owned; UTF-8 without NUL (.npy: the file name less .npy) */
+	char *file_dtype;       /* owned; as the file spells it ("F32", "<f4") */
+	bool supported;         /* false: a dtype the statistics cannot read (`dtype` unset) */
+	enum dli_dtype dtype;   /* how the bytes are read */
+	bool reinterpreted;     /* .npy raw '<u2' / '|u1' elements read as --dtype says */
+	bool fortran_order;     /* .npy only; statistics do not depend on the element order */
+	int ndim;
+	int64_t *shape;         /* owned; ndim entries (NULL for ndim 0) */
+	int64_t numel;          /* product of the shape (1 for ndim 0), checked for overflow */
+	const void *data;       /* borrowed from the mapping: nbytes bytes, all inside the file */
+	uint64_t nbytes;
+};
+
+struct dli_tensorfile {
+	enum dli_tf_format format;
+	void *map;              /* the whole file, PROT_READ */
+	size_t size;
+	struct dli_tf_tensor *tensors; /* owned; in the order of the file's header */
+	size_t n_tensors;
+};
+
+/* Maps `path` and reads its header. The format comes from the content (.npy magic) or, failing
+ * that, from a safetensors-shaped start or the .safetensors suffix. `as_dtype` is -1, or the dtype
+ * to read a .npy file's raw integer/void elements as (bf16 from 2-byte, e4m3/e5m2 from 1-byte ones;
+ * f32/f16 are accepted when they match); safetensors files name their dtypes and refuse it.
+ * Returns 0, or a negative errno with err->message saying what is wrong (without the path: the
+ * caller prefixes it). On success release *tf with dli_tensorfile_close; on failure nothing is
+ * left to release. */
+int dli_tensorfile_open(struct dli_tensorfile *tf, const char *path, int as_dtype,
+			struct dli_error *err);
+
+/* Unmaps and frees; accepts a zeroed or closed *tf. Views into the mapping die with it. */
+void dli_tensorfile_close(struct dli_tensorfile *tf);
+
+/* "f32", "f16", "bf16", "e4m3", "e5m2" (the names --dtype and --fp8 take), or NULL. */
+const char *dli_tf_dtype_name(enum dli_dtype dtype);
+/* The dtype of one of those names, or -1. */
+int dli_tf_dtype_from_name(const char *name);
+
+#endif
