@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Interop and swap tests: real dlinspect runs (tb_driver) read back with TensorBoard's own Python
+# readers (check_run.py), in the tests' shared virtual environment (tests/pyenv.sh).
+#   interop: the file and tensorboard loggers together; every scalar and histogram checked.
+#   swap:    the same binary with loggers {file}, {tensorboard}, both, and none (the default file).
+# $1: interop|swap, $2: tb_driver, $3: check_run.py
+set -u
+mode=$1 driver=$2 checker=$3
+root=${MESON_SOURCE_ROOT:?MESON_SOURCE_ROOT must name the source tree}
+
+py=$("${DLI_PYENV:?DLI_PYENV not set (run through meson test)}" tensorboard numpy) || exit 1
+
+tmp=$(mktemp -d /tmp/dli-test-tb-interop-XXXXXX)
+status=0
+
+# run NAME LOGGERS FILE? TENSORBOARD? [HISTOGRAMS?]
+run() {
+	local dir=$tmp/$1
+	mkdir -p "$dir"
+	if ! "$driver" "$dir" 6 "$2" 5; then
+		echo "FAIL: $1: tb_driver failed"
+		status=1
+		return
+	fi
+	"$py" "$checker" "$dir" --file "$3" --tensorboard "$4" --histograms "${5:-yes}" || status=1
+}
+
+case $mode in
+interop)
+	run both '{file: {}, tensorboard: {histograms: true}}' yes yes
+	;;
+swap)
+	run file '{file: {}}' yes no
+	run tensorboard '{tensorboard: {}}' no yes
+	run both '{file: {}, tensorboard: {histograms: false}}' yes yes no
+	run absent - yes no
+	;;
+*)
+	echo "unknown mode $mode"
+	exit 2
+	;;
+esac
+[ $status -eq 0 ] && rm -rf "$tmp"
+exit $status
