@@ -127,20 +127,21 @@ static int bench_dispatch(bool json)
 
 int dli_cmd_bench(int argc, char **argv)
 {
-	bool json = false;
-	const char *what = NULL;
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			json = true;
-		else if (!what && argv[i][0] != '-')
-			what = argv[i];
-		else
-			what = "";
-	}
-	if (what && !strcmp(what, "dispatch"))
-		return bench_dispatch(json);
-	if (what && !strcmp(what, "stats"))
+	/* Each benchmark parses its own options. */
+	if (argc >= 2 && !strcmp(argv[1], "stats"))
 		return dli_bench_stats(argc - 1, argv + 1);
-	fprintf(stderr, "usage: dlinspect bench dispatch|stats [--json]\n");
+	if (argc >= 2 && !strcmp(argv[1], "dispatch")) {
+		bool json = false;
+		for (int i = 2; i < argc; i++) {
+			if (strcmp(argv[i], "--json")) {
+				fprintf(stderr, "usage: dlinspect bench dispatch [--json]\n");
+				return 2;
+			}
+			json = true;
+		}
+		return bench_dispatch(json);
+	}
+	fprintf(stderr, "usage: dlinspect bench dispatch [--json]\n"
+			"       dlinspect bench stats [--json] [--size-mib N] [--threads N]\n");
 	return 2;
 }

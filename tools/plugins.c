@@ -87,13 +87,9 @@ int dli_cmd_plugins(int argc, char **argv)
 	printf("plugin search path:\n");
 	for (size_t i = 0; i < n_dirs; i++)
 		printf("  %s\n", dirs[i]);
-	/* A host table that only answers "who are you": entries need nothing else to describe
-	 * themselves. */
-	static const struct dli_host host = {.size = sizeof host, .abi_major = DLI_ABI_MAJOR,
-					     .abi_minor = DLI_ABI_MINOR};
 	struct dli_loader *loader;
 	int status = 0;
-	if (dli_loader_create(&host, (const char *const *)dirs, n_dirs, &loader, &err) ||
+	if (dli_loader_create(&dli_host_template, (const char *const *)dirs, n_dirs, &loader, &err) ||
 	    dli_loader_load_all(loader, &err)) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		status = 1;
