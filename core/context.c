@@ -156,6 +156,7 @@ const struct dli_host dli_host_template = {
 	.log_dir = host_log_dir,
 	.emit_scalar = dli_context_emit_scalar,
 	.emit_histogram = dli_context_emit_histogram,
+	.fp8_cast = dli_fp8_cast,
 	.schedule_active = dli_schedule_active,
 	.schedule_next = dli_schedule_next,
 	.schedule_query = dli_schedule_query,

@@ -169,6 +169,23 @@ int64_t dli_iteration_get(const struct dli_context *ctx);
  * threading rule as dli_step. */
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
 
+/* ---- FP8 casts (DESIGN.md section 7), for hosts and features without their own ----
+ * Casting is round-to-nearest-even of x * scale, saturating to the format's finite max; NaN stays
+ * NaN; -0 stays -0. */
+
+/* Casts `in` (f32, f16 or bf16, contiguous, in host memory) with `scale` to `format`
+ * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, host memory, allocated by the
+ * caller) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
+ * dequantized values decode(code) / scale (fake quantization). Both tensors are borrowed. Returns
+ * 0, or -EINVAL for mismatched sizes, dtypes or a scale that is not finite and > 0, -ENOTSUP for
+ * device memory. */
+int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
+		 float scale);
+
+/* The current-scaling scale: fp8_max / amax / 2^margin (448 for E4M3, 57344 for E5M2); 1 for an
+ * amax of 0, inf or NaN; FLT_MAX when the result is infinite. */
+float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
+
 /* ---- Messages ----
  * Writes a message through the loaders' message logs (file logger: nvdlfw_inspect_logs/), filtered
  * by the context's level. `fmt` is printf-style. */

@@ -167,6 +167,10 @@ struct dli_host {
 	 * `name` and `h` are borrowed. */
 	int (*emit_histogram)(struct dli_context *ctx, const char *name, int64_t iteration,
 			      const struct dli_histogram *h);
+
+	/* ABI 1.0: FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features). */
+	int (*fp8_cast)(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
+			float scale);
 };
 
 /* ---- Features ---- */

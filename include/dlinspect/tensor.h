@@ -63,6 +63,9 @@ struct dli_quantizer {
 	enum dli_dtype format; /* DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
 	const float *scale; /* the host's current scale, or NULL */
 	const float *amax;  /* the host's current amax, or NULL */
+	/* Where a feature that writes FP8 codes into modify_tensor's `out` stores the scale_inv it
+	 * used (host memory), or NULL when the host does not take FP8 output. */
+	float *scale_inv_out;
 };
 
 /* Size of one element in bytes; 0 for an out-of-range dtype. */
