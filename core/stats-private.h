@@ -16,5 +16,9 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 			    const struct dli_quantized_tensor *q);
 int dli_stats_acc_read(struct dli_stats_acc *acc, struct dli_stats_record *out);
 void dli_stats_acc_reset(struct dli_stats_acc *acc);
+int dli_stats_acc_histogram(struct dli_stats_acc *acc, bool on);
+int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram *out);
+/* The host table's tensor_amax (defined in core/fp8.c, beside the casts it serves). */
+int dli_tensor_amax(const struct dli_tensor *t, float *amax);
 
 #endif

@@ -28,6 +28,7 @@ struct dli_stats_backend {
 	atomic_bool tried; /* a load was attempted: once per context, so one message at most */
 	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
 	void *handle;
+	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
 };
 
 static pthread_mutex_t dli_backends_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -47,6 +48,14 @@ struct dli_stats_acc {
 	struct dli_stats_device *devices;
 	size_t n_devices;
 	atomic_bool warned; /* a tensor it cannot read was reported */
+
+	/* Value histogram of the host tensors, when turned on (stats_acc_histogram): the counts since
+	 * the last reset, and what the last read handed out (borrowed by the caller until the next
+	 * read, reset or destroy). hist_device: a CUDA tensor came in since the reset, so the counts
+	 * miss its values. All under lock. */
+	uint64_t *hist_counts;
+	double *hist_limits, *hist_buckets;
+	bool hist_device;
 };
 
 static const char *const dli_dtype_names[DLI_DTYPE_COUNT] = {
@@ -202,6 +211,9 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 		if (acc->devices[i].dacc)
 			be->acc_destroy(acc->devices[i].dacc);
 	free(acc->devices);
+	free(acc->hist_counts);
+	free(acc->hist_limits);
+	free(acc->hist_buckets);
 	pthread_mutex_destroy(&acc->lock);
 	backend_release(acc->backend);
 	free(acc);
@@ -261,6 +273,35 @@ static void merge_host(struct dli_stats_acc *acc, const struct dli_stats_record 
 	pthread_mutex_unlock(&acc->lock);
 }
 
+/* merge_host, plus the histogram of the n elements of t when the accumulator keeps one. The pass
+ * runs outside the lock into its own counts (12 KiB, allocated per call: an accumulator may take
+ * tensors from several threads), which then add to the accumulator's exactly. */
+static int merge_host_hist(struct dli_stats_acc *acc, const struct dli_stats_record *r,
+			   const struct dli_tensor *t, int64_t n)
+{
+	pthread_mutex_lock(&acc->lock);
+	bool want = acc->hist_counts != NULL;
+	pthread_mutex_unlock(&acc->lock);
+	uint64_t *counts = NULL;
+	if (want) {
+		if (!(counts = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *counts)))
+			return -ENOMEM;
+		int e = dli_cpu_histogram(t->data, t->dtype, n, NULL, counts);
+		if (e) {
+			free(counts);
+			return e;
+		}
+	}
+	pthread_mutex_lock(&acc->lock);
+	dli_stats_merge(&acc->host, r);
+	/* Turned off in between: the counts have nowhere to go. */
+	for (int k = 0; counts && acc->hist_counts && k < DLI_HISTOGRAM_BUCKETS; k++)
+		acc->hist_counts[k] += counts[k];
+	pthread_mutex_unlock(&acc->lock);
+	free(counts);
+	return 0;
+}
+
 /* A CUDA tensor: queued through the backend, never waited for. */
 static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		      const struct dli_fp8_spec *fp8, const struct dli_tensor *hp,
@@ -270,9 +311,17 @@ static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	if (!be)
 		return -ENOTSUP;
 	pthread_mutex_lock(&acc->lock);
+	bool no_hist = acc->hist_counts && t && !acc->hist_device;
+	if (acc->hist_counts && t)
+		acc->hist_device = true;
 	void *dacc = device_acc(acc, be, q ? q->data.device.index : t->device.index);
 	int r = !dacc ? -EIO : q ? be->add_quantized(dacc, hp, q) : be->add(dacc, t, fp8);
 	pthread_mutex_unlock(&acc->lock);
+	if (no_hist && !atomic_exchange(&acc->backend->hist_warned, true))
+		dli_log(acc->ctx, DLI_LOG_WARNING,
+			"statistics: histograms of CUDA tensors are not supported yet (the CUDA backend "
+			"has no histogram kernel); their other statistics are logged, their histograms "
+			"are not (reported once)");
 	return r;
 }
 
@@ -312,8 +361,7 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	}
 	if (r)
 		return r;
-	merge_host(acc, &rec);
-	return 0;
+	return merge_host_hist(acc, &rec, t, n);
 }
 
 int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
@@ -382,8 +430,81 @@ void dli_stats_acc_reset(struct dli_stats_acc *acc)
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	pthread_mutex_lock(&acc->lock);
 	dli_stats_record_init(&acc->host);
+	if (acc->hist_counts)
+		memset(acc->hist_counts, 0, DLI_HISTOGRAM_BUCKETS * sizeof *acc->hist_counts);
+	acc->hist_device = false;
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].dacc)
 			be->reset(acc->devices[i].dacc);
 	pthread_mutex_unlock(&acc->lock);
+}
+
+/* ---- Histograms ---- */
+
+int dli_stats_acc_histogram(struct dli_stats_acc *acc, bool on)
+{
+	if (!acc)
+		return -EINVAL;
+	uint64_t *counts = NULL;
+	double *limits = NULL, *buckets = NULL;
+	if (on) {
+		counts = calloc(DLI_HISTOGRAM_BUCKETS, sizeof *counts);
+		limits = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *limits);
+		buckets = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *buckets);
+		if (!counts || !limits || !buckets) {
+			free(counts);
+			free(limits);
+			free(buckets);
+			return -ENOMEM;
+		}
+	}
+	pthread_mutex_lock(&acc->lock);
+	if (on == (acc->hist_counts != NULL)) {
+		/* Already in that state: keep the counts. */
+		pthread_mutex_unlock(&acc->lock);
+		free(counts);
+		free(limits);
+		free(buckets);
+		return 0;
+	}
+	/* Swap in the new arrays (or NULLs) and free the old ones outside the lock. */
+	uint64_t *old_counts = acc->hist_counts;
+	double *old_limits = acc->hist_limits, *old_buckets = acc->hist_buckets;
+	acc->hist_counts = counts;
+	acc->hist_limits = limits;
+	acc->hist_buckets = buckets;
+	acc->hist_device = false;
+	pthread_mutex_unlock(&acc->lock);
+	free(old_counts);
+	free(old_limits);
+	free(old_buckets);
+	return 0;
+}
+
+int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram *out)
+{
+	if (!acc || !out)
+		return -EINVAL;
+	memset(out, 0, sizeof *out);
+	pthread_mutex_lock(&acc->lock);
+	int r = !acc->hist_counts ? -EINVAL : acc->hist_device ? -ENOTSUP : 0;
+	if (!r) {
+		const struct dli_stats_record *h = &acc->host;
+		uint64_t num = 0;
+		for (int k = 0; k < DLI_HISTOGRAM_BUCKETS; k++)
+			num += acc->hist_counts[k];
+		out->num = (double)num;
+		out->min = out->num > 0 ? h->min : 0;
+		out->max = out->num > 0 ? h->max : 0;
+		out->sum = h->sum;
+		out->sum_squares = h->sum_sq;
+		if (out->num > 0) {
+			out->n_buckets = dli_histogram_compact(acc->hist_counts, acc->hist_limits,
+							       acc->hist_buckets);
+			out->bucket_limit = acc->hist_limits;
+			out->bucket = acc->hist_buckets;
+		}
+	}
+	pthread_mutex_unlock(&acc->lock);
+	return r;
 }

@@ -77,4 +77,29 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 				  int64_t n, const struct dli_cpu_options *o,
 				  struct dli_stats_record *out);
 
+/* ---- Value histograms (kernels/cpu/histogram.c) ---- */
+
+/* TensorFlow's default histogram buckets: limits -DBL_MAX, -p[773] .. -p[0], 0, p[0] .. p[773],
+ * DBL_MAX with p[k] = 1e-12 * 1.1^k computed by repeated multiplication in double while below 1e20
+ * (p[773] ~ 9.92e19). Bucket k holds the values in (limit[k-1], limit[k]]: bucket 0 holds
+ * -inf (and -DBL_MAX), the bucket of limit 0 holds +-0 and every value in (-1e-12, 0], the last
+ * bucket also holds +inf. */
+#define DLI_HISTOGRAM_BUCKETS 1551
+
+/* The DLI_HISTOGRAM_BUCKETS ascending limits (static, computed once; never freed). */
+const double *dli_histogram_limits(void);
+
+/* Counts the n elements (f32, f16, bf16, f8e4m3, f8e5m2) into counts[0 .. DLI_HISTOGRAM_BUCKETS),
+ * which it zeroes first. NaNs go in no bucket (the statistics pass counts them), so the counts add
+ * up to n - nan_count. Exact for every input (subnormals and -0 included, whatever FTZ/DAZ the
+ * thread has); large inputs are split across threads (o->threads; o->simd is not used: the bucket
+ * search is integer code with no SIMD variant). `o` may be NULL. -EINVAL for another dtype. */
+int dli_cpu_histogram(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
+		      uint64_t *counts);
+
+/* TensorFlow's encoding of a histogram: every run of empty buckets becomes one empty bucket with
+ * the run's last limit, so each emitted bucket still spans (previous emitted limit, its limit].
+ * Writes up to DLI_HISTOGRAM_BUCKETS entries to limits_out and counts_out; returns how many. */
+size_t dli_histogram_compact(const uint64_t *counts, double *limits_out, double *counts_out);
+
 #endif

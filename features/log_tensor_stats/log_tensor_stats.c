@@ -1,6 +1,7 @@
 /* LogTensorStats: statistics (min, max, std, ...) of the selected tensors, accumulated over a step's
  * inspect_tensor calls and written to the loggers at the scheduled steps as
- * `{layer}_{tensor}_{stat}`. */
+ * `{layer}_{tensor}_{stat}`; with `histogram` listed, also the value histogram, to the loggers that
+ * take histograms, as `{layer}_{tensor}_histogram`. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ struct dli_lts {
 	uint64_t tensors;
 	enum dli_stat stats[DLI_STAT_COUNT];
 	size_t n_stats;
+	bool histogram; /* `histogram` listed: the accumulators keep one */
 };
 
 /* Per (layer, tensor): the accumulator of the current step. */
@@ -35,7 +37,7 @@ struct dli_lts_layer {
 
 static const char *const dli_lts_stat_names[] = {
 	"min", "max", "mean", "std", "var", "l1_norm", "l2_norm", "cur_amax", "dynamic_range",
-	"nan_count", "inf_count", "zero%", NULL,
+	"nan_count", "inf_count", "zero%", "histogram", NULL,
 };
 
 static int dli_lts_create(const struct dli_feature_create_args *args, void **instance,
@@ -66,12 +68,27 @@ static int dli_lts_create(const struct dli_feature_create_args *args, void **ins
 		}
 		self->schedule.ranges = memcpy(ranges, args->schedule->ranges, bytes);
 	}
-	/* The config checked every name against the choices, which are all host stat names. */
-	for (size_t i = 0; i < stats->u.list.n && self->n_stats < DLI_STAT_COUNT; i++)
-		for (int s = 0; s < DLI_STAT_COUNT; s++)
+	/* The config checked every name against the choices: host stat names, and `histogram`. */
+	size_t n_hist = 0;
+	for (size_t i = 0; i < stats->u.list.n; i++) {
+		if (!strcmp(stats->u.list.items[i], "histogram")) {
+			n_hist++;
+			continue;
+		}
+		for (int s = 0; s < DLI_STAT_COUNT && self->n_stats < DLI_STAT_COUNT; s++)
 			if (!strcmp(stats->u.list.items[i], host->stat_name((enum dli_stat)s)))
 				self->stats[self->n_stats++] = (enum dli_stat)s;
-	if (self->n_stats != stats->u.list.n) {
+	}
+	self->histogram = n_hist > 0;
+	if (self->histogram && (!DLI_HAS_MEMBER(host, struct dli_host, stats_acc_read_histogram) ||
+				!host->stats_acc_histogram || !host->stats_acc_read_histogram)) {
+		free((void *)self->schedule.ranges);
+		free(self);
+		snprintf(err->message, sizeof(err->message),
+			 "this dlinspect has no histograms (stats: histogram needs a newer host)");
+		return -ENOTSUP;
+	}
+	if (self->n_stats + n_hist != stats->u.list.n) {
 		free((void *)self->schedule.ranges);
 		free(self);
 		snprintf(err->message, sizeof(err->message), "this dlinspect lacks a listed statistic");
@@ -114,7 +131,8 @@ static int dli_lts_layer_attach(void *instance, const char *layer_name, void **l
 		l->t[k].id = id;
 		atomic_init(&l->t[k].weight_step, -1);
 		l->n = ++k;
-		if (!(l->t[k - 1].acc = self->host->stats_acc_create(self->ctx))) {
+		if (!(l->t[k - 1].acc = self->host->stats_acc_create(self->ctx)) ||
+		    (self->histogram && self->host->stats_acc_histogram(l->t[k - 1].acc, true))) {
 			dli_lts_layer_detach(instance, l);
 			return -ENOMEM;
 		}
@@ -180,6 +198,15 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 				host->emit_scalar(c->ctx, name, iteration,
 						  host->stats_value(&rec, self->stats[k]));
 			}
+			/* -ENOTSUP (CUDA tensors) was reported by the host; an all-NaN step has no
+			 * values to show. */
+			struct dli_histogram h;
+			if (self->histogram && host->stats_acc_read_histogram(t->acc, &h) == 0 &&
+			    h.num > 0) {
+				char name[512];
+				snprintf(name, sizeof(name), "%s_%s_histogram", c->layer_name, tensor);
+				host->emit_histogram(c->ctx, name, iteration, &h);
+			}
 		}
 		host->stats_acc_reset(t->acc);
 	}
@@ -199,7 +226,8 @@ static const struct dli_feature_ops dli_lts_ops = {
 static const struct dli_param_desc dli_lts_params[] = {
 	{.key = "stats", .alias = "type", .type = DLI_PARAM_STRING_LIST,
 	 .doc = "statistics to log: min, max, mean, std, var, l1_norm, l2_norm, cur_amax, "
-		"dynamic_range, nan_count, inf_count, zero%",
+		"dynamic_range, nan_count, inf_count, zero%; histogram (the value histogram, to loggers "
+		"that take histograms, e.g. tensorboard)",
 	 .choices = dli_lts_stat_names, .required = true},
 };
 

@@ -3,7 +3,10 @@
 # readers (check_run.py), in the tests' shared virtual environment (tests/pyenv.sh).
 #   interop: the file and tensorboard loggers together; every scalar and histogram checked.
 #   swap:    the same binary with loggers {file}, {tensorboard}, both, and none (the default file).
-# $1: interop|swap, $2: tb_driver, $3: check_run.py
+#   lts-histogram: the real LogTensorStats with `histogram` (tb_lts_driver); its histograms
+#            checked against numpy over TensorFlow's bucket limits (check_lts_histogram.py).
+# $1: interop|swap|lts-histogram, $2: tb_driver or tb_lts_driver, $3: check_run.py or
+# check_lts_histogram.py
 set -u
 mode=$1 driver=$2 checker=$3
 root=${MESON_SOURCE_ROOT:?MESON_SOURCE_ROOT must name the source tree}
@@ -28,6 +31,15 @@ run() {
 case $mode in
 interop)
 	run both '{file: {}, tensorboard: {histograms: true}}' yes yes
+	;;
+lts-histogram)
+	mkdir -p "$tmp/lts"
+	if ! "$driver" "$tmp/lts" 4; then
+		echo "FAIL: tb_lts_driver failed"
+		status=1
+	else
+		"$py" "$checker" "$tmp/lts" 4 || status=1
+	fi
 	;;
 swap)
 	run file '{file: {}}' yes no
