@@ -172,6 +172,9 @@ const struct dli_host dli_host_template = {
 	.stats_value = dli_stats_value,
 	.stat_name = dli_stat_name,
 	.fp8_scale = dli_fp8_scale,
+	.tensor_amax = dli_tensor_amax,
+	.stats_acc_histogram = dli_stats_acc_histogram,
+	.stats_acc_read_histogram = dli_stats_acc_read_histogram,
 };
 
 /* ---- Names ---- */

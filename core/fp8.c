@@ -1,16 +1,39 @@
-/* FP8 casts for hosts and features: the kernels' encode, applied to whole tensors. */
+/* FP8 casts for hosts and features: the kernels' encode, applied to whole tensors, and the amax
+ * that current scaling starts from. */
 #include <errno.h>
+#include <math.h>
 
 #include <dlinspect/dlinspect.h>
 
 #include "cpu/fp8-private.h"
 #include "kernels-private.h"
+#include "stats-private.h"
 
 #define CHUNK 4096
 
 float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin)
 {
 	return dli_fp8_scale(amax, format, margin);
+}
+
+static bool high_precision(enum dli_dtype dtype)
+{
+	return dtype == DLI_DTYPE_F32 || dtype == DLI_DTYPE_F16 || dtype == DLI_DTYPE_BF16;
+}
+
+/* The element count of a host tensor whose shape can be trusted, or -EINVAL: dli_tensor_numel
+ * alone would read past `shape` for a bad ndim and overflow for a huge one. */
+static int64_t checked_numel(const struct dli_tensor *t)
+{
+	if (t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS)
+		return -EINVAL;
+	int64_t n = 1;
+	for (int i = 0; i < t->ndim; i++) {
+		if (t->shape[i] < 0 || (t->shape[i] && n > INT64_MAX / t->shape[i]))
+			return -EINVAL;
+		n *= t->shape[i];
+	}
+	return n && !t->data ? -EINVAL : n;
 }
 
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
@@ -20,8 +43,11 @@ int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_d
 		return -EINVAL;
 	if (in->device.type != DLI_DEVICE_CPU || out->device.type != DLI_DEVICE_CPU)
 		return -ENOTSUP;
-	int64_t n = dli_tensor_numel(in);
-	if (n != dli_tensor_numel(out) || (n && (!in->data || !out->data)))
+	/* Checked here, not only in the kernel, so that an empty tensor is refused alike. */
+	if (!high_precision(in->dtype) || !in->contiguous || !(scale > 0.0f) || isinf(scale))
+		return -EINVAL;
+	int64_t n = checked_numel(in);
+	if (n < 0 || n != checked_numel(out))
 		return -EINVAL;
 	if (out->dtype == format)
 		return dli_cpu_fp8_quantize(in->data, in->dtype, n, format, scale, NULL, out->data);
@@ -43,5 +69,24 @@ int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_d
 		for (int64_t k = 0; k < m; k++)
 			dst[i + k] = table[codes[k]];
 	}
+	return 0;
+}
+
+int dli_tensor_amax(const struct dli_tensor *t, float *amax)
+{
+	if (!t || !amax)
+		return -EINVAL;
+	if (t->device.type != DLI_DEVICE_CPU)
+		return -ENOTSUP;
+	int64_t n = checked_numel(t);
+	if (!high_precision(t->dtype) || !t->contiguous || n < 0)
+		return -EINVAL;
+	/* The statistics pass computes more than the amax, but it is SIMD and threaded already, and
+	 * its amax skips NaNs: the contract (plugin.h). */
+	struct dli_stats_record rec;
+	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &rec);
+	if (r)
+		return r;
+	*amax = (float)rec.amax;
 	return 0;
 }

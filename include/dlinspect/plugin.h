@@ -171,6 +171,30 @@ struct dli_host {
 	/* ABI 1.0: FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features). */
 	int (*fp8_cast)(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 			float scale);
+
+	/* ABI 1.0: the amax that current scaling starts from (for modify_tensor features; check
+	 * DLI_HAS_MEMBER first). Stores in *amax max |x| over the non-NaN elements of `t` (borrowed;
+	 * f32, f16 or bf16, contiguous, host memory): NaNs are skipped, as TransformerEngine's
+	 * fmaxf-based amax kernel and the stats' current-scaling pass do, so one NaN does not change
+	 * how the rest of the tensor is scaled; an inf element gives inf (and fp8_scale then 1); an
+	 * empty or all-NaN tensor gives 0. Returns 0, -EINVAL for a tensor it cannot read (dtype,
+	 * layout, shape), -ENOTSUP for device memory. */
+	int (*tensor_amax)(const struct dli_tensor *t, float *amax);
+
+	/* ABI 1.0: value histograms of an accumulator's tensors (check DLI_HAS_MEMBER first), over
+	 * fixed exponential buckets: TensorFlow's default limits 0, +-1e-12 * 1.1^k below 1e20, and
+	 * +-DBL_MAX (1551 buckets; NaNs in none, -inf in the first, +inf in the last). */
+	/* Turns collection on (allocating its counts; -ENOMEM) or off (freeing them) for the tensors
+	 * stats_add takes from then on; stats_add_quantized adds nothing to it. Idempotent. */
+	int (*stats_acc_histogram)(struct dli_stats_acc *acc, bool on);
+	/* The histogram of everything added since the last reset: counts add exactly across
+	 * microbatches; num is the count of non-NaN values; min, max, sum and sum_squares come from
+	 * the merged record (sum and sum_squares are NaN when a NaN was added). Runs of empty buckets
+	 * are collapsed into one, as TensorFlow does; no buckets (n_buckets 0) when num is 0. The
+	 * arrays belong to the accumulator and stay valid until its next read, reset or destroy.
+	 * -EINVAL when collection is off; -ENOTSUP when a CUDA tensor was added since the reset (the
+	 * CUDA backend has no histogram yet; the host says so once in the message log). */
+	int (*stats_acc_read_histogram)(struct dli_stats_acc *acc, struct dli_histogram *out);
 };
 
 /* ---- Features ---- */

@@ -1,0 +1,131 @@
+/* FakeQuant: rounds the selected tensors to FP8 values (per-tensor current scaling, then back to
+ * f32) and runs their GEMMs in high precision, to see what FP8 rounding alone does to training,
+ * without the FP8 GEMM. As TransformerEngine's FakeQuant. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlinspect/plugin.h>
+
+struct dli_fq {
+	const struct dli_host *host;
+	enum dli_dtype format;
+	double margin;
+	uint32_t gemms;
+};
+
+enum { DLI_FQ_FORMAT, DLI_FQ_MARGIN };
+
+static const char *const dli_fq_formats[] = {"FP8E4M3", "FP8E5M2", NULL};
+
+static int dli_fq_create(const struct dli_feature_create_args *args, void **instance,
+			 struct dli_error *err)
+{
+	struct dli_fq *self;
+
+	/* A host table describing modules only (`dlinspect plugins`), or an older core: no casts. */
+	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
+	    !args->host->fp8_cast || !args->host->fp8_scale) {
+		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
+		return -ENOTSUP;
+	}
+	if (!(self = calloc(1, sizeof(*self))))
+		return -ENOMEM;
+	self->host = args->host;
+	/* The config checked quant_format against the choices. */
+	self->format = strcmp(args->params[DLI_FQ_FORMAT].u.s, "FP8E5M2") ? DLI_DTYPE_F8E4M3
+									    : DLI_DTYPE_F8E5M2;
+	self->margin = args->params[DLI_FQ_MARGIN].u.f;
+	self->gemms = args->gemms;
+	*instance = self;
+	return 0;
+}
+
+static void dli_fq_destroy(void *instance)
+{
+	free(instance);
+}
+
+/* The fake-quantized tensors feed a high-precision GEMM. The core asks only for gemms in the
+ * mask; the mask is checked here too so a stray call cannot turn off the wrong GEMM. */
+static bool dli_fq_fp8_gemm_enabled(const struct dli_feature_call *c, enum dli_gemm gemm,
+				    int64_t iteration, int64_t *next)
+{
+	const struct dli_fq *self = c->instance;
+
+	*next = DLI_NEVER;
+	return (unsigned)gemm >= DLI_GEMM_COUNT || !(self->gemms & (1u << gemm));
+}
+
+static bool dli_fq_modify_tensor_enabled(const struct dli_feature_call *c, enum dli_gemm gemm,
+					 int tensor, int64_t iteration, int64_t *next)
+{
+	*next = DLI_NEVER;
+	return true;
+}
+
+static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,
+				const struct dli_tensor *in, const struct dli_quantizer *quantizer,
+				struct dli_tensor *out)
+{
+	const struct dli_fq *self = c->instance;
+	float amax;
+	int r;
+
+	if (!in || !out || out->dtype != DLI_DTYPE_F32)
+		return -EINVAL;
+	if (in->device.type != DLI_DEVICE_CPU || !in->contiguous ||
+	    (in->dtype != DLI_DTYPE_F32 && in->dtype != DLI_DTYPE_F16 && in->dtype != DLI_DTYPE_BF16))
+		return -ENOTSUP;
+	if ((r = self->host->tensor_amax(in, &amax)))
+		return r;
+	return self->host->fp8_cast(in, out, self->format,
+				    self->host->fp8_scale(amax, self->format, self->margin));
+}
+
+static const struct dli_feature_ops dli_fq_ops = {
+	.size = sizeof(struct dli_feature_ops),
+	.create = dli_fq_create,
+	.destroy = dli_fq_destroy,
+	.fp8_gemm_enabled = dli_fq_fp8_gemm_enabled,
+	.modify_tensor_enabled = dli_fq_modify_tensor_enabled,
+	.modify_tensor = dli_fq_modify_tensor,
+};
+
+static const struct dli_param_desc dli_fq_params[] = {
+	[DLI_FQ_FORMAT] = {.key = "quant_format", .type = DLI_PARAM_STRING,
+			   .doc = "FP8 format the values are rounded to: FP8E4M3 or FP8E5M2",
+			   .choices = dli_fq_formats, .required = true},
+	[DLI_FQ_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
+			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+};
+
+static const struct dli_feature_desc dli_fq_feature = {
+	.size = sizeof(struct dli_feature_desc),
+	.name = "FakeQuant",
+	.doc = "Rounds the selected tensors to FP8 values and runs their GEMMs in high precision.",
+	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
+	.params = dli_fq_params,
+	.n_params = sizeof(dli_fq_params) / sizeof(dli_fq_params[0]),
+	.ops = &dli_fq_ops,
+};
+static const struct dli_feature_desc *const dli_fq_features[] = {&dli_fq_feature};
+
+static const struct dli_module dli_fq_module = {
+	.size = sizeof(struct dli_module),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.name = "fake_quant",
+	.ns = "transformer_engine",
+	.doc = "TransformerEngine's FakeQuant: FP8 rounding with high-precision GEMMs.",
+	.features = dli_fq_features,
+	.n_features = 1,
+};
+
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host)
+{
+	if (!host || host->abi_major != DLI_ABI_MAJOR)
+		return NULL;
+	return &dli_fq_module;
+}

@@ -1,0 +1,136 @@
+/* PerTensorScaling: quantizes the selected tensors with per-tensor current scaling (the scale from
+ * the tensor's own amax, DESIGN.md section 7) instead of the host's recipe, e.g. delayed scaling.
+ * modify_tensor writes the FP8 codes (out dtype = the format; scale_inv to the quantizer's
+ * scale_inv_out) or, for an f32 `out`, the quantized-then-dequantized values. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <dlinspect/plugin.h>
+
+struct dli_pts {
+	const struct dli_host *host;
+	double margin;
+};
+
+static int dli_pts_create(const struct dli_feature_create_args *args, void **instance,
+			  struct dli_error *err)
+{
+	struct dli_pts *self;
+
+	/* A host table describing modules only (`dlinspect plugins`), or an older core: no casts. */
+	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
+	    !args->host->fp8_cast || !args->host->fp8_scale) {
+		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
+		return -ENOTSUP;
+	}
+	if (!(self = calloc(1, sizeof(*self))))
+		return -ENOMEM;
+	self->host = args->host;
+	self->margin = args->params[0].u.f;
+	*instance = self;
+	return 0;
+}
+
+static void dli_pts_destroy(void *instance)
+{
+	free(instance);
+}
+
+static bool dli_pts_modify_tensor_enabled(const struct dli_feature_call *c, enum dli_gemm gemm,
+					  int tensor, int64_t iteration, int64_t *next)
+{
+	*next = DLI_NEVER; /* the config alone decides */
+	return true;
+}
+
+/* The host's format when it says one; else TransformerEngine's hybrid recipe: E5M2's range for
+ * the backward pass's gradients, E4M3's precision for the rest. */
+static enum dli_dtype dli_pts_format(int tensor, const struct dli_quantizer *q)
+{
+	if (q && DLI_HAS_MEMBER(q, struct dli_quantizer, format))
+		return q->format;
+	if (tensor == DLI_TENSOR_GRADIENT || tensor == DLI_TENSOR_DGRAD || tensor == DLI_TENSOR_WGRAD)
+		return DLI_DTYPE_F8E5M2;
+	return DLI_DTYPE_F8E4M3;
+}
+
+static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,
+				 const struct dli_tensor *in, const struct dli_quantizer *quantizer,
+				 struct dli_tensor *out)
+{
+	const struct dli_pts *self = c->instance;
+	enum dli_dtype format = dli_pts_format(tensor, quantizer);
+	float *scale_inv_out = NULL;
+	float amax;
+	int r;
+
+	if (!in || !out || (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2))
+		return -EINVAL;
+	if (in->device.type != DLI_DEVICE_CPU || !in->contiguous ||
+	    (in->dtype != DLI_DTYPE_F32 && in->dtype != DLI_DTYPE_F16 && in->dtype != DLI_DTYPE_BF16))
+		return -ENOTSUP;
+	if (out->dtype == format) {
+		/* Codes mean nothing without the scale_inv that decodes them. */
+		if (quantizer && DLI_HAS_MEMBER(quantizer, struct dli_quantizer, scale_inv_out))
+			scale_inv_out = quantizer->scale_inv_out;
+		if (!scale_inv_out)
+			return -EINVAL;
+	} else if (out->dtype != DLI_DTYPE_F32) {
+		return -EINVAL;
+	}
+	if ((r = self->host->tensor_amax(in, &amax)))
+		return r;
+	float scale = self->host->fp8_scale(amax, format, self->margin);
+	if ((r = self->host->fp8_cast(in, out, format, scale)))
+		return r;
+	if (scale_inv_out)
+		*scale_inv_out = 1.0f / scale;
+	return 0;
+}
+
+static const struct dli_feature_ops dli_pts_ops = {
+	.size = sizeof(struct dli_feature_ops),
+	.create = dli_pts_create,
+	.destroy = dli_pts_destroy,
+	.modify_tensor_enabled = dli_pts_modify_tensor_enabled,
+	.modify_tensor = dli_pts_modify_tensor,
+};
+
+static const struct dli_param_desc dli_pts_params[] = {
+	{.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
+	 .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+};
+
+static const char *const dli_pts_aliases[] = {"per_tensor_scaling", NULL};
+
+static const struct dli_feature_desc dli_pts_feature = {
+	.size = sizeof(struct dli_feature_desc),
+	.name = "PerTensorScaling",
+	.aliases = dli_pts_aliases,
+	.doc = "Quantizes the selected tensors with per-tensor current scaling (scale from their own "
+	       "amax).",
+	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
+	.params = dli_pts_params,
+	.n_params = sizeof(dli_pts_params) / sizeof(dli_pts_params[0]),
+	.ops = &dli_pts_ops,
+};
+static const struct dli_feature_desc *const dli_pts_features[] = {&dli_pts_feature};
+
+static const struct dli_module dli_pts_module = {
+	.size = sizeof(struct dli_module),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.name = "per_tensor_scaling",
+	.ns = "transformer_engine",
+	.doc = "TransformerEngine's PerTensorScaling: current scaling for chosen tensors.",
+	.features = dli_pts_features,
+	.n_features = 1,
+};
+
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host)
+{
+	if (!host || host->abi_major != DLI_ABI_MAJOR)
+		return NULL;
+	return &dli_pts_module;
+}
