@@ -1,6 +1,7 @@
 /* The FP8 quantize-and-compare pass and the FP8 cast with AVX-512 (16 lanes), without a branch
  * per element. Compiled with AVX-512 flags and called only when the CPU has them. */
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <string.h>
 
@@ -171,6 +172,42 @@ static inline bool in_range(float xs)
 	return xs >= 0x1p-90f && xs <= 0x1p100f;
 }
 
+/* One block of any input type: the fast pass, and for a block whose float sums left the safe
+ * range, the ladder of rare cases. */
+static inline __attribute__((always_inline)) void
+generic_block(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, enum dli_dtype format,
+	      float scale, double inv2, const struct k512 *k, struct dli_stats_record *acc)
+{
+	int64_t sz = (int64_t)dli_dtype_size(dtype);
+	uint64_t count = (uint64_t)bn;
+	struct block_sums t;
+
+	block_pass(data, dtype, b, bn, k, false, &t);
+	if (!in_range(_mm512_reduce_add_ps(t.xs))) {
+		/* Rare blocks, each redone from L1: zeros (every term exactly 0), then NaN and inf
+		 * left out, and what is still out of float range (huge or tiny values) in double
+		 * by the scalar path. */
+		if (block_zero(data, dtype, b, bn)) {
+			acc->fp8_count += count;
+			return;
+		}
+		block_pass(data, dtype, b, bn, k, true, &t);
+		if (!in_range(_mm512_reduce_add_ps(t.xs)) && t.finite_nonzero > 0) {
+			dli_fp8_compare_scalar((const char *)data + b * sz, dtype, bn, format, scale,
+					       acc);
+			return;
+		}
+		count = t.finite;
+	}
+	acc->fp8_count += count;
+	acc->underflows += t.under;
+	acc->overflows += t.over;
+	acc->err_sq += sum_pd(t.err) * inv2;
+	acc->dot += sum_pd(t.dot) * inv2;
+	acc->dq_sq += sum_pd(t.dqs) * inv2;
+	acc->x_sq += sum_pd(t.xs) * inv2;
+}
+
 static inline __attribute__((always_inline)) void
 compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
 	       float scale, struct dli_stats_record *acc)
@@ -180,40 +217,258 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
 	 * double: s stays near the format's range whatever the magnitude of x, so the float sums
 	 * rarely leave float range. */
 	double inv2 = 1.0 / ((double)scale * scale);
-	int64_t sz = (int64_t)dli_dtype_size(dtype);
 
 	k512_init(&k, format, scale);
+	for (int64_t b = 0; b < n; b += BLOCK)
+		generic_block(data, dtype, b, n - b < BLOCK ? n - b : BLOCK, format, scale, inv2, &k,
+			      acc);
+}
+
+/* ---- bf16 input: the cast in 16-bit lanes ----
+ *
+ * A bf16 x = 1.m * 2^(E-127) has a 7-bit mantissa m. Where s = x * scale is at least the
+ * format's smallest normal, the float product is fl(1.m * ms) * 2^(E-127+es) (scale = ms * 2^es,
+ * ms in [1, 2)): its rounding to float, and then to the format's mantissa, depends on m alone.
+ * So the cast's value r (dq * scale, an FP8 value and so exactly a bf16) is P(m) * 2^(E-127+es)
+ * with P(m) = the format's rounding of fl(1.m * ms), in [1, 4]: in bf16 bits, |x| plus an entry
+ * of a 128-entry table D, looked up 32 lanes at a time with two word permutes. Saturation is a
+ * min on the bits (the values only grow with x); |x| > xov, a bf16 bound found once per call,
+ * is an overflow; below xn (the first |x| whose product is normal in the format) lie the
+ * underflows and the subnormal grid, rare in data scaled to the format: a vector holding one
+ * takes the float path (vec_step's arithmetic) for its r.
+ *
+ * The lanes hold r * 2^J rather than r, with J chosen (from the scale) so that the table's
+ * value for x = 0 is below 2^-124: its square, and its product with 0, vanish in the sums, so
+ * zeros need no mask. The loop is bound by vector operations, the FMA pipes busiest (on Zen 4
+ * compares into mask registers use them too), so it has only two such compares: the overflow
+ * count comes from a running max of |x|, recounted only in blocks that overflowed.
+ * Products of two bf16 are exact in float, so x^2, x r and r^2 are summed with vdpbf16ps (32
+ * elements an instruction); the error s - r needs the full product and goes through float FMA
+ * lanes. */
+struct kbf16 {
+	__m512i t0, t1, t2, t3; /* D[0..127], 32 a register */
+	__m512i maxr;           /* bf16 bits of the format's max * 2^J */
+	__m512i xn1, xov, one, absmask, sign16, hi16, bit6;
+	__m512 scale;           /* scale * 2^J */
+	__m512 pj;              /* 2^J */
+	double inv;             /* 2^-J / scale: r * 2^J back to dq */
+};
+
+/* The largest bf16 magnitude (bits 0 .. 0x7f7f) whose product with scale is <= limit, or -1. */
+static int bf16_last_le(float scale, float limit)
+{
+	int lo = -1, hi = 0x7f7f; /* lo: known <= (or -1), hi + 1 .. : known > */
+
+	while (lo < hi) {
+		int mid = lo + (hi - lo + 1) / 2;
+		uint32_t u = (uint32_t)mid << 16;
+		float v;
+		memcpy(&v, &u, sizeof(v));
+		if (v * scale <= limit)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
+/* The constants for one (format, scale); false for a scale outside [2^-40, 2^41) (where the
+ * sums of r * 2^J could leave float range, and where bf16 subnormals could land in the
+ * format's normal range; float-subnormal scales included): the generic path takes those. */
+static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype format, float scale)
+{
+	bool e4 = format == DLI_DTYPE_F8E4M3;
+	int bias = e4 ? 7 : 15;
+	float fmax = e4 ? 448.0f : 57344.0f;
+	uint32_t sb, p0;
+	int es, j, xn;
+	int16_t d[128];
+	float ms;
+
+	memcpy(&sb, &scale, sizeof(sb));
+	es = (int)(sb >> 23) - 127;
+	if (es < -40 || es > 40)
+		return false;
+	sb = (sb & 0x7fffff) | (127u << 23);
+	memcpy(&ms, &sb, sizeof(ms));
+	/* P(m) for every m with the float path's rounding (the same arithmetic as vec_step):
+	 * 1.m * ms is in [1, 4), in the format's normal range, far from its max. */
+	for (int m = 0; m < 128; m += 16) {
+		__m512i mi = _mm512_add_epi32(_mm512_set1_epi32(m), _mm512_set_epi32(
+			15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0));
+		__m512 x1 = _mm512_castsi512_ps(_mm512_or_si512(_mm512_slli_epi32(mi, 16),
+								_mm512_set1_epi32(127 << 23)));
+		__m512 s = _mm512_mul_ps(x1, _mm512_set1_ps(ms));
+		__m512i e = _mm512_max_epi32(_mm512_and_si512(_mm512_castps_si512(s), k->expmask),
+					     k->emin);
+		__m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, k->cadd));
+		__m512i p = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(s, c), c));
+		/* bits16(P) - m for now; the exponent offset once P(0) is known */
+		__m512i dv = _mm512_sub_epi32(_mm512_srli_epi32(p, 16), mi);
+		_mm256_storeu_si256((__m256i *)(d + m), _mm512_cvtepi32_epi16(dv));
+	}
+	/* P(0) is 1.x or 2: its exponent k0 (0 or 1). With J = 1 - es - k0, r * 2^J has the bf16
+	 * exponent E + k(m) - k0 + 1 - 127 (k(m) >= k0: P grows with m), so |x| + D[m] with
+	 * D[m] = bits16(P(m)) - m - (126 + k0) * 128 (modulo 2^16) is its bits; x = 0 gives
+	 * 1.x * 2^-126. */
+	p0 = (uint32_t)(uint16_t)d[0];
+	j = 1 - es - (int)((p0 >> 7) - 127);
+	for (int m = 0; m < 128; m++)
+		d[m] = (int16_t)(uint16_t)((uint32_t)(uint16_t)d[m] -
+					   (uint32_t)(126 + (p0 >> 7) - 127) * 128u);
+	kb->t0 = _mm512_loadu_si512(d);
+	kb->t1 = _mm512_loadu_si512(d + 32);
+	kb->t2 = _mm512_loadu_si512(d + 64);
+	kb->t3 = _mm512_loadu_si512(d + 96);
+	xn = bf16_last_le(scale, nextafterf(ldexpf(1.0f, 1 - bias), 0.0f)) + 1;
+	if (xn < 0x80) /* cannot happen for these scales; the table needs x normal */
+		return false;
+	kb->xn1 = _mm512_set1_epi16((short)(xn - 1));
+	kb->xov = _mm512_set1_epi16((short)bf16_last_le(scale, fmax));
+	{
+		float mr = ldexpf(fmax, j);
+		uint32_t mb;
+		memcpy(&mb, &mr, sizeof(mb));
+		kb->maxr = _mm512_set1_epi16((short)(mb >> 16));
+	}
+	kb->one = _mm512_set1_epi16(1);
+	kb->absmask = _mm512_set1_epi16(0x7fff);
+	kb->sign16 = _mm512_set1_epi16((short)0x8000);
+	kb->hi16 = _mm512_set1_epi32((int)0xffff0000u);
+	kb->bit6 = _mm512_set1_epi16(0x40);
+	kb->scale = _mm512_set1_ps(ldexpf(scale, j));
+	kb->pj = _mm512_set1_ps(ldexpf(1.0f, j));
+	kb->inv = ldexp(1.0, -j) / (double)scale;
+	return true;
+}
+
+/* r * 2^J for all 32 lanes by the float path: for vectors holding a value below xn. */
+static __attribute__((noinline)) __m512i bf16_r_float(__m512i xa, const struct k512 *k,
+						      const struct kbf16 *kb)
+{
+	__m512i h[2];
+
+	h[0] = _mm512_slli_epi32(xa, 16);
+	h[1] = _mm512_and_si512(xa, kb->hi16);
+	for (int i = 0; i < 2; i++) {
+		__m512 s = _mm512_mul_ps(_mm512_castsi512_ps(h[i]), k->scale);
+		__m512i ac = _mm512_min_epi32(_mm512_castps_si512(s), k->maxbits);
+		__m512i e = _mm512_max_epi32(_mm512_and_si512(ac, k->expmask), k->emin);
+		__m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, k->cadd));
+		__m512 r = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(ac), c), c);
+		h[i] = _mm512_castps_si512(_mm512_mul_ps(r, kb->pj)); /* times 2^J: exact */
+	}
+	return _mm512_or_si512(_mm512_srli_epi32(h[0], 16), _mm512_and_si512(h[1], kb->hi16));
+}
+
+struct bf16_sums {
+	__m512 xs, dot, dqs, err0, err1;
+	__m512i xmax;
+	uint32_t under;
+};
+
+/* One vector of 32 elements at p (lanes past `m` zero). x and r carry x's sign (their product
+ * and squares do not care), so the float views of x for s - r come straight from memory: a
+ * masked load keeps the odd elements, which are then the upper halves of 32-bit lanes, and the
+ * same load one element earlier gives the even ones. */
+__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
+	  struct bf16_sums *t)
+{
+	__m512i x = _mm512_maskz_loadu_epi16(m, p);
+	__m512 x1 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m & 0xaaaaaaaau, p));
+	__m512 x0 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((m << 1) & 0xaaaaaaaau, p - 1));
+	__m512i xa = _mm512_and_si512(x, kb->absmask);
+	__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
+	__m512i b = _mm512_permutex2var_epi16(kb->t2, xa, kb->t3);
+	/* |x| - 1 < xn - 1: a nonzero below xn (0 wraps around to the top) */
+	__mmask32 low = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(xa, kb->one), kb->xn1);
+	__mmask32 b6 = _mm512_test_epi16_mask(xa, kb->bit6);
+	__m512i r;
+	__m512 d0, d1;
+
+	r = _mm512_add_epi16(xa, _mm512_mask_blend_epi16(b6, a, b));
+	r = _mm512_min_epu16(r, kb->maxr);
+	t->xmax = _mm512_max_epu16(t->xmax, xa);
+	if (__builtin_expect(low != 0, 0)) {
+		r = bf16_r_float(xa, k, kb);
+		t->under += (uint32_t)__builtin_popcount(_mm512_mask_testn_epi16_mask(
+			_mm512_test_epi16_mask(xa, xa), r, r));
+	}
+	r = _mm512_ternarylogic_epi32(r, x, kb->sign16, 0xf8); /* r | (x & sign) */
+	t->xs = _mm512_dpbf16_ps(t->xs, (__m512bh)x, (__m512bh)x);
+	t->dot = _mm512_dpbf16_ps(t->dot, (__m512bh)x, (__m512bh)r);
+	t->dqs = _mm512_dpbf16_ps(t->dqs, (__m512bh)r, (__m512bh)r);
+	d0 = _mm512_fmsub_ps(x0, kb->scale, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
+	d1 = _mm512_fmsub_ps(x1, kb->scale, _mm512_castsi512_ps(_mm512_and_si512(r, kb->hi16)));
+	t->err0 = _mm512_fmadd_ps(d0, d0, t->err0);
+	t->err1 = _mm512_fmadd_ps(d1, d1, t->err1);
+}
+
+/* Overflows in bn elements at p: |x| > xov. */
+static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16 *kb)
+{
+	uint32_t over = 0;
+
+	for (int64_t j = 0; j < bn; j += 32) {
+		__mmask32 m = bn - j >= 32 ? 0xffffffffu : (__mmask32)((1ull << (bn - j)) - 1);
+		__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p + j), kb->absmask);
+		over += (uint32_t)__builtin_popcount(_mm512_cmpgt_epu16_mask(xa, kb->xov));
+	}
+	return over;
+}
+
+/* The bf16 blocks. The sums are of x^2 (unscaled), x r 2^J and r^2 2^2J, (s - r)^2 2^2J: a block
+ * is trusted when sum x^2 is in the safe range both unscaled and times (scale 2^J)^2 (then no
+ * product overflowed, and what vdpbf16ps flushes to zero, or a float square loses to underflow,
+ * is below 2^-24 of the sums; |s - r| <= |s|), and sum x r 2^J is 0 or above 2^-90 (a flushed
+ * product is then negligible too: it is 0 only when every r is); any other block, NaN and inf
+ * included, goes through the generic path. */
+__attribute__((target("avx512bf16"))) static void
+compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
+	     const struct k512 *k, const struct kbf16 *kb, struct dli_stats_record *acc)
+{
+	double inv = kb->inv, inv2 = inv * inv, ss = _mm512_cvtss_f32(kb->scale);
+
+	ss *= ss;
 	for (int64_t b = 0; b < n; b += BLOCK) {
 		int64_t bn = n - b < BLOCK ? n - b : BLOCK;
-		uint64_t count = (uint64_t)bn;
-		struct block_sums t;
+		const uint16_t *p = data + b;
+		struct bf16_sums t;
+		double xs, dot;
+		int64_t j;
 
-		block_pass(data, dtype, b, bn, &k, false, &t);
-		if (!in_range(_mm512_reduce_add_ps(t.xs))) {
-			/* Rare blocks, each redone from L1: zeros (every term exactly 0), then NaN
-			 * and inf left out, and what is still out of float range (huge or tiny
-			 * values) in double by the scalar path. */
-			if (block_zero(data, dtype, b, bn)) {
-				acc->fp8_count += count;
-				continue;
-			}
-			block_pass(data, dtype, b, bn, &k, true, &t);
-			if (!in_range(_mm512_reduce_add_ps(t.xs)) && t.finite_nonzero > 0) {
-				dli_fp8_compare_scalar((const char *)data + b * sz, dtype, bn,
-						       format, scale, acc);
-				continue;
-			}
-			count = t.finite;
+		t.xs = t.dot = t.dqs = t.err0 = t.err1 = _mm512_setzero_ps();
+		t.xmax = _mm512_setzero_si512();
+		t.under = 0;
+		for (j = 0; j + 32 <= bn; j += 32) {
+			_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			bf16_step(p + j, 0xffffffffu, k, kb, &t);
 		}
-		acc->fp8_count += count;
+		if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
+			bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, &t);
+		xs = sum_pd(t.xs);
+		dot = sum_pd(t.dot);
+		if (!(xs >= 0x1p-90 && xs <= 0x1p100 && xs * ss >= 0x1p-90 && xs * ss <= 0x1p100 &&
+		      (dot == 0 || dot >= 0x1p-90))) {
+			generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
+				      1.0 / ((double)scale * scale), k, acc);
+			continue;
+		}
+		acc->fp8_count += (uint64_t)bn;
 		acc->underflows += t.under;
-		acc->overflows += t.over;
-		acc->err_sq += sum_pd(t.err) * inv2;
-		acc->dot += sum_pd(t.dot) * inv2;
+		if (_mm512_cmpgt_epu16_mask(t.xmax, kb->xov))
+			acc->overflows += bf16_overflows(p, bn, kb);
+		acc->x_sq += xs;
+		acc->dot += dot * inv;
 		acc->dq_sq += sum_pd(t.dqs) * inv2;
-		acc->x_sq += sum_pd(t.xs) * inv2;
+		acc->err_sq += (sum_pd(t.err0) + sum_pd(t.err1)) * inv2;
 	}
 }
+
+/* The bf16 table path: on when the CPU has vdpbf16ps; tests turn it off to reach the generic
+ * path with bf16 input. */
+int dli_fp8_avx512_bf16_table = 1;
 
 void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			    enum dli_dtype format, float scale, struct dli_stats_record *acc)
@@ -227,6 +482,16 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 		compare_blocks(data, DLI_DTYPE_F16, n, format, scale, acc);
 		break;
 	default:
+		if (dli_fp8_avx512_bf16_table && __builtin_cpu_supports("avx512bf16")) {
+			struct k512 k;
+			struct kbf16 kb;
+
+			k512_init(&k, format, scale);
+			if (kbf16_init(&kb, &k, format, scale)) {
+				compare_bf16(data, n, format, scale, &k, &kb, acc);
+				break;
+			}
+		}
 		compare_blocks(data, DLI_DTYPE_BF16, n, format, scale, acc);
 		break;
 	}

@@ -19,6 +19,10 @@ void dli_fp8_compare_avx2(const void *data, enum dli_dtype dtype, int64_t n,
 void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			    enum dli_dtype format, float scale, struct dli_stats_record *acc);
 
+/* Nonzero (the default): the AVX-512 pass takes bf16 input through its table path when the CPU
+ * has AVX512_BF16. Tests set it to 0 to reach the generic path with bf16 input. */
+extern int dli_fp8_avx512_bf16_table;
+
 /* q[i] = encode(x[i] * scale), the same codes dli_fp8_encode gives, for n elements. */
 void dli_fp8_quantize_scalar(const void *data, enum dli_dtype dtype, int64_t n,
 			     enum dli_dtype format, float scale, uint8_t *q);

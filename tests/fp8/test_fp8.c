@@ -479,6 +479,89 @@ static void test_simd_codes_identical(void)
 	free(got);
 }
 
+/* The AVX-512 pass's bf16 table path, one element at a time over every finite bf16 pattern (in a
+ * whole vector of zeros, or last in a tail): its codes are not written anywhere, but the decoded
+ * value shows in dq_sq and dot, which a wrong code moves by at least one FP8 step; the counts must
+ * be exact. Scales around the edges: tiny and huge ones that put bf16 subnormals or the float
+ * overflow in the format's range, and a float-subnormal scale (the generic path). */
+static void test_bf16_every_pattern_one_by_one(void)
+{
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0x1p100f, 0x1p-100f,
+				 FLT_MAX, 1e-40f };
+	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
+	uint16_t v[32];
+
+	for (int k = 0; k < 2; k++) {
+		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+			int bad = 0;
+			for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
+				struct dli_stats_record r;
+				struct terms t;
+				int64_t n = u & 1 ? (int64_t)((u >> 1) % 31) + 1 : 32;
+				int64_t at = u & 1 ? n - 1 : (int64_t)(u >> 1) % 32;
+				char what[96];
+
+				if ((u & 0x7f80) == 0x7f80)
+					continue; /* NaN and inf: left out of every term */
+				memset(v, 0, sizeof(v));
+				v[at] = (uint16_t)u;
+				if (dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k], scales[si], &o,
+							&r) == -ENOTSUP)
+					return;
+				t = reference(v, DLI_DTYPE_BF16, n, formats[k], scales[si]);
+				snprintf(what, sizeof(what), "bf16 0x%04x scale %g %s", u,
+					 (double)scales[si], format_names[k]);
+				bad += compare_terms(&r, &t, 1e-6, what);
+			}
+			CHECK_INT(bad, 0);
+		}
+	}
+}
+
+/* Every finite bf16 pattern in one buffer, sorted (so most blocks are in the table path's range)
+ * and shuffled, through the AVX-512 pass with and without the table path. */
+static void test_bf16_all_patterns_both_avx512_paths(void)
+{
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0x1p-20f };
+	uint16_t *h = malloc(0x10000 * 2);
+	int64_t n = 0;
+
+	for (uint32_t u = 0; u < 0x10000; u++)
+		if ((u & 0x7f80) != 0x7f80)
+			h[n++] = (uint16_t)u;
+	for (int pass = 0; pass < 2; pass++) {
+		if (pass == 1)
+			for (int64_t i = n - 1; i > 0; i--) {
+				int64_t j = (int64_t)(next_u64() % (uint64_t)(i + 1));
+				uint16_t tmp = h[i];
+				h[i] = h[j];
+				h[j] = tmp;
+			}
+		for (int table = 0; table < 2; table++) {
+			dli_fp8_avx512_bf16_table = table;
+			for (int k = 0; k < 2; k++)
+				for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++)
+					compare_all_paths(h, DLI_DTYPE_BF16, n, k, scales[si], 10 + pass);
+		}
+	}
+	dli_fp8_avx512_bf16_table = 1;
+	/* and the random inputs of every mode through the generic path with bf16 */
+	{
+		int64_t m = 70001;
+		uint16_t *x = malloc((size_t)m * 2);
+		dli_fp8_avx512_bf16_table = 0;
+		for (int mode = 0; mode < 4; mode++)
+			for (int k = 0; k < 2; k++) {
+				fill(x, DLI_DTYPE_BF16, m, mode);
+				compare_all_paths(x, DLI_DTYPE_BF16, m, k, mode == 3 ? 10.0f : 0x1p-12f,
+						  mode);
+			}
+		dli_fp8_avx512_bf16_table = 1;
+		free(x);
+	}
+	free(h);
+}
+
 static void test_threads_give_the_same_record(void)
 {
 	int64_t n = (int64_t)3 << 20;
@@ -664,6 +747,8 @@ int main(void)
 	test_scale();
 	test_compare_against_reference();
 	test_simd_codes_identical();
+	test_bf16_every_pattern_one_by_one();
+	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
 	test_zero_tiny_and_huge_blocks();
 	test_nan_and_inf_are_left_out();
