@@ -1,0 +1,87 @@
+/* A Linear layer (y = x . W^T, W out x in, no bias) whose three GEMMs run and consult dlinspect the
+ * way TransformerEngine's Linear does (REFERENCE.md): *_enabled queries cached until the
+ * next-iteration answer, fp8_gemm_enabled per GEMM, modify_tensor where a feature asks,
+ * inspect_tensor on activation, weight, gradient, output, dgrad and wgrad. */
+#ifndef DLT_LINEAR_H
+#define DLT_LINEAR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <dlinspect/dlinspect.h>
+
+#include "fp8_recipe.h"
+#include "gemm.h"
+
+enum dlt_precision {
+	DLT_FP32, /* every GEMM in fp32 */
+	DLT_BF16, /* operands rounded to bf16, fp32 accumulation */
+	DLT_FP8,  /* operands cast to FP8 with delayed scaling; a GEMM dlinspect keeps out of FP8
+		   * runs in fp32 */
+};
+
+/* What every Linear of a run shares. */
+struct dlt_run {
+	struct dli_context *dli; /* NULL: no dlinspect at all (not one call) */
+	enum dlt_precision precision;
+	struct dlt_recipe recipe;
+	const struct dlt_gemm_backend *gemm;
+	int64_t step;  /* the current iteration; the host keeps it equal to dlinspect's */
+	FILE *trace;   /* when set, one line "ITERATION LAYER" per round of *_enabled queries */
+	uint64_t queries, inspects, modifies; /* debug calls made */
+	bool timed;          /* measure the time spent inside dlinspect calls (the benchmark) */
+	double dli_seconds;  /* that time, when timed */
+	int error;     /* the first failure of a dlinspect call (negative errno), 0 if none */
+	char error_msg[256];
+};
+
+/* Per input tensor of the GEMMs (activation, gradient, weight: ids 0..2 of enum dli_tensor_kind). */
+struct dlt_operand_state {
+	struct dlt_fp8_meta meta;
+	float *cast;       /* FP8: dequantized values; bf16: rounded values */
+	uint8_t *codes;    /* FP8 codes */
+	int64_t cast_step; /* the step `cast` was made at; -1 none */
+	float *modified[2]; /* modify_tensor's output for the row-wise / column-wise GEMM, lazily */
+};
+
+#define DLT_N_OPERANDS 3
+
+struct dlt_linear {
+	char name[96];
+	struct dli_layer *layer; /* NULL without dlinspect */
+	int in, out, max_rows;
+	float *w, *dw;           /* out x in */
+	struct dlt_operand_state op[DLT_N_OPERANDS];
+	const float *x;          /* the last forward's input, borrowed until its backward */
+	int rows;
+	float *scratch;          /* modify_tensor of an output (output, dgrad, wgrad) */
+	/* The plan from the last queries: valid until next_query. */
+	int64_t next_query;
+	bool fp8[DLI_GEMM_COUNT];
+	bool inspect[DLI_TENSOR_STANDARD_COUNT];
+	bool modify[DLI_GEMM_COUNT][DLI_TENSOR_STANDARD_COUNT];
+};
+
+/* Allocates the layer's weight (zeroed: the caller initializes it), its buffers for up to
+ * `max_rows` rows, and gets its dlinspect handle when run->dli is set. 0, -ENOMEM, or what
+ * dli_layer_get returned (with *err filled). Free with dlt_linear_finish. */
+int dlt_linear_init(struct dlt_linear *l, struct dlt_run *run, const char *name, int in, int out,
+		    int max_rows, struct dli_error *err);
+void dlt_linear_finish(struct dlt_linear *l);
+
+/* y[rows x out] = x[rows x in] . W^T. x is borrowed until dlt_linear_backward. */
+int dlt_linear_forward(struct dlt_linear *l, struct dlt_run *run, const float *x, int rows,
+		       float *y);
+
+/* From dy[rows x out]: dx[rows x in] (dgrad; skipped when dx is NULL, as for a first layer whose
+ * input needs no gradient) and l->dw (wgrad). */
+int dlt_linear_backward(struct dlt_linear *l, struct dlt_run *run, const float *dy, float *dx);
+
+/* Monotonic seconds, for run->timed. */
+double dlt_now(void);
+
+/* End of step: the delayed-scaling update of the layer's three scales. */
+void dlt_linear_step_end(struct dlt_linear *l, struct dlt_run *run);
+
+#endif
