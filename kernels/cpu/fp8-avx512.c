@@ -247,6 +247,10 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
  * lanes. */
 struct kbf16 {
 	__m512i t0, t1, t2, t3; /* D[0..127], 32 a register */
+	/* With VBMI, where D spans less than 256 (always, for these scales): D[m] - base at byte
+	 * (m + base) mod 128 of tb0:tb1, looked up by one vpermi2b with index |x| + base. */
+	__m512i tb0, tb1, base;
+	bool bytes;
 	__m512i maxr;           /* bf16 bits of the format's max * 2^J */
 	__m512i xn1, xov, one, absmask, sign16, hi16, bit6;
 	__m512 scale;           /* scale * 2^J */
@@ -316,6 +320,21 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	for (int m = 0; m < 128; m++)
 		d[m] = (int16_t)(uint16_t)((uint32_t)(uint16_t)d[m] -
 					   (uint32_t)(126 + (p0 >> 7) - 127) * 128u);
+	{
+		int dmin = 1 << 16, dmax = -1;
+		uint8_t tb[128];
+		for (int m = 0; m < 128; m++) {
+			int v = (uint16_t)d[m];
+			dmin = v < dmin ? v : dmin;
+			dmax = v > dmax ? v : dmax;
+		}
+		kb->bytes = dmax - dmin <= 255 && __builtin_cpu_supports("avx512vbmi");
+		for (int m = 0; m < 128; m++)
+			tb[(m + dmin) & 127] = (uint8_t)((uint16_t)d[m] - dmin);
+		kb->tb0 = _mm512_loadu_si512(tb);
+		kb->tb1 = _mm512_loadu_si512(tb + 64);
+		kb->base = _mm512_set1_epi16((short)dmin);
+	}
 	kb->t0 = _mm512_loadu_si512(d);
 	kb->t1 = _mm512_loadu_si512(d + 32);
 	kb->t2 = _mm512_loadu_si512(d + 64);
@@ -373,21 +392,33 @@ struct bf16_sums {
  * same load one element earlier gives the even ones. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
 bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
-	  struct bf16_sums *t)
+	  bool bytes, struct bf16_sums *t)
 {
 	__m512i x = _mm512_maskz_loadu_epi16(m, p);
 	__m512 x1 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m & 0xaaaaaaaau, p));
 	__m512 x0 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((m << 1) & 0xaaaaaaaau, p - 1));
 	__m512i xa = _mm512_and_si512(x, kb->absmask);
-	__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
-	__m512i b = _mm512_permutex2var_epi16(kb->t2, xa, kb->t3);
 	/* |x| - 1 < xn - 1: a nonzero below xn (0 wraps around to the top) */
 	__mmask32 low = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(xa, kb->one), kb->xn1);
-	__mmask32 b6 = _mm512_test_epi16_mask(xa, kb->bit6);
 	__m512i r;
 	__m512 d0, d1;
 
-	r = _mm512_add_epi16(xa, _mm512_mask_blend_epi16(b6, a, b));
+	if (bytes) {
+		/* |x| + base + the byte of (m + base) mod 128, zero-extended (the high byte of each
+		 * word zeroed by the mask): |x| + D[m]. Inline assembly, so that this function needs
+		 * no VBMI target of its own. */
+		__m512i ib = _mm512_add_epi16(xa, kb->base);
+		__m512i tv = ib;
+		__asm__("vpermi2b %[t1], %[t0], %[v]%{%[k]%}%{z%}"
+			: [v] "+v"(tv)
+			: [t0] "v"(kb->tb0), [t1] "v"(kb->tb1), [k] "Yk"((__mmask64)0x5555555555555555ull));
+		r = _mm512_add_epi16(ib, tv);
+	} else {
+		__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
+		__m512i b = _mm512_permutex2var_epi16(kb->t2, xa, kb->t3);
+		__mmask32 b6 = _mm512_test_epi16_mask(xa, kb->bit6);
+		r = _mm512_add_epi16(xa, _mm512_mask_blend_epi16(b6, a, b));
+	}
 	r = _mm512_min_epu16(r, kb->maxr);
 	t->xmax = _mm512_max_epu16(t->xmax, xa);
 	if (__builtin_expect(low != 0, 0)) {
@@ -424,9 +455,10 @@ static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16
  * is below 2^-24 of the sums; |s - r| <= |s|), and sum x r 2^J is 0 or above 2^-90 (a flushed
  * product is then negligible too: it is 0 only when every r is); any other block, NaN and inf
  * included, goes through the generic path. */
-__attribute__((target("avx512bf16"))) static void
-compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
-	     const struct k512 *k, const struct kbf16 *kb, struct dli_stats_record *acc)
+__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
+		  const struct k512 *k, const struct kbf16 *kb, bool bytes,
+		  struct dli_stats_record *acc)
 {
 	double inv = kb->inv, inv2 = inv * inv, ss = _mm512_cvtss_f32(kb->scale);
 
@@ -443,10 +475,10 @@ compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale
 		t.under = 0;
 		for (j = 0; j + 32 <= bn; j += 32) {
 			_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-			bf16_step(p + j, 0xffffffffu, k, kb, &t);
+			bf16_step(p + j, 0xffffffffu, k, kb, bytes, &t);
 		}
 		if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
-			bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, &t);
+			bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, bytes, &t);
 		xs = sum_pd(t.xs);
 		dot = sum_pd(t.dot);
 		if (!(xs >= 0x1p-90 && xs <= 0x1p100 && xs * ss >= 0x1p-90 && xs * ss <= 0x1p100 &&
@@ -464,6 +496,17 @@ compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale
 		acc->dq_sq += sum_pd(t.dqs) * inv2;
 		acc->err_sq += (sum_pd(t.err0) + sum_pd(t.err1)) * inv2;
 	}
+}
+
+/* One copy of the loop per lookup. */
+__attribute__((target("avx512bf16"))) static void
+compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
+	     const struct k512 *k, const struct kbf16 *kb, struct dli_stats_record *acc)
+{
+	if (kb->bytes)
+		compare_bf16_body(data, n, format, scale, k, kb, true, acc);
+	else
+		compare_bf16_body(data, n, format, scale, k, kb, false, acc);
 }
 
 /* The bf16 table path: on when the CPU has vdpbf16ps; tests turn it off to reach the generic

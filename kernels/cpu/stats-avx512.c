@@ -6,6 +6,7 @@
  * of each block into the chunk's record in double. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "cpu-private.h"
 
@@ -144,16 +145,149 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t steps,
 	*out = a0;
 }
 
-/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean. */
-INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+/* What a block pass leaves for the block's record: extrema and counts exactly, sums reduced into
+ * double. */
+struct sums {
+	float mn, mx, mnz;
+	uint64_t zc;
+	double sd, sdd, sa;
+};
+
+INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t steps, float shift,
+		       struct sums *o)
+{
+	struct lanes a;
+	block_pass(p, dt, steps, shift, &a);
+	o->mn = _mm512_reduce_min_ps(a.mn);
+	o->mx = _mm512_reduce_max_ps(a.mx);
+	o->mnz = _mm512_reduce_min_ps(a.mnz);
+	o->zc = (uint64_t)_mm512_reduce_add_epi32(a.zc);
+	o->sd = sum_lanes(a.sd);
+	o->sdd = sum_lanes(a.sdd);
+	o->sa = sum_lanes(a.sa);
+}
+
+/* ---- bf16 with vdpbf16ps: 32 elements a vector, most work in 16-bit lanes ----
+ *
+ * The pass is bound by vector operations (Zen 4 runs two 512-bit ones a cycle), so it counts
+ * them, per vector w of 32 bf16 (u = |w| - 1 in 16-bit lanes: 0xffff for +-0, below 0x7fff for
+ * anything else; the bits of magnitudes order as the magnitudes do):
+ *  - extrema: max_epi16(w) is the largest element whose sign bit is clear (as a signed 16-bit
+ *    number a negative is below every non-negative), max_epu16(w) the negative of largest
+ *    magnitude (as an unsigned number every negative is above every non-negative); where a block
+ *    has no element of one sign, its max (min) is -0 or the negative (0 or the positive) of least
+ *    magnitude, known from the zero count and min_epu16(u): two operations for min and max;
+ *  - the zero count (u >> 15 summed in 16-bit lanes) and the least nonzero magnitude
+ *    (min_epu16(u) + 1), sharing u;
+ *  - sum |x| with one vdpbf16ps of |w| against ones (products by 1 are exact; it flushes bf16
+ *    subnormals, which are below 2^-126 and so below float rounding of a block's sum of
+ *    magnitudes once the block's largest magnitude is at least SMALL);
+ *  - the deviations d of the even and odd elements (vpslld 16, vpandd) and their sums and sums of
+ *    squares in float, as for the other dtypes.
+ * Sixteen operations for 32 elements against 22 in the generic loop. */
+struct lanes16 {
+	__m512i smax, umax, umin, zc; /* 16-bit lanes */
+	__m512 sa, sd0, sd1, sdd0, sdd1;
+};
+
+INLINE void lanes16_init(struct lanes16 *a)
+{
+	a->smax = _mm512_set1_epi16((short)0x8000);
+	a->umax = _mm512_setzero_si512();
+	a->umin = _mm512_set1_epi16(-1);
+	a->zc = _mm512_setzero_si512();
+	a->sa = a->sd0 = a->sd1 = a->sdd0 = a->sdd1 = _mm512_setzero_ps();
+}
+
+__attribute__((target("avx512bf16"))) INLINE void lanes16_add(struct lanes16 *a, __m512i w,
+							       __m512 shift)
+{
+	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
+	__m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+	__m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
+	__m512i aw = _mm512_and_si512(w, _mm512_set1_epi16(0x7fff));
+	__m512i u = _mm512_sub_epi16(aw, _mm512_set1_epi16(1));
+	a->smax = _mm512_max_epi16(a->smax, w);
+	a->umax = _mm512_max_epu16(a->umax, w);
+	a->umin = _mm512_min_epu16(a->umin, u);
+	a->zc = _mm512_add_epi16(a->zc, _mm512_srli_epi16(u, 15));
+	a->sa = _mm512_dpbf16_ps(a->sa, (__m512bh)aw, (__m512bh)_mm512_set1_epi16(0x3f80));
+	__m512 d0 = _mm512_sub_ps(x0, shift), d1 = _mm512_sub_ps(x1, shift);
+	a->sd0 = _mm512_add_ps(a->sd0, d0);
+	a->sd1 = _mm512_add_ps(a->sd1, d1);
+	a->sdd0 = _mm512_fmadd_ps(d0, d0, a->sdd0);
+	a->sdd1 = _mm512_fmadd_ps(d1, d1, a->sdd1);
+}
+
+INLINE void lanes16_combine(struct lanes16 *a, const struct lanes16 *b)
+{
+	a->smax = _mm512_max_epi16(a->smax, b->smax);
+	a->umax = _mm512_max_epu16(a->umax, b->umax);
+	a->umin = _mm512_min_epu16(a->umin, b->umin);
+	a->zc = _mm512_add_epi16(a->zc, b->zc);
+	a->sa = _mm512_add_ps(a->sa, b->sa);
+	a->sd0 = _mm512_add_ps(_mm512_add_ps(a->sd0, a->sd1), _mm512_add_ps(b->sd0, b->sd1));
+	a->sdd0 = _mm512_add_ps(_mm512_add_ps(a->sdd0, a->sdd1), _mm512_add_ps(b->sdd0, b->sdd1));
+}
+
+INLINE float bf16_float(uint32_t bits)
+{
+	uint32_t u = bits << 16;
+	float f;
+	__builtin_memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* Not inlined: block() is inlined into code for CPUs without vdpbf16ps too. */
+__attribute__((target("avx512bf16"), noinline)) static void
+block_sums_bf16(const unsigned char *p, int64_t steps, float shift, struct sums *o)
+{
+	const __m512 vshift = _mm512_set1_ps(shift);
+	const __m512i lo16 = _mm512_set1_epi32(0xffff);
+	struct lanes16 a0, a1;
+	lanes16_init(&a0);
+	lanes16_init(&a1);
+	for (int64_t s = 0; s < steps; s++) {
+		const unsigned char *q = p + s * 2 * LINE;
+		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + LINE + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		lanes16_add(&a0, _mm512_loadu_si512(q), vshift);
+		lanes16_add(&a1, _mm512_loadu_si512(q + LINE), vshift);
+	}
+	lanes16_combine(&a0, &a1);
+	/* 16-bit lanes to 32-bit ones (sign- or zero-extended) for the reductions; each zero count
+	 * lane is at most 2 * DLI_STATS_BLOCK / 32. */
+	int smax = _mm512_reduce_max_epi32(_mm512_max_epi32(
+		_mm512_srai_epi32(_mm512_slli_epi32(a0.smax, 16), 16), _mm512_srai_epi32(a0.smax, 16)));
+	uint32_t umax = _mm512_reduce_max_epu32(_mm512_max_epu32(
+		_mm512_and_si512(a0.umax, lo16), _mm512_srli_epi32(a0.umax, 16)));
+	uint32_t umin = _mm512_reduce_min_epu32(_mm512_min_epu32(
+		_mm512_and_si512(a0.umin, lo16), _mm512_srli_epi32(a0.umin, 16)));
+	o->zc = (uint64_t)_mm512_reduce_add_epi32(_mm512_madd_epi16(a0.zc, _mm512_set1_epi16(1)));
+	o->mnz = umin == 0xffff ? INFINITY : bf16_float(umin + 1);
+	/* No element with its sign clear: all are negative or -0, and the largest is -0 or the
+	 * negative of least magnitude. Likewise for the least where no sign is set. */
+	o->mx = smax >= 0 ? bf16_float((uint32_t)smax) : o->zc ? -0.0f : -o->mnz;
+	o->mn = umax >= 0x8000 ? bf16_float(umax) : o->zc ? 0.0f : o->mnz;
+	o->sd = sum_lanes(a0.sd0);
+	o->sdd = sum_lanes(a0.sdd0);
+	o->sa = sum_lanes(a0.sa);
+}
+
+/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean.
+ * bf16dp: bf16 input through block_sums_bf16 (the CPU has vdpbf16ps). */
+INLINE void block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n, float shift,
 		  struct dli_stats_record *r)
 {
 	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
-	struct lanes a;
-	block_pass(p, dt, steps, shift, &a);
-	float fmn = _mm512_reduce_min_ps(a.mn), fmx = _mm512_reduce_max_ps(a.mx);
+	struct sums a;
+	if (bf16dp)
+		block_sums_bf16(p, steps, shift, &a);
+	else
+		block_sums(p, dt, steps, shift, &a);
+	float fmn = a.mn, fmx = a.mx;
 	float amax = fmx > -fmn ? fmx : -fmn;
-	double dn = (double)n, sd = sum_lanes(a.sd), sdd = sum_lanes(a.sdd), sa = sum_lanes(a.sa);
+	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite). */
 	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL)) {
@@ -166,19 +300,22 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float sh
 	double c = sd * sd / dn;
 	if (c > sdd - c) {
 		shift = (float)((double)shift + sd / dn);
-		block_pass(p, dt, steps, shift, &a);
-		sd = sum_lanes(a.sd);
-		sdd = sum_lanes(a.sdd);
+		if (bf16dp)
+			block_sums_bf16(p, steps, shift, &a);
+		else
+			block_sums(p, dt, steps, shift, &a);
+		sd = a.sd;
+		sdd = a.sdd;
 		c = sd * sd / dn;
 	}
 	double m2 = sdd - c;
 	dli_stats_record_init(r);
 	r->count = (uint64_t)n;
-	r->zero_count = (uint64_t)_mm512_reduce_add_epi32(a.zc);
+	r->zero_count = a.zc;
 	r->min = fmn;
 	r->max = fmx;
 	r->amax = amax;
-	r->min_nonzero_abs = _mm512_reduce_min_ps(a.mnz);
+	r->min_nonzero_abs = a.mnz;
 	r->sum = dn * shift + sd;
 	r->sum_abs = sa;
 	r->mean = r->sum / dn;
@@ -203,7 +340,8 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 	return fabsf(s) <= LARGE ? s : 0.0f;
 }
 
-INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+INLINE void chunk(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n,
+		  struct dli_stats_record *r)
 {
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_step = 2 * LINE / (int64_t)es;
@@ -214,7 +352,7 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct d
 		int64_t whole = m - m % per_step;
 		if (whole) {
 			const unsigned char *q = p + (size_t)i * es;
-			block(q, dt, whole, next_shift(q, dt, r), &b);
+			block(q, dt, bf16dp, whole, next_shift(q, dt, r), &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {
@@ -224,15 +362,28 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct d
 	}
 }
 
+static void chunk_bf16dp(const void *p, int64_t n, struct dli_stats_record *r)
+{
+	chunk(p, DLI_DTYPE_BF16, true, n, r);
+}
+
+/* bf16 through vdpbf16ps when the CPU has it; tests turn it off to reach the generic loop. */
+int dli_stats_avx512_bf16dp = 1;
+
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
 {
 	/* One instance per dtype, so each inner loop is straight-line code for its format. */
 	switch (dt) {
-	case DLI_DTYPE_F32: chunk(p, DLI_DTYPE_F32, n, r); break;
-	case DLI_DTYPE_BF16: chunk(p, DLI_DTYPE_BF16, n, r); break;
-	case DLI_DTYPE_F16: chunk(p, DLI_DTYPE_F16, n, r); break;
-	case DLI_DTYPE_F8E4M3: chunk(p, DLI_DTYPE_F8E4M3, n, r); break;
-	case DLI_DTYPE_F8E5M2: chunk(p, DLI_DTYPE_F8E5M2, n, r); break;
+	case DLI_DTYPE_F32: chunk(p, DLI_DTYPE_F32, false, n, r); break;
+	case DLI_DTYPE_BF16:
+		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
+			chunk_bf16dp(p, n, r);
+		else
+			chunk(p, DLI_DTYPE_BF16, false, n, r);
+		break;
+	case DLI_DTYPE_F16: chunk(p, DLI_DTYPE_F16, false, n, r); break;
+	case DLI_DTYPE_F8E4M3: chunk(p, DLI_DTYPE_F8E4M3, false, n, r); break;
+	case DLI_DTYPE_F8E5M2: chunk(p, DLI_DTYPE_F8E5M2, false, n, r); break;
 	default: dli_stats_record_init(r); break;
 	}
 }

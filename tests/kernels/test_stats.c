@@ -370,6 +370,63 @@ static void test_fp8_all_codes(void)
 	}
 }
 
+/* The AVX-512 pass takes bf16 through vdpbf16ps and 16-bit lanes where the CPU has AVX512_BF16
+ * (kernels/cpu/stats-avx512.c); this switch sends it through the generic loop instead. */
+extern int dli_stats_avx512_bf16dp;
+
+/* bf16 blocks of one sign, with and without +-0 (the 16-bit path derives min or max from the zero
+ * count and the least nonzero magnitude there), on both AVX-512 bf16 loops against the reference;
+ * and the reference cases once more with the generic loop. */
+static void test_bf16_signs(void)
+{
+	if (dli_simd_detect() < DLI_SIMD_AVX512)
+		return;
+	int64_t n = 3 * DLI_STATS_BLOCK + 37;
+	unsigned char *p = malloc((size_t)n * 2);
+	double *x = malloc((size_t)n * sizeof(double));
+	/* case: 0 all negative, 1 negative and -0, 2 negative and +0, 3 positive and -0,
+	 * 4 positive and +0, 5 only -0, 6 one positive among negatives, 7 one negative among positives */
+	for (int c = 0; c < 8; c++) {
+		for (int64_t i = 0; i < n; i++) {
+			double v = 0.1 + rng_unit();
+			if (c <= 2 || c == 6)
+				v = -v;
+			if ((c == 1 || c == 3) && i % 97 == 5)
+				v = -0.0;
+			if ((c == 2 || c == 4) && i % 89 == 7)
+				v = 0.0;
+			if (c == 5)
+				v = -0.0;
+			if (c == 6 && i == n / 2)
+				v = 0.25;
+			if (c == 7 && i == DLI_STATS_BLOCK + 3)
+				v = -0.5;
+			ref_store(p, DLI_DTYPE_BF16, i, v);
+		}
+		for (int64_t i = 0; i < n; i++)
+			x[i] = ref_decode(p, DLI_DTYPE_BF16, i);
+		double want[DLI_STAT_COUNT], scale;
+		ref_stats(x, n, want, &scale);
+		for (int dp = 0; dp < 2; dp++) {
+			struct dli_cpu_options o = {.simd = DLI_SIMD_AVX512, .threads = 1};
+			struct dli_stats_record r;
+			char what[64];
+			snprintf(what, sizeof(what), "bf16 signs case %d bf16dp=%d", c, dp);
+			dli_stats_avx512_bf16dp = dp;
+			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, &o, &r), 0);
+			check_values(&r, want, scale, TOL, what);
+			CHECK(r.min_nonzero_abs == (c == 5 ? INFINITY : r.min_nonzero_abs));
+		}
+	}
+	dli_stats_avx512_bf16dp = 0;
+	for (int mix = 0; mix < N_MIX; mix++)
+		for (int64_t m = 1; m < 20000; m = m * 3 + 1)
+			run_case(DLI_DTYPE_BF16, (enum mix)mix, m, mix % 2 ? 2 : 0);
+	dli_stats_avx512_bf16dp = 1;
+	free(p);
+	free(x);
+}
+
 /* ---- Merges ---- */
 
 /* A record of x[0..n) computed as k microbatches cut at random points (some may be empty). */
@@ -632,6 +689,7 @@ int main(void)
 	test_errors();
 	test_pass_against_reference();
 	test_fp8_all_codes();
+	test_bf16_signs();
 	test_merge();
 	test_variance_large_mean();
 	test_parallel_for();
