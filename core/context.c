@@ -9,6 +9,7 @@
 
 #include "context-private.h"
 #include "error-private.h"
+#include "fsutil-private.h"
 #include "loader-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
@@ -57,6 +58,22 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 	va_end(ap);
 }
 
+/* Folds logger `l`'s result `r` for `what` `name` into the fan-out's first error, which is
+ * returned. A failure is reported once per logger: a full disk would otherwise flood every other
+ * log. */
+static int logger_result(struct dli_context *ctx, struct dli_logger_instance *l, int r, int first,
+			 const char *what, const char *name, int64_t iteration)
+{
+	if (r >= 0)
+		return first;
+	if (!atomic_exchange(&l->failed, true))
+		dli_log(ctx, DLI_LOG_ERROR,
+			"logger '%s' could not write %s'%s' at iteration %lld: %s (further errors of "
+			"this logger are not reported; training continues)",
+			l->entry->desc->name, what, name, (long long)iteration, strerror(-r));
+	return first ? first : r;
+}
+
 int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
 			    double value)
 {
@@ -64,16 +81,7 @@ int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t i
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		int r = l->entry->desc->ops->log_scalar(l->state, name, iteration, value);
-		if (r >= 0)
-			continue;
-		if (!first)
-			first = r;
-		/* Report once per logger: a full disk would otherwise flood every other log. */
-		if (!atomic_exchange(&l->failed, true))
-			dli_log(ctx, DLI_LOG_ERROR,
-				"logger '%s' could not write '%s' at iteration %lld: %s (further errors "
-				"of this logger are not reported; training continues)",
-				l->entry->desc->name, name, (long long)iteration, strerror(-r));
+		first = logger_result(ctx, l, r, first, "", name, iteration);
 	}
 	return first;
 }
@@ -88,15 +96,7 @@ int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) || !ops->log_histogram)
 			continue;
 		int r = ops->log_histogram(l->state, name, iteration, h);
-		if (r >= 0)
-			continue;
-		if (!first)
-			first = r;
-		if (!atomic_exchange(&l->failed, true))
-			dli_log(ctx, DLI_LOG_ERROR,
-				"logger '%s' could not write the histogram '%s' at iteration %lld: %s "
-				"(further errors of this logger are not reported; training continues)",
-				l->entry->desc->name, name, (long long)iteration, strerror(-r));
+		first = logger_result(ctx, l, r, first, "the histogram ", name, iteration);
 	}
 	return first;
 }
@@ -175,6 +175,7 @@ const struct dli_host dli_host_template = {
 	.tensor_amax = dli_tensor_amax,
 	.stats_acc_histogram = dli_stats_acc_histogram,
 	.stats_acc_read_histogram = dli_stats_acc_read_histogram,
+	.make_dirs = dli_make_dirs,
 };
 
 /* ---- Names ---- */

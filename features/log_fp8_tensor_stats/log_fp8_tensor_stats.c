@@ -10,6 +10,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
+
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
 #define DLI_LFS_N_BASE 7
 
@@ -101,15 +103,9 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 			 DLI_LFS_PREFIX "mse]) or 'underflows: true' / 'overflows: true'");
 		return -EINVAL;
 	}
-	self->schedule = *args->schedule;
-	if (self->schedule.n_ranges) {
-		size_t bytes = self->schedule.n_ranges * sizeof(struct dli_int_pair);
-		struct dli_int_pair *ranges = malloc(bytes);
-		if (!ranges) {
-			free(self);
-			return -ENOMEM;
-		}
-		self->schedule.ranges = memcpy(ranges, args->schedule->ranges, bytes);
+	if (dli_feature_schedule_copy(&self->schedule, args->schedule)) {
+		free(self);
+		return -ENOMEM;
 	}
 	*instance = self;
 	return 0;
@@ -171,17 +167,13 @@ static bool dli_lfs_inspect_tensor_enabled(const struct dli_feature_call *c, int
 	return self->host->schedule_query(&self->schedule, iteration, next);
 }
 
-/* hybrid: the backward pass's tensors (gradients) need E5M2's range, the forward's E4M3's
- * precision, as in TransformerEngine's hybrid recipe. */
 static enum dli_dtype dli_lfs_format(const struct dli_lfs *self, int tensor)
 {
 	if (self->format == 0)
 		return DLI_DTYPE_F8E4M3;
 	if (self->format == 1)
 		return DLI_DTYPE_F8E5M2;
-	bool backward = tensor == DLI_TENSOR_GRADIENT || tensor == DLI_TENSOR_DGRAD ||
-			tensor == DLI_TENSOR_WGRAD;
-	return backward ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
+	return dli_feature_hybrid_format(tensor);
 }
 
 static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,

@@ -10,6 +10,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
+
 /* The instance: one config block (or tensors_struct entry). Config memory is gone after create,
  * so the schedule's ranges are copied and the stat names turned into ids. */
 struct dli_lts {
@@ -58,15 +60,9 @@ static int dli_lts_create(const struct dli_feature_create_args *args, void **ins
 	self->host = host;
 	self->ctx = args->ctx;
 	self->tensors = args->tensors;
-	self->schedule = *args->schedule;
-	if (self->schedule.n_ranges) {
-		size_t bytes = self->schedule.n_ranges * sizeof(struct dli_int_pair);
-		struct dli_int_pair *ranges = malloc(bytes);
-		if (!ranges) {
-			free(self);
-			return -ENOMEM;
-		}
-		self->schedule.ranges = memcpy(ranges, args->schedule->ranges, bytes);
+	if (dli_feature_schedule_copy(&self->schedule, args->schedule)) {
+		free(self);
+		return -ENOMEM;
 	}
 	/* The config checked every name against the choices: host stat names, and `histogram`. */
 	size_t n_hist = 0;

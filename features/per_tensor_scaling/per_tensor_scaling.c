@@ -8,6 +8,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
+
 struct dli_pts {
 	const struct dli_host *host;
 	double margin;
@@ -44,15 +46,12 @@ static bool dli_pts_modify_tensor_enabled(const struct dli_feature_call *c, enum
 	return true;
 }
 
-/* The host's format when it says one; else TransformerEngine's hybrid recipe: E5M2's range for
- * the backward pass's gradients, E4M3's precision for the rest. */
+/* The host's format when it says one; else TransformerEngine's hybrid recipe. */
 static enum dli_dtype dli_pts_format(int tensor, const struct dli_quantizer *q)
 {
 	if (q && DLI_HAS_MEMBER(q, struct dli_quantizer, format))
 		return q->format;
-	if (tensor == DLI_TENSOR_GRADIENT || tensor == DLI_TENSOR_DGRAD || tensor == DLI_TENSOR_WGRAD)
-		return DLI_DTYPE_F8E5M2;
-	return DLI_DTYPE_F8E4M3;
+	return dli_feature_hybrid_format(tensor);
 }
 
 static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,

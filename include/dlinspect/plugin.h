@@ -195,6 +195,11 @@ struct dli_host {
 	 * -EINVAL when collection is off; -ENOTSUP when a CUDA tensor was added since the reset (the
 	 * CUDA backend has no histogram yet; the host says so once in the message log). */
 	int (*stats_acc_read_histogram)(struct dli_stats_acc *acc, struct dli_histogram *out);
+
+	/* ABI 1.0: the file system, for loggers (check DLI_HAS_MEMBER first). mkdir -p: creates
+	 * `path` (borrowed) and its missing parents (mode 0755); a component that already exists as
+	 * a directory is fine. 0 or a negative errno; -ENOTDIR when a component is a file. */
+	int (*make_dirs)(const char *path);
 };
 
 /* ---- Features ---- */

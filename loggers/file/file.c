@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include <dlinspect/plugin.h>
@@ -16,6 +15,7 @@
  * nothing behind; after a write error it is closed and reopened by the next call, so a log dir
  * that comes back (space freed, directory recreated) is used again. */
 struct dli_file_log {
+	const struct dli_host *host; /* make_dirs */
 	char *dir;
 	char *path;
 	FILE *fp;
@@ -34,43 +34,10 @@ static int dli_file_errno(void)
 	return errno ? -errno : -EIO;
 }
 
-/* mkdir -p: a component that already exists as a directory is fine, whatever mkdir says about it
- * (EEXIST, or EROFS/EACCES on a read-only parent). */
-static int dli_file_mkdirs(const char *dir)
+static int dli_file_log_init(struct dli_file_log *log, const struct dli_host *host,
+			     const char *log_dir, const char *subdir, int rank)
 {
-	char *copy = strdup(dir);
-	struct stat st;
-	int rc = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	for (char *p = copy + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(copy, 0755) != 0) {
-			int e = errno;
-			if (stat(copy, &st) != 0) {
-				rc = -e;
-				break;
-			}
-			if (!S_ISDIR(st.st_mode)) {
-				rc = -ENOTDIR; /* what mkdir -p says of a file in the way */
-				break;
-			}
-		}
-		*p = c;
-		if (c == '\0')
-			break;
-	}
-	free(copy);
-	return rc;
-}
-
-static int dli_file_log_init(struct dli_file_log *log, const char *log_dir, const char *subdir,
-			     int rank)
-{
+	log->host = host;
 	if (asprintf(&log->dir, "%s/%s", log_dir, subdir) < 0) {
 		log->dir = NULL;
 		return -ENOMEM;
@@ -96,7 +63,7 @@ static int dli_file_log_fail(struct dli_file_log *log)
  * line's timestamp, "value=1.2" would read back as a wrong number. */
 static int dli_file_log_open(struct dli_file_log *log)
 {
-	int rc = dli_file_mkdirs(log->dir);
+	int rc = log->host->make_dirs(log->dir);
 
 	if (rc < 0)
 		return rc;
@@ -180,20 +147,27 @@ static void dli_file_destroy(void *instance)
 static int dli_file_create(const struct dli_logger_create_args *args, void **instance,
 			   struct dli_error *err)
 {
-	struct dli_file_logger *self = calloc(1, sizeof(*self));
 	const char *log_dir = args->log_dir && *args->log_dir ? args->log_dir : ".";
+	struct dli_file_logger *self;
 	int rc;
 
-	if (!self)
+	/* A host table describing modules only (`dlinspect plugins`), or an older core. */
+	if (!DLI_HAS_MEMBER(args->host, struct dli_host, make_dirs) || !args->host->make_dirs) {
+		snprintf(err->message, sizeof(err->message), "the host has no make_dirs call");
+		return -ENOTSUP;
+	}
+	if (!(self = calloc(1, sizeof(*self))))
 		return -ENOMEM;
 	rc = -pthread_mutex_init(&self->lock, NULL);
 	if (rc < 0) {
 		free(self);
 		return rc;
 	}
-	rc = dli_file_log_init(&self->stats, log_dir, "nvdlfw_inspect_statistics_logs", args->rank);
+	rc = dli_file_log_init(&self->stats, args->host, log_dir, "nvdlfw_inspect_statistics_logs",
+			       args->rank);
 	if (rc == 0)
-		rc = dli_file_log_init(&self->messages, log_dir, "nvdlfw_inspect_logs", args->rank);
+		rc = dli_file_log_init(&self->messages, args->host, log_dir, "nvdlfw_inspect_logs",
+				       args->rank);
 	if (rc < 0) {
 		dli_file_destroy(self);
 		return rc;

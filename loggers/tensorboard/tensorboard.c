@@ -50,6 +50,7 @@ struct dli_tb_records {
  * the file is cut back to its last whole record, so what was written before stays readable, and
  * later writes go on from there. */
 struct dli_tb_logger {
+	const struct dli_host *host; /* make_dirs */
 	pthread_mutex_t lock; /* log_scalar and log_histogram may come from several threads */
 	bool writes;          /* this rank is listed in `ranks` */
 	bool histograms;
@@ -72,40 +73,6 @@ static double dli_tb_now(void)
 	if (clock_gettime(CLOCK_REALTIME, &ts) != 0)
 		return 0;
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* mkdir -p, as the file logger does it: a component that already exists as a directory is fine,
- * whatever mkdir says about it (EEXIST, or EROFS/EACCES on a read-only parent). */
-static int dli_tb_mkdirs(const char *dir)
-{
-	char *copy = strdup(dir);
-	struct stat st;
-	int rc = 0;
-
-	if (!copy)
-		return -ENOMEM;
-	for (char *p = copy + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char c = *p;
-		*p = '\0';
-		if (mkdir(copy, 0755) != 0) {
-			int e = errno;
-			if (stat(copy, &st) != 0) {
-				rc = -e;
-				break;
-			}
-			if (!S_ISDIR(st.st_mode)) {
-				rc = -ENOTDIR;
-				break;
-			}
-		}
-		*p = c;
-		if (c == '\0')
-			break;
-	}
-	free(copy);
-	return rc;
 }
 
 /* ---- TFRecord framing ----
@@ -163,7 +130,7 @@ static int dli_tb_write_all(int fd, const unsigned char *p, size_t n)
 static int dli_tb_open(struct dli_tb_logger *self)
 {
 	char host[256] = "localhost";
-	int rc = dli_tb_mkdirs(self->dir);
+	int rc = self->host->make_dirs(self->dir);
 
 	if (rc < 0)
 		return rc;
@@ -324,6 +291,11 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 
 	if (args->n_params < DLI_TB_N_PARAMS)
 		return -EINVAL;
+	/* A host table describing modules only (`dlinspect plugins`), or an older core. */
+	if (!DLI_HAS_MEMBER(args->host, struct dli_host, make_dirs) || !args->host->make_dirs) {
+		snprintf(err->message, sizeof(err->message), "the host has no make_dirs call");
+		return -ENOTSUP;
+	}
 	if (!isfinite(p[DLI_TB_FLUSH_SECS].u.f) || p[DLI_TB_FLUSH_SECS].u.f < 0) {
 		snprintf(err->message, sizeof(err->message),
 			 "flush_secs must be a number of seconds >= 0, got %g",
@@ -341,6 +313,7 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 		free(self);
 		return rc;
 	}
+	self->host = args->host;
 	self->fd = -1;
 	self->writes = listed;
 	self->histograms = p[DLI_TB_HISTOGRAMS].u.b;

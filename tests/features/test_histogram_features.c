@@ -6,7 +6,6 @@
  * tensors (no histogram yet: said once). */
 #include <errno.h>
 #include <float.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,90 +15,17 @@
 #include <dlinspect/dlinspect.h>
 
 #include "check.h"
+#include "dli-test.h"
 
 #define NB 1551 /* TensorFlow's default bucket count */
-
-static char log_dir[256];
-
-/* ---- Running a config (as test_stats_features.c does) ---- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void remove_log_dir(void)
-{
-	if (log_dir[0])
-		nftw(log_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-	log_dir[0] = 0;
-}
-
-static const char *extra_dirs[1];
-static size_t n_extra_dirs;
-
-static struct dli_context *open_yaml(const char *yaml, struct dli_error *err)
-{
-	const char *tmp = getenv("TMPDIR");
-	remove_log_dir();
-	snprintf(log_dir, sizeof log_dir, "%s/dli-hist-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(log_dir)) {
-		perror("mkdtemp");
-		log_dir[0] = 0;
-		return NULL;
-	}
-	struct dli_options o;
-	dli_options_init(&o);
-	o.config_yaml = yaml;
-	o.log_dir = log_dir;
-	o.plugin_dirs = extra_dirs;
-	o.n_plugin_dirs = n_extra_dirs;
-	struct dli_context *ctx = NULL;
-	struct dli_error local;
-	if (dli_init(&o, &ctx, err ? err : &local) && !err)
-		fprintf(stderr, "dli_init: %s\n", local.message);
-	return ctx;
-}
-
-static struct dli_layer *layer(struct dli_context *ctx, const char *name)
-{
-	struct dli_layer *l = NULL;
-	struct dli_error err;
-	if (dli_layer_get(ctx, name, &l, &err))
-		fprintf(stderr, "dli_layer_get(%s): %s\n", name, err.message);
-	return l;
-}
-
-static struct dli_tensor tensor(void *x, enum dli_dtype dt, int64_t n)
-{
-	return (struct dli_tensor){.data = x, .dtype = dt, .ndim = 1, .shape = {n}, .contiguous = true};
-}
-
-/* Lines of `file` (under the log dir) containing `text`. */
-static int count_lines(const char *file, const char *text)
-{
-	char path[512], buf[4096];
-	snprintf(path, sizeof path, "%s/%s", log_dir, file);
-	FILE *f = fopen(path, "r");
-	int n = 0;
-	while (f && fgets(buf, sizeof buf, f))
-		n += strstr(buf, text) != NULL;
-	if (f)
-		fclose(f);
-	return n;
-}
-
-#define STATS_LOG "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
-#define MESSAGE_LOG "nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log"
 
 /* The value of `name` at `iteration` in the statistics log, NaN when absent (*found says). */
 static double logged(const char *name, long iteration, bool *found)
 {
-	char path[512], buf[1024], key[300];
-	snprintf(path, sizeof path, "%s/" STATS_LOG, log_dir);
+	char buf[1024], key[300];
 	snprintf(key, sizeof key, " - INFO - %s \t\t\t\t iteration=%06ld \t\t\t\t value=", name,
 		 iteration);
-	FILE *f = fopen(path, "r");
+	FILE *f = open_log(STATS_LOG);
 	double v = NAN;
 	*found = false;
 	while (f && fgets(buf, sizeof buf, f)) {
@@ -129,10 +55,8 @@ static size_t n_histos;
 
 static size_t read_histos(void)
 {
-	char path[512];
-	snprintf(path, sizeof path, "%s/histograms.txt", log_dir);
 	n_histos = 0;
-	FILE *f = fopen(path, "r");
+	FILE *f = open_log("histograms.txt");
 	if (!f)
 		return 0;
 	static char buf[1 << 17];

@@ -2,7 +2,6 @@
  * and the file logger from the build tree): which steps log, and that every logged value equals an
  * independent naive reference computed here in double from the same data. */
 #include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 #include <dlinspect/dlinspect.h>
 
 #include "check.h"
+#include "dli-test.h"
 #include "kernels-private.h" /* dli_fp8_encode/decode/scale, for the FP8 reference */
 
 #define N_BASIC 12 /* min .. zero%: the LogTensorStats stats, in enum dli_stat order */
@@ -24,63 +24,9 @@ static const char *const fp8_names[7] = {
 	"underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse", "cos_sim", "sqnr_db",
 };
 
-static char log_dir[256];
-
-/* ---- Running a config ---- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void remove_log_dir(void)
-{
-	if (log_dir[0])
-		nftw(log_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-	log_dir[0] = 0;
-}
-
-/* Extra plugin dirs for the next open_yaml (the fake CUDA backend's). */
-static const char *extra_dirs[1];
-static size_t n_extra_dirs;
-
-/* A context for `yaml` logging into a fresh temporary dir; NULL (and *err filled) on failure. */
-static struct dli_context *open_yaml(const char *yaml, struct dli_error *err)
-{
-	const char *tmp = getenv("TMPDIR");
-	remove_log_dir();
-	snprintf(log_dir, sizeof log_dir, "%s/dli-features-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(log_dir)) {
-		perror("mkdtemp");
-		log_dir[0] = 0;
-		return NULL;
-	}
-	struct dli_options o;
-	dli_options_init(&o);
-	o.config_yaml = yaml;
-	o.log_dir = log_dir;
-	o.plugin_dirs = extra_dirs;
-	o.n_plugin_dirs = n_extra_dirs;
-	struct dli_context *ctx = NULL;
-	struct dli_error local;
-	if (dli_init(&o, &ctx, err ? err : &local) && !err)
-		fprintf(stderr, "dli_init: %s\n", local.message);
-	return ctx;
-}
-
-static struct dli_layer *layer(struct dli_context *ctx, const char *name)
-{
-	struct dli_layer *l = NULL;
-	struct dli_error err;
-	if (dli_layer_get(ctx, name, &l, &err))
-		fprintf(stderr, "dli_layer_get(%s): %s\n", name, err.message);
-	return l;
-}
-
 static struct dli_tensor f32(float *x, int64_t n)
 {
-	return (struct dli_tensor){.data = x, .dtype = DLI_DTYPE_F32, .ndim = 1, .shape = {n},
-				   .contiguous = true};
+	return tensor(x, DLI_DTYPE_F32, n);
 }
 
 /* ---- Reading the statistics log ---- */
@@ -98,13 +44,11 @@ static size_t n_lines;
  * 8). Returns how many lines were read; a line of another layout fails a check. */
 static size_t read_stats(void)
 {
-	char path[512], buf[1024];
-	snprintf(path, sizeof path, "%s/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
-		 log_dir);
+	char buf[1024];
 	free(lines);
 	lines = NULL;
 	n_lines = 0;
-	FILE *f = fopen(path, "r");
+	FILE *f = open_log(STATS_LOG);
 	if (!f)
 		return 0;
 	size_t cap = 0;
@@ -135,20 +79,6 @@ static const struct line *find(const char *name, long iteration)
 		if (!strcmp(lines[i].name, name) && lines[i].iteration == iteration)
 			return &lines[i];
 	return NULL;
-}
-
-/* Lines of the message log containing `text`. */
-static int count_messages(const char *text)
-{
-	char path[512], buf[2048];
-	snprintf(path, sizeof path, "%s/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log", log_dir);
-	FILE *f = fopen(path, "r");
-	int n = 0;
-	while (f && fgets(buf, sizeof buf, f))
-		n += strstr(buf, text) != NULL;
-	if (f)
-		fclose(f);
-	return n;
 }
 
 /* ---- Comparing values ---- */
@@ -704,9 +634,9 @@ static void test_fp8_quantized(void)
 			 fp8_names[s]);
 		check_logged(name, 0, want[s], 2e-6);
 	}
-	CHECK_INT(count_messages("WARNING - LogFp8TensorStats: layer "
-				 "'model.layers.1.self_attention.proj', tensor 'weight': the host "
-				 "passed no quantized tensor"),
+	CHECK_INT(count_lines(MESSAGE_LOG, "WARNING - LogFp8TensorStats: layer "
+					   "'model.layers.1.self_attention.proj', tensor 'weight': "
+					   "the host passed no quantized tensor"),
 		  1);
 }
 
@@ -830,8 +760,8 @@ static void test_refused_tensor(void)
 	dli_step(ctx);
 	dli_destroy(ctx);
 	CHECK_INT(read_stats(), 0);
-	CHECK_INT(count_messages("statistics: cannot read a tensor of dtype i32"), 1);
-	CHECK_INT(count_messages("non-contiguous"), 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "statistics: cannot read a tensor of dtype i32"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "non-contiguous"), 0);
 }
 
 /* ---- CUDA tensors ---- */
@@ -866,9 +796,10 @@ static void test_cuda_without_backend(void)
 		dli_step(ctx);
 		dli_destroy(ctx);
 		CHECK_INT(read_stats(), 0);
-		CHECK_INT(count_messages("statistics of CUDA tensors need dlinspect built with CUDA"),
+		CHECK_INT(count_lines(MESSAGE_LOG,
+				      "statistics of CUDA tensors need dlinspect built with CUDA"),
 			  1);
-		CHECK_INT(count_messages("no dli_cuda.so in the plugin dirs"), 1);
+		CHECK_INT(count_lines(MESSAGE_LOG, "no dli_cuda.so in the plugin dirs"), 1);
 	}
 	if (saved)
 		setenv("DLINSPECT_PLUGIN_PATH", env, 1);
@@ -925,8 +856,8 @@ static void test_cuda_fake_backend(void)
 			check_logged(name, step, want[s], 2e-6);
 		}
 	}
-	CHECK_INT(count_messages("could not make an accumulator on device 3: fake: device 3 "
-				 "refused"),
+	CHECK_INT(count_lines(MESSAGE_LOG, "could not make an accumulator on device 3: fake: "
+					   "device 3 refused"),
 		  1);
 out:
 	unsetenv("FAKE_CUDA_REFUSE_DEVICE");

@@ -4,7 +4,6 @@
  * encode/decode and the current-scaling formula written out, and the config errors. */
 #include <errno.h>
 #include <float.h>
-#include <ftw.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -15,62 +14,10 @@
 #include <dlinspect/dlinspect.h>
 
 #include "check.h"
+#include "dli-test.h"
 #include "kernels-private.h" /* dli_fp8_encode/decode, for the reference */
 
 #define N 4099 /* more than one 4096-element cast chunk, and no multiple of a SIMD width */
-
-static char log_dir[256];
-
-/* ---- Running a config ---- */
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	return remove(path);
-}
-
-static void remove_log_dir(void)
-{
-	if (log_dir[0])
-		nftw(log_dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
-	log_dir[0] = 0;
-}
-
-/* A context for `yaml` logging into a fresh temporary dir; NULL (and *err filled) on failure. */
-static struct dli_context *open_yaml(const char *yaml, struct dli_error *err)
-{
-	const char *tmp = getenv("TMPDIR");
-	remove_log_dir();
-	snprintf(log_dir, sizeof log_dir, "%s/dli-modify-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(log_dir)) {
-		perror("mkdtemp");
-		log_dir[0] = 0;
-		return NULL;
-	}
-	struct dli_options o;
-	dli_options_init(&o);
-	o.config_yaml = yaml;
-	o.log_dir = log_dir;
-	struct dli_context *ctx = NULL;
-	struct dli_error local;
-	if (dli_init(&o, &ctx, err ? err : &local) && !err)
-		fprintf(stderr, "dli_init: %s\n", local.message);
-	return ctx;
-}
-
-static struct dli_layer *layer(struct dli_context *ctx, const char *name)
-{
-	struct dli_layer *l = NULL;
-	struct dli_error err;
-	if (dli_layer_get(ctx, name, &l, &err))
-		fprintf(stderr, "dli_layer_get(%s): %s\n", name, err.message);
-	return l;
-}
-
-static struct dli_tensor tensor(void *data, enum dli_dtype dtype, int64_t n)
-{
-	return (struct dli_tensor){.data = data, .dtype = dtype, .ndim = 1, .shape = {n},
-				   .contiguous = true};
-}
 
 /* ---- Data ---- */
 

@@ -18,6 +18,7 @@
 #include <dlinspect/plugin.h>
 
 #include "check.h"
+#include "fsutil-private.h" /* dli_make_dirs, for the stand-in host table */
 
 #define STATS_FILE "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-3.log"
 #define MESSAGES_FILE "nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-3.log"
@@ -46,6 +47,7 @@ static const struct dli_host test_host = {
 	.abi_minor = DLI_ABI_MINOR,
 	.log = host_log,
 	.iteration = host_iteration,
+	.make_dirs = dli_make_dirs, /* the core's, built into this test */
 };
 
 static const struct dli_module *load_module(const char *path, void **handle)

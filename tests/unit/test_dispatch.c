@@ -11,6 +11,7 @@
 #include <dlinspect/dlinspect.h>
 
 #include "check.h"
+#include "dli-test.h"
 #include "schedule-private.h"
 
 struct probe_stats {
@@ -18,30 +19,6 @@ struct probe_stats {
 	double last_value;
 	char label[64];
 };
-
-static char log_dir[256];
-
-static struct dli_context *open_yaml(const char *yaml, struct dli_error *err)
-{
-	struct dli_options o;
-	dli_options_init(&o);
-	o.config_yaml = yaml;
-	o.log_dir = log_dir;
-	struct dli_context *ctx = NULL;
-	int r = dli_init(&o, &ctx, err);
-	if (r)
-		fprintf(stderr, "dli_init: %s\n", err->message);
-	return ctx;
-}
-
-static struct dli_layer *layer(struct dli_context *ctx, const char *name)
-{
-	struct dli_layer *l = NULL;
-	struct dli_error err;
-	if (dli_layer_get(ctx, name, &l, &err))
-		fprintf(stderr, "dli_layer_get(%s): %s\n", name, err.message);
-	return l;
-}
 
 static void test_defaults_without_config(void)
 {
@@ -102,8 +79,7 @@ static void check_schedule(const char *sched_yaml, const struct dli_schedule *ex
 		 "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc1}\n"
 		 "  Probe: {enabled: true, tensors: [activation], %s}\n",
 		 sched_yaml);
-	struct dli_error err;
-	struct dli_context *ctx = open_yaml(yaml, &err);
+	struct dli_context *ctx = open_yaml(yaml, NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -170,7 +146,6 @@ static void test_next_iteration(void)
 
 static void test_several_features(void)
 {
-	struct dli_error err;
 	struct dli_context *ctx = open_yaml(
 		"a:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
 		"  Probe: {enabled: true, tensors: activation, freq: 5, label: five}\n"
@@ -179,7 +154,7 @@ static void test_several_features(void)
 		"  probe_ns:\n    ProbeGemm: {enabled: true, gemms: [dgrad], start_end_list: [[2, 2]]}\n"
 		"c:\n  enabled: true\n  layers: {layer_numbers: [1]}\n"
 		"  transformer_engine:\n    DisableFP8GEMM: {enabled: true, gemms: [fprop]}\n",
-		&err);
+		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -240,13 +215,12 @@ static void test_several_features(void)
 
 static void test_modify(void)
 {
-	struct dli_error err;
 	struct dli_context *ctx = open_yaml(
 		"m:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc2$}\n"
 		"  ProbeModify:\n    enabled: true\n    gemms_struct:\n"
 		"      - {gemm: fprop, tensors: [activation], scale: 2.0}\n"
 		"      - {gemm: wgrad, tensors: [gradient], factor: -1}\n",
-		&err);
+		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -280,7 +254,7 @@ static void test_conflicts_across_sections(void)
 		"  ProbeModify2: {enabled: true, gemms: [fprop, dgrad], tensors: [activation]}\n"
 		"three:\n  enabled: true\n  layers: {layer_numbers: [4]}\n"
 		"  ProbeModify: {enabled: true, gemms: [fprop], tensors: [activation, weight]}\n",
-		&err);
+		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -347,11 +321,10 @@ static void *thread_main(void *p)
 
 static void test_threads(void)
 {
-	struct dli_error err;
 	struct dli_context *ctx = open_yaml(
 		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'fc1$'}\n"
 		"  transformer_engine:\n    disable_fp8_gemm: {enabled: true, gemms: fprop}\n",
-		&err);
+		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -376,14 +349,10 @@ static void test_threads(void)
 /* Scalars a feature emits at dli_step land in the statistics log of DESIGN.md section 8. */
 static void test_statistics_reach_file_logger(void)
 {
-	snprintf(log_dir, sizeof log_dir, "/tmp/dli_stats_XXXXXX");
-	if (!mkdtemp(log_dir))
-		return;
-	struct dli_error err;
 	struct dli_context *ctx = open_yaml(
 		"s:\n  enabled: true\n  layers: {exact_layer_names: [decoder.1.fc1]}\n"
 		"  Probe: {enabled: true, tensors: [weight], freq: 2, label: w}\n",
-		&err);
+		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -396,10 +365,7 @@ static void test_statistics_reach_file_logger(void)
 		dli_step(ctx);
 	}
 	dli_destroy(ctx);
-	char path[512];
-	snprintf(path, sizeof path, "%s/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log",
-		 log_dir);
-	FILE *f = fopen(path, "r");
+	FILE *f = open_log(STATS_LOG);
 	CHECK(f != NULL);
 	if (!f)
 		return;
@@ -423,9 +389,6 @@ static void test_statistics_reach_file_logger(void)
 
 int main(void)
 {
-	snprintf(log_dir, sizeof log_dir, "/tmp/dli_dispatch_XXXXXX");
-	if (!mkdtemp(log_dir))
-		return 2;
 	test_defaults_without_config();
 	test_next_iteration();
 	test_several_features();
@@ -433,5 +396,6 @@ int main(void)
 	test_conflicts_across_sections();
 	test_threads();
 	test_statistics_reach_file_logger();
+	remove_log_dir();
 	return check_exit();
 }
