@@ -105,12 +105,13 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 	t->run.recipe = o->recipe;
 	t->run.gemm = &dlt_gemm_cpu;
 #ifdef DLT_HAVE_CUDA
+	static int cuda_reported;
 	/* Built with CUDA and a GPU present: FP8 GEMMs run through cuBLASLt (the rest on the CPU). */
 	if (o->precision == DLT_FP8) {
 		struct dli_error cerr = {0};
 		if (!dlt_gemm_cuda_create(&dlt_gemm_cpu, &t->cuda_gemm, &cerr))
 			t->run.gemm = &t->cuda_gemm;
-		else if (!o->quiet)
+		else if (!o->quiet && !cuda_reported++) /* once, not per model of the benchmark */
 			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (no CUDA device: %s)\n",
 				cerr.message);
 	}
