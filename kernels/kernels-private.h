@@ -16,6 +16,8 @@
 void dli_stats_record_init(struct dli_stats_record *r);
 /* into = into (+) from, exactly: counts add, extrema combine, (mean, m2) by Chan's formula. */
 void dli_stats_merge(struct dli_stats_record *into, const struct dli_stats_record *from);
+/* Adds only the FP8 quantize-and-compare counts and sums (fp8_count .. x_sq) of `from`. */
+void dli_stats_add_fp8_terms(struct dli_stats_record *into, const struct dli_stats_record *from);
 /* A finalized statistic per DESIGN.md section 6 (NaN propagates into min/max/cur_amax/dynamic
  * range when a NaN was seen; std/var of fewer than 2 elements, and FP8 stats without an FP8 pass,
  * are NaN). */

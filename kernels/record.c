@@ -27,6 +27,17 @@ static double greater(double a, double b)
 	return b > a ? b : a;
 }
 
+void dli_stats_add_fp8_terms(struct dli_stats_record *into, const struct dli_stats_record *from)
+{
+	into->fp8_count += from->fp8_count;
+	into->underflows += from->underflows;
+	into->overflows += from->overflows;
+	into->err_sq += from->err_sq;
+	into->dot += from->dot;
+	into->dq_sq += from->dq_sq;
+	into->x_sq += from->x_sq;
+}
+
 void dli_stats_merge(struct dli_stats_record *into, const struct dli_stats_record *from)
 {
 	uint64_t na = into->count, nb = from->count;
@@ -57,13 +68,7 @@ void dli_stats_merge(struct dli_stats_record *into, const struct dli_stats_recor
 	into->sum_abs += from->sum_abs;
 	into->sum_sq += from->sum_sq;
 
-	into->fp8_count += from->fp8_count;
-	into->underflows += from->underflows;
-	into->overflows += from->overflows;
-	into->err_sq += from->err_sq;
-	into->dot += from->dot;
-	into->dq_sq += from->dq_sq;
-	into->x_sq += from->x_sq;
+	dli_stats_add_fp8_terms(into, from);
 	into->scale_inv_min = lesser(into->scale_inv_min, from->scale_inv_min);
 	into->scale_inv_max = greater(into->scale_inv_max, from->scale_inv_max);
 }

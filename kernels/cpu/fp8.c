@@ -376,17 +376,6 @@ static void run(struct pass *ps, const struct dli_cpu_options *o, int64_t n_chun
 		pass_chunk(ps, c, 0);
 }
 
-static void add_terms(struct dli_stats_record *into, const struct dli_stats_record *from)
-{
-	into->fp8_count += from->fp8_count;
-	into->underflows += from->underflows;
-	into->overflows += from->overflows;
-	into->err_sq += from->err_sq;
-	into->dot += from->dot;
-	into->dq_sq += from->dq_sq;
-	into->x_sq += from->x_sq;
-}
-
 int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
 			float scale, const struct dli_cpu_options *o, struct dli_stats_record *out)
 {
@@ -414,7 +403,7 @@ int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum 
 	if (ps.recs) {
 		run(&ps, o, n_chunks);
 		for (int64_t c = 0; c < n_chunks; c++)
-			add_terms(out, &ps.recs[c]);
+			dli_stats_add_fp8_terms(out, &ps.recs[c]);
 		free(ps.recs);
 		return 0;
 	}
