@@ -454,20 +454,40 @@ static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16
  * product overflowed, and what vdpbf16ps flushes to zero, or a float square loses to underflow,
  * is below 2^-24 of the sums; |s - r| <= |s|), and sum x r 2^J is 0 or above 2^-90 (a flushed
  * product is then negligible too: it is 0 only when every r is); any other block, NaN and inf
- * included, goes through the generic path. */
+ * included, goes through the generic path.
+ *
+ * The loop is bound by vector operations, so a block's end costs little too: its float lanes
+ * go into double lanes that are reduced once per call, and the range test is first made on the
+ * float lanes (every lane of sum x^2 below `hi` and one at least `lo`, so that the sum is inside
+ * the range both unscaled and scaled; one lane of sum x r at least 2^-90, or all of them 0), the
+ * exact test in double only for a block that fails it. */
+static inline __attribute__((always_inline)) __m512d widen_add(__m512d acc, __m512 v)
+{
+	__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+	__m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+	return _mm512_add_pd(acc, _mm512_add_pd(lo, hi));
+}
+
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
 compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
 		  const struct k512 *k, const struct kbf16 *kb, bool bytes,
 		  struct dli_stats_record *acc)
 {
 	double inv = kb->inv, inv2 = inv * inv, ss = _mm512_cvtss_f32(kb->scale);
+	__m512d axs = _mm512_setzero_pd(), adot = axs, adqs = axs, aerr = axs;
+	__m512 lo, hi;
+	const __m512 dmin = _mm512_set1_ps(0x1p-90f);
+	uint64_t count = 0, under = 0, over = 0;
 
 	ss *= ss;
+	/* Sum x^2 < 16 hi <= 2^100 / max(1, ss) and >= lo >= 2^-90 / min(1, ss), with a factor 2 for
+	 * the roundings of ss and of these quotients. */
+	hi = _mm512_set1_ps((float)(ss > 1 ? 0x1p95 / ss : 0x1p95));
+	lo = _mm512_set1_ps((float)(ss < 1 ? 0x1p-89 / ss : 0x1p-89));
 	for (int64_t b = 0; b < n; b += BLOCK) {
 		int64_t bn = n - b < BLOCK ? n - b : BLOCK;
 		const uint16_t *p = data + b;
 		struct bf16_sums t;
-		double xs, dot;
 		int64_t j;
 
 		t.xs = t.dot = t.dqs = t.err0 = t.err1 = _mm512_setzero_ps();
@@ -479,23 +499,35 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 		}
 		if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
 			bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, bytes, &t);
-		xs = sum_pd(t.xs);
-		dot = sum_pd(t.dot);
-		if (!(xs >= 0x1p-90 && xs <= 0x1p100 && xs * ss >= 0x1p-90 && xs * ss <= 0x1p100 &&
-		      (dot == 0 || dot >= 0x1p-90))) {
-			generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
-				      1.0 / ((double)scale * scale), k, acc);
-			continue;
+		if (!(_mm512_cmp_ps_mask(t.xs, hi, _CMP_LE_OQ) == 0xffff &&
+		      _mm512_cmp_ps_mask(t.xs, lo, _CMP_GE_OQ) != 0 &&
+		      (_mm512_cmp_ps_mask(t.dot, dmin, _CMP_GE_OQ) != 0 ||
+		       _mm512_test_epi32_mask(_mm512_castps_si512(t.dot),
+					      _mm512_castps_si512(t.dot)) == 0))) {
+			double xs = sum_pd(t.xs), dot = sum_pd(t.dot);
+			if (!(xs >= 0x1p-90 && xs <= 0x1p100 && xs * ss >= 0x1p-90 &&
+			      xs * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
+				generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
+					      1.0 / ((double)scale * scale), k, acc);
+				continue;
+			}
 		}
-		acc->fp8_count += (uint64_t)bn;
-		acc->underflows += t.under;
+		count += (uint64_t)bn;
+		under += t.under;
 		if (_mm512_cmpgt_epu16_mask(t.xmax, kb->xov))
-			acc->overflows += bf16_overflows(p, bn, kb);
-		acc->x_sq += xs;
-		acc->dot += dot * inv;
-		acc->dq_sq += sum_pd(t.dqs) * inv2;
-		acc->err_sq += (sum_pd(t.err0) + sum_pd(t.err1)) * inv2;
+			over += bf16_overflows(p, bn, kb);
+		axs = widen_add(axs, t.xs);
+		adot = widen_add(adot, t.dot);
+		adqs = widen_add(adqs, t.dqs);
+		aerr = widen_add(aerr, _mm512_add_ps(t.err0, t.err1)); /* 64 terms a lane */
 	}
+	acc->fp8_count += count;
+	acc->underflows += under;
+	acc->overflows += over;
+	acc->x_sq += _mm512_reduce_add_pd(axs);
+	acc->dot += _mm512_reduce_add_pd(adot) * inv;
+	acc->dq_sq += _mm512_reduce_add_pd(adqs) * inv2;
+	acc->err_sq += _mm512_reduce_add_pd(aerr) * inv2;
 }
 
 /* One copy of the loop per lookup. */
