@@ -11,6 +11,7 @@
 
 #include "config-private.h"
 #include "registry-private.h"
+#include "stats-private.h"
 
 struct dli_loader;
 
@@ -79,6 +80,8 @@ struct dli_context {
 	size_t n_instances;
 	struct dli_logger_instance *loggers;
 	size_t n_loggers;
+
+	struct dli_stats_backend cuda; /* statistics of CUDA tensors (core/stats.c) */
 
 	pthread_mutex_t layers_lock; /* taken only to add a layer */
 	_Atomic(struct dli_layer_table *) layers;

@@ -578,6 +578,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = DLI_TENSOR_STANDARD_COUNT;
 	ctx->log_level = DLI_LOG_INFO;
 	pthread_mutex_init(&ctx->layers_lock, NULL);
+	dli_stats_backend_init(&ctx->cuda, ctx);
 	char **dirs = NULL;
 	size_t n_dirs = 0;
 	int r = 0;
@@ -680,6 +681,8 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->loggers[i].entry->desc->ops->destroy)
 			ctx->loggers[i].entry->desc->ops->destroy(ctx->loggers[i].state);
 	free(ctx->loggers);
+	/* Every accumulator went with the layers and instances above: the backend can go. */
+	dli_stats_backend_finish(&ctx->cuda);
 	dli_registry_finish(&ctx->registry);
 	dli_loader_destroy(ctx->loader);
 	dli_config_destroy(ctx->config);

@@ -3,9 +3,29 @@
 #ifndef DLI_STATS_PRIVATE_H
 #define DLI_STATS_PRIVATE_H
 
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
 #include <dlinspect/plugin.h>
 
 #include "kernels-private.h"
+
+struct dli_cuda_backend;
+
+/* A context's CUDA backend (dli_cuda.so), loaded on the first CUDA tensor one of its accumulators
+ * sees, and closed by dli_destroy after every accumulator is gone. */
+struct dli_stats_backend {
+	struct dli_context *ctx;
+	pthread_mutex_t lock; /* serializes the one load attempt */
+	atomic_bool tried;    /* a load was attempted: once per context, so one message at most */
+	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
+	void *handle;
+	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
+};
+
+void dli_stats_backend_init(struct dli_stats_backend *b, struct dli_context *ctx);
+void dli_stats_backend_finish(struct dli_stats_backend *b);
 
 /* The host table members of the same names; see dlinspect/plugin.h for their contracts. */
 struct dli_stats_acc *dli_stats_acc_create(struct dli_context *ctx);

@@ -17,23 +17,6 @@
 #include "loader-private.h"
 #include "stats-private.h"
 
-/* The CUDA backend of one context, loaded on the first CUDA tensor any of its accumulators sees.
- * The context struct has no slot for it, so it lives in this list, keyed by context and counted by
- * the context's live accumulators: feature instances (and so accumulators) are destroyed in
- * dli_destroy before the context, and the last one to go closes the backend. */
-struct dli_stats_backend {
-	struct dli_stats_backend *next;
-	struct dli_context *ctx;
-	size_t users;
-	atomic_bool tried; /* a load was attempted: once per context, so one message at most */
-	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
-	void *handle;
-	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
-};
-
-static pthread_mutex_t dli_backends_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct dli_stats_backend *dli_backends;
-
 /* One device accumulator per CUDA device the tensors came from. */
 struct dli_stats_device {
 	int device;
@@ -69,37 +52,19 @@ static const char *dtype_name(enum dli_dtype d)
 
 /* ---- The per-context backend ---- */
 
-static struct dli_stats_backend *backend_acquire(struct dli_context *ctx)
+void dli_stats_backend_init(struct dli_stats_backend *b, struct dli_context *ctx)
 {
-	pthread_mutex_lock(&dli_backends_lock);
-	struct dli_stats_backend *b = dli_backends;
-	while (b && b->ctx != ctx)
-		b = b->next;
-	if (!b && (b = calloc(1, sizeof *b))) {
-		b->ctx = ctx;
-		b->next = dli_backends;
-		dli_backends = b;
-	}
-	if (b)
-		b->users++;
-	pthread_mutex_unlock(&dli_backends_lock);
-	return b;
+	memset(b, 0, sizeof *b);
+	b->ctx = ctx;
+	pthread_mutex_init(&b->lock, NULL);
 }
 
-static void backend_release(struct dli_stats_backend *b)
+void dli_stats_backend_finish(struct dli_stats_backend *b)
 {
-	pthread_mutex_lock(&dli_backends_lock);
-	if (--b->users) {
-		pthread_mutex_unlock(&dli_backends_lock);
-		return;
-	}
-	struct dli_stats_backend **p = &dli_backends;
-	while (*p != b)
-		p = &(*p)->next;
-	*p = b->next;
-	pthread_mutex_unlock(&dli_backends_lock);
 	dli_loader_close_backend(b->handle);
-	free(b);
+	b->handle = NULL;
+	atomic_store(&b->ops, NULL);
+	pthread_mutex_destroy(&b->lock);
 }
 
 /* Opens dli_cuda.so from the context's plugin search path. On failure err says why. */
@@ -148,13 +113,13 @@ static const struct dli_cuda_backend *backend_get(struct dli_stats_acc *acc)
 		return ops;
 	struct dli_error err = {0};
 	int r = 0;
-	pthread_mutex_lock(&dli_backends_lock);
+	pthread_mutex_lock(&b->lock);
 	if (!atomic_load(&b->tried)) {
 		r = backend_open(b, &err);
 		atomic_store(&b->tried, true);
 	}
 	ops = atomic_load(&b->ops);
-	pthread_mutex_unlock(&dli_backends_lock);
+	pthread_mutex_unlock(&b->lock);
 	if (r)
 		dli_log(acc->ctx, DLI_LOG_ERROR,
 			"statistics of CUDA tensors need dlinspect built with CUDA (nvcc found at "
@@ -192,10 +157,7 @@ struct dli_stats_acc *dli_stats_acc_create(struct dli_context *ctx)
 	struct dli_stats_acc *acc = calloc(1, sizeof *acc);
 	if (!acc)
 		return NULL;
-	if (!(acc->backend = backend_acquire(ctx))) {
-		free(acc);
-		return NULL;
-	}
+	acc->backend = &ctx->cuda;
 	acc->ctx = ctx;
 	pthread_mutex_init(&acc->lock, NULL);
 	dli_stats_record_init(&acc->host);
@@ -215,7 +177,6 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 	free(acc->hist_limits);
 	free(acc->hist_buckets);
 	pthread_mutex_destroy(&acc->lock);
-	backend_release(acc->backend);
 	free(acc);
 }
 
