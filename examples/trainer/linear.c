@@ -220,6 +220,24 @@ static int operand(struct dlt_linear *l, struct dlt_run *run, int t, int k, cons
 	return 0;
 }
 
+/* Hands inspect_tensor device copies when the run has a mirror (the CUDA path); `slot` is any
+ * address unique to the (layer, tensor). On failure the host tensor is inspected as it is. */
+static void mirror(struct dlt_run *run, const void *slot, struct dli_tensor *x,
+		   struct dli_quantized_tensor *q)
+{
+	if (!run->mirror)
+		return;
+	struct dli_tensor hx = *x;
+	struct dli_quantized_tensor hq;
+	if (q)
+		hq = *q;
+	if (run->mirror(run->mirror_state, slot, x, q)) {
+		*x = hx;
+		if (q)
+			*q = hq;
+	}
+}
+
 /* inspect_tensor on an input tensor, with its FP8 form for each GEMM that reads the cast. */
 static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, const float *hp,
 			  int rows, int cols)
@@ -235,6 +253,7 @@ static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, cons
 	bool have = run->precision == DLT_FP8 && s->cast_step == run->step;
 	const struct dli_quantized_tensor *row = have && uses_cast(l, run, t, 0) ? &q : NULL;
 	const struct dli_quantized_tensor *col = have && uses_cast(l, run, t, 1) ? &q : NULL;
+	mirror(run, &s->meta, &x, row || col ? &q : NULL);
 	run->inspects++;
 	int r;
 	TIMED(run, r = dli_inspect_tensor(l->layer, t, &x, row, col));
@@ -266,6 +285,7 @@ static int result(struct dlt_linear *l, struct dlt_run *run, enum dli_gemm g, in
 			note_error(run, l, "modify_tensor", t, r);
 	}
 	if (l->inspect[t]) {
+		mirror(run, &l->inspect[t], &x, NULL);
 		run->inspects++;
 		int r;
 		TIMED(run, r = dli_inspect_tensor(l->layer, t, &x, NULL, NULL));

@@ -34,6 +34,14 @@ struct dlt_run {
 	double dli_seconds;  /* that time, when timed */
 	int error;     /* the first failure of a dlinspect call (negative errno), 0 if none */
 	char error_msg[256];
+	/* When set (the CUDA path), inspect_tensor gets device copies: `mirror` copies the tensor x
+	 * (and q's FP8 codes and scale_inv, when q is non-NULL) into device buffers kept per `slot`
+	 * and rewrites the descriptors to point at them, so dlinspect measures them with its CUDA
+	 * kernels. A slot's buffers are reused next step on the same stream, after the statistics
+	 * queued on them. 0 or a negative errno (the host copy is then inspected instead). */
+	int (*mirror)(void *state, const void *slot, struct dli_tensor *x,
+		      struct dli_quantized_tensor *q);
+	void *mirror_state;
 };
 
 /* Per input tensor of the GEMMs (activation, gradient, weight: ids 0..2 of enum dli_tensor_kind). */

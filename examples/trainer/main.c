@@ -19,6 +19,7 @@
 #include "model.h"
 #ifdef DLT_HAVE_CUDA
 #include "gemm_cuda.h"
+#include "mirror_cuda.h"
 #endif
 
 struct options {
@@ -39,6 +40,7 @@ struct trainer {
 	struct dli_context *dli;
 #ifdef DLT_HAVE_CUDA
 	struct dlt_gemm_backend cuda_gemm; /* state NULL unless FP8 GEMMs run through cuBLASLt */
+	struct dlt_mirror *mirror;         /* inspected tensors go to the GPU for the statistics */
 #endif
 	struct dlt_run run;
 	struct dlt_model model;
@@ -77,6 +79,7 @@ static void trainer_finish(struct trainer *t)
 	dli_destroy(t->dli); /* flushes the loggers */
 #ifdef DLT_HAVE_CUDA
 	dlt_gemm_cuda_destroy(&t->cuda_gemm);
+	dlt_mirror_destroy(t->mirror); /* after dli_destroy: the statistics read their buffers */
 #endif
 	memset(t, 0, sizeof *t);
 }
@@ -109,8 +112,17 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 	/* Built with CUDA and a GPU present: FP8 GEMMs run through cuBLASLt (the rest on the CPU). */
 	if (o->precision == DLT_FP8) {
 		struct dli_error cerr = {0};
-		if (!dlt_gemm_cuda_create(&dlt_gemm_cpu, &t->cuda_gemm, &cerr))
+		char msg[256];
+		if (!dlt_gemm_cuda_create(&dlt_gemm_cpu, &t->cuda_gemm, &cerr)) {
 			t->run.gemm = &t->cuda_gemm;
+			/* And the statistics through dlinspect's CUDA kernels. */
+			if (t->dli && !dlt_mirror_create(&t->mirror, msg, sizeof msg)) {
+				t->run.mirror = dlt_mirror_tensor;
+				t->run.mirror_state = t->mirror;
+			} else if (t->dli && !o->quiet) {
+				fprintf(stderr, "dlinspect-train: statistics on the CPU: %s\n", msg);
+			}
+		}
 		else if (!o->quiet && !cuda_reported++) /* once, not per model of the benchmark */
 			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (no CUDA device: %s)\n",
 				cerr.message);
