@@ -4,6 +4,7 @@
 #define DLI_TEST_H
 
 #include <ftw.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,18 @@ static char log_dir[256];
 /* Extra plugin dirs for the next open_yaml (e.g. the fake CUDA backend's). */
 static const char *extra_dirs[1];
 static size_t n_extra_dirs;
+
+/* Puts the stand-in CUDA backend ($FAKE_CUDA_DIR, set by the meson test) on the plugin path of
+ * the next open_yaml; false (and a failed check in the caller) when it is not set. */
+static inline bool use_fake_cuda(void)
+{
+	const char *dir = getenv("FAKE_CUDA_DIR");
+	if (!dir)
+		return false;
+	extra_dirs[0] = dir;
+	n_extra_dirs = 1;
+	return true;
+}
 
 static inline int dli_test_rm_entry(const char *path, const struct stat *st, int flag,
 				    struct FTW *ftw)

@@ -23,10 +23,9 @@ static const char *type_name(enum dli_param_type t)
 static void print_params(const struct dli_param_desc *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
-		printf("        %-16s %-20s %s%s%s", p[i].key, type_name(p[i].type),
+		printf("        %-16s %-20s %s%s", p[i].key, type_name(p[i].type),
 		       p[i].required ? "required" : "default ",
-		       p[i].required ? "" : p[i].default_value ? p[i].default_value : "(none)",
-		       p[i].alias ? "" : "");
+		       p[i].required ? "" : p[i].default_value ? p[i].default_value : "(none)");
 		if (p[i].alias)
 			printf("  (also '%s')", p[i].alias);
 		printf("\n        %-16s %s\n", "", p[i].doc ? p[i].doc : "");

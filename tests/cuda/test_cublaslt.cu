@@ -48,45 +48,12 @@ using namespace dli_cuda;
 
 /* ---- Random data and host references ---- */
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
+#define SAMPLE_SEED 0x2545f4914f6cdd1dull
+#include "sample.h"
 
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-static double urand(void)
-{
-	return (double)(rnd() >> 11) * 0x1p-53;
-}
-
-static float gauss(void)
-{
-	double u = urand() + 1e-300, v = urand();
-	return (float)(sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
-}
-
-/* Normal values over several decades, zeros of both signs, f32 subnormals and, with `specials`,
- * NaNs and infinities. */
 static float sample(bool specials)
 {
-	unsigned r = (unsigned)(rnd() % 1000);
-	if (specials && r < 5)
-		return NAN;
-	if (specials && r < 9)
-		return r & 1 ? INFINITY : -INFINITY;
-	if (r < 40)
-		return r & 1 ? 0.0f : -0.0f;
-	if (r < 60) {
-		uint32_t bits = (uint32_t)(rnd() & 0x807fffffu) | 1u;
-		float f;
-		memcpy(&f, &bits, 4);
-		return f;
-	}
-	return gauss() * (float)pow(10.0, (double)(rnd() % 7) - 3.0);
+	return sample_in(specials, -3, 7);
 }
 
 static uint32_t bits_of(float f)

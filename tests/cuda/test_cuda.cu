@@ -31,45 +31,12 @@ static const struct dli_cuda_backend *be;
 
 /* ---- Random data ---- */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
+#define SAMPLE_SEED 0x9e3779b97f4a7c15ull
+#include "sample.h"
 
-static uint64_t rnd(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
-
-static double urand(void)
-{
-	return (double)(rnd() >> 11) * 0x1p-53;
-}
-
-static float gauss(void)
-{
-	double u = urand() + 1e-300, v = urand();
-	return (float)(sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v));
-}
-
-/* Mostly normal values over several decades; zeros of both signs, subnormals, and with
- * `specials` NaNs and infinities. */
 static float sample(bool specials)
 {
-	unsigned r = (unsigned)(rnd() % 1000);
-	if (specials && r < 5)
-		return NAN;
-	if (specials && r < 9)
-		return r & 1 ? INFINITY : -INFINITY;
-	if (r < 40)
-		return r & 1 ? 0.0f : -0.0f;
-	if (r < 60) {
-		uint32_t bits = (uint32_t)(rnd() & 0x807fffffu) | 1u; /* an f32 subnormal */
-		float f;
-		memcpy(&f, &bits, 4);
-		return f;
-	}
-	return gauss() * (float)pow(10.0, (double)(rnd() % 5) - 2.0);
+	return sample_in(specials, -2, 5);
 }
 
 static uint16_t half_bits(float f)

@@ -810,12 +810,10 @@ static void test_cuda_without_backend(void)
  * stats of all three; the next step starts empty; a device the backend refuses is reported once. */
 static void test_cuda_fake_backend(void)
 {
-	const char *dir = getenv("FAKE_CUDA_DIR");
-	CHECK(dir != NULL);
-	if (!dir)
+	bool fake = use_fake_cuda();
+	CHECK(fake);
+	if (!fake)
 		return;
-	extra_dirs[0] = dir;
-	n_extra_dirs = 1;
 	setenv("FAKE_CUDA_REFUSE_DEVICE", "3", 1);
 	struct dli_context *ctx = open_yaml(cuda_yaml, NULL);
 	CHECK(ctx != NULL);
