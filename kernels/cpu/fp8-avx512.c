@@ -231,28 +231,31 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
  * ms in [1, 2)): its rounding to float, and then to the format's mantissa, depends on m alone.
  * So the cast's value r (dq * scale, an FP8 value and so exactly a bf16) is P(m) * 2^(E-127+es)
  * with P(m) = the format's rounding of fl(1.m * ms), in [1, 4]: in bf16 bits, |x| plus an entry
- * of a 128-entry table D, looked up 32 lanes at a time with two word permutes. Saturation is a
+ * of a 128-entry table D, looked up 32 lanes at a time (one byte permute with VBMI, else two
+ * word permutes). Saturation is a
  * min on the bits (the values only grow with x); |x| > xov, a bf16 bound found once per call,
  * is an overflow; below xn (the first |x| whose product is normal in the format) lie the
  * underflows and the subnormal grid, rare in data scaled to the format: a vector holding one
  * takes the float path (vec_step's arithmetic) for its r.
  *
  * The lanes hold r * 2^J rather than r, with J chosen (from the scale) so that the table's
- * value for x = 0 is below 2^-124: its square, and its product with 0, vanish in the sums, so
- * zeros need no mask. The loop is bound by vector operations, the FMA pipes busiest (on Zen 4
- * compares into mask registers use them too), so it has only two such compares: the overflow
- * count comes from a running max of |x|, recounted only in blocks that overflowed.
- * Products of two bf16 are exact in float, so x^2, x r and r^2 are summed with vdpbf16ps (32
- * elements an instruction); the error s - r needs the full product and goes through float FMA
- * lanes. */
+ * value for x = 0 is below 2^-125: its square, and its product with 0, vanish in the sums, so
+ * zeros need no mask. Products of two bf16 are exact in float, so x^2 and r^2 (and in the
+ * careful step x r) are summed with vdpbf16ps (32 elements an instruction); the error s - r
+ * needs the full product and goes through float FMA lanes.
+ *
+ * The loop is bound by vector operations (on Zen 4 about two 512-bit ones a cycle, one of them
+ * on the FMA pipes, which compares into mask registers use too), so the common case has its own
+ * step with 16 of them and no compare: the fast step, for groups of vectors whose values all
+ * lie in [xn, xov], checked once per group. Any other group is redone by the careful step. */
 struct kbf16 {
 	__m512i t0, t1, t2, t3; /* D[0..127], 32 a register */
-	/* With VBMI, where D spans less than 256 (always, for these scales): D[m] - base at byte
-	 * (m + base) mod 128 of tb0:tb1, looked up by one vpermi2b with index |x| + base. */
-	__m512i tb0, tb1, base;
+	/* With VBMI: D[m] + 1 at byte (m - 1) mod 128 of tb0:tb1, looked up by one vpermi2b with
+	 * index |x| - 1. */
+	__m512i tb0, tb1;
 	bool bytes;
 	__m512i maxr;           /* bf16 bits of the format's max * 2^J */
-	__m512i xn1, xov, one, absmask, sign16, hi16, bit6;
+	__m512i xn1, xov, one, absmask, hi16, bit6;
 	__m512 scale;           /* scale * 2^J */
 	__m512 pj;              /* 2^J */
 	double inv;             /* 2^-J / scale: r * 2^J back to dq */
@@ -284,7 +287,7 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	bool e4 = format == DLI_DTYPE_F8E4M3;
 	int bias = e4 ? 7 : 15;
 	float fmax = e4 ? 448.0f : 57344.0f;
-	uint32_t sb, p0;
+	uint32_t sb;
 	int es, j, xn;
 	int16_t d[128];
 	float ms;
@@ -311,29 +314,34 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 		__m512i dv = _mm512_sub_epi32(_mm512_srli_epi32(p, 16), mi);
 		_mm256_storeu_si256((__m256i *)(d + m), _mm512_cvtepi32_epi16(dv));
 	}
-	/* P(0) is 1.x or 2: its exponent k0 (0 or 1). With J = 1 - es - k0, r * 2^J has the bf16
-	 * exponent E + k(m) - k0 + 1 - 127 (k(m) >= k0: P grows with m), so |x| + D[m] with
-	 * D[m] = bits16(P(m)) - m - (126 + k0) * 128 (modulo 2^16) is its bits; x = 0 gives
-	 * 1.x * 2^-126. */
-	p0 = (uint32_t)(uint16_t)d[0];
-	j = 1 - es - (int)((p0 >> 7) - 127);
-	for (int m = 0; m < 128; m++)
-		d[m] = (int16_t)(uint16_t)((uint32_t)(uint16_t)d[m] -
-					   (uint32_t)(126 + (p0 >> 7) - 127) * 128u);
+	/* Now d[m] = F[m] = bits16(P(m)) - m. For x = 1.m * 2^(E-127), r * 2^J has the bits
+	 * F[m] + m + (E - 127 + es + J) * 128, so |x| + D[m] with D[m] = F[m] + 128 c, c = es + J -
+	 * 127. c is chosen so that D[m] is in [0, 254] for every m (F spans less than 64, so it
+	 * always can be): then x = 0 gives bits below 0x100, a value below 2^-125, and the byte
+	 * table below holds D[m] + 1. */
 	{
-		int dmin = 1 << 16, dmax = -1;
-		uint8_t tb[128];
+		int fmin = 1 << 16, fmax16 = -1, c;
 		for (int m = 0; m < 128; m++) {
 			int v = (uint16_t)d[m];
-			dmin = v < dmin ? v : dmin;
-			dmax = v > dmax ? v : dmax;
+			fmin = v < fmin ? v : fmin;
+			fmax16 = v > fmax16 ? v : fmax16;
 		}
-		kb->bytes = dmax - dmin <= 255 && __builtin_cpu_supports("avx512vbmi");
+		c = -(fmin / 128);
+		if (fmax16 + 128 * c > 254)
+			return false; /* cannot happen: F spans less than 64 */
+		j = 127 + c - es;
 		for (int m = 0; m < 128; m++)
-			tb[(m + dmin) & 127] = (uint8_t)((uint16_t)d[m] - dmin);
+			d[m] = (int16_t)(d[m] + 128 * c);
+	}
+	{
+		uint8_t tb[128];
+		/* byte (m - 1) mod 128 holds D[m] + 1: indexed by |x| - 1 (the low seven bits of its
+		 * low byte are m - 1 mod 128), |x| - 1 + D[m] + 1 is r's bits */
+		for (int m = 0; m < 128; m++)
+			tb[(m + 127) & 127] = (uint8_t)(d[m] + 1);
+		kb->bytes = __builtin_cpu_supports("avx512vbmi");
 		kb->tb0 = _mm512_loadu_si512(tb);
 		kb->tb1 = _mm512_loadu_si512(tb + 64);
-		kb->base = _mm512_set1_epi16((short)dmin);
 	}
 	kb->t0 = _mm512_loadu_si512(d);
 	kb->t1 = _mm512_loadu_si512(d + 32);
@@ -352,7 +360,6 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	}
 	kb->one = _mm512_set1_epi16(1);
 	kb->absmask = _mm512_set1_epi16(0x7fff);
-	kb->sign16 = _mm512_set1_epi16((short)0x8000);
 	kb->hi16 = _mm512_set1_epi32((int)0xffff0000u);
 	kb->bit6 = _mm512_set1_epi16(0x40);
 	kb->scale = _mm512_set1_ps(ldexpf(scale, j));
@@ -361,9 +368,10 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	return true;
 }
 
-/* r * 2^J for all 32 lanes by the float path: for vectors holding a value below xn. */
-static __attribute__((noinline)) __m512i bf16_r_float(__m512i xa, const struct k512 *k,
-						      const struct kbf16 *kb)
+/* r * 2^J for all 32 lanes by the float path: for vectors holding a value below xn. Inlined, as
+ * a call would clobber every vector register and push the loop's constants out to memory. */
+static inline __attribute__((always_inline)) __m512i bf16_r_float(__m512i xa, const struct k512 *k,
+								  const struct kbf16 *kb)
 {
 	__m512i h[2];
 
@@ -380,60 +388,98 @@ static __attribute__((noinline)) __m512i bf16_r_float(__m512i xa, const struct k
 	return _mm512_or_si512(_mm512_srli_epi32(h[0], 16), _mm512_and_si512(h[1], kb->hi16));
 }
 
-struct bf16_sums {
-	__m512 xs, dot, dqs, err0, err1;
-	__m512i xmax;
-	uint32_t under;
+/* The sums of a block in float lanes. The fast step's vectors go into f, without sum x r (see
+ * compare_bf16_body); the careful step's into c, with it. */
+struct bf16_lanes {
+	__m512 xs, dqs, err0, err1, dot;
 };
 
-/* One vector of 32 elements at p (lanes past `m` zero). x and r carry x's sign (their product
- * and squares do not care), so the float views of x for s - r come straight from memory: a
- * masked load keeps the odd elements, which are then the upper halves of 32-bit lanes, and the
- * same load one element earlier gives the even ones. */
-__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
-bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
-	  bool bytes, struct bf16_sums *t)
-{
-	__m512i x = _mm512_maskz_loadu_epi16(m, p);
-	__m512 x1 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(m & 0xaaaaaaaau, p));
-	__m512 x0 = _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((m << 1) & 0xaaaaaaaau, p - 1));
-	__m512i xa = _mm512_and_si512(x, kb->absmask);
-	/* |x| - 1 < xn - 1: a nonzero below xn (0 wraps around to the top) */
-	__mmask32 low = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(xa, kb->one), kb->xn1);
-	__m512i r;
-	__m512 d0, d1;
+struct bf16_sums {
+	struct bf16_lanes f, c;
+	__m512i xmax;            /* careful steps: the largest |x| */
+	uint32_t under;
+	uint32_t low_vectors;    /* careful steps: vectors that took the float path */
+	uint32_t careful_steps;
+};
 
+/* The table's r * 2^J for |x| (xa; ib = xa - 1 with the byte table), unsaturated. */
+static inline __attribute__((always_inline)) __m512i bf16_lookup(__m512i xa, __m512i ib,
+								 const struct kbf16 *kb, bool bytes)
+{
 	if (bytes) {
-		/* |x| + base + the byte of (m + base) mod 128, zero-extended (the high byte of each
-		 * word zeroed by the mask): |x| + D[m]. Inline assembly, so that this function needs
-		 * no VBMI target of its own. */
-		__m512i ib = _mm512_add_epi16(xa, kb->base);
+		/* xa - 1 + the byte of (m - 1) mod 128, zero-extended (the high byte of each word
+		 * zeroed by the mask): xa + D[m]. Inline assembly, so that this function needs no
+		 * VBMI target of its own. */
 		__m512i tv = ib;
 		__asm__("vpermi2b %[t1], %[t0], %[v]%{%[k]%}%{z%}"
 			: [v] "+v"(tv)
 			: [t0] "v"(kb->tb0), [t1] "v"(kb->tb1), [k] "Yk"((__mmask64)0x5555555555555555ull));
-		r = _mm512_add_epi16(ib, tv);
-	} else {
-		__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
-		__m512i b = _mm512_permutex2var_epi16(kb->t2, xa, kb->t3);
-		__mmask32 b6 = _mm512_test_epi16_mask(xa, kb->bit6);
-		r = _mm512_add_epi16(xa, _mm512_mask_blend_epi16(b6, a, b));
+		return _mm512_add_epi16(ib, tv);
 	}
-	r = _mm512_min_epu16(r, kb->maxr);
+	__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
+	__m512i b = _mm512_permutex2var_epi16(kb->t2, xa, kb->t3);
+	__mmask32 b6 = _mm512_test_epi16_mask(xa, kb->bit6);
+	return _mm512_add_epi16(xa, _mm512_mask_blend_epi16(b6, a, b));
+}
+
+/* (s - r)^2 into err0 (even elements) and err1 (odd ones), in float lanes: the even elements
+ * shifted up, the odd ones masked, of |x| and of r alike. */
+static inline __attribute__((always_inline)) void
+bf16_err(__m512i xa, __m512i r, const struct kbf16 *kb, struct bf16_lanes *l)
+{
+	__m512 x0 = _mm512_castsi512_ps(_mm512_slli_epi32(xa, 16));
+	__m512 x1 = _mm512_castsi512_ps(_mm512_and_si512(xa, kb->hi16));
+	__m512 d0 = _mm512_fmsub_ps(x0, kb->scale, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
+	__m512 d1 = _mm512_fmsub_ps(x1, kb->scale, _mm512_castsi512_ps(_mm512_and_si512(r, kb->hi16)));
+
+	l->err0 = _mm512_fmadd_ps(d0, d0, l->err0);
+	l->err1 = _mm512_fmadd_ps(d1, d1, l->err1);
+}
+
+/* The careful step, for any vector: 32 elements at p (lanes past `m` zero), saturated, and a
+ * vector holding a nonzero below xn takes the float path for its r. Magnitudes throughout:
+ * every term is the same on them. */
+__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
+	  bool bytes, struct bf16_sums *t)
+{
+	__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p), kb->absmask);
+	__m512i ib = _mm512_sub_epi16(xa, kb->one); /* 0 wraps around to the top */
+	__mmask32 low = _mm512_cmplt_epu16_mask(ib, kb->xn1); /* a nonzero below xn */
+	__m512i r = _mm512_min_epu16(bf16_lookup(xa, ib, kb, bytes), kb->maxr);
+
 	t->xmax = _mm512_max_epu16(t->xmax, xa);
 	if (__builtin_expect(low != 0, 0)) {
 		r = bf16_r_float(xa, k, kb);
 		t->under += (uint32_t)__builtin_popcount(_mm512_mask_testn_epi16_mask(
 			_mm512_test_epi16_mask(xa, xa), r, r));
+		t->low_vectors++;
 	}
-	r = _mm512_ternarylogic_epi32(r, x, kb->sign16, 0xf8); /* r | (x & sign) */
-	t->xs = _mm512_dpbf16_ps(t->xs, (__m512bh)x, (__m512bh)x);
-	t->dot = _mm512_dpbf16_ps(t->dot, (__m512bh)x, (__m512bh)r);
-	t->dqs = _mm512_dpbf16_ps(t->dqs, (__m512bh)r, (__m512bh)r);
-	d0 = _mm512_fmsub_ps(x0, kb->scale, _mm512_castsi512_ps(_mm512_slli_epi32(r, 16)));
-	d1 = _mm512_fmsub_ps(x1, kb->scale, _mm512_castsi512_ps(_mm512_and_si512(r, kb->hi16)));
-	t->err0 = _mm512_fmadd_ps(d0, d0, t->err0);
-	t->err1 = _mm512_fmadd_ps(d1, d1, t->err1);
+	t->careful_steps++;
+	t->c.xs = _mm512_dpbf16_ps(t->c.xs, (__m512bh)xa, (__m512bh)xa);
+	t->c.dot = _mm512_dpbf16_ps(t->c.dot, (__m512bh)xa, (__m512bh)r);
+	t->c.dqs = _mm512_dpbf16_ps(t->c.dqs, (__m512bh)r, (__m512bh)r);
+	bf16_err(xa, r, kb, &t->c);
+}
+
+/* The fast step, for a whole vector whose nonzero magnitudes all lie in [xn, xov]: there the
+ * table's r needs no saturation (it grows with |x|, and xov's product rounds to at most the
+ * max) and no float path. Whether the vector was such is known only afterwards, from the
+ * running minimum of |x| - 1 (zeros wrap to the top) and maximum of |x| that it leaves in lowm
+ * and xmax. */
+__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+bf16_fast_step(const uint16_t *p, const struct kbf16 *kb, bool bytes, struct bf16_lanes *f,
+	       __m512i *lowm, __m512i *xmax)
+{
+	__m512i xa = _mm512_and_si512(_mm512_loadu_si512(p), kb->absmask);
+	__m512i ib = _mm512_sub_epi16(xa, kb->one);
+	__m512i r = bf16_lookup(xa, ib, kb, bytes);
+
+	*lowm = _mm512_min_epu16(*lowm, ib);
+	*xmax = _mm512_max_epu16(*xmax, xa);
+	f->xs = _mm512_dpbf16_ps(f->xs, (__m512bh)xa, (__m512bh)xa);
+	f->dqs = _mm512_dpbf16_ps(f->dqs, (__m512bh)r, (__m512bh)r);
+	bf16_err(xa, r, kb, f);
 }
 
 /* Overflows in bn elements at p: |x| > xov. */
@@ -449,18 +495,49 @@ static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16
 	return over;
 }
 
-/* The bf16 blocks. The sums are of x^2 (unscaled), x r 2^J and r^2 2^2J, (s - r)^2 2^2J: a block
- * is trusted when sum x^2 is in the safe range both unscaled and times (scale 2^J)^2 (then no
- * product overflowed, and what vdpbf16ps flushes to zero, or a float square loses to underflow,
- * is below 2^-24 of the sums; |s - r| <= |s|), and sum x r 2^J is 0 or above 2^-90 (a flushed
- * product is then negligible too: it is 0 only when every r is); any other block, NaN and inf
- * included, goes through the generic path.
- *
- * The loop is bound by vector operations, so a block's end costs little too: its float lanes
- * go into double lanes that are reduced once per call, and the range test is first made on the
- * float lanes (every lane of sum x^2 below `hi` and one at least `lo`, so that the sum is inside
- * the range both unscaled and scaled; one lane of sum x r at least 2^-90, or all of them 0), the
- * exact test in double only for a block that fails it. */
+/* Vectors per group of the fast path. */
+#define GROUP 8
+
+/* One block's terms into t. Groups of GROUP whole vectors go through the fast step; a group
+ * that held a value the fast step cannot take (the test comes at its end, so the loop has no
+ * branch per vector) is undone, its sums put back as they were (register copies), and redone
+ * by the careful step. The rest of the block, and every block of `careful` mode, take the
+ * careful step. Returns the number of groups redone. */
+__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) uint32_t
+bf16_block(const uint16_t *p, int64_t bn, const struct k512 *k, const struct kbf16 *kb,
+	   bool bytes, bool careful, struct bf16_sums *t)
+{
+	uint32_t redone = 0;
+	int64_t j = 0;
+
+	if (!careful) {
+		for (; j + 32 * GROUP <= bn; j += 32 * GROUP) {
+			struct bf16_lanes saved = t->f;
+			__m512i lowm = _mm512_set1_epi16(-1), xmax = _mm512_setzero_si512();
+
+			for (int g = 0; g < GROUP; g++) {
+				_mm_prefetch((const char *)(p + j + 32 * g) + DLI_PREFETCH_BYTES,
+					     _MM_HINT_T0);
+				bf16_fast_step(p + j + 32 * g, kb, bytes, &t->f, &lowm, &xmax);
+			}
+			if (__builtin_expect((_mm512_cmplt_epu16_mask(lowm, kb->xn1) |
+					      _mm512_cmpgt_epu16_mask(xmax, kb->xov)) != 0, 0)) {
+				t->f = saved;
+				for (int g = 0; g < GROUP; g++)
+					bf16_step(p + j + 32 * g, 0xffffffffu, k, kb, bytes, t);
+				redone++;
+			}
+		}
+	}
+	for (; j + 32 <= bn; j += 32) {
+		_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		bf16_step(p + j, 0xffffffffu, k, kb, bytes, t);
+	}
+	if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
+		bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, bytes, t);
+	return redone;
+}
+
 static inline __attribute__((always_inline)) __m512d widen_add(__m512d acc, __m512 v)
 {
 	__m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
@@ -468,18 +545,43 @@ static inline __attribute__((always_inline)) __m512d widen_add(__m512d acc, __m5
 	return _mm512_add_pd(acc, _mm512_add_pd(lo, hi));
 }
 
+/* The bf16 blocks. The sums are of x^2 (unscaled), x r 2^J and r^2 2^2J, (s - r)^2 2^2J: a block
+ * is trusted when sum x^2 is in the safe range both unscaled and times (scale 2^J)^2 (then no
+ * product overflowed, and what vdpbf16ps flushes to zero, or a float square loses to underflow,
+ * is below 2^-24 of the sums; |s - r| <= |s|), and the careful steps' sum x r 2^J is 0 or above
+ * 2^-90 (a flushed product is then negligible too: it is 0 only when every r is); any other
+ * block, NaN and inf included, goes through the generic path.
+ *
+ * The fast step leaves out sum x r: for each element x r = (s^2 + r^2 - (s - r)^2) / (2 S) (with
+ * S = scale 2^J, s = x S), so over the fast steps it is (S^2 sum x^2 + sum r^2 - sum (s - r)^2) /
+ * (2 S), made once per call from the double sums. It does not cancel there: every r of a fast
+ * step is within a few percent of its s, so sum (s - r)^2 is below 2^-5 of sum s^2. (Where
+ * values underflow or saturate it would cancel to noise: those are the careful step's.)
+ *
+ * The loop is bound by vector operations, so a block's end costs little too: its float lanes
+ * go into double lanes that are reduced once per call, and the range test is first made on the
+ * float lanes (every lane of sum x^2 below `hi` and one at least `lo`, so that the sum is inside
+ * the range both unscaled and scaled; one lane of sum x r at least 2^-90, or all of them 0), the
+ * exact test in double only for a block that fails it.
+ *
+ * Data where values outside the fast step's range are common (many underflows or overflows)
+ * would have most groups undone: after a block with two such groups (or, in careful mode, two
+ * vectors below xn or two overflows) the next block goes straight to the careful step. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
 compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
 		  const struct k512 *k, const struct kbf16 *kb, bool bytes,
 		  struct dli_stats_record *acc)
 {
-	double inv = kb->inv, inv2 = inv * inv, ss = _mm512_cvtss_f32(kb->scale);
-	__m512d axs = _mm512_setzero_pd(), adot = axs, adqs = axs, aerr = axs;
+	double inv = kb->inv, inv2 = inv * inv, S = _mm512_cvtss_f32(kb->scale), ss = S * S;
+	const __m512d zero = _mm512_setzero_pd();
+	__m512d fxs = zero, fdqs = zero, ferr = zero;          /* fast steps */
+	__m512d cxs = zero, cdot = zero, cdqs = zero, cerr = zero; /* careful steps */
 	__m512 lo, hi;
 	const __m512 dmin = _mm512_set1_ps(0x1p-90f);
 	uint64_t count = 0, under = 0, over = 0;
+	bool careful = false;
+	double fdot;
 
-	ss *= ss;
 	/* Sum x^2 < 16 hi <= 2^100 / max(1, ss) and >= lo >= 2^-90 / min(1, ss), with a factor 2 for
 	 * the roundings of ss and of these quotients. */
 	hi = _mm512_set1_ps((float)(ss > 1 ? 0x1p95 / ss : 0x1p95));
@@ -488,46 +590,56 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 		int64_t bn = n - b < BLOCK ? n - b : BLOCK;
 		const uint16_t *p = data + b;
 		struct bf16_sums t;
-		int64_t j;
+		uint32_t redone, block_over = 0;
+		__m512 xs;
 
-		t.xs = t.dot = t.dqs = t.err0 = t.err1 = _mm512_setzero_ps();
+		t.f.xs = t.f.dqs = t.f.err0 = t.f.err1 = t.f.dot = _mm512_setzero_ps();
+		t.c = t.f;
 		t.xmax = _mm512_setzero_si512();
-		t.under = 0;
-		for (j = 0; j + 32 <= bn; j += 32) {
-			_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-			bf16_step(p + j, 0xffffffffu, k, kb, bytes, &t);
-		}
-		if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
-			bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, bytes, &t);
-		if (!(_mm512_cmp_ps_mask(t.xs, hi, _CMP_LE_OQ) == 0xffff &&
-		      _mm512_cmp_ps_mask(t.xs, lo, _CMP_GE_OQ) != 0 &&
-		      (_mm512_cmp_ps_mask(t.dot, dmin, _CMP_GE_OQ) != 0 ||
-		       _mm512_test_epi32_mask(_mm512_castps_si512(t.dot),
-					      _mm512_castps_si512(t.dot)) == 0))) {
-			double xs = sum_pd(t.xs), dot = sum_pd(t.dot);
-			if (!(xs >= 0x1p-90 && xs <= 0x1p100 && xs * ss >= 0x1p-90 &&
-			      xs * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
+		t.under = t.low_vectors = t.careful_steps = 0;
+		redone = bf16_block(p, bn, k, kb, bytes, careful, &t);
+		xs = _mm512_add_ps(t.f.xs, t.c.xs);
+		if (!(_mm512_cmp_ps_mask(xs, hi, _CMP_LE_OQ) == 0xffff &&
+		      _mm512_cmp_ps_mask(xs, lo, _CMP_GE_OQ) != 0 &&
+		      (_mm512_cmp_ps_mask(t.c.dot, dmin, _CMP_GE_OQ) != 0 ||
+		       _mm512_test_epi32_mask(_mm512_castps_si512(t.c.dot),
+					      _mm512_castps_si512(t.c.dot)) == 0))) {
+			double sx = sum_pd(t.f.xs) + sum_pd(t.c.xs), dot = sum_pd(t.c.dot);
+			if (!(sx >= 0x1p-90 && sx <= 0x1p100 && sx * ss >= 0x1p-90 &&
+			      sx * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
 				generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
 					      1.0 / ((double)scale * scale), k, acc);
 				continue;
 			}
 		}
+		if (t.careful_steps) {
+			if (_mm512_cmpgt_epu16_mask(t.xmax, kb->xov))
+				block_over = bf16_overflows(p, bn, kb);
+			cxs = widen_add(cxs, t.c.xs);
+			cdot = widen_add(cdot, t.c.dot);
+			cdqs = widen_add(cdqs, t.c.dqs);
+			cerr = widen_add(cerr, _mm512_add_ps(t.c.err0, t.c.err1));
+		}
+		careful = careful ? t.low_vectors >= 2 || block_over >= 2 : redone >= 2;
 		count += (uint64_t)bn;
 		under += t.under;
-		if (_mm512_cmpgt_epu16_mask(t.xmax, kb->xov))
-			over += bf16_overflows(p, bn, kb);
-		axs = widen_add(axs, t.xs);
-		adot = widen_add(adot, t.dot);
-		adqs = widen_add(adqs, t.dqs);
-		aerr = widen_add(aerr, _mm512_add_ps(t.err0, t.err1)); /* 64 terms a lane */
+		over += block_over;
+		fxs = widen_add(fxs, t.f.xs);
+		fdqs = widen_add(fdqs, t.f.dqs);
+		ferr = widen_add(ferr, _mm512_add_ps(t.f.err0, t.f.err1)); /* 64 terms a lane */
 	}
-	acc->fp8_count += count;
-	acc->underflows += under;
-	acc->overflows += over;
-	acc->x_sq += _mm512_reduce_add_pd(axs);
-	acc->dot += _mm512_reduce_add_pd(adot) * inv;
-	acc->dq_sq += _mm512_reduce_add_pd(adqs) * inv2;
-	acc->err_sq += _mm512_reduce_add_pd(aerr) * inv2;
+	{
+		double sx = _mm512_reduce_add_pd(fxs), sq = _mm512_reduce_add_pd(fdqs),
+		       se = _mm512_reduce_add_pd(ferr);
+		fdot = (ss * sx + sq - se) / (2 * S);
+		acc->fp8_count += count;
+		acc->underflows += under;
+		acc->overflows += over;
+		acc->x_sq += sx + _mm512_reduce_add_pd(cxs);
+		acc->dot += (fdot + _mm512_reduce_add_pd(cdot)) * inv;
+		acc->dq_sq += (sq + _mm512_reduce_add_pd(cdqs)) * inv2;
+		acc->err_sq += (se + _mm512_reduce_add_pd(cerr)) * inv2;
+	}
 }
 
 /* One copy of the loop per lookup. */

@@ -518,6 +518,81 @@ static void test_bf16_every_pattern_one_by_one(void)
 	}
 }
 
+/* The same in the AVX-512 pass's fast groups (256 elements and more, so a whole group of eight
+ * vectors precedes the tail): each finite pattern alone among zeros, which the fast step takes;
+ * a pattern it cannot take has its group redone by the careful step. The zeros add nothing but
+ * the count, so the reference is the pattern's own terms. */
+static void test_bf16_every_pattern_in_a_fast_group(void)
+{
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f };
+	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
+	uint16_t *v = calloc(512, 2);
+
+	for (int k = 0; k < 2; k++) {
+		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+			int bad = 0;
+			for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
+				int64_t n = 256 + (int64_t)(u % 37), at = (int64_t)(u * 7) % 256;
+				uint16_t one = (uint16_t)u;
+				struct dli_stats_record r;
+				struct terms t;
+				char what[96];
+
+				if ((u & 0x7f80) == 0x7f80)
+					continue;
+				v[at] = one;
+				if (dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k], scales[si], &o,
+							&r) == -ENOTSUP) {
+					free(v);
+					return;
+				}
+				v[at] = 0;
+				t = reference(&one, DLI_DTYPE_BF16, 1, formats[k], scales[si]);
+				t.count = (uint64_t)n;
+				snprintf(what, sizeof(what), "bf16 0x%04x at %lld of %lld, scale %g %s", u,
+					 (long long)at, (long long)n, (double)scales[si], format_names[k]);
+				bad += compare_terms(&r, &t, 1e-6, what);
+			}
+			CHECK_INT(bad, 0);
+		}
+	}
+	free(v);
+}
+
+/* Data that moves the AVX-512 bf16 pass between its fast groups and its careful blocks: stretches
+ * of ordinary values, of values below the format's normals every few elements (which send the
+ * following blocks to the careful step), with a tiny value or an overflow now and then (a fast
+ * group redone), and the same after a switch back. */
+static void test_bf16_fast_and_careful_stretches(void)
+{
+	int64_t n = 96 * 1024 + 77;
+	uint16_t *x = malloc((size_t)n * 2);
+
+	for (int64_t i = 0; i < n; i++) {
+		int64_t blk = i / 1024;
+		float v = (float)(0.5 + (double)(next_u64() % 1000) / 700.0); /* [0.5, 1.93] */
+		if (next_u64() & 1)
+			v = -v;
+		/* below the normals of both formats at these scales */
+		if (blk >= 16 && blk < 40 && i % 53 == 0)
+			v = 1e-12f; /* many a block: careful blocks */
+		if (blk >= 40 && blk < 48 && i % 301 == 0)
+			v = -3e-10f; /* three or four a block */
+		if (blk >= 48 && blk < 56 && i % 1024 == 517)
+			v = -3e-10f; /* one a block: one fast group redone */
+		if (blk >= 56 && blk < 72 && i % 97 == 0)
+			v = 1e5f; /* overflows */
+		if (blk >= 80 && i % 4099 == 0)
+			v = 0.0f;
+		x[i] = (uint16_t)(fbits(v) >> 16);
+	}
+	for (int k = 0; k < 2; k++) {
+		compare_all_paths(x, DLI_DTYPE_BF16, n, k, k == 0 ? 448.0f / 2.0f : 57344.0f / 2.0f, 20);
+		compare_all_paths(x + 5, DLI_DTYPE_BF16, n - 5, k, 100.0f, 21);
+	}
+	free(x);
+}
+
 /* Every finite bf16 pattern in one buffer, sorted (so most blocks are in the table path's range)
  * and shuffled, through the AVX-512 pass with and without the table path. */
 static void test_bf16_all_patterns_both_avx512_paths(void)
@@ -748,6 +823,8 @@ int main(void)
 	test_compare_against_reference();
 	test_simd_codes_identical();
 	test_bf16_every_pattern_one_by_one();
+	test_bf16_every_pattern_in_a_fast_group();
+	test_bf16_fast_and_careful_stretches();
 	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
 	test_zero_tiny_and_huge_blocks();
