@@ -199,9 +199,21 @@ static uint64_t next_u64(void)
 struct row {
 	const char *name;
 	int threads;
-	double gbs, read_gbs, target;
+	double gbs, read_gbs, ratio, target;
 	bool available;
 };
+
+/* The median of n values (n <= REPS), which it sorts. */
+static double median(double *v, int n)
+{
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+			double t = v[j];
+			v[j] = v[j - 1];
+			v[j - 1] = t;
+		}
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 static const char usage[] = "usage: dlinspect bench stats [--json] [--size-mib N] [--threads N]\n";
 
@@ -265,7 +277,7 @@ int dli_bench_stats(int argc, char **argv)
 	int nr = 0;
 	int counts[2] = {1, all};
 	bool ok = true;
-	double read1 = 0, stats1 = 0, stats_all = 0;
+	double read1 = 0, rd = 0, stats1 = 0, stats_all = 0;
 	static const struct { enum pass_kind kind; const char *name; double target; } passes[] = {
 		{STATS_F32, "stats_f32", 0.90},
 		{STATS_BF16, "stats_bf16", 0.80},
@@ -275,41 +287,45 @@ int dli_bench_stats(int argc, char **argv)
 	enum { NP = sizeof(passes) / sizeof(passes[0]) };
 	for (int k = 0; k < (all > 1 ? 2 : 1); k++) {
 		int t = counts[k];
-		/* Best of REPS, each round timing the read reference and every pass back to back: the
-		 * machine is shared, the best run is the least disturbed, and interleaving puts the
-		 * reference and the passes under the same conditions. */
-		double rd = 1e30, best[NP];
+		/* REPS rounds; in each, every pass right after a read of its own, so that the two see
+		 * the same machine: it is shared, and its memory bandwidth moves by a fifth from one
+		 * second to the next. Each column is the median over the rounds: the pass's GB/s, the
+		 * GB/s of the reads paired with it, and the ratio of each pair. A single best read
+		 * set against a single best pass would compare two different moments. */
+		double tread[NP][REPS], tpass[NP][REPS], ratio[NP][REPS];
 		bool avail[NP];
-		for (int p = 0; p < NP; p++) {
-			best[p] = 1e30;
+		for (int p = 0; p < NP; p++)
 			avail[p] = true;
-		}
 		for (int rep = 0; rep < REPS; rep++) {
-			double tr = run_once(&b, READ, t, simd);
-			rd = tr < rd ? tr : rd;
 			for (int p = 0; p < NP; p++) {
 				if (!avail[p])
 					continue;
+				double tr = run_once(&b, READ, t, simd);
 				double tp = run_once(&b, passes[p].kind, t, simd);
-				if (tp < 0)
+				if (tp < 0) {
 					avail[p] = false;
-				else if (tp < best[p])
-					best[p] = tp;
+					continue;
+				}
+				tread[p][rep] = tr;
+				tpass[p][rep] = tp;
+				ratio[p][rep] = tr / tp;
 			}
 		}
-		rd = (double)bytes / rd / 1e9;
 		for (int p = 0; p < NP; p++) {
 			struct row *w = &rows[nr++];
 			w->name = passes[p].name;
 			w->threads = t;
-			w->read_gbs = rd;
 			w->target = passes[p].target;
 			w->available = avail[p];
-			w->gbs = avail[p] ? (double)bytes / best[p] / 1e9 : 0;
-			if (w->available && w->gbs / rd < w->target)
+			w->gbs = avail[p] ? (double)bytes / median(tpass[p], REPS) / 1e9 : 0;
+			w->read_gbs = (double)bytes / median(tread[p], REPS) / 1e9;
+			w->ratio = avail[p] ? median(ratio[p], REPS) : 0;
+			if (w->available && w->ratio < w->target)
 				ok = false;
-			if (passes[p].kind == STATS_F32)
+			if (passes[p].kind == STATS_F32) {
 				*(k ? &stats_all : &stats1) = w->gbs;
+				rd = w->read_gbs;
+			}
 		}
 		if (k == 0)
 			read1 = rd;
@@ -321,7 +337,7 @@ int dli_bench_stats(int argc, char **argv)
 		       "\"read_gbs\": {\"1\": %.3f", size_mib, dli_simd_name(simd), REPS,
 		       DLI_PREFETCH_BYTES, read1);
 		if (all > 1)
-			printf(", \"%d\": %.3f", all, rows[nr - 1].read_gbs);
+			printf(", \"%d\": %.3f", all, rows[nr - NP].read_gbs);
 		printf("}, \"passes\": [");
 		for (int i = 0; i < nr; i++) {
 			struct row *w = &rows[i];
@@ -330,8 +346,8 @@ int dli_bench_stats(int argc, char **argv)
 			if (w->available)
 				printf(", \"gbs\": %.3f, \"read_gbs\": %.3f, \"ratio\": %.3f, \"target\": %.2f, "
 				       "\"met\": %s",
-				       w->gbs, w->read_gbs, w->gbs / w->read_gbs, w->target,
-				       w->gbs / w->read_gbs >= w->target ? "true" : "false");
+				       w->gbs, w->read_gbs, w->ratio, w->target,
+				       w->ratio >= w->target ? "true" : "false");
 			printf("}");
 		}
 		printf("], \"numpy\": ");
@@ -342,7 +358,8 @@ int dli_bench_stats(int argc, char **argv)
 			printf("null");
 		printf(", \"targets_met\": %s}\n", ok ? "true" : "false");
 	} else {
-		printf("statistics passes over %ld MiB, best of %d runs, %s, prefetch %d bytes ahead\n",
+		printf("statistics passes over %ld MiB, medians of %d rounds (each pass paired with a read "
+		       "just before it), %s, prefetch %d bytes ahead\n",
 		       size_mib, REPS, dli_simd_name(simd), DLI_PREFETCH_BYTES);
 		printf("  %-18s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
@@ -353,7 +370,7 @@ int dli_bench_stats(int argc, char **argv)
 				       w->threads);
 				continue;
 			}
-			double q = w->gbs / w->read_gbs;
+			double q = w->ratio;
 			printf("  %-18s %7d %9.2f %9.2f %7.3f  >= %.2f %s\n", w->name, w->threads, w->gbs,
 			       w->read_gbs, q, w->target, q >= w->target ? "met" : "NOT MET");
 		}

@@ -25,7 +25,29 @@ struct k512 {
 	__m512i rebias;
 	__m512i nancode, signmask;
 	int mshift;
+	/* The fast step's range for |x| (float bits): nonzero below xn1 + 1 lands below the
+	 * format's normals, above xov beyond its max. */
+	__m512i xn1, xov, one;
 };
+
+/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit,
+ * or -1. */
+static int64_t f32_last_le(float scale, float limit)
+{
+	int64_t lo = -1, hi = 0x7f7fffff; /* lo: known <= (or -1), hi + 1 .. : known > */
+
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		uint32_t u = (uint32_t)mid;
+		float v;
+		memcpy(&v, &u, sizeof(v));
+		if (v * scale <= limit)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
 
 static void k512_init(struct k512 *k, enum dli_dtype format, float scale)
 {
@@ -43,6 +65,12 @@ static void k512_init(struct k512 *k, enum dli_dtype format, float scale)
 	k->nancode = _mm512_set1_epi32(format == DLI_DTYPE_F8E4M3 ? 0x7f : 0x7e);
 	k->signmask = _mm512_set1_epi32(0x80);
 	k->mshift = 23 - mbits;
+	/* xn - 1: the last magnitude whose product is below the smallest normal */
+	k->xn1 = _mm512_set1_epi32((int)f32_last_le(scale, nextafterf(ldexpf(1.0f, 1 - bias),
+								     0.0f)));
+	k->xov = _mm512_set1_epi32((int)f32_last_le(scale, format == DLI_DTYPE_F8E4M3 ? 448.0f
+										     : 57344.0f));
+	k->one = _mm512_set1_epi32(1);
 }
 
 /* Up to 16 elements from element i on, widened to float; lanes outside `m` read nothing and are
@@ -145,17 +173,64 @@ vec_step(const void *data, enum dli_dtype dtype, int64_t i, __mmask16 m, const s
 	t->over += (uint32_t)__builtin_popcount(of);
 }
 
+/* vec_step for a whole vector whose nonzero magnitudes all lie in [xn, xov] (finite, and no
+ * underflow or overflow to count, nor saturation or subnormal grid to apply), with the same
+ * terms in the same order; whether it was such is known afterwards, from the running minimum
+ * of |x| - 1 (zeros wrap around to the top) and maximum of |x| it leaves in lowm and xmax. As
+ * |x| * scale = |x * scale|, it works on magnitudes from the start. */
+static inline __attribute__((always_inline)) void
+vec_fast(const void *data, enum dli_dtype dtype, int64_t i, const struct k512 *k,
+	 struct block_sums *t, __m512i *lowm, __m512i *xmax)
+{
+	__m512i xa = _mm512_and_si512(_mm512_castps_si512(load16(data, dtype, i, 0xffff)),
+				      k->absmask);
+	__m512 s = _mm512_mul_ps(_mm512_castsi512_ps(xa), k->scale);
+	__m512 c = _mm512_castsi512_ps(_mm512_add_epi32(
+		_mm512_and_si512(_mm512_castps_si512(s), k->expmask), k->cadd));
+	__m512 r = _mm512_sub_ps(_mm512_add_ps(s, c), c);
+	__m512 d = _mm512_sub_ps(s, r);
+
+	*lowm = _mm512_min_epu32(*lowm, _mm512_sub_epi32(xa, k->one));
+	*xmax = _mm512_max_epu32(*xmax, xa);
+	t->err = _mm512_fmadd_ps(d, d, t->err);
+	t->dot = _mm512_fmadd_ps(s, r, t->dot);
+	t->dqs = _mm512_fmadd_ps(r, r, t->dqs);
+	t->xs = _mm512_fmadd_ps(s, s, t->xs);
+}
+
+/* Vectors per group of vec_fast. */
+#define FAST_GROUP 16
+
 static inline __attribute__((always_inline)) void
 block_pass(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, const struct k512 *k,
 	   bool careful, struct block_sums *t)
 {
 	int64_t sz = (int64_t)dli_dtype_size(dtype);
-	int64_t j;
+	int64_t j = 0;
 
 	t->err = t->dot = t->dqs = t->xs = _mm512_setzero_ps();
 	t->under = t->over = t->finite = t->finite_nonzero = 0;
+	/* Groups through vec_fast, a group that held another value undone (its sums put back:
+	 * register copies) and redone by vec_step; the test comes once a group, so the loop has
+	 * no compare into a mask and no count. */
+	for (; !careful && j + 16 * FAST_GROUP <= bn; j += 16 * FAST_GROUP) {
+		struct block_sums saved = *t;
+		__m512i lowm = _mm512_set1_epi32(-1), xmax = _mm512_setzero_si512();
+
+		for (int g = 0; g < FAST_GROUP; g++) {
+			_mm_prefetch((const char *)data + (b + j + 16 * g) * sz + DLI_PREFETCH_BYTES,
+				     _MM_HINT_T0);
+			vec_fast(data, dtype, b + j + 16 * g, k, t, &lowm, &xmax);
+		}
+		if (__builtin_expect((_mm512_cmplt_epu32_mask(lowm, k->xn1) |
+				      _mm512_cmpgt_epu32_mask(xmax, k->xov)) != 0, 0)) {
+			*t = saved;
+			for (int g = 0; g < FAST_GROUP; g++)
+				vec_step(data, dtype, b + j + 16 * g, 0xffff, k, false, t);
+		}
+	}
 	/* Whole vectors unmasked, then the masked tail: no mask arithmetic in the hot loop. */
-	for (j = 0; j + 16 <= bn; j += 16) {
+	for (; j + 16 <= bn; j += 16) {
 		if (!careful) /* the careful pass rereads the block from L1 */
 			_mm_prefetch((const char *)data + (b + j) * sz + DLI_PREFETCH_BYTES,
 				     _MM_HINT_T0);
@@ -653,8 +728,8 @@ compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale
 		compare_bf16_body(data, n, format, scale, k, kb, false, acc);
 }
 
-/* The bf16 table path: on when the CPU has vdpbf16ps; tests turn it off to reach the generic
- * path with bf16 input. */
+/* The bf16 table path: on when the CPU has vdpbf16ps; tests turn it off (0) to reach the
+ * generic path with bf16 input, or (2) make it look up words as on CPUs without VBMI. */
 int dli_fp8_avx512_bf16_table = 1;
 
 void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
@@ -675,6 +750,7 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 
 			k512_init(&k, format, scale);
 			if (kbf16_init(&kb, &k, format, scale)) {
+				kb.bytes = kb.bytes && dli_fp8_avx512_bf16_table != 2;
 				compare_bf16(data, n, format, scale, &k, &kb, acc);
 				break;
 			}

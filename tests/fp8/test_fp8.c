@@ -521,14 +521,16 @@ static void test_bf16_every_pattern_one_by_one(void)
 /* The same in the AVX-512 pass's fast groups (256 elements and more, so a whole group of eight
  * vectors precedes the tail): each finite pattern alone among zeros, which the fast step takes;
  * a pattern it cannot take has its group redone by the careful step. The zeros add nothing but
- * the count, so the reference is the pattern's own terms. */
+ * the count, so the reference is the pattern's own terms. With byte and with word lookups. */
 static void test_bf16_every_pattern_in_a_fast_group(void)
 {
 	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f };
 	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	uint16_t *v = calloc(512, 2);
 
-	for (int k = 0; k < 2; k++) {
+	for (int kt = 0; kt < 4; kt++) {
+		int k = kt & 1;
+		dli_fp8_avx512_bf16_table = kt < 2 ? 1 : 2; /* byte lookups, then words */
 		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
 			int bad = 0;
 			for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
@@ -543,6 +545,7 @@ static void test_bf16_every_pattern_in_a_fast_group(void)
 				v[at] = one;
 				if (dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k], scales[si], &o,
 							&r) == -ENOTSUP) {
+					dli_fp8_avx512_bf16_table = 1;
 					free(v);
 					return;
 				}
@@ -556,6 +559,7 @@ static void test_bf16_every_pattern_in_a_fast_group(void)
 			CHECK_INT(bad, 0);
 		}
 	}
+	dli_fp8_avx512_bf16_table = 1;
 	free(v);
 }
 
@@ -593,6 +597,57 @@ static void test_bf16_fast_and_careful_stretches(void)
 	free(x);
 }
 
+/* The AVX-512 pass's fast groups on f32 (and f16) input: values on both sides of the edges of
+ * the fast range (the least |x| whose product is normal in the format, the largest whose product
+ * is at most its max), zeros, float subnormals, NaN and inf, each alone in a group, among zeros
+ * (so that its own terms show) and among ordinary values. */
+static void test_f32_fast_group_edges(void)
+{
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 1e-30f };
+	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
+	int64_t n = 256 * 2 + 23;
+	float *x = malloc((size_t)n * 4);
+
+	for (int k = 0; k < 2; k++)
+		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+			float sc = scales[si], fmax = dli_fp8_max(formats[k]);
+			float tiny = ldexpf(1.0f, k == 0 ? -6 : -14);
+			float edges[] = { tiny / sc, fmax / sc, 0.0f, -0.0f, 0x1p-140f, FLT_MIN, 1.0f,
+					  FLT_MAX, INFINITY, NAN };
+			int bad = 0;
+			for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); e++)
+				for (int ulp = -3; ulp <= 3; ulp++)
+					for (int bg = 0; bg < 2; bg++) {
+						float v = edges[e];
+						int64_t at = (int64_t)(e * 37 + (size_t)(ulp + 3) * 71) % 256;
+						struct dli_stats_record r;
+						struct terms t;
+						char what[128];
+
+						if (e < 2 && isfinite(v))
+							for (int u = 0; u < (ulp < 0 ? -ulp : ulp); u++)
+								v = nextafterf(v, ulp < 0 ? 0.0f : INFINITY);
+						else if (ulp != 0)
+							continue;
+						for (int64_t i = 0; i < n; i++)
+							x[i] = bg ? (float)(i % 7 + 1) * fmax / 9.0f / sc : 0.0f;
+						x[at] = e & 1 ? -v : v;
+						if (dli_cpu_fp8_compare(x, DLI_DTYPE_F32, n, formats[k], sc, &o,
+									&r) == -ENOTSUP) {
+							free(x);
+							return;
+						}
+						t = reference(x, DLI_DTYPE_F32, n, formats[k], sc);
+						snprintf(what, sizeof(what), "f32 %a at %lld bg %d scale %g %s",
+							 (double)x[at], (long long)at, bg, (double)sc,
+							 format_names[k]);
+						bad += compare_terms(&r, &t, bg ? 1e-5 : 1e-6, what);
+					}
+			CHECK_INT(bad, 0);
+		}
+	free(x);
+}
+
 /* Every finite bf16 pattern in one buffer, sorted (so most blocks are in the table path's range)
  * and shuffled, through the AVX-512 pass with and without the table path. */
 static void test_bf16_all_patterns_both_avx512_paths(void)
@@ -612,7 +667,7 @@ static void test_bf16_all_patterns_both_avx512_paths(void)
 				h[i] = h[j];
 				h[j] = tmp;
 			}
-		for (int table = 0; table < 2; table++) {
+		for (int table = 0; table < 3; table++) { /* off, bytes, words */
 			dli_fp8_avx512_bf16_table = table;
 			for (int k = 0; k < 2; k++)
 				for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++)
@@ -825,6 +880,7 @@ int main(void)
 	test_bf16_every_pattern_one_by_one();
 	test_bf16_every_pattern_in_a_fast_group();
 	test_bf16_fast_and_careful_stretches();
+	test_f32_fast_group_edges();
 	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
 	test_zero_tiny_and_huge_blocks();
