@@ -336,22 +336,13 @@ struct kbf16 {
 	double inv;             /* 2^-J / scale: r * 2^J back to dq */
 };
 
-/* The largest bf16 magnitude (bits 0 .. 0x7f7f) whose product with scale is <= limit, or -1. */
+/* The largest bf16 magnitude (bits 0 .. 0x7f7f) whose product with scale is <= limit, or -1:
+ * the bf16 bits b with b << 16 at most the largest such float. */
 static int bf16_last_le(float scale, float limit)
 {
-	int lo = -1, hi = 0x7f7f; /* lo: known <= (or -1), hi + 1 .. : known > */
+	int64_t f = f32_last_le(scale, limit);
 
-	while (lo < hi) {
-		int mid = lo + (hi - lo + 1) / 2;
-		uint32_t u = (uint32_t)mid << 16;
-		float v;
-		memcpy(&v, &u, sizeof(v));
-		if (v * scale <= limit)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
+	return f < 0 ? -1 : (int)(f >> 16);
 }
 
 /* The constants for one (format, scale); false for a scale outside [2^-40, 2^41) (where the
