@@ -201,19 +201,22 @@ vec_fast(const void *data, enum dli_dtype dtype, int64_t i, const struct k512 *k
 /* Vectors per group of vec_fast. */
 #define FAST_GROUP 16
 
-static inline __attribute__((always_inline)) void
+/* One pass over a block into t: vec_step's, careful or not, and when `fast` (never with careful)
+ * groups through vec_fast first. Returns the number of groups redone. */
+static inline __attribute__((always_inline)) int
 block_pass(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, const struct k512 *k,
-	   bool careful, struct block_sums *t)
+	   bool careful, bool fast, struct block_sums *t)
 {
 	int64_t sz = (int64_t)dli_dtype_size(dtype);
 	int64_t j = 0;
+	int redone = 0;
 
 	t->err = t->dot = t->dqs = t->xs = _mm512_setzero_ps();
 	t->under = t->over = t->finite = t->finite_nonzero = 0;
 	/* Groups through vec_fast, a group that held another value undone (its sums put back:
 	 * register copies) and redone by vec_step; the test comes once a group, so the loop has
 	 * no compare into a mask and no count. */
-	for (; !careful && j + 16 * FAST_GROUP <= bn; j += 16 * FAST_GROUP) {
+	for (; fast && j + 16 * FAST_GROUP <= bn; j += 16 * FAST_GROUP) {
 		struct block_sums saved = *t;
 		__m512i lowm = _mm512_set1_epi32(-1), xmax = _mm512_setzero_si512();
 
@@ -227,6 +230,7 @@ block_pass(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, const 
 			*t = saved;
 			for (int g = 0; g < FAST_GROUP; g++)
 				vec_step(data, dtype, b + j + 16 * g, 0xffff, k, false, t);
+			redone++;
 		}
 	}
 	/* Whole vectors unmasked, then the masked tail: no mask arithmetic in the hot loop. */
@@ -238,6 +242,7 @@ block_pass(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, const 
 	}
 	if (j < bn)
 		vec_step(data, dtype, b + j, tail_mask(bn - j), k, careful, t);
+	return redone;
 }
 
 /* The float lanes are trusted when sum s^2 is well inside float range: then no s^2, s*r or
@@ -247,17 +252,31 @@ static inline bool in_range(float xs)
 	return xs >= 0x1p-90f && xs <= 0x1p100f;
 }
 
+/* Whether blocks try vec_fast's groups. Where values outside its range are common (many
+ * underflows or overflows), most groups would be done twice: after a block that redid two, the
+ * blocks go straight to vec_step, and every 32nd of them tries the groups again. */
+struct fast_mode {
+	bool off;
+	unsigned since; /* blocks since it went off */
+};
+
 /* One block of any input type: the fast pass, and for a block whose float sums left the safe
  * range, the ladder of rare cases. */
 static inline __attribute__((always_inline)) void
 generic_block(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, enum dli_dtype format,
-	      float scale, double inv2, const struct k512 *k, struct dli_stats_record *acc)
+	      float scale, double inv2, const struct k512 *k, struct fast_mode *fm,
+	      struct dli_stats_record *acc)
 {
 	int64_t sz = (int64_t)dli_dtype_size(dtype);
 	uint64_t count = (uint64_t)bn;
 	struct block_sums t;
+	bool fast = !fm->off || ++fm->since % 32 == 0;
+	int redone = block_pass(data, dtype, b, bn, k, false, fast, &t);
 
-	block_pass(data, dtype, b, bn, k, false, &t);
+	if (fast) {
+		fm->off = redone >= 2;
+		fm->since = 0;
+	}
 	if (!in_range(_mm512_reduce_add_ps(t.xs))) {
 		/* Rare blocks, each redone from L1: zeros (every term exactly 0), then NaN and inf
 		 * left out, and what is still out of float range (huge or tiny values) in double
@@ -266,7 +285,7 @@ generic_block(const void *data, enum dli_dtype dtype, int64_t b, int64_t bn, enu
 			acc->fp8_count += count;
 			return;
 		}
-		block_pass(data, dtype, b, bn, k, true, &t);
+		block_pass(data, dtype, b, bn, k, true, false, &t);
 		if (!in_range(_mm512_reduce_add_ps(t.xs)) && t.finite_nonzero > 0) {
 			dli_fp8_compare_scalar((const char *)data + b * sz, dtype, bn, format, scale,
 					       acc);
@@ -293,10 +312,12 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
 	 * rarely leave float range. */
 	double inv2 = 1.0 / ((double)scale * scale);
 
+	struct fast_mode fm = { false, 0 };
+
 	k512_init(&k, format, scale);
 	for (int64_t b = 0; b < n; b += BLOCK)
 		generic_block(data, dtype, b, n - b < BLOCK ? n - b : BLOCK, format, scale, inv2, &k,
-			      acc);
+			      &fm, acc);
 }
 
 /* ---- bf16 input: the cast in 16-bit lanes ----
@@ -673,8 +694,9 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 			double sx = sum_pd(t.f.xs) + sum_pd(t.c.xs), dot = sum_pd(t.c.dot);
 			if (!(sx >= 0x1p-90 && sx <= 0x1p100 && sx * ss >= 0x1p-90 &&
 			      sx * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
+				struct fast_mode fm = { true, 0 }; /* a rare block */
 				generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
-					      1.0 / ((double)scale * scale), k, acc);
+					      1.0 / ((double)scale * scale), k, &fm, acc);
 				continue;
 			}
 		}

@@ -563,13 +563,14 @@ static void test_bf16_every_pattern_in_a_fast_group(void)
 	free(v);
 }
 
-/* Data that moves the AVX-512 bf16 pass between its fast groups and its careful blocks: stretches
- * of ordinary values, of values below the format's normals every few elements (which send the
- * following blocks to the careful step), with a tiny value or an overflow now and then (a fast
- * group redone), and the same after a switch back. */
-static void test_bf16_fast_and_careful_stretches(void)
+/* Data that moves the AVX-512 pass between its fast groups and its careful blocks (bf16), or
+ * vec_step's blocks (f32): stretches of ordinary values, of values below the format's normals
+ * every few elements (which send the following blocks to the slower step), a few tiny values or
+ * overflows now and then (a fast group redone), and the same after a switch back. */
+static void test_fast_and_careful_stretches(void)
 {
 	int64_t n = 96 * 1024 + 77;
+	float *f = malloc((size_t)n * 4);
 	uint16_t *x = malloc((size_t)n * 2);
 
 	for (int64_t i = 0; i < n; i++) {
@@ -579,7 +580,7 @@ static void test_bf16_fast_and_careful_stretches(void)
 			v = -v;
 		/* below the normals of both formats at these scales */
 		if (blk >= 16 && blk < 40 && i % 53 == 0)
-			v = 1e-12f; /* many a block: careful blocks */
+			v = 1e-12f; /* many a block */
 		if (blk >= 40 && blk < 48 && i % 301 == 0)
 			v = -3e-10f; /* three or four a block */
 		if (blk >= 48 && blk < 56 && i % 1024 == 517)
@@ -589,11 +590,16 @@ static void test_bf16_fast_and_careful_stretches(void)
 		if (blk >= 80 && i % 4099 == 0)
 			v = 0.0f;
 		x[i] = (uint16_t)(fbits(v) >> 16);
+		f[i] = bitsf(fbits(v) & 0xffff0000u);
 	}
 	for (int k = 0; k < 2; k++) {
-		compare_all_paths(x, DLI_DTYPE_BF16, n, k, k == 0 ? 448.0f / 2.0f : 57344.0f / 2.0f, 20);
+		float scale = k == 0 ? 448.0f / 2.0f : 57344.0f / 2.0f;
+		compare_all_paths(x, DLI_DTYPE_BF16, n, k, scale, 20);
 		compare_all_paths(x + 5, DLI_DTYPE_BF16, n - 5, k, 100.0f, 21);
+		compare_all_paths(f, DLI_DTYPE_F32, n, k, scale, 22);
+		compare_all_paths(f + 5, DLI_DTYPE_F32, n - 5, k, 100.0f, 23);
 	}
+	free(f);
 	free(x);
 }
 
@@ -879,7 +885,7 @@ int main(void)
 	test_simd_codes_identical();
 	test_bf16_every_pattern_one_by_one();
 	test_bf16_every_pattern_in_a_fast_group();
-	test_bf16_fast_and_careful_stretches();
+	test_fast_and_careful_stretches();
 	test_f32_fast_group_edges();
 	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
