@@ -327,12 +327,11 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
  * ms in [1, 2)): its rounding to float, and then to the format's mantissa, depends on m alone.
  * So the cast's value r (dq * scale, an FP8 value and so exactly a bf16) is P(m) * 2^(E-127+es)
  * with P(m) = the format's rounding of fl(1.m * ms), in [1, 4]: in bf16 bits, |x| plus an entry
- * of a 128-entry table D, looked up 32 lanes at a time (one byte permute with VBMI, else two
- * word permutes). Saturation is a
- * min on the bits (the values only grow with x); |x| > xov, a bf16 bound found once per call,
- * is an overflow; below xn (the first |x| whose product is normal in the format) lie the
- * underflows and the subnormal grid, rare in data scaled to the format: a vector holding one
- * takes the float path (vec_step's arithmetic) for its r.
+ * of a 128-entry table D, looked up 32 lanes at a time (one byte permute with VBMI, else two word
+ * permutes). Saturation is a min on the bits (the values only grow with x); |x| > xov, a bf16
+ * bound found once per call, is an overflow; below xn (the first |x| whose product is normal in
+ * the format) lie the underflows and the subnormal grid, rare in data scaled to the format: a
+ * vector holding one takes the float path (vec_step's arithmetic) for its r.
  *
  * The lanes hold r * 2^J rather than r, with J chosen (from the scale) so that the table's
  * value for x = 0 is below 2^-125: its square, and its product with 0, vanish in the sums, so
