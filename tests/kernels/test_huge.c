@@ -1,6 +1,6 @@
 /* A tensor above 2^31 elements: a bf16 tensor of 2^31 + 3 elements (4 GiB) holding a repeating
  * pattern of exactly representable values, with its extremes placed past index 2^31, so that every
- * statistic has a closed form that 32-bit indices or counts would miss. Skips (77) under
+ * statistic, the FP8 ones included, has a closed form that 32-bit indices or counts would miss. Skips (77) under
  * AddressSanitizer, whose shadow of 4 GiB costs more than the test is worth, and when the machine
  * cannot give the memory. */
 #include <math.h>
@@ -61,6 +61,7 @@ int main(void)
 	double sum_abs = periods * 8.25 + 4096.0 + 2.0 + 1024.0;
 
 	struct dli_stats_record r;
+	struct dli_cpu_options one = {.threads = 1};
 	CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, NULL, &r), 0);
 	CHECK(r.count == (uint64_t)n);
 	CHECK(r.nan_count == 0 && r.inf_count == 0);
@@ -78,10 +79,31 @@ int main(void)
 	printf("n=%lld mean=%.17g (want %.17g) var=%.17g (want %.17g)\n", (long long)n,
 	       dli_stats_value(&r, DLI_STAT_MEAN), mean, dli_stats_value(&r, DLI_STAT_VAR), var);
 
+	/* The FP8 compare over the same tensor, scale 1. Every pattern value is exact in both
+	 * formats; in E4M3 the two extremes overflow and saturate to +-448, in E5M2 they are exact.
+	 * All terms are small dyadic numbers, so the float lanes and the double sums are exact. */
+	{
+		double x2 = sum_sq - 4096.0 * 4096.0 - 1024.0 * 1024.0; /* all but the extremes */
+		struct dli_stats_record q;
+
+		CHECK_INT(dli_cpu_fp8_compare(p, DLI_DTYPE_BF16, n, DLI_DTYPE_F8E4M3, 1.0f, NULL, &q),
+			  0);
+		CHECK(q.fp8_count == (uint64_t)n && q.underflows == 0 && q.overflows == 2);
+		CHECK(q.x_sq == sum_sq);
+		CHECK(q.dq_sq == x2 + 2 * 448.0 * 448.0);
+		CHECK(q.dot == x2 + (4096.0 + 1024.0) * 448.0);
+		CHECK(q.err_sq == (4096.0 - 448.0) * (4096.0 - 448.0) + (1024.0 - 448.0) * (1024.0 - 448.0));
+		CHECK_INT(dli_cpu_fp8_compare(p, DLI_DTYPE_BF16, n, DLI_DTYPE_F8E5M2, 1.0f, &one, &q),
+			  0);
+		CHECK(q.fp8_count == (uint64_t)n && q.underflows == 0 && q.overflows == 0);
+		CHECK(q.x_sq == sum_sq && q.dq_sq == sum_sq && q.dot == sum_sq && q.err_sq == 0);
+		printf("fp8: e5m2 count=%llu x_sq=%.17g dot=%.17g\n", (unsigned long long)q.fp8_count,
+		       q.x_sq, q.dot);
+	}
+
 	/* NaNs (in place of two -2.0, one past 2^31) are counted, and make min and max NaN. */
 	p[12345] = 0x7fc0;
 	p[big + 1] = 0xffc1;
-	struct dli_cpu_options one = {.threads = 1};
 	CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, &one, &r), 0);
 	CHECK(r.nan_count == 2 && r.count == (uint64_t)n);
 	CHECK(isnan(dli_stats_value(&r, DLI_STAT_MIN)) && isnan(dli_stats_value(&r, DLI_STAT_MAX)));
