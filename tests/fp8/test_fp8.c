@@ -486,7 +486,7 @@ static void test_simd_codes_identical(void)
  * overflow in the format's range, and a float-subnormal scale (the generic path). */
 static void test_bf16_every_pattern_one_by_one(void)
 {
-	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0x1p100f, 0x1p-100f,
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0.05f, 0x1p100f, 0x1p-100f,
 				 FLT_MAX, 1e-40f };
 	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	uint16_t v[32];
@@ -524,7 +524,7 @@ static void test_bf16_every_pattern_one_by_one(void)
  * the count, so the reference is the pattern's own terms. With byte and with word lookups. */
 static void test_bf16_every_pattern_in_a_fast_group(void)
 {
-	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f };
+	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0.05f };
 	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	uint16_t *v = calloc(512, 2);
 
