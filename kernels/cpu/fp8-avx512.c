@@ -330,8 +330,8 @@ compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype
  * of a 128-entry table D, looked up 32 lanes at a time (one byte permute with VBMI, else two word
  * permutes). Saturation is a min on the bits (the values only grow with x); |x| > xov, a bf16
  * bound found once per call, is an overflow; below xn (the first |x| whose product is normal in
- * the format) lie the underflows and the subnormal grid, rare in data scaled to the format: a
- * vector holding one takes the float path (vec_step's arithmetic) for its r.
+ * the format) lie the underflows and the subnormal grid, rare in data scaled to the format: in
+ * a vector holding one, those lanes' r come from the grid's closed form (bf16_r_sub).
  *
  * The lanes hold r * 2^J rather than r, with J chosen (from the scale) so that the table's
  * value for x = 0 is below 2^-125: its square, and its product with 0, vanish in the sums, so
@@ -352,7 +352,7 @@ struct kbf16 {
 	__m512i maxr;           /* bf16 bits of the format's max * 2^J */
 	__m512i xn1, xov, one, absmask, hi16, bit6;
 	__m512 scale;           /* scale * 2^J */
-	__m512 pj;              /* 2^J */
+	__m512 csub;            /* the rounding constant of bf16_r_sub */
 	double inv;             /* 2^-J / scale: r * 2^J back to dq */
 };
 
@@ -449,27 +449,24 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	kb->hi16 = _mm512_set1_epi32((int)0xffff0000u);
 	kb->bit6 = _mm512_set1_epi16(0x40);
 	kb->scale = _mm512_set1_ps(ldexpf(scale, j));
-	kb->pj = _mm512_set1_ps(ldexpf(1.0f, j));
+	kb->csub = _mm512_set1_ps(ldexpf(1.0f, 1 - bias - (e4 ? 3 : 2) + j + 23));
 	kb->inv = ldexp(1.0, -j) / (double)scale;
 	return true;
 }
 
-/* r * 2^J for all 32 lanes by the float path: for vectors holding a value below xn. Inlined, as
- * a call would clobber every vector register and push the loop's constants out to memory. */
-static inline __attribute__((always_inline)) __m512i bf16_r_float(__m512i xa, const struct k512 *k,
-								  const struct kbf16 *kb)
+/* r * 2^J for |x| below xn, valid in those lanes only. There s = |x| * scale 2^J is below the
+ * format's smallest normal (times 2^J), where its grid has one step Q 2^J, Q = 2^(emin - mbits):
+ * rounding to it is (s + C) - C with C = Q 2^J 2^23, and a multiple of Q 2^J below the normals
+ * (mbits significant bits at most) is exactly a bf16. */
+static inline __attribute__((always_inline)) __m512i bf16_r_sub(__m512i xa, const struct kbf16 *kb)
 {
 	__m512i h[2];
 
 	h[0] = _mm512_slli_epi32(xa, 16);
 	h[1] = _mm512_and_si512(xa, kb->hi16);
 	for (int i = 0; i < 2; i++) {
-		__m512 s = _mm512_mul_ps(_mm512_castsi512_ps(h[i]), k->scale);
-		__m512i ac = _mm512_min_epi32(_mm512_castps_si512(s), k->maxbits);
-		__m512i e = _mm512_max_epi32(_mm512_and_si512(ac, k->expmask), k->emin);
-		__m512 c = _mm512_castsi512_ps(_mm512_add_epi32(e, k->cadd));
-		__m512 r = _mm512_sub_ps(_mm512_add_ps(_mm512_castsi512_ps(ac), c), c);
-		h[i] = _mm512_castps_si512(_mm512_mul_ps(r, kb->pj)); /* times 2^J: exact */
+		__m512 s = _mm512_mul_ps(_mm512_castsi512_ps(h[i]), kb->scale);
+		h[i] = _mm512_castps_si512(_mm512_sub_ps(_mm512_add_ps(s, kb->csub), kb->csub));
 	}
 	return _mm512_or_si512(_mm512_srli_epi32(h[0], 16), _mm512_and_si512(h[1], kb->hi16));
 }
@@ -484,7 +481,7 @@ struct bf16_sums {
 	struct bf16_lanes f, c;
 	__m512i xmax;            /* careful steps: the largest |x| */
 	uint32_t under;
-	uint32_t low_vectors;    /* careful steps: vectors that took the float path */
+	uint32_t low_vectors;    /* careful steps: vectors holding a nonzero below xn */
 	uint32_t careful_steps;
 };
 
@@ -522,8 +519,8 @@ bf16_err(__m512i xa, __m512i r, const struct kbf16 *kb, struct bf16_lanes *l)
 	l->err1 = _mm512_fmadd_ps(d1, d1, l->err1);
 }
 
-/* The careful step, for any vector: 32 elements at p (lanes past `m` zero), saturated, and a
- * vector holding a nonzero below xn takes the float path for its r. Magnitudes throughout:
+/* The careful step, for any vector: 32 elements at p (lanes past `m` zero), saturated, and in a
+ * vector holding a nonzero below xn, those lanes' r from bf16_r_sub. Magnitudes throughout:
  * every term is the same on them. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
 bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
@@ -536,7 +533,7 @@ bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf
 
 	t->xmax = _mm512_max_epu16(t->xmax, xa);
 	if (__builtin_expect(low != 0, 0)) {
-		r = bf16_r_float(xa, k, kb);
+		r = _mm512_mask_mov_epi16(r, low, bf16_r_sub(xa, kb));
 		t->under += (uint32_t)__builtin_popcount(_mm512_mask_testn_epi16_mask(
 			_mm512_test_epi16_mask(xa, xa), r, r));
 		t->low_vectors++;
@@ -550,7 +547,7 @@ bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf
 
 /* The fast step, for a whole vector whose nonzero magnitudes all lie in [xn, xov]: there the
  * table's r needs no saturation (it grows with |x|, and xov's product rounds to at most the
- * max) and no float path. Whether the vector was such is known only afterwards, from the
+ * max) and no subnormal grid. Whether the vector was such is known only afterwards, from the
  * running minimum of |x| - 1 (zeros wrap to the top) and maximum of |x| that it leaves in lowm
  * and xmax. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
