@@ -471,14 +471,15 @@ static inline __attribute__((always_inline)) __m512i bf16_r_sub(__m512i xa, cons
 	return _mm512_or_si512(_mm512_srli_epi32(h[0], 16), _mm512_and_si512(h[1], kb->hi16));
 }
 
-/* The sums of a block in float lanes. The fast step's vectors go into f, without sum x r (see
- * compare_bf16_body); the careful step's into c, with it. */
+/* The sums of a block in float lanes. The fast step's vectors go into f, the careful step's into
+ * c and, for sum x r (which the fast step leaves out: see compare_bf16_body), cdot. */
 struct bf16_lanes {
-	__m512 xs, dqs, err0, err1, dot;
+	__m512 xs, dqs, err0, err1;
 };
 
 struct bf16_sums {
 	struct bf16_lanes f, c;
+	__m512 cdot;
 	__m512i xmax;            /* careful steps: the largest |x| */
 	uint32_t under;
 	uint32_t low_vectors;    /* careful steps: vectors holding a nonzero below xn */
@@ -523,8 +524,7 @@ bf16_err(__m512i xa, __m512i r, const struct kbf16 *kb, struct bf16_lanes *l)
  * vector holding a nonzero below xn, those lanes' r from bf16_r_sub. Magnitudes throughout:
  * every term is the same on them. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
-bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf16 *kb,
-	  bool bytes, struct bf16_sums *t)
+bf16_step(const uint16_t *p, __mmask32 m, const struct kbf16 *kb, bool bytes, struct bf16_sums *t)
 {
 	__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p), kb->absmask);
 	__m512i ib = _mm512_sub_epi16(xa, kb->one); /* 0 wraps around to the top */
@@ -540,7 +540,7 @@ bf16_step(const uint16_t *p, __mmask32 m, const struct k512 *k, const struct kbf
 	}
 	t->careful_steps++;
 	t->c.xs = _mm512_dpbf16_ps(t->c.xs, (__m512bh)xa, (__m512bh)xa);
-	t->c.dot = _mm512_dpbf16_ps(t->c.dot, (__m512bh)xa, (__m512bh)r);
+	t->cdot = _mm512_dpbf16_ps(t->cdot, (__m512bh)xa, (__m512bh)r);
 	t->c.dqs = _mm512_dpbf16_ps(t->c.dqs, (__m512bh)r, (__m512bh)r);
 	bf16_err(xa, r, kb, &t->c);
 }
@@ -587,7 +587,7 @@ static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16
  * by the careful step. The rest of the block, and every block of `careful` mode, take the
  * careful step. Returns the number of groups redone. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) uint32_t
-bf16_block(const uint16_t *p, int64_t bn, const struct k512 *k, const struct kbf16 *kb,
+bf16_block(const uint16_t *p, int64_t bn, const struct kbf16 *kb,
 	   bool bytes, bool careful, struct bf16_sums *t)
 {
 	uint32_t redone = 0;
@@ -607,17 +607,17 @@ bf16_block(const uint16_t *p, int64_t bn, const struct k512 *k, const struct kbf
 					      _mm512_cmpgt_epu16_mask(xmax, kb->xov)) != 0, 0)) {
 				t->f = saved;
 				for (int g = 0; g < GROUP; g++)
-					bf16_step(p + j + 32 * g, 0xffffffffu, k, kb, bytes, t);
+					bf16_step(p + j + 32 * g, 0xffffffffu, kb, bytes, t);
 				redone++;
 			}
 		}
 	}
 	for (; j + 32 <= bn; j += 32) {
 		_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		bf16_step(p + j, 0xffffffffu, k, kb, bytes, t);
+		bf16_step(p + j, 0xffffffffu, kb, bytes, t);
 	}
 	if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
-		bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), k, kb, bytes, t);
+		bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), kb, bytes, t);
 	return redone;
 }
 
@@ -676,18 +676,18 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 		uint32_t redone, block_over = 0;
 		__m512 xs;
 
-		t.f.xs = t.f.dqs = t.f.err0 = t.f.err1 = t.f.dot = _mm512_setzero_ps();
+		t.f.xs = t.f.dqs = t.f.err0 = t.f.err1 = t.cdot = _mm512_setzero_ps();
 		t.c = t.f;
 		t.xmax = _mm512_setzero_si512();
 		t.under = t.low_vectors = t.careful_steps = 0;
-		redone = bf16_block(p, bn, k, kb, bytes, careful, &t);
+		redone = bf16_block(p, bn, kb, bytes, careful, &t);
 		xs = _mm512_add_ps(t.f.xs, t.c.xs);
 		if (!(_mm512_cmp_ps_mask(xs, hi, _CMP_LE_OQ) == 0xffff &&
 		      _mm512_cmp_ps_mask(xs, lo, _CMP_GE_OQ) != 0 &&
-		      (_mm512_cmp_ps_mask(t.c.dot, dmin, _CMP_GE_OQ) != 0 ||
-		       _mm512_test_epi32_mask(_mm512_castps_si512(t.c.dot),
-					      _mm512_castps_si512(t.c.dot)) == 0))) {
-			double sx = sum_pd(t.f.xs) + sum_pd(t.c.xs), dot = sum_pd(t.c.dot);
+		      (_mm512_cmp_ps_mask(t.cdot, dmin, _CMP_GE_OQ) != 0 ||
+		       _mm512_test_epi32_mask(_mm512_castps_si512(t.cdot),
+					      _mm512_castps_si512(t.cdot)) == 0))) {
+			double sx = sum_pd(t.f.xs) + sum_pd(t.c.xs), dot = sum_pd(t.cdot);
 			if (!(sx >= 0x1p-90 && sx <= 0x1p100 && sx * ss >= 0x1p-90 &&
 			      sx * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
 				struct fast_mode fm = { true, 0 }; /* a rare block */
@@ -700,7 +700,7 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 			if (_mm512_cmpgt_epu16_mask(t.xmax, kb->xov))
 				block_over = bf16_overflows(p, bn, kb);
 			cxs = widen_add(cxs, t.c.xs);
-			cdot = widen_add(cdot, t.c.dot);
+			cdot = widen_add(cdot, t.cdot);
 			cdqs = widen_add(cdqs, t.c.dqs);
 			cerr = widen_add(cerr, _mm512_add_ps(t.c.err0, t.c.err1));
 		}
