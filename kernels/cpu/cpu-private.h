@@ -49,10 +49,23 @@ enum dli_simd dli_cpu_simd(const struct dli_cpu_options *o);
 typedef void (*dli_stats_chunk_fn)(const void *p, enum dli_dtype dt, int64_t n,
 				   struct dli_stats_record *r);
 
-/* Scalar, in double: the reference the SIMD paths are held to, their fallback for blocks holding
- * NaN, infinities or magnitudes whose squares a float would overflow or flush, and their tail. */
+/* Scalar, in double: the reference the SIMD paths are held to, and their tail. */
 void dli_stats_block_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+/* What a SIMD path's double lanes (its way with blocks holding NaN, infinities or magnitudes whose
+ * squares a float would overflow or flush) found in a block of n elements: exact counts and
+ * extrema (NaN left out of them), sums of |x| and x^2, and of d = x - shift and d^2. */
+struct dli_stats_dblock {
+	uint64_t n, nan, inf, zeros;
+	float min, max, min_nonzero_abs;
+	double shift, sd, sdd, sum_abs, sum_sq;
+};
+
+/* Fills *r (initializing it) from *b. NaN and infinities in the sums give the record a naive
+ * double loop would give. Returns whether the block needed the double lanes: it holds NaN or an
+ * infinity, or its largest magnitude is above `large` or nonzero and below `small`. */
+bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, float large,
+			     struct dli_stats_record *r);
 #ifdef DLI_HAVE_X86_SIMD
 void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);

@@ -2,6 +2,7 @@
  * stats.c). Same structure as the AVX-512 file (whose top comment tells it), eight lanes wide. */
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 
 #include "cpu-private.h"
 
@@ -71,6 +72,17 @@ INLINE double sum_lanes(__m256 v)
 				  _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
 	__m128d u = _mm_add_pd(_mm256_castpd256_pd128(t), _mm256_extractf128_pd(t, 1));
 	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+}
+
+/* The sum of eight 32-bit counts. */
+INLINE uint64_t count_lanes(__m256i v)
+{
+	int32_t c[8];
+	uint64_t s = 0;
+	_mm256_storeu_si256((__m256i *)c, v);
+	for (int i = 0; i < 8; i++)
+		s += (uint64_t)c[i];
+	return s;
 }
 
 INLINE float min_lanes(__m256 v)
@@ -160,10 +172,120 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t lines,
 	*out = a0;
 }
 
-/* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. */
-INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+/* ---- Blocks the float lanes cannot take: double lanes (see stats-avx512.c) ---- */
+struct dlanes {
+	__m256 mn, mx, mnz;
+	__m256i zc;
+	__m256d sa, sq, sd, sdd;
+	uint64_t nan, inf;
+};
+
+/* full: every term; else only sd and sdd (a second pass around a better shift). */
+INLINE void dlanes_add(struct dlanes *a, __m256 x, __m256d shift, bool full)
+{
+	const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+	__m256d h[2] = {_mm256_cvtps_pd(_mm256_castps256_ps128(x)),
+			_mm256_cvtps_pd(_mm256_extractf128_ps(x, 1))};
+	for (int k = 0; k < 2; k++) {
+		__m256d d = _mm256_sub_pd(h[k], shift);
+		a->sd = _mm256_add_pd(a->sd, d);
+		a->sdd = _mm256_fmadd_pd(d, d, a->sdd);
+		if (full) {
+			a->sa = _mm256_add_pd(a->sa, _mm256_and_pd(h[k], absmask));
+			a->sq = _mm256_fmadd_pd(h[k], h[k], a->sq);
+		}
+	}
+	if (!full)
+		return;
+	/* As lanes_add: NaN elements leave the extrema alone. */
+	const __m256 absmask_ps = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+	__m256 ab = _mm256_and_ps(x, absmask_ps);
+	__m256 z = _mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ);
+	a->mn = _mm256_min_ps(x, a->mn);
+	a->mx = _mm256_max_ps(x, a->mx);
+	a->zc = _mm256_sub_epi32(a->zc, _mm256_castps_si256(z));
+	a->mnz = _mm256_min_ps(_mm256_blendv_ps(ab, _mm256_set1_ps(INFINITY), z), a->mnz);
+	a->nan += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(
+		_mm256_cmp_ps(x, x, _CMP_UNORD_Q)));
+	a->inf += (uint64_t)__builtin_popcount((unsigned)_mm256_movemask_ps(
+		_mm256_cmp_ps(ab, _mm256_set1_ps(INFINITY), _CMP_EQ_OQ)));
+}
+
+INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t lines, double shift, bool full,
+		  struct dlanes *a)
+{
+	const __m256d vshift = _mm256_set1_pd(shift);
+	__m256 v[8];
+	a->sd = a->sdd = _mm256_setzero_pd();
+	if (full) {
+		a->mn = a->mnz = _mm256_set1_ps(INFINITY);
+		a->mx = _mm256_set1_ps(-INFINITY);
+		a->zc = _mm256_setzero_si256();
+		a->sa = a->sq = _mm256_setzero_pd();
+		a->nan = a->inf = 0;
+	}
+	for (int64_t l = 0; l < lines; l++) {
+		const unsigned char *q = p + l * LINE;
+		if (full) /* the block may come from memory: see block() */
+			_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		int nv = load_line(q, dt, v);
+		for (int k = 0; k < nv; k++)
+			dlanes_add(a, v[k], vshift, full);
+	}
+}
+
+INLINE double sum_pd(__m256d v)
+{
+	__m128d u = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+}
+
+/* Returns whether the float lanes could not have taken the block. */
+INLINE bool block_double(const unsigned char *p, enum dli_dtype dt, int64_t n, float fshift,
+			 struct dli_stats_record *r)
+{
+	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
+	double dn = (double)n, shift = fshift, sd, sdd;
+	struct dlanes a;
+	dpass(p, dt, lines, shift, true, &a);
+	sd = sum_pd(a.sd);
+	sdd = sum_pd(a.sdd);
+	/* As in block(); never taken when sd is NaN or infinite (then m2 is NaN either way). */
+	if (sd * sd / dn > sdd - sd * sd / dn) {
+		shift += sd / dn;
+		dpass(p, dt, lines, shift, false, &a);
+		sd = sum_pd(a.sd);
+		sdd = sum_pd(a.sdd);
+	}
+	struct dli_stats_dblock b = {
+		.n = (uint64_t)n, .nan = a.nan, .inf = a.inf, .zeros = count_lanes(a.zc),
+		.min = min_lanes(a.mn), .max = max_lanes(a.mx), .min_nonzero_abs = min_lanes(a.mnz),
+		.shift = shift, .sd = sd, .sdd = sdd, .sum_abs = sum_pd(a.sa), .sum_sq = sum_pd(a.sq)};
+	return dli_stats_dblock_record(&b, SMALL, LARGE, r);
+}
+
+/* Not inlined into each instance of block(): a rare path, one copy per dtype. */
+__attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dli_dtype dt, int64_t n,
+						  float shift, struct dli_stats_record *r)
+{
+	switch (dt) {
+	case DLI_DTYPE_F32: return block_double(p, DLI_DTYPE_F32, n, shift, r);
+	case DLI_DTYPE_BF16: return block_double(p, DLI_DTYPE_BF16, n, shift, r);
+	case DLI_DTYPE_F16: return block_double(p, DLI_DTYPE_F16, n, shift, r);
+	case DLI_DTYPE_F8E4M3: return block_double(p, DLI_DTYPE_F8E4M3, n, shift, r);
+	case DLI_DTYPE_F8E5M2: return block_double(p, DLI_DTYPE_F8E5M2, n, shift, r);
+	default: dli_stats_block_scalar(p, dt, n, r); return true;
+	}
+}
+
+/* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. rare: the
+ * previous block needed the double lanes, so this one goes straight to them. Returns whether
+ * this block needed them. */
+INLINE bool block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift, bool rare,
 		  struct dli_stats_record *r)
 {
+	if (rare)
+		return block_rare(p, dt, n, shift, r);
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
 	struct lanes a;
 	block_pass(p, dt, lines, shift, &a);
@@ -173,8 +295,7 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float sh
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite). */
 	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL)) {
-		dli_stats_block_scalar(p, dt, n, r);
-		return;
+		return block_rare(p, dt, n, shift, r);
 	}
 	/* A shift further from the mean than the spread would cost precision to cancellation:
 	 * read the block again (from L1) around its own mean. Rare: the shift is the running mean
@@ -187,11 +308,7 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float sh
 		sdd = sum_lanes(a.sdd);
 		c = sd * sd / dn;
 	}
-	int32_t zl[8];
-	_mm256_storeu_si256((__m256i *)zl, a.zc);
-	uint64_t zeros = 0;
-	for (int i = 0; i < 8; i++)
-		zeros += (uint64_t)zl[i];
+	uint64_t zeros = count_lanes(a.zc);
 	double m2 = sdd - c;
 	dli_stats_record_init(r);
 	r->count = (uint64_t)n;
@@ -207,20 +324,19 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, int64_t n, float sh
 	r->m2 = m2 < 0 ? 0 : m2;
 	/* Every term is positive, so this sum of squares has no cancellation to fear. */
 	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+	return false;
 }
 
-/* The shift for a chunk's next block: the chunk's running mean, or for its first block the first
- * element; 0 when that is not a finite number of moderate size. */
+/* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first
+ * block, or a mean that earlier blocks' NaN or infinities made non-finite) the block's first
+ * element; 0 when that is not a finite number of moderate size either. */
 INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct dli_stats_record *r)
 {
-	float s;
-	if (r->count) {
-		s = (float)r->mean;
-	} else {
-		__m256 v[8];
-		load_line(p, dt, v);
-		s = _mm256_cvtss_f32(v[0]);
-	}
+	if (r->count && fabs(r->mean) <= LARGE)
+		return (float)r->mean;
+	__m256 v[8];
+	load_line(p, dt, v);
+	float s = _mm256_cvtss_f32(v[0]);
 	return fabsf(s) <= LARGE ? s : 0.0f;
 }
 
@@ -229,13 +345,14 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct d
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_line = LINE / (int64_t)es;
 	struct dli_stats_record b;
+	bool rare = false;
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n; i += DLI_STATS_BLOCK) {
 		int64_t m = n - i < DLI_STATS_BLOCK ? n - i : DLI_STATS_BLOCK;
 		int64_t whole = m - m % per_line;
 		if (whole) {
 			const unsigned char *q = p + (size_t)i * es;
-			block(q, dt, whole, next_shift(q, dt, r), &b);
+			rare = block(q, dt, whole, next_shift(q, dt, r), rare, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {

@@ -2,7 +2,7 @@
  * by stats.c). Same structure as the AVX2 file: per L1-sized block, one pass that reads memory
  * (with software prefetch) into float lanes of extrema, counts and sums of deviations from a shift
  * near the mean; a second pass over the block (still in L1) only when the shift was poor; a
- * double-precision redo for blocks with NaN, infinities or extreme magnitudes; and a Chan merge
+ * redo in double lanes for blocks with NaN, infinities or extreme magnitudes; and a Chan merge
  * of each block into the chunk's record in double. */
 #include <immintrin.h>
 #include <math.h>
@@ -274,11 +274,125 @@ block_sums_bf16(const unsigned char *p, int64_t steps, float shift, struct sums 
 	o->sa = sum_lanes(a0.sa);
 }
 
-/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean.
- * bf16dp: bf16 input through block_sums_bf16 (the CPU has vdpbf16ps). */
-INLINE void block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n, float shift,
-		  struct dli_stats_record *r)
+/* ---- Blocks the float lanes cannot take: double lanes ----
+ *
+ * A block holding NaN or infinities, or magnitudes outside [SMALL, LARGE], is read again (it is in
+ * L1) into double lanes. There the square of every float is exact and no block sum can overflow,
+ * and NaN and infinities flow through the sums as in a naive double loop, in any order: a sum
+ * holding a NaN, or both infinities, is NaN, one holding one infinity is that infinity. Extrema and
+ * the counts of zeros, NaN and infinities come from float lanes, exactly. Tensors with NaN or
+ * infinities are the ones this tool exists to catch, so this path is kept at SIMD speed. */
+struct dlanes {
+	__m512 mn, mx, mnz;
+	__m512i zc;
+	__m512d sa, sq, sd, sdd;
+	uint64_t nan, inf;
+};
+
+/* full: every term; else only sd and sdd (a second pass around a better shift). */
+INLINE void dlanes_add(struct dlanes *a, __m512 x, __m512d shift, bool full)
 {
+	__m512d h[2] = {_mm512_cvtps_pd(_mm512_castps512_ps256(x)),
+			_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1))};
+	for (int k = 0; k < 2; k++) {
+		__m512d d = _mm512_sub_pd(h[k], shift);
+		a->sd = _mm512_add_pd(a->sd, d);
+		a->sdd = _mm512_fmadd_pd(d, d, a->sdd);
+		if (full) {
+			a->sa = _mm512_add_pd(a->sa, _mm512_abs_pd(h[k]));
+			a->sq = _mm512_fmadd_pd(h[k], h[k], a->sq);
+		}
+	}
+	if (!full)
+		return;
+	/* As lanes_add: NaN elements leave the extrema alone. */
+	__m512 ab = _mm512_abs_ps(x);
+	__mmask16 z = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_EQ_OQ);
+	a->mn = _mm512_min_ps(x, a->mn);
+	a->mx = _mm512_max_ps(x, a->mx);
+	a->zc = _mm512_mask_sub_epi32(a->zc, z, a->zc, _mm512_set1_epi32(-1));
+	a->mnz = _mm512_mask_min_ps(a->mnz, (__mmask16)~z, ab, a->mnz);
+	/* fpclass 0x81: quiet or signalling NaN; 0x18: +inf or -inf */
+	a->nan += (uint64_t)__builtin_popcount(_mm512_fpclass_ps_mask(x, 0x81));
+	a->inf += (uint64_t)__builtin_popcount(_mm512_fpclass_ps_mask(x, 0x18));
+}
+
+INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t steps, double shift, bool full,
+		  struct dlanes *a)
+{
+	const __m512d vshift = _mm512_set1_pd(shift);
+	__m512 v[8];
+	a->sd = a->sdd = _mm512_setzero_pd();
+	if (full) {
+		a->mn = a->mnz = _mm512_set1_ps(INFINITY);
+		a->mx = _mm512_set1_ps(-INFINITY);
+		a->zc = _mm512_setzero_si512();
+		a->sa = a->sq = _mm512_setzero_pd();
+		a->nan = a->inf = 0;
+	}
+	for (int64_t s = 0; s < steps; s++) {
+		const unsigned char *q = p + s * 2 * LINE;
+		if (full) { /* the block may come from memory: see block() */
+			_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			_mm_prefetch((const char *)q + LINE + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		}
+		int nv = load_line(q, dt, v);
+		nv += load_line(q + LINE, dt, v + nv);
+		for (int k = 0; k < nv; k++)
+			dlanes_add(a, v[k], vshift, full);
+	}
+}
+
+/* Returns whether the float lanes could not have taken the block. */
+INLINE bool block_double(const unsigned char *p, enum dli_dtype dt, int64_t n, float fshift,
+			 struct dli_stats_record *r)
+{
+	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
+	double dn = (double)n, shift = fshift, sd, sdd;
+	struct dlanes a;
+	dpass(p, dt, steps, shift, true, &a);
+	sd = _mm512_reduce_add_pd(a.sd);
+	sdd = _mm512_reduce_add_pd(a.sdd);
+	/* As in block(); never taken when sd is NaN or infinite (then m2 is NaN either way). */
+	if (sd * sd / dn > sdd - sd * sd / dn) {
+		shift += sd / dn;
+		dpass(p, dt, steps, shift, false, &a);
+		sd = _mm512_reduce_add_pd(a.sd);
+		sdd = _mm512_reduce_add_pd(a.sdd);
+	}
+	struct dli_stats_dblock b = {
+		.n = (uint64_t)n, .nan = a.nan, .inf = a.inf,
+		.zeros = (uint64_t)_mm512_reduce_add_epi32(a.zc),
+		.min = _mm512_reduce_min_ps(a.mn), .max = _mm512_reduce_max_ps(a.mx),
+		.min_nonzero_abs = _mm512_reduce_min_ps(a.mnz),
+		.shift = shift, .sd = sd, .sdd = sdd,
+		.sum_abs = _mm512_reduce_add_pd(a.sa), .sum_sq = _mm512_reduce_add_pd(a.sq)};
+	return dli_stats_dblock_record(&b, SMALL, LARGE, r);
+}
+
+/* Not inlined into each instance of block(): a rare path, one copy per dtype. */
+__attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dli_dtype dt, int64_t n,
+						  float shift, struct dli_stats_record *r)
+{
+	switch (dt) {
+	case DLI_DTYPE_F32: return block_double(p, DLI_DTYPE_F32, n, shift, r);
+	case DLI_DTYPE_BF16: return block_double(p, DLI_DTYPE_BF16, n, shift, r);
+	case DLI_DTYPE_F16: return block_double(p, DLI_DTYPE_F16, n, shift, r);
+	case DLI_DTYPE_F8E4M3: return block_double(p, DLI_DTYPE_F8E4M3, n, shift, r);
+	case DLI_DTYPE_F8E5M2: return block_double(p, DLI_DTYPE_F8E5M2, n, shift, r);
+	default: dli_stats_block_scalar(p, dt, n, r); return true;
+	}
+}
+
+/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean.
+ * bf16dp: bf16 input through block_sums_bf16 (the CPU has vdpbf16ps). rare: the previous block
+ * needed the double lanes, so this one goes straight to them (in data full of NaN, the float pass
+ * would be wasted on every block). Returns whether this block needed them. */
+INLINE bool block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n, float shift,
+		  bool rare, struct dli_stats_record *r)
+{
+	if (rare)
+		return block_rare(p, dt, n, shift, r);
 	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
 	struct sums a;
 	if (bf16dp)
@@ -291,8 +405,7 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite). */
 	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL)) {
-		dli_stats_block_scalar(p, dt, n, r);
-		return;
+		return block_rare(p, dt, n, shift, r);
 	}
 	/* A shift further from the mean than the spread would cost precision to cancellation:
 	 * read the block again (from L1) around its own mean. Rare: the shift is the running mean
@@ -323,20 +436,19 @@ INLINE void block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 	r->m2 = m2 < 0 ? 0 : m2;
 	/* Every term is positive, so this sum of squares has no cancellation to fear. */
 	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+	return false;
 }
 
-/* The shift for a chunk's next block: the chunk's running mean, or for its first block the first
- * element; 0 when that is not a finite number of moderate size. */
+/* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first
+ * block, or a mean that earlier blocks' NaN or infinities made non-finite) the block's first
+ * element; 0 when that is not a finite number of moderate size either. */
 INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct dli_stats_record *r)
 {
-	float s;
-	if (r->count) {
-		s = (float)r->mean;
-	} else {
-		__m512 v[4];
-		load_line(p, dt, v);
-		s = _mm512_cvtss_f32(v[0]);
-	}
+	if (r->count && fabs(r->mean) <= LARGE)
+		return (float)r->mean;
+	__m512 v[4];
+	load_line(p, dt, v);
+	float s = _mm512_cvtss_f32(v[0]);
 	return fabsf(s) <= LARGE ? s : 0.0f;
 }
 
@@ -350,13 +462,14 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 	 * the merge in double: 15-20% of the time at DLI_STATS_BLOCK) comes half as often. */
 	const int64_t bs = bf16dp ? 2 * DLI_STATS_BLOCK : DLI_STATS_BLOCK;
 	struct dli_stats_record b;
+	bool rare = false;
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n; i += bs) {
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_step;
 		if (whole) {
 			const unsigned char *q = p + (size_t)i * es;
-			block(q, dt, bf16dp, whole, next_shift(q, dt, r), &b);
+			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {

@@ -174,6 +174,28 @@ void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct 
 	}
 }
 
+bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, float large,
+			     struct dli_stats_record *r)
+{
+	double dn = (double)b->n, m2 = b->sdd - b->sd * b->sd / dn;
+	dli_stats_record_init(r);
+	r->count = b->n;
+	r->nan_count = b->nan;
+	r->inf_count = b->inf;
+	r->zero_count = b->zeros;
+	r->min = b->min;
+	r->max = b->max;
+	r->amax = b->n > b->nan ? fmax(b->max, -b->min) : 0;
+	r->min_nonzero_abs = b->min_nonzero_abs;
+	/* An infinity in sd makes the sum that infinity, both of them or a NaN make it NaN. */
+	r->sum = dn * b->shift + b->sd;
+	r->sum_abs = b->sum_abs;
+	r->sum_sq = b->sum_sq;
+	r->mean = r->sum / dn;
+	r->m2 = m2 < 0 ? 0 : m2; /* NaN (from NaN or an infinity in sd) stays NaN */
+	return b->nan || b->inf || r->amax > large || (r->amax > 0 && r->amax < small);
+}
+
 /* ---- The driver ---- */
 
 struct pass {
