@@ -351,6 +351,7 @@ struct kbf16 {
 	bool bytes;
 	__m512i maxr;           /* bf16 bits of the format's max * 2^J */
 	__m512i xn1, xov, one, absmask, hi16, bit6;
+	__m512i inf;            /* bf16 bits of +inf: magnitudes from it on are not finite */
 	__m512 scale;           /* scale * 2^J */
 	__m512 csub;            /* the rounding constant of bf16_r_sub */
 	double inv;             /* 2^-J / scale: r * 2^J back to dq */
@@ -448,6 +449,7 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 	kb->absmask = _mm512_set1_epi16(0x7fff);
 	kb->hi16 = _mm512_set1_epi32((int)0xffff0000u);
 	kb->bit6 = _mm512_set1_epi16(0x40);
+	kb->inf = _mm512_set1_epi16(0x7f80);
 	kb->scale = _mm512_set1_ps(ldexpf(scale, j));
 	kb->csub = _mm512_set1_ps(ldexpf(1.0f, 1 - bias - (e4 ? 3 : 2) + j + 23));
 	kb->inv = ldexp(1.0, -j) / (double)scale;
@@ -484,6 +486,7 @@ struct bf16_sums {
 	uint32_t under;
 	uint32_t low_vectors;    /* careful steps: vectors holding a nonzero below xn */
 	uint32_t careful_steps;
+	uint32_t nonfinite;      /* careful steps with `nonfinite`: NaN and infinities left out */
 };
 
 /* The table's r * 2^J for |x| (xa; ib = xa - 1 with the byte table), unsaturated. */
@@ -522,11 +525,19 @@ bf16_err(__m512i xa, __m512i r, const struct kbf16 *kb, struct bf16_lanes *l)
 
 /* The careful step, for any vector: 32 elements at p (lanes past `m` zero), saturated, and in a
  * vector holding a nonzero below xn, those lanes' r from bf16_r_sub. Magnitudes throughout:
- * every term is the same on them. */
+ * every term is the same on them. With `nonfinite`, NaN and infinities become zeros (which add
+ * nothing anywhere) and are counted, to be left out of the compared elements, as the generic
+ * path does; without it they give NaN or huge sums, which send the block elsewhere. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
-bf16_step(const uint16_t *p, __mmask32 m, const struct kbf16 *kb, bool bytes, struct bf16_sums *t)
+bf16_step(const uint16_t *p, __mmask32 m, const struct kbf16 *kb, bool bytes, bool nonfinite,
+	  struct bf16_sums *t)
 {
 	__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p), kb->absmask);
+	if (nonfinite) {
+		__mmask32 nf = _mm512_cmpge_epu16_mask(xa, kb->inf);
+		xa = _mm512_mask_mov_epi16(xa, nf, _mm512_setzero_si512());
+		t->nonfinite += (uint32_t)__builtin_popcount(nf);
+	}
 	__m512i ib = _mm512_sub_epi16(xa, kb->one); /* 0 wraps around to the top */
 	__mmask32 low = _mm512_cmplt_epu16_mask(ib, kb->xn1); /* a nonzero below xn */
 	__m512i r = _mm512_min_epu16(bf16_lookup(xa, ib, kb, bytes), kb->maxr);
@@ -565,7 +576,7 @@ bf16_fast_step(const uint16_t *p, const struct kbf16 *kb, bool bytes, struct bf1
 	bf16_err(xa, r, kb, f);
 }
 
-/* Overflows in bn elements at p: |x| > xov. */
+/* Overflows in bn elements at p: finite |x| > xov. */
 static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16 *kb)
 {
 	uint32_t over = 0;
@@ -573,27 +584,52 @@ static uint32_t bf16_overflows(const uint16_t *p, int64_t bn, const struct kbf16
 	for (int64_t j = 0; j < bn; j += 32) {
 		__mmask32 m = bn - j >= 32 ? 0xffffffffu : (__mmask32)((1ull << (bn - j)) - 1);
 		__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p + j), kb->absmask);
-		over += (uint32_t)__builtin_popcount(_mm512_cmpgt_epu16_mask(xa, kb->xov));
+		over += (uint32_t)__builtin_popcount(_mm512_mask_cmpgt_epu16_mask(
+			_mm512_cmplt_epu16_mask(xa, kb->inf), xa, kb->xov));
 	}
 	return over;
+}
+
+/* Every finite element of the bn at p is +-0 (blocks of zeros are common: padding, masked or dead
+ * units; their float sums of 0 look like underflow to the range test). */
+static bool bf16_all_zero(const uint16_t *p, int64_t bn, const struct kbf16 *kb)
+{
+	__m512i bits = _mm512_setzero_si512();
+
+	for (int64_t j = 0; j < bn; j += 32) {
+		__mmask32 m = bn - j >= 32 ? 0xffffffffu : (__mmask32)((1ull << (bn - j)) - 1);
+		__m512i xa = _mm512_and_si512(_mm512_maskz_loadu_epi16(m, p + j), kb->absmask);
+		bits = _mm512_or_si512(bits, _mm512_maskz_mov_epi16(
+			_mm512_cmplt_epu16_mask(xa, kb->inf), xa));
+	}
+	return _mm512_test_epi16_mask(bits, bits) == 0;
 }
 
 /* Vectors per group of the fast path. */
 #define GROUP 8
 
+/* The ways a block can go: fast groups, then careful steps for the rest; careful steps only; or
+ * careful steps that leave NaN and infinities out. */
+enum bf16_mode { BF16_FAST, BF16_CAREFUL, BF16_NONFINITE };
+
 /* One block's terms into t. Groups of GROUP whole vectors go through the fast step; a group
  * that held a value the fast step cannot take (the test comes at its end, so the loop has no
  * branch per vector) is undone, its sums put back as they were (register copies), and redone
- * by the careful step. The rest of the block, and every block of `careful` mode, take the
+ * by the careful step. The rest of the block, and every block of the other modes, take the
  * careful step. Returns the number of groups redone. */
 __attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) uint32_t
 bf16_block(const uint16_t *p, int64_t bn, const struct kbf16 *kb,
-	   bool bytes, bool careful, struct bf16_sums *t)
+	   bool bytes, enum bf16_mode mode, struct bf16_sums *t)
 {
+	const bool nf = mode == BF16_NONFINITE;
 	uint32_t redone = 0;
 	int64_t j = 0;
 
-	if (!careful) {
+	t->f.xs = t->f.dqs = t->f.err0 = t->f.err1 = t->cdot = _mm512_setzero_ps();
+	t->c = t->f;
+	t->xmax = _mm512_setzero_si512();
+	t->under = t->low_vectors = t->careful_steps = t->nonfinite = 0;
+	if (mode == BF16_FAST) {
 		for (; j + 32 * GROUP <= bn; j += 32 * GROUP) {
 			struct bf16_lanes saved = t->f;
 			__m512i lowm = _mm512_set1_epi16(-1), xmax = _mm512_setzero_si512();
@@ -607,17 +643,17 @@ bf16_block(const uint16_t *p, int64_t bn, const struct kbf16 *kb,
 					      _mm512_cmpgt_epu16_mask(xmax, kb->xov)) != 0, 0)) {
 				t->f = saved;
 				for (int g = 0; g < GROUP; g++)
-					bf16_step(p + j + 32 * g, 0xffffffffu, kb, bytes, t);
+					bf16_step(p + j + 32 * g, 0xffffffffu, kb, bytes, false, t);
 				redone++;
 			}
 		}
 	}
 	for (; j + 32 <= bn; j += 32) {
 		_mm_prefetch((const char *)(p + j) + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		bf16_step(p + j, 0xffffffffu, kb, bytes, t);
+		bf16_step(p + j, 0xffffffffu, kb, bytes, nf, t);
 	}
 	if (j < bn) /* zero lanes add nothing and are neither under- nor overflows */
-		bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), kb, bytes, t);
+		bf16_step(p + j, (__mmask32)((1ull << (bn - j)) - 1), kb, bytes, nf, t);
 	return redone;
 }
 
@@ -633,7 +669,8 @@ static inline __attribute__((always_inline)) __m512d widen_add(__m512d acc, __m5
  * product overflowed, and what vdpbf16ps flushes to zero, or a float square loses to underflow,
  * is below 2^-24 of the sums; |s - r| <= |s|), and the careful steps' sum x r 2^J is 0 or above
  * 2^-90 (a flushed product is then negligible too: it is 0 only when every r is); any other
- * block, NaN and inf included, goes through the generic path.
+ * block goes through the generic path. A block holding NaN or infinities is redone with them
+ * left out, and so are the blocks after it until one holds none.
  *
  * The fast step leaves out sum x r: for each element x r = (s^2 + r^2 - (s - r)^2) / (2 S) (with
  * S = scale 2^J, s = x S), so over the fast steps it is (S^2 sum x^2 + sum r^2 - sum (s - r)^2) /
@@ -662,7 +699,7 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 	__m512 lo, hi;
 	const __m512 dmin = _mm512_set1_ps(0x1p-90f);
 	uint64_t count = 0, under = 0, over = 0;
-	bool careful = false;
+	enum bf16_mode mode = BF16_FAST;
 	double fdot;
 
 	/* Sum x^2 < 16 hi <= 2^100 / max(1, ss) and >= lo >= 2^-90 / min(1, ss), with a factor 2 for
@@ -676,11 +713,13 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 		uint32_t redone, block_over = 0;
 		__m512 xs;
 
-		t.f.xs = t.f.dqs = t.f.err0 = t.f.err1 = t.cdot = _mm512_setzero_ps();
-		t.c = t.f;
-		t.xmax = _mm512_setzero_si512();
-		t.under = t.low_vectors = t.careful_steps = 0;
-		redone = bf16_block(p, bn, kb, bytes, careful, &t);
+		redone = bf16_block(p, bn, kb, bytes, mode, &t);
+		/* NaN or an infinity (a fast group holding one is redone by careful steps, whose
+		 * largest magnitude tells): the block again from L1, leaving them out. */
+		if (mode != BF16_NONFINITE && _mm512_cmpge_epu16_mask(t.xmax, kb->inf)) {
+			mode = BF16_NONFINITE;
+			bf16_block(p, bn, kb, bytes, mode, &t);
+		}
 		xs = _mm512_add_ps(t.f.xs, t.c.xs);
 		if (!(_mm512_cmp_ps_mask(xs, hi, _CMP_LE_OQ) == 0xffff &&
 		      _mm512_cmp_ps_mask(xs, lo, _CMP_GE_OQ) != 0 &&
@@ -690,6 +729,10 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 			double sx = sum_pd(t.f.xs) + sum_pd(t.c.xs), dot = sum_pd(t.cdot);
 			if (!(sx >= 0x1p-90 && sx <= 0x1p100 && sx * ss >= 0x1p-90 &&
 			      sx * ss <= 0x1p100 && (dot == 0 || dot >= 0x1p-90))) {
+				if (sx == 0 && bf16_all_zero(p, bn, kb)) { /* every term 0 */
+					count += (uint64_t)bn - t.nonfinite;
+					continue;
+				}
 				struct fast_mode fm = { true, 0 }; /* a rare block */
 				generic_block(data, DLI_DTYPE_BF16, b, bn, format, scale,
 					      1.0 / ((double)scale * scale), k, &fm, acc);
@@ -704,8 +747,13 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 			cdqs = widen_add(cdqs, t.c.dqs);
 			cerr = widen_add(cerr, _mm512_add_ps(t.c.err0, t.c.err1));
 		}
-		careful = careful ? t.low_vectors >= 2 || block_over >= 2 : redone >= 2;
-		count += (uint64_t)bn;
+		if (t.nonfinite)
+			mode = BF16_NONFINITE;
+		else if (mode == BF16_FAST)
+			mode = redone >= 2 ? BF16_CAREFUL : BF16_FAST;
+		else
+			mode = t.low_vectors >= 2 || block_over >= 2 ? BF16_CAREFUL : BF16_FAST;
+		count += (uint64_t)bn - t.nonfinite;
 		under += t.under;
 		over += block_over;
 		fxs = widen_add(fxs, t.f.xs);

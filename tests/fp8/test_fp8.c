@@ -587,6 +587,16 @@ static void test_fast_and_careful_stretches(void)
 			v = -3e-10f; /* one a block: one fast group redone */
 		if (blk >= 56 && blk < 72 && i % 97 == 0)
 			v = 1e5f; /* overflows */
+		/* NaN and infinities, left out of the comparison: a few a block, then blocks of
+		 * nothing else, then blocks of zeros, then one a block */
+		if (blk >= 72 && blk < 75 && i % 211 == 0)
+			v = i % 2 ? NAN : -INFINITY;
+		if (blk >= 75 && blk < 77)
+			v = blk == 75 ? NAN : INFINITY;
+		if (blk >= 77 && blk < 79)
+			v = blk == 77 ? 0.0f : -0.0f;
+		if (blk >= 84 && blk < 88 && i % 1024 == 300)
+			v = NAN;
 		if (blk >= 80 && i % 4099 == 0)
 			v = 0.0f;
 		x[i] = (uint16_t)(fbits(v) >> 16);
