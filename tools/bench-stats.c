@@ -268,7 +268,7 @@ static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite
 			w->target = nonfinite ? 0 : passes[p].target;
 			w->available = avail[p];
 			w->gbs = avail[p] ? (double)b->bytes / median(tpass[p], REPS) / 1e9 : 0;
-			w->read_gbs = (double)b->bytes / median(tread[p], REPS) / 1e9;
+			w->read_gbs = avail[p] ? (double)b->bytes / median(tread[p], REPS) / 1e9 : 0;
 			w->ratio = avail[p] ? median(ratio[p], REPS) : 0;
 		}
 	}
