@@ -38,6 +38,10 @@ enum dli_simd dli_cpu_simd(const struct dli_cpu_options *o);
 
 /* ---- Statistics pass internals (kernels/cpu/stats*.c) ---- */
 
+/* 0 when n elements of dtype at data are input the statistics and histogram passes take (one of
+ * the five float dtypes, n >= 0, data set unless n is 0), else -EINVAL. */
+int dli_cpu_check_input(const void *data, enum dli_dtype dtype, int64_t n);
+
 /* The pass works in blocks of this many elements: small enough that a block read from memory is
  * still in L1 for the second (deviation) pass over it, large enough that merging block records
  * in double costs nothing. Chunks, the unit handed to threads, are a whole number of blocks. */

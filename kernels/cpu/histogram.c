@@ -215,15 +215,9 @@ int dli_cpu_histogram(const void *data, enum dli_dtype dtype, int64_t n, const s
 	if (!counts)
 		return -EINVAL;
 	memset(counts, 0, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
-	switch (dtype) {
-	case DLI_DTYPE_F32: case DLI_DTYPE_F16: case DLI_DTYPE_BF16:
-	case DLI_DTYPE_F8E4M3: case DLI_DTYPE_F8E5M2:
-		break;
-	default:
-		return -EINVAL;
-	}
-	if (n < 0 || (n > 0 && !data))
-		return -EINVAL;
+	int rc = dli_cpu_check_input(data, dtype, n);
+	if (rc)
+		return rc;
 	if (n == 0)
 		return 0;
 	pthread_once(&tables_once, tables_build);

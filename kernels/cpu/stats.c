@@ -226,12 +226,8 @@ static void pass_chunk(void *arg, int64_t c, int worker)
 #endif
 }
 
-int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
-		  struct dli_stats_record *out)
+int dli_cpu_check_input(const void *data, enum dli_dtype dtype, int64_t n)
 {
-	if (!out)
-		return -EINVAL;
-	dli_stats_record_init(out);
 	switch (dtype) {
 	case DLI_DTYPE_F32: case DLI_DTYPE_F16: case DLI_DTYPE_BF16:
 	case DLI_DTYPE_F8E4M3: case DLI_DTYPE_F8E5M2:
@@ -239,8 +235,18 @@ int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struc
 	default:
 		return -EINVAL;
 	}
-	if (n < 0 || (n > 0 && !data))
+	return n < 0 || (n > 0 && !data) ? -EINVAL : 0;
+}
+
+int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
+		  struct dli_stats_record *out)
+{
+	if (!out)
 		return -EINVAL;
+	dli_stats_record_init(out);
+	int rc = dli_cpu_check_input(data, dtype, n);
+	if (rc)
+		return rc;
 	dli_stats_chunk_fn chunk = dli_stats_chunk_scalar;
 	switch (dli_cpu_simd(o)) {
 	case DLI_SIMD_SCALAR:
