@@ -347,6 +347,9 @@ struct resolver {
 	const struct dli_registry *reg;
 	struct dli_error *err;
 	char path[256];
+	/* Reading a base-namespace feature: its choices (statistic names) match in any letter case,
+	 * as nvdlfw_inspect lowercases them. */
+	bool fold_case;
 };
 
 static size_t path_push(struct resolver *rs, const char *name)
@@ -494,6 +497,9 @@ static int want_choice(struct resolver *rs, const struct dli_node *n, const char
 	for (size_t i = 0; i < n_choices; i++)
 		if (!strcmp(n->text, choices[i]))
 			return (int)i;
+	for (size_t i = 0; rs->fold_case && i < n_choices; i++)
+		if (!strcasecmp(n->text, choices[i]))
+			return (int)i;
 	char hint[128], list[512] = "";
 	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
 	for (size_t i = 0, off = 0; i < n_choices && off < sizeof list; i++)
@@ -531,9 +537,10 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 	case DLI_PARAM_STRING:
 		if (want_scalar(rs, n, "a string"))
 			return -EINVAL;
-		if (nc && want_choice(rs, n, d->choices, nc, d->key) < 0)
+		int cs = nc ? want_choice(rs, n, d->choices, nc, d->key) : 0;
+		if (cs < 0)
 			return -EINVAL;
-		v->u.s = n->text;
+		v->u.s = nc ? d->choices[cs] : n->text; /* a choice in the schema's spelling */
 		return 0;
 	case DLI_PARAM_STRING_LIST: {
 		const struct dli_node *const *items;
@@ -545,12 +552,14 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 		if (!s)
 			return -ENOMEM;
 		for (size_t i = 0; i < count; i++) {
-			if (nc && want_choice(rs, items[i], d->choices, nc, d->key) < 0)
+			int ci = nc ? want_choice(rs, items[i], d->choices, nc, d->key) : 0;
+			if (ci < 0)
 				return -EINVAL;
+			const char *text = nc ? d->choices[ci] : items[i]->text;
 			for (size_t j = 0; j < i; j++)
-				if (!strcmp(s[j], items[i]->text))
+				if (!strcmp(s[j], text))
 					return fail(rs, items[i], "'%s' is listed twice", s[j]);
-			s[i] = items[i]->text;
+			s[i] = text;
 		}
 		v->u.list.items = s;
 		v->u.list.n = count;
@@ -1300,6 +1309,7 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 {
 	const struct dli_feature_desc *d = fe->desc;
 	size_t mark = path_push(rs, key->text);
+	rs->fold_case = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
 	if (v->kind != DLI_NODE_MAP)
 		return fail(rs, v, "expected a mapping with 'enabled' and %s's keys, got %s", d->name,
 			    kind_name(v));
@@ -1318,12 +1328,27 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 	/* A disabled block is still checked, so a typo in it is caught before someone enables it. */
 	int r = finish_block(rs, s, fe, &b, key, s->enabled && b.enabled);
 	path_pop(rs, mark);
+	rs->fold_case = false;
 	return r;
 }
 
 static const struct dli_feature_entry *feature_lookup(struct resolver *rs, const char *name)
 {
 	return dli_registry_feature(rs->reg, name);
+}
+
+/* A feature block directly in a section: the base namespace's feature of that name (nvdlfw_inspect's
+ * generic ones, e.g. its LogTensorStats), else one that another namespace declares generic. */
+static const struct dli_feature_entry *direct_feature(struct resolver *rs, const char *name)
+{
+	const struct dli_feature_entry *fe = dli_registry_feature_in(rs->reg, DLI_NS_BASE, name);
+	for (size_t i = 0; !fe && i < rs->reg->n_features; i++) {
+		const struct dli_feature_entry *e = &rs->reg->features[i];
+		if ((e->desc->flags & DLI_FEATURE_GENERIC) && dli_registry_feature_in(
+			rs->reg, dli_feature_entry_ns(e), name) == e)
+			fe = e;
+	}
+	return fe;
 }
 
 static int unknown_in_section(struct resolver *rs, const struct dli_node *key, const char *ns)
@@ -1394,15 +1419,16 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 			if (v->kind != DLI_NODE_MAP)
 				return fail(rs, v, "expected a mapping of features, got %s", kind_name(v));
 			for (size_t k = 0; k < v->n; k++) {
-				const struct dli_feature_entry *fe = feature_lookup(rs, v->keys[k]->text);
-				if (!fe || !fe->module->ns || strcmp(fe->module->ns, key->text)) {
-					if (fe)
+				const char *name = v->keys[k]->text;
+				const struct dli_feature_entry *fe =
+					dli_registry_feature_in(rs->reg, key->text, name);
+				if (!fe) {
+					const struct dli_feature_entry *other = feature_lookup(rs, name);
+					if (other)
 						return fail(rs, v->keys[k], "'%s' is not in namespace "
-									    "'%s'%s%s%s",
-							    v->keys[k]->text, key->text,
-							    fe->module->ns ? " (it is in '" : "",
-							    fe->module->ns ? fe->module->ns : "",
-							    fe->module->ns ? "')" : "");
+									    "'%s' (it is in '%s')",
+							    name, key->text,
+							    dli_feature_entry_ns(other));
 					return unknown_in_section(rs, v->keys[k], key->text);
 				}
 				if ((r = read_feature(rs, s, fe, v->keys[k], v->items[k])))
@@ -1411,12 +1437,12 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 			path_pop(rs, m3);
 			continue;
 		}
-		const struct dli_feature_entry *fe = feature_lookup(rs, key->text);
+		const struct dli_feature_entry *fe = direct_feature(rs, key->text);
+		if (!fe && (fe = feature_lookup(rs, key->text)))
+			return fail(rs, key, "%s belongs in the section's '%s:' block", fe->desc->name,
+				    dli_feature_entry_ns(fe));
 		if (!fe)
 			return unknown_in_section(rs, key, NULL);
-		if (!(fe->desc->flags & DLI_FEATURE_GENERIC) && fe->module->ns)
-			return fail(rs, key, "%s belongs in the section's '%s:' block", fe->desc->name,
-				    fe->module->ns);
 		if ((r = read_feature(rs, s, fe, key, v)))
 			return r;
 	}

@@ -436,6 +436,12 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	} else if ((r = dli_loader_load_all(ctx->loader, err))) {
 		return r;
 	}
+	/* The base namespace is always there, as in nvdlfw_inspect: a feature block directly in a
+	 * section means its feature, whatever 'extensions' lists. */
+	if (o->extensions || cfg->has_extensions) {
+		struct dli_error ignored;
+		dli_loader_load(ctx->loader, "base_log_tensor_stats", &ignored);
+	}
 	/* The file logger is the default logger: bring it even when 'extensions' leaves it out. */
 	if (!cfg->has_loggers) {
 		struct dli_error ignored;

@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "context-private.h"
 #include "loader-private.h"
+#include "registry-private.h"
 
 static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 
@@ -62,19 +63,22 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 	for (size_t i = 0; i < l->n_bindings; i++) {
 		const struct dli_target *t = l->bindings[i].instance->target;
 		const struct dli_feature_desc *d = t->feature->desc;
-		printf("  %-22s section '%s' at %s\n", d->name, t->section->name, t->where_text);
+		/* The namespace too: the same name in two namespaces is two features. */
+		char label[128];
+		snprintf(label, sizeof label, "%s.%s", dli_feature_entry_ns(t->feature), d->name);
+		printf("  %-40s section '%s' at %s\n", label, t->section->name, t->where_text);
 		if (d->flags & DLI_FEATURE_GEMMS) {
-			printf("  %-22s gemms: ", "");
+			printf("  %-40s gemms: ", "");
 			print_gemms(t->gemms);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_TENSORS) {
-			printf("  %-22s tensors: ", "");
+			printf("  %-40s tensors: ", "");
 			print_tensors(ctx, t->tensors);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_SCHEDULED) {
-			printf("  %-22s schedule: ", "");
+			printf("  %-40s schedule: ", "");
 			print_schedule(&t->schedule);
 			printf("\n");
 		}

@@ -148,6 +148,19 @@ int dli_inspect_tensor_postquantize(struct dli_layer *layer, enum dli_gemm gemm,
  * else what the feature returned (the first non-zero one when several do). */
 int dli_call(struct dli_layer *layer, const char *name, void *args);
 
+/* The generic call that feeds the base namespace's LogTensorStats (nvdlfw_inspect's
+ * `debug_api.log_tensor_stats`): dli_call(layer, DLI_CALL_LOG_TENSOR_STATS, &args). The statistics
+ * of `tensor` are logged at once, one line per configured statistic and call, when the feature's
+ * schedule selects the iteration. TransformerEngine's LogTensorStats is fed by dli_inspect_tensor
+ * instead; see docs/config.md, "Namespaces". Everything is borrowed for the call. */
+#define DLI_CALL_LOG_TENSOR_STATS "log_tensor_stats"
+struct dli_log_tensor_stats_args {
+	uint32_t size;           /* sizeof(struct dli_log_tensor_stats_args) */
+	const char *tensor_name; /* as in the config's `tensors:` (any name the host likes) */
+	const struct dli_tensor *tensor;
+	int64_t iteration;       /* the step to log at; -1: the context's current iteration */
+};
+
 /* ---- String-taking convenience calls: one hash lookup, then the handle call. ----
  * Names are borrowed. An unknown gemm name answers the default. */
 bool dli_fp8_gemm_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
