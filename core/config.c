@@ -433,17 +433,67 @@ static int want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 	return fail(rs, n, "expected true or false, got %s", kind_name(n));
 }
 
+/* A YAML 1.1 integer as PyYAML (the peers' loader) reads one: an optional sign, then decimal,
+ * 0x hex, 0b binary or 0-prefixed octal digits, '_' allowed between digits ("1_000"). Returns
+ * false for anything else, or when it does not fit in 64 bits. */
+static bool yaml11_int(const char *t, int64_t *out)
+{
+	bool neg = *t == '-';
+	if (*t == '-' || *t == '+')
+		t++;
+	int base = 10;
+	if (t[0] == '0' && (t[1] == 'x' || t[1] == 'X'))
+		base = 16, t += 2;
+	else if (t[0] == '0' && (t[1] == 'b' || t[1] == 'B'))
+		base = 2, t += 2;
+	else if (t[0] == '0' && t[1])
+		base = 8, t += 1;
+	if (!*t || *t == '_')
+		return false;
+	uint64_t v = 0;
+	for (; *t; t++) {
+		int d;
+		if (*t == '_')
+			continue;
+		if (*t >= '0' && *t <= '9')
+			d = *t - '0';
+		else if (*t >= 'a' && *t <= 'f')
+			d = *t - 'a' + 10;
+		else if (*t >= 'A' && *t <= 'F')
+			d = *t - 'A' + 10;
+		else
+			return false;
+		if (d >= base || v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			return false;
+		v = v * (uint64_t)base + (uint64_t)d;
+	}
+	if (v > (uint64_t)INT64_MAX + neg)
+		return false;
+	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
+	return true;
+}
+
+/* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
+ * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
 static int want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 {
 	if (want_scalar(rs, n, "an integer"))
 		return -EINVAL;
+	if (n->plain && yaml11_int(n->text, out))
+		return 0;
 	char *end;
 	errno = 0;
-	long long v = strtoll(n->text, &end, 10);
-	if (!n->plain || end == n->text || *end || errno)
-		return fail(rs, n, "expected an integer, got '%s'", n->text);
-	*out = v;
-	return 0;
+	double d = n->plain ? strtod(n->text, &end) : NAN;
+	bool number = n->plain && end != n->text && !*end && !errno && isfinite(d) &&
+		      !strpbrk(n->text, "xXnN"); /* no hex floats, inf or nan spellings */
+	if (number && d == floor(d) && fabs(d) < 0x1p63) {
+		*out = (int64_t)d;
+		return 0;
+	}
+	if (number)
+		return fail(rs, n, "expected an integer, got '%s' (a number with a fraction)",
+			    n->text);
+	return fail(rs, n, "expected an integer, got '%s'", n->text);
 }
 
 static int want_float(struct resolver *rs, const struct dli_node *n, double *out)
@@ -1052,8 +1102,12 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		r = want_int(rs, v, &b->sched[i]);
 		if (!r && i == 0 && b->sched[0] < 1)
 			r = fail(rs, v, "expected an integer >= 1, got %lld", (long long)b->sched[0]);
-		if (!r && i > 0 && b->sched[i] < 0)
+		if (!r && i == 1 && b->sched[i] < 0)
 			r = fail(rs, v, "expected a step >= 0, got %lld", (long long)b->sched[i]);
+		/* -1: no end, as both peers document it. */
+		if (!r && i == 2 && b->sched[i] < -1)
+			r = fail(rs, v, "expected a step >= 0, or -1 for no end, got %lld",
+				 (long long)b->sched[i]);
 		b->sched_set[i] = true;
 		if (i > 0) {
 			if (!b->ranges_here)
@@ -1067,12 +1121,24 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		static const struct dli_param_desc pairs = {"start_end_list", NULL, DLI_PARAM_INT_PAIRS,
 							    NULL, NULL, NULL, false};
 		r = parse_value(rs, &pairs, v, &b->ranges);
+		/* Stored inclusive. The base namespace's end is exclusive (nvdlfw_inspect's
+		 * enable_logging_at_current_step: step < end), TransformerEngine's inclusive
+		 * (next_enabled_iter: s <= step <= e); -1 is no end in both. */
+		bool exclusive = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
 		for (size_t i = 0; !r && i < b->ranges.u.pairs.n; i++) {
-			const struct dli_int_pair *p = &b->ranges.u.pairs.items[i];
-			if (p->first < 0 || p->second < p->first)
-				r = fail(rs, v->items[i], "expected [start, end] with 0 <= start <= end, "
-							  "got [%lld, %lld]",
-					 (long long)p->first, (long long)p->second);
+			struct dli_int_pair *p = (struct dli_int_pair *)&b->ranges.u.pairs.items[i];
+			if (p->first < 0 || (p->second != -1 && p->second < p->first + exclusive))
+				r = fail(rs, v->items[i], "expected [start, end] with 0 <= start %s end, "
+							  "got [%lld, %lld]%s; an end of -1 means no end",
+					 exclusive ? "<" : "<=", (long long)p->first,
+					 (long long)p->second,
+					 exclusive ? " (in the base namespace the end is exclusive, "
+						     "as in nvdlfw_inspect)"
+						   : "");
+			else if (p->second == -1)
+				p->second = DLI_NEVER;
+			else
+				p->second -= exclusive;
 		}
 		b->has_ranges = true;
 		if (!b->steps_here)
@@ -1178,7 +1244,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	if (b->has_ranges && (b->sched_set[1] || b->sched_set[2]))
 		return fail(rs, b->first_sched_key,
 			    "start_end_list replaces start_step/end_step: give one or the other");
-	if (b->sched_set[1] && b->sched_set[2] && b->sched[2] < b->sched[1])
+	if (b->sched_set[1] && b->sched_set[2] && b->sched[2] != -1 && b->sched[2] < b->sched[1])
 		return fail(rs, b->first_sched_key, "end_step (%lld) is before start_step (%lld)",
 			    (long long)b->sched[2], (long long)b->sched[1]);
 	if (cfg->n_targets >= TARGETS_MIN && cfg->n_targets == targets_cap(cfg->n_targets)) {
@@ -1198,7 +1264,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	t->params = b->params;
 	t->schedule.freq = b->sched_set[0] ? b->sched[0] : 1;
 	t->schedule.start_step = b->sched_set[1] ? b->sched[1] : 0;
-	t->schedule.end_step = b->sched_set[2] ? b->sched[2] : DLI_NEVER;
+	t->schedule.end_step = b->sched_set[2] && b->sched[2] != -1 ? b->sched[2] : DLI_NEVER;
 	if (b->has_ranges) {
 		t->schedule.ranges = b->ranges.u.pairs.items;
 		t->schedule.n_ranges = b->ranges.u.pairs.n;

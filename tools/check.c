@@ -38,8 +38,12 @@ static void print_schedule(const struct dli_schedule *s)
 	printf("freq %lld", (long long)s->freq);
 	if (s->ranges) {
 		printf(", steps");
-		for (size_t i = 0; i < s->n_ranges; i++)
-			printf(" %lld-%lld", (long long)s->ranges[i].first, (long long)s->ranges[i].second);
+		/* Inclusive, whatever the namespace's config spelling (docs/config.md). */
+		for (size_t i = 0; i < s->n_ranges; i++) {
+			printf(" %lld-", (long long)s->ranges[i].first);
+			if (s->ranges[i].second != DLI_NEVER)
+				printf("%lld", (long long)s->ranges[i].second);
+		}
 	} else if (s->start_step || s->end_step != DLI_NEVER) {
 		printf(", steps %lld-", (long long)s->start_step);
 		if (s->end_step != DLI_NEVER)
