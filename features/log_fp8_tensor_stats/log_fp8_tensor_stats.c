@@ -287,8 +287,9 @@ static void dli_lfs_step_end(const struct dli_feature_call *c, int64_t iteration
 		struct dli_stats_record q, w;
 		bool have_q = active && added_q && host->stats_acc_read(t->q, &q) == 0 &&
 			      (q.fp8_count || q.scale_inv_max > 0);
+		/* count: a tensor of only NaN and infinities still has overflows% and mse. */
 		bool have_w = active && added_w && host->stats_acc_read(t->whatif, &w) == 0 &&
-			      w.fp8_count;
+			      (w.fp8_count || w.count);
 		for (size_t k = 0; k < self->n_names; k++) {
 			int idx = self->names[k];
 			bool whatif = idx >= 2 * DLI_LFS_N_BASE;
@@ -318,7 +319,8 @@ static const struct dli_feature_ops dli_lfs_ops = {
 };
 
 static const struct dli_param_desc dli_lfs_params[] = {
-	[DLI_LFS_STATS] = {.key = "stats", .type = DLI_PARAM_STRING_LIST,
+	/* `type`: the seed form's spelling, as for collect_tensor_stats. */
+	[DLI_LFS_STATS] = {.key = "stats", .alias = "type", .type = DLI_PARAM_STRING_LIST,
 			   .doc = "underflows%, overflows%, scale_inv_min, scale_inv_max, mse, cos_sim, "
 				  "sqnr_db of the host's FP8 tensor (also with the prefix "
 				  DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
