@@ -348,8 +348,9 @@ struct resolver {
 	struct dli_error *err;
 	char path[256];
 	/* Reading a base-namespace feature: its choices (statistic names) match in any letter case,
-	 * as nvdlfw_inspect lowercases them. */
-	bool fold_case;
+	 * as nvdlfw_inspect lowercases them, and its tensor names are free (the host's own, given to
+	 * the generic log_tensor_stats call). */
+	bool base_ns;
 };
 
 static size_t path_push(struct resolver *rs, const char *name)
@@ -392,6 +393,11 @@ static int warn(struct resolver *rs, const struct dli_node *at, const char *fmt,
 	if (!w)
 		return -ENOMEM;
 	cfg->warnings = w;
+	bool *loud = realloc(cfg->warnings_loud, (cfg->n_warnings + 1) * sizeof *loud);
+	if (!loud)
+		return -ENOMEM;
+	cfg->warnings_loud = loud;
+	loud[cfg->n_warnings] = false;
 	w[cfg->n_warnings] = cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file,
 					at->where.line, at->where.column, rs->path,
 					rs->path[0] ? ": " : "", text);
@@ -547,7 +553,7 @@ static int want_choice(struct resolver *rs, const struct dli_node *n, const char
 	for (size_t i = 0; i < n_choices; i++)
 		if (!strcmp(n->text, choices[i]))
 			return (int)i;
-	for (size_t i = 0; rs->fold_case && i < n_choices; i++)
+	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
 		if (!strcasecmp(n->text, choices[i]))
 			return (int)i;
 	char hint[128], list[512] = "";
@@ -995,6 +1001,12 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 	return 0;
 }
 
+static int add_tensor_name(struct dli_config *cfg, const struct dli_node *n)
+{
+	cfg->tensor_names[cfg->n_tensor_names] = n->text;
+	return (int)cfg->n_tensor_names++;
+}
+
 static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 {
 	struct dli_config *cfg = rs->cfg;
@@ -1003,13 +1015,44 @@ static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 			return (int)i;
 	if (cfg->n_tensor_names == DLI_MAX_TENSORS)
 		return fail(rs, n, "more than %d distinct tensor names", DLI_MAX_TENSORS), -1;
-	const char *close = dli_suggest(n->text, standard_tensors, DLI_TENSOR_STANDARD_COUNT);
-	if (close && warn(rs, n, "'%s' is not a standard tensor (did you mean '%s'?); it is taken "
-				 "as the name of a host's own tensor",
-			  n->text, close))
+	for (size_t i = 0; i < cfg->n_declared_tensors; i++)
+		if (!strcmp(cfg->declared_tensors[i], n->text))
+			return add_tensor_name(cfg, n);
+	/* Every name the config could have meant: the standard ones and the host's. */
+	const char *known[DLI_TENSOR_STANDARD_COUNT + 64];
+	size_t n_known = 0;
+	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
+		known[n_known++] = standard_tensors[i];
+	for (size_t i = 0; i < cfg->n_declared_tensors && n_known < sizeof known / sizeof *known; i++)
+		known[n_known++] = cfg->declared_tensors[i];
+	const char *close = dli_suggest(n->text, known, n_known);
+	char hint[160] = "";
+	if (close)
+		snprintf(hint, sizeof hint, " (did you mean '%s'?)", close);
+	if (rs->base_ns) {
+		/* The base namespace's tensors are whatever the host passes to log_tensor_stats. */
+		if (close && warn(rs, n, "'%s' is not a standard tensor%s; it is taken as the name of "
+					 "a host's own tensor",
+				  n->text, hint))
+			return -1;
+		return add_tensor_name(cfg, n);
+	}
+	if (cfg->tensors_declared)
+		return fail(rs, n, "unknown tensor '%s'%s: not a standard tensor (activation, gradient, "
+				   "weight, output, wgrad, dgrad) nor one the host declares%s",
+			    n->text, hint,
+			    cfg->n_declared_tensors ? "" : " (it declares none; `dlinspect check "
+							  "--allow-tensor NAME` accepts one)"), -1;
+	/* Undeclared: a host's own name, unless it looks like a misspelled standard one. */
+	if (!close)
+		return add_tensor_name(cfg, n);
+	if (warn(rs, n, "'%s' is not a standard tensor%s; it is taken as the name of a host's own "
+			"tensor, and nothing is logged for it unless the host passes a tensor of that "
+			"name",
+		 n->text, hint))
 		return -1;
-	cfg->tensor_names[cfg->n_tensor_names] = n->text;
-	return (int)cfg->n_tensor_names++;
+	cfg->warnings_loud[cfg->n_warnings - 1] = true;
+	return add_tensor_name(cfg, n);
 }
 
 static int read_gemms(struct resolver *rs, const struct dli_node *n, uint32_t *mask)
@@ -1375,7 +1418,7 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 {
 	const struct dli_feature_desc *d = fe->desc;
 	size_t mark = path_push(rs, key->text);
-	rs->fold_case = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
+	rs->base_ns = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
 	if (v->kind != DLI_NODE_MAP)
 		return fail(rs, v, "expected a mapping with 'enabled' and %s's keys, got %s", d->name,
 			    kind_name(v));
@@ -1394,7 +1437,7 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 	/* A disabled block is still checked, so a typo in it is caught before someone enables it. */
 	int r = finish_block(rs, s, fe, &b, key, s->enabled && b.enabled);
 	path_pop(rs, mark);
-	rs->fold_case = false;
+	rs->base_ns = false;
 	return r;
 }
 
@@ -1577,6 +1620,7 @@ void dli_config_destroy(struct dli_config *config)
 	}
 	free(config->nodes);
 	free(config->warnings);
+	free(config->warnings_loud);
 	free(config->targets);
 	for (size_t i = 0; i < config->n_allocs; i++)
 		free(config->allocs[i]);

@@ -98,10 +98,19 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 int dli_cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
-	const char *layers[256], *dirs[64];
-	size_t n_layers = 0, n_dirs = 0;
+	static const char usage[] = "usage: dlinspect check CONFIG [--layer NAME]... "
+				    "[--allow-tensor NAME]... [--plugin-dir DIR]...\n";
+	const char *layers[256], *dirs[64], *tensors[64];
+	size_t n_layers = 0, n_dirs = 0, n_tensors = 0;
 	for (int i = 1; i < argc; i++) {
-		if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) && i + 1 < argc) {
+		if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {
+			if (n_tensors == 64) {
+				fprintf(stderr, "dlinspect check: too many --allow-tensor options\n");
+				return 2;
+			}
+			tensors[n_tensors++] = argv[++i];
+		} else if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) &&
+			   i + 1 < argc) {
 			bool layer = !strcmp(argv[i], "--layer");
 			if (layer ? n_layers == 256 : n_dirs == 64) {
 				fprintf(stderr, "dlinspect check: too many %s options\n", argv[i]);
@@ -112,14 +121,14 @@ int dli_cmd_check(int argc, char **argv)
 			else
 				dirs[n_dirs++] = argv[++i];
 		} else if (argv[i][0] == '-' || path) {
-			fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+			fputs(usage, stderr);
 			return 2;
 		} else {
 			path = argv[i];
 		}
 	}
 	if (!path) {
-		fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+		fputs(usage, stderr);
 		return 2;
 	}
 	struct dli_options o;
@@ -128,6 +137,10 @@ int dli_cmd_check(int argc, char **argv)
 	o.plugin_dirs = dirs;
 	o.n_plugin_dirs = n_dirs;
 	o.log_level = DLI_LOG_ERROR; /* warnings are printed below, once */
+	/* A check knows no host: only the standard tensors and the ones the user allows, so that a
+	 * misspelled name fails here rather than log nothing in a run (docs/config.md). */
+	o.tensor_names = tensors;
+	o.n_tensor_names = n_tensors;
 	struct dli_context *ctx;
 	struct dli_error err;
 	if (dli_context_open(&o, false, &ctx, &err)) {

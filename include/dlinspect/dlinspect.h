@@ -75,6 +75,12 @@ struct dli_options {
 	int world_size;
 	int64_t initial_iteration;
 	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO */
+	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
+	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
+	 * feature is refused with a did-you-mean; when NULL, such a name is taken as the host's and
+	 * warned about (message log and stderr, once). See docs/config.md, "Tensor names". */
+	const char *const *tensor_names;
+	size_t n_tensor_names;
 };
 
 /* Sets every field to its default. */

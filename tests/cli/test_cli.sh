@@ -23,6 +23,13 @@ for f in "$src"/tests/cli/broken/*.yaml; do
 	esac
 done
 
+# A host's own tensor name passes check only when the user allows it.
+allow="$src/tests/cli/broken/misspelled_tensor.yaml"
+out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
+[ $? = 0 ] && ok || bad "check --allow-tensor still refuses: $out"
+out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
+[ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
+
 cfg=$(mktemp --suffix=.yaml)
 trap 'rm -f "$cfg"' EXIT
 cat >"$cfg" <<'YAML'

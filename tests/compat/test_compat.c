@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -316,6 +317,66 @@ static void test_errors(void)
 					   NULL});
 }
 
+/* ---- Tensor names nobody declared ---- */
+
+static const char *const misspelled =
+	SEC "  transformer_engine:\n"
+	"    LogTensorStats: {enabled: True, tensors: [activaton, attn_scores], stats: [max]}\n";
+
+/* A host that declares its tensors gets an error for any other name, with a did-you-mean. */
+static void test_declared_tensors(void)
+{
+	static const char *const mine[] = {"attn_scores"};
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_yaml = misspelled;
+	o.log_dir = "/tmp";
+	o.tensor_names = mine;
+	o.n_tensor_names = 1;
+	struct dli_context *ctx = NULL;
+	struct dli_error err;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "<string>:5:47: s.transformer_engine.LogTensorStats.tensors: "
+				    "unknown tensor 'activaton' (did you mean 'activation'?)");
+	dli_destroy(ctx);
+	/* Declared, it is the host's own. */
+	static const char *const both[] = {"attn_scores", "activaton"};
+	o.tensor_names = both;
+	o.n_tensor_names = 2;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	dli_destroy(ctx);
+}
+
+/* Undeclared, a name close to a standard one is a warning in the message log and, once, on
+ * stderr; a distinct name (attn_scores) is the host's own, silently. */
+static void test_undeclared_tensor_warning(void)
+{
+	char path[] = "/tmp/dli-compat-stderr-XXXXXX";
+	int fd = mkstemp(path), saved = dup(2);
+	CHECK(fd >= 0 && saved >= 0);
+	if (fd < 0 || saved < 0)
+		return;
+	fflush(stderr);
+	dup2(fd, 2);
+	struct dli_context *ctx = open_yaml(misspelled, NULL);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	CHECK(ctx != NULL);
+	dli_destroy(ctx);
+	char buf[4096] = "";
+	ssize_t got = pread(fd, buf, sizeof buf - 1, 0);
+	close(fd);
+	unlink(path);
+	buf[got > 0 ? got : 0] = 0;
+	const char *w = "'activaton' is not a standard tensor (did you mean 'activation'?)";
+	CHECK_CONTAINS(buf, w);
+	CHECK(strstr(buf, w) && !strstr(strstr(buf, w) + 1, w)); /* once */
+	CHECK(strstr(buf, "attn_scores") == NULL);
+	CHECK_INT(count_lines(MESSAGE_LOG, w), 1);
+}
+
 int main(void)
 {
 	test_configs_load();
@@ -323,6 +384,8 @@ int main(void)
 	test_schedules();
 	test_fp8_nonfinite();
 	test_errors();
+	test_declared_tensors();
+	test_undeclared_tensor_warning();
 	remove_log_dir();
 	return check_exit();
 }
