@@ -69,6 +69,7 @@ static void test_configs_load(void)
 	static const char *const files[] = {
 		"both_namespaces.yaml", "seed_perf.yaml", "yaml11_forms.yaml",
 		"disable_quantization.yaml", "recipe_stats.yaml", "struct_entries.yaml",
+		"dummy_feature.yaml",
 	};
 	const char *dir = getenv("COMPAT_CONFIGS");
 	CHECK(dir != NULL);
@@ -252,6 +253,46 @@ static void test_fp8_nonfinite(void)
 	check_fp8_nonfinite((const float[]){1, NAN, 0, 2}, 4, 0, 0, 0);
 }
 
+/* ---- TransformerEngine's test feature ---- */
+
+static void test_dummy_feature(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"everywhere:\n  enabled: True\n  layers: {layer_name_regex_pattern: .*}\n"
+		"  transformer_engine:\n"
+		"    TestDummyFeature: {enabled: True, tensors: [weight, activation, gradient, output, "
+		"wgrad, dgrad], gemms: [wgrad, dgrad, fprop]}\n"
+		"once:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc2}\n"
+		"  transformer_engine:\n"
+		"    TestDummyFeature: {enabled: True, inspect_only_once: True, tensors: [weight], "
+		"gemms: [fprop]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	int64_t next;
+	float x[2] = {1, 2};
+	struct dli_tensor t = f32(x, 2);
+	struct dli_layer *l = layer(ctx, FC1);
+	CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_OUTPUT, &next));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_OUTPUT, &t, NULL, NULL), 0);
+	CHECK(dli_fp8_gemm_enabled(l, DLI_GEMM_FPROP, &next)); /* it changes nothing */
+	dli_destroy(ctx);
+	ctx = open_yaml(
+		"once:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc2}\n"
+		"  transformer_engine:\n"
+		"    TestDummyFeature: {enabled: True, inspect_only_once: True, tensors: [weight], "
+		"gemms: [fprop]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	l = layer(ctx, "model.layers.0.mlp.fc2");
+	CHECK(!dli_inspect_tensor_enabled(l, DLI_TENSOR_WEIGHT, &next));
+	CHECK(next == DLI_NEVER);
+	dli_destroy(ctx);
+}
+
 /* ---- What dlinspect refuses, and how it says so ---- */
 
 static void check_error(const char *yaml, const char *const *parts)
@@ -383,6 +424,7 @@ int main(void)
 	test_seed_perf();
 	test_schedules();
 	test_fp8_nonfinite();
+	test_dummy_feature();
 	test_errors();
 	test_declared_tensors();
 	test_undeclared_tensor_warning();
