@@ -150,10 +150,13 @@ double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)
 			return INFINITY;
 		return no_fp8 ? NAN : r->err_sq / (double)r->fp8_count;
 	case DLI_STAT_COS_SIM:
-		/* Two square roots rather than the root of a product, which could overflow. */
+		/* An infinite x has no direction to compare (numpy gives inf / inf). Two square
+		 * roots rather than the root of a product, which could overflow. */
+		if (fp8_infs)
+			return NAN;
 		return no_fp8 ? NAN : r->dot / (sqrt(r->x_sq) * sqrt(r->dq_sq));
 	case DLI_STAT_SQNR_DB:
-		if (no_fp8)
+		if (no_fp8 || fp8_infs)
 			return NAN;
 		/* A lossless quantization has an infinite signal-to-noise ratio. */
 		if (r->err_sq == 0)

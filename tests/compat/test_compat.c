@@ -196,7 +196,8 @@ static void check_fp8_nonfinite(const float *x, int n, double under, double over
 		"      tensors: [activation]\n"
 		"      stats: [fp8_current_scaling_underflows%, fp8_current_scaling_overflows%,\n"
 		"              fp8_current_scaling_mse, fp8_delayed_scaling_underflows%,\n"
-		"              fp8_delayed_scaling_overflows%, fp8_delayed_scaling_mse]\n"
+		"              fp8_delayed_scaling_overflows%, fp8_delayed_scaling_mse,\n"
+		"              fp8_current_scaling_sqnr_db]\n"
 		"    LogTensorStats: {enabled: true, tensors: [weight], stats: [dynamic_range]}\n",
 		NULL);
 	CHECK(ctx != NULL);
@@ -239,6 +240,9 @@ static void check_fp8_nonfinite(const float *x, int n, double under, double over
 			fprintf(stderr, "%s = %g, expected %g\n", name, got, mse);
 		CHECK(isinf(mse) ? got == mse : fabs(got - mse) <= 1e-12);
 	}
+	/* With an infinity, x has no finite signal-to-noise ratio (numpy's inf / inf). */
+	if (isinf(mse))
+		CHECK(isnan(logged(FC1 "_activation_fp8_current_scaling_sqnr_db", 0, 0)));
 	/* All zeros: TransformerEngine logs an infinite dynamic range. */
 	CHECK(logged(FC1 "_weight_dynamic_range", 0, 0) == INFINITY);
 }
