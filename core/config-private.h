@@ -94,9 +94,17 @@ struct dli_config {
 	char *tensor_names[DLI_MAX_TENSORS];
 	size_t n_tensor_names;
 
+	/* Set before dli_config_resolve: the host's declared tensor names. With `tensors_declared`,
+	 * any other non-standard tensor name (outside the base namespace) is an error. */
+	const char *const *declared_tensors;
+	size_t n_declared_tensors;
+	bool tensors_declared;
+
 	/* Things that are valid but probably not what the user meant, e.g. "layer_numbers has no
-	 * effect when layer_name_regex_pattern is present". Each "path:line:col: text". */
+	 * effect when layer_name_regex_pattern is present". Each "path:line:col: text".
+	 * warnings_loud[i]: also for stderr at run time (a tensor name nobody declared). */
 	char **warnings;
+	bool *warnings_loud;
 	size_t n_warnings;
 
 	/* Every string handed out in values (lists, where texts), freed with the config. */

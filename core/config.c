@@ -347,6 +347,10 @@ struct resolver {
 	const struct dli_registry *reg;
 	struct dli_error *err;
 	char path[256];
+	/* Reading a base-namespace feature: its choices (statistic names) match in any letter case,
+	 * as nvdlfw_inspect lowercases them, and its tensor names are free (the host's own, given to
+	 * the generic log_tensor_stats call). */
+	bool base_ns;
 };
 
 static size_t path_push(struct resolver *rs, const char *name)
@@ -389,6 +393,11 @@ static int warn(struct resolver *rs, const struct dli_node *at, const char *fmt,
 	if (!w)
 		return -ENOMEM;
 	cfg->warnings = w;
+	bool *loud = realloc(cfg->warnings_loud, (cfg->n_warnings + 1) * sizeof *loud);
+	if (!loud)
+		return -ENOMEM;
+	cfg->warnings_loud = loud;
+	loud[cfg->n_warnings] = false;
 	w[cfg->n_warnings] = cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file,
 					at->where.line, at->where.column, rs->path,
 					rs->path[0] ? ": " : "", text);
@@ -430,17 +439,67 @@ static int want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 	return fail(rs, n, "expected true or false, got %s", kind_name(n));
 }
 
+/* A YAML 1.1 integer as PyYAML (the peers' loader) reads one: an optional sign, then decimal,
+ * 0x hex, 0b binary or 0-prefixed octal digits, '_' allowed between digits ("1_000"). Returns
+ * false for anything else, or when it does not fit in 64 bits. */
+static bool yaml11_int(const char *t, int64_t *out)
+{
+	bool neg = *t == '-';
+	if (*t == '-' || *t == '+')
+		t++;
+	int base = 10;
+	if (t[0] == '0' && (t[1] == 'x' || t[1] == 'X'))
+		base = 16, t += 2;
+	else if (t[0] == '0' && (t[1] == 'b' || t[1] == 'B'))
+		base = 2, t += 2;
+	else if (t[0] == '0' && t[1])
+		base = 8, t += 1;
+	if (!*t || *t == '_')
+		return false;
+	uint64_t v = 0;
+	for (; *t; t++) {
+		int d;
+		if (*t == '_')
+			continue;
+		if (*t >= '0' && *t <= '9')
+			d = *t - '0';
+		else if (*t >= 'a' && *t <= 'f')
+			d = *t - 'a' + 10;
+		else if (*t >= 'A' && *t <= 'F')
+			d = *t - 'A' + 10;
+		else
+			return false;
+		if (d >= base || v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			return false;
+		v = v * (uint64_t)base + (uint64_t)d;
+	}
+	if (v > (uint64_t)INT64_MAX + neg)
+		return false;
+	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
+	return true;
+}
+
+/* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
+ * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
 static int want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 {
 	if (want_scalar(rs, n, "an integer"))
 		return -EINVAL;
+	if (n->plain && yaml11_int(n->text, out))
+		return 0;
 	char *end;
 	errno = 0;
-	long long v = strtoll(n->text, &end, 10);
-	if (!n->plain || end == n->text || *end || errno)
-		return fail(rs, n, "expected an integer, got '%s'", n->text);
-	*out = v;
-	return 0;
+	double d = n->plain ? strtod(n->text, &end) : NAN;
+	bool number = n->plain && end != n->text && !*end && !errno && isfinite(d) &&
+		      !strpbrk(n->text, "xXnN"); /* no hex floats, inf or nan spellings */
+	if (number && d == floor(d) && fabs(d) < 0x1p63) {
+		*out = (int64_t)d;
+		return 0;
+	}
+	if (number)
+		return fail(rs, n, "expected an integer, got '%s' (a number with a fraction)",
+			    n->text);
+	return fail(rs, n, "expected an integer, got '%s'", n->text);
 }
 
 static int want_float(struct resolver *rs, const struct dli_node *n, double *out)
@@ -494,6 +553,9 @@ static int want_choice(struct resolver *rs, const struct dli_node *n, const char
 	for (size_t i = 0; i < n_choices; i++)
 		if (!strcmp(n->text, choices[i]))
 			return (int)i;
+	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
+		if (!strcasecmp(n->text, choices[i]))
+			return (int)i;
 	char hint[128], list[512] = "";
 	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
 	for (size_t i = 0, off = 0; i < n_choices && off < sizeof list; i++)
@@ -531,9 +593,10 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 	case DLI_PARAM_STRING:
 		if (want_scalar(rs, n, "a string"))
 			return -EINVAL;
-		if (nc && want_choice(rs, n, d->choices, nc, d->key) < 0)
+		int cs = nc ? want_choice(rs, n, d->choices, nc, d->key) : 0;
+		if (cs < 0)
 			return -EINVAL;
-		v->u.s = n->text;
+		v->u.s = nc ? d->choices[cs] : n->text; /* a choice in the schema's spelling */
 		return 0;
 	case DLI_PARAM_STRING_LIST: {
 		const struct dli_node *const *items;
@@ -545,12 +608,14 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 		if (!s)
 			return -ENOMEM;
 		for (size_t i = 0; i < count; i++) {
-			if (nc && want_choice(rs, items[i], d->choices, nc, d->key) < 0)
+			int ci = nc ? want_choice(rs, items[i], d->choices, nc, d->key) : 0;
+			if (ci < 0)
 				return -EINVAL;
+			const char *text = nc ? d->choices[ci] : items[i]->text;
 			for (size_t j = 0; j < i; j++)
-				if (!strcmp(s[j], items[i]->text))
+				if (!strcmp(s[j], text))
 					return fail(rs, items[i], "'%s' is listed twice", s[j]);
-			s[i] = items[i]->text;
+			s[i] = text;
 		}
 		v->u.list.items = s;
 		v->u.list.n = count;
@@ -936,6 +1001,12 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 	return 0;
 }
 
+static int add_tensor_name(struct dli_config *cfg, const struct dli_node *n)
+{
+	cfg->tensor_names[cfg->n_tensor_names] = n->text;
+	return (int)cfg->n_tensor_names++;
+}
+
 static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 {
 	struct dli_config *cfg = rs->cfg;
@@ -944,13 +1015,44 @@ static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 			return (int)i;
 	if (cfg->n_tensor_names == DLI_MAX_TENSORS)
 		return fail(rs, n, "more than %d distinct tensor names", DLI_MAX_TENSORS), -1;
-	const char *close = dli_suggest(n->text, standard_tensors, DLI_TENSOR_STANDARD_COUNT);
-	if (close && warn(rs, n, "'%s' is not a standard tensor (did you mean '%s'?); it is taken "
-				 "as the name of a host's own tensor",
-			  n->text, close))
+	for (size_t i = 0; i < cfg->n_declared_tensors; i++)
+		if (!strcmp(cfg->declared_tensors[i], n->text))
+			return add_tensor_name(cfg, n);
+	/* Every name the config could have meant: the standard ones and the host's. */
+	const char *known[DLI_TENSOR_STANDARD_COUNT + 64];
+	size_t n_known = 0;
+	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
+		known[n_known++] = standard_tensors[i];
+	for (size_t i = 0; i < cfg->n_declared_tensors && n_known < sizeof known / sizeof *known; i++)
+		known[n_known++] = cfg->declared_tensors[i];
+	const char *close = dli_suggest(n->text, known, n_known);
+	char hint[160] = "";
+	if (close)
+		snprintf(hint, sizeof hint, " (did you mean '%s'?)", close);
+	if (rs->base_ns) {
+		/* The base namespace's tensors are whatever the host passes to log_tensor_stats. */
+		if (close && warn(rs, n, "'%s' is not a standard tensor%s; it is taken as the name of "
+					 "a host's own tensor",
+				  n->text, hint))
+			return -1;
+		return add_tensor_name(cfg, n);
+	}
+	if (cfg->tensors_declared)
+		return fail(rs, n, "unknown tensor '%s'%s: not a standard tensor (activation, gradient, "
+				   "weight, output, wgrad, dgrad) nor one the host declares%s",
+			    n->text, hint,
+			    cfg->n_declared_tensors ? "" : " (it declares none; `dlinspect check "
+							  "--allow-tensor NAME` accepts one)"), -1;
+	/* Undeclared: a host's own name, unless it looks like a misspelled standard one. */
+	if (!close)
+		return add_tensor_name(cfg, n);
+	if (warn(rs, n, "'%s' is not a standard tensor%s; it is taken as the name of a host's own "
+			"tensor, and nothing is logged for it unless the host passes a tensor of that "
+			"name",
+		 n->text, hint))
 		return -1;
-	cfg->tensor_names[cfg->n_tensor_names] = n->text;
-	return (int)cfg->n_tensor_names++;
+	cfg->warnings_loud[cfg->n_warnings - 1] = true;
+	return add_tensor_name(cfg, n);
 }
 
 static int read_gemms(struct resolver *rs, const struct dli_node *n, uint32_t *mask)
@@ -1043,8 +1145,12 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		r = want_int(rs, v, &b->sched[i]);
 		if (!r && i == 0 && b->sched[0] < 1)
 			r = fail(rs, v, "expected an integer >= 1, got %lld", (long long)b->sched[0]);
-		if (!r && i > 0 && b->sched[i] < 0)
+		if (!r && i == 1 && b->sched[i] < 0)
 			r = fail(rs, v, "expected a step >= 0, got %lld", (long long)b->sched[i]);
+		/* -1: no end, as both peers document it. */
+		if (!r && i == 2 && b->sched[i] < -1)
+			r = fail(rs, v, "expected a step >= 0, or -1 for no end, got %lld",
+				 (long long)b->sched[i]);
 		b->sched_set[i] = true;
 		if (i > 0) {
 			if (!b->ranges_here)
@@ -1058,12 +1164,24 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		static const struct dli_param_desc pairs = {"start_end_list", NULL, DLI_PARAM_INT_PAIRS,
 							    NULL, NULL, NULL, false};
 		r = parse_value(rs, &pairs, v, &b->ranges);
+		/* Stored inclusive. The base namespace's end is exclusive (nvdlfw_inspect's
+		 * enable_logging_at_current_step: step < end), TransformerEngine's inclusive
+		 * (next_enabled_iter: s <= step <= e); -1 is no end in both. */
+		bool exclusive = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
 		for (size_t i = 0; !r && i < b->ranges.u.pairs.n; i++) {
-			const struct dli_int_pair *p = &b->ranges.u.pairs.items[i];
-			if (p->first < 0 || p->second < p->first)
-				r = fail(rs, v->items[i], "expected [start, end] with 0 <= start <= end, "
-							  "got [%lld, %lld]",
-					 (long long)p->first, (long long)p->second);
+			struct dli_int_pair *p = (struct dli_int_pair *)&b->ranges.u.pairs.items[i];
+			if (p->first < 0 || (p->second != -1 && p->second < p->first + exclusive))
+				r = fail(rs, v->items[i], "expected [start, end] with 0 <= start %s end, "
+							  "got [%lld, %lld]%s; an end of -1 means no end",
+					 exclusive ? "<" : "<=", (long long)p->first,
+					 (long long)p->second,
+					 exclusive ? " (in the base namespace the end is exclusive, "
+						     "as in nvdlfw_inspect)"
+						   : "");
+			else if (p->second == -1)
+				p->second = DLI_NEVER;
+			else
+				p->second -= exclusive;
 		}
 		b->has_ranges = true;
 		if (!b->steps_here)
@@ -1169,7 +1287,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	if (b->has_ranges && (b->sched_set[1] || b->sched_set[2]))
 		return fail(rs, b->first_sched_key,
 			    "start_end_list replaces start_step/end_step: give one or the other");
-	if (b->sched_set[1] && b->sched_set[2] && b->sched[2] < b->sched[1])
+	if (b->sched_set[1] && b->sched_set[2] && b->sched[2] != -1 && b->sched[2] < b->sched[1])
 		return fail(rs, b->first_sched_key, "end_step (%lld) is before start_step (%lld)",
 			    (long long)b->sched[2], (long long)b->sched[1]);
 	if (cfg->n_targets >= TARGETS_MIN && cfg->n_targets == targets_cap(cfg->n_targets)) {
@@ -1189,7 +1307,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	t->params = b->params;
 	t->schedule.freq = b->sched_set[0] ? b->sched[0] : 1;
 	t->schedule.start_step = b->sched_set[1] ? b->sched[1] : 0;
-	t->schedule.end_step = b->sched_set[2] ? b->sched[2] : DLI_NEVER;
+	t->schedule.end_step = b->sched_set[2] && b->sched[2] != -1 ? b->sched[2] : DLI_NEVER;
 	if (b->has_ranges) {
 		t->schedule.ranges = b->ranges.u.pairs.items;
 		t->schedule.n_ranges = b->ranges.u.pairs.n;
@@ -1300,6 +1418,7 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 {
 	const struct dli_feature_desc *d = fe->desc;
 	size_t mark = path_push(rs, key->text);
+	rs->base_ns = !strcmp(dli_feature_entry_ns(fe), DLI_NS_BASE);
 	if (v->kind != DLI_NODE_MAP)
 		return fail(rs, v, "expected a mapping with 'enabled' and %s's keys, got %s", d->name,
 			    kind_name(v));
@@ -1318,12 +1437,27 @@ static int read_feature(struct resolver *rs, struct dli_section *s, const struct
 	/* A disabled block is still checked, so a typo in it is caught before someone enables it. */
 	int r = finish_block(rs, s, fe, &b, key, s->enabled && b.enabled);
 	path_pop(rs, mark);
+	rs->base_ns = false;
 	return r;
 }
 
 static const struct dli_feature_entry *feature_lookup(struct resolver *rs, const char *name)
 {
 	return dli_registry_feature(rs->reg, name);
+}
+
+/* A feature block directly in a section: the base namespace's feature of that name (nvdlfw_inspect's
+ * generic ones, e.g. its LogTensorStats), else one that another namespace declares generic. */
+static const struct dli_feature_entry *direct_feature(struct resolver *rs, const char *name)
+{
+	const struct dli_feature_entry *fe = dli_registry_feature_in(rs->reg, DLI_NS_BASE, name);
+	for (size_t i = 0; !fe && i < rs->reg->n_features; i++) {
+		const struct dli_feature_entry *e = &rs->reg->features[i];
+		if ((e->desc->flags & DLI_FEATURE_GENERIC) && dli_registry_feature_in(
+			rs->reg, dli_feature_entry_ns(e), name) == e)
+			fe = e;
+	}
+	return fe;
 }
 
 static int unknown_in_section(struct resolver *rs, const struct dli_node *key, const char *ns)
@@ -1394,15 +1528,16 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 			if (v->kind != DLI_NODE_MAP)
 				return fail(rs, v, "expected a mapping of features, got %s", kind_name(v));
 			for (size_t k = 0; k < v->n; k++) {
-				const struct dli_feature_entry *fe = feature_lookup(rs, v->keys[k]->text);
-				if (!fe || !fe->module->ns || strcmp(fe->module->ns, key->text)) {
-					if (fe)
+				const char *name = v->keys[k]->text;
+				const struct dli_feature_entry *fe =
+					dli_registry_feature_in(rs->reg, key->text, name);
+				if (!fe) {
+					const struct dli_feature_entry *other = feature_lookup(rs, name);
+					if (other)
 						return fail(rs, v->keys[k], "'%s' is not in namespace "
-									    "'%s'%s%s%s",
-							    v->keys[k]->text, key->text,
-							    fe->module->ns ? " (it is in '" : "",
-							    fe->module->ns ? fe->module->ns : "",
-							    fe->module->ns ? "')" : "");
+									    "'%s' (it is in '%s')",
+							    name, key->text,
+							    dli_feature_entry_ns(other));
 					return unknown_in_section(rs, v->keys[k], key->text);
 				}
 				if ((r = read_feature(rs, s, fe, v->keys[k], v->items[k])))
@@ -1411,12 +1546,12 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 			path_pop(rs, m3);
 			continue;
 		}
-		const struct dli_feature_entry *fe = feature_lookup(rs, key->text);
+		const struct dli_feature_entry *fe = direct_feature(rs, key->text);
+		if (!fe && (fe = feature_lookup(rs, key->text)))
+			return fail(rs, key, "%s belongs in the section's '%s:' block", fe->desc->name,
+				    dli_feature_entry_ns(fe));
 		if (!fe)
 			return unknown_in_section(rs, key, NULL);
-		if (!(fe->desc->flags & DLI_FEATURE_GENERIC) && fe->module->ns)
-			return fail(rs, key, "%s belongs in the section's '%s:' block", fe->desc->name,
-				    fe->module->ns);
 		if ((r = read_feature(rs, s, fe, key, v)))
 			return r;
 	}
@@ -1485,6 +1620,7 @@ void dli_config_destroy(struct dli_config *config)
 	}
 	free(config->nodes);
 	free(config->warnings);
+	free(config->warnings_loud);
 	free(config->targets);
 	for (size_t i = 0; i < config->n_allocs; i++)
 		free(config->allocs[i]);

@@ -436,6 +436,12 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	} else if ((r = dli_loader_load_all(ctx->loader, err))) {
 		return r;
 	}
+	/* The base namespace is always there, as in nvdlfw_inspect: a feature block directly in a
+	 * section means its feature, whatever 'extensions' lists. */
+	if (o->extensions || cfg->has_extensions) {
+		struct dli_error ignored;
+		dli_loader_load(ctx->loader, "base_log_tensor_stats", &ignored);
+	}
 	/* The file logger is the default logger: bring it even when 'extensions' leaves it out. */
 	if (!cfg->has_loggers) {
 		struct dli_error ignored;
@@ -626,6 +632,11 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
 		goto fail;
+	if (DLI_HAS_MEMBER(o, struct dli_options, n_tensor_names) && o->tensor_names) {
+		ctx->config->declared_tensors = o->tensor_names;
+		ctx->config->n_declared_tensors = o->n_tensor_names;
+		ctx->config->tensors_declared = true;
+	}
 	if ((r = dli_config_resolve(ctx->config, &ctx->registry, err)))
 		goto fail;
 	ctx->n_tensors = ctx->config->n_tensor_names;
@@ -634,8 +645,12 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = create_instances(ctx, err)))
 		goto fail;
 	log_start(ctx);
-	for (size_t i = 0; i < ctx->config->n_warnings; i++)
+	for (size_t i = 0; i < ctx->config->n_warnings; i++) {
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
+		/* A tensor name nobody declared is invisible in a run: say so where people look. */
+		if (ctx->config->warnings_loud[i] && with_loggers)
+			fprintf(stderr, "dlinspect: %s\n", ctx->config->warnings[i]);
+	}
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
 	return 0;

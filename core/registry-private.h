@@ -1,4 +1,5 @@
-/* The features, loggers and namespaces of the loaded modules, by name. */
+/* The features, loggers and namespaces of the loaded modules, by name. Features are keyed by
+ * (namespace, name): the same name in two namespaces is two features (docs/config.md). */
 #ifndef DLI_REGISTRY_PRIVATE_H
 #define DLI_REGISTRY_PRIVATE_H
 
@@ -29,15 +30,24 @@ struct dli_registry {
 	size_t n_namespaces;
 };
 
-/* Indexes every module of the loader. Two modules declaring the same feature or logger name (or
- * alias) is an error naming both files. */
+/* The base namespace: nvdlfw_inspect's generic features, which sit directly in a section. A module
+ * declaring no namespace belongs to it too. */
+#define DLI_NS_BASE "base"
+
+/* Indexes every module of the loader. Two modules declaring the same feature name (or alias) in
+ * one namespace, or the same logger name, is an error naming both files. */
 int dli_registry_build(struct dli_registry *registry, const struct dli_loader *loader,
 		       struct dli_error *err);
 void dli_registry_finish(struct dli_registry *registry);
 
-/* By name or alias; NULL when unknown. */
+/* By name or alias, in any namespace (the first loaded); NULL when unknown. */
 const struct dli_feature_entry *dli_registry_feature(const struct dli_registry *registry,
 						     const char *name);
+/* By name or alias in namespace `ns` (NULL or DLI_NS_BASE: the base namespace); NULL when unknown. */
+const struct dli_feature_entry *dli_registry_feature_in(const struct dli_registry *registry,
+							const char *ns, const char *name);
+/* The namespace a feature entry belongs to: its module's, DLI_NS_BASE for a module without one. */
+const char *dli_feature_entry_ns(const struct dli_feature_entry *entry);
 const struct dli_logger_entry *dli_registry_logger(const struct dli_registry *registry,
 						   const char *name);
 bool dli_registry_has_namespace(const struct dli_registry *registry, const char *ns);

@@ -25,6 +25,23 @@ const struct dli_feature_entry *dli_registry_feature(const struct dli_registry *
 	return NULL;
 }
 
+const char *dli_feature_entry_ns(const struct dli_feature_entry *e)
+{
+	return e->module->ns ? e->module->ns : DLI_NS_BASE;
+}
+
+const struct dli_feature_entry *dli_registry_feature_in(const struct dli_registry *r, const char *ns,
+							const char *name)
+{
+	if (!ns)
+		ns = DLI_NS_BASE;
+	for (size_t i = 0; i < r->n_features; i++)
+		if (!strcmp(dli_feature_entry_ns(&r->features[i]), ns) &&
+		    feature_named(r->features[i].desc, name))
+			return &r->features[i];
+	return NULL;
+}
+
 const struct dli_logger_entry *dli_registry_logger(const struct dli_registry *r, const char *name)
 {
 	for (size_t i = 0; i < r->n_loggers; i++)
@@ -106,9 +123,10 @@ int dli_registry_build(struct dli_registry *r, const struct dli_loader *loader, 
 		const char *path = dli_loader_path(loader, i);
 		for (size_t k = 0; k < m->n_features; k++) {
 			const struct dli_feature_desc *d = m->features[k];
-			const struct dli_feature_entry *old = dli_registry_feature(r, d->name);
+			const char *ns = m->ns ? m->ns : DLI_NS_BASE;
+			const struct dli_feature_entry *old = dli_registry_feature_in(r, ns, d->name);
 			for (size_t a = 0; !old && d->aliases && d->aliases[a]; a++)
-				old = dli_registry_feature(r, d->aliases[a]);
+				old = dli_registry_feature_in(r, ns, d->aliases[a]);
 			if (old) {
 				int rc = clash(err, "feature", d->name, old->path, path);
 				dli_registry_finish(r);

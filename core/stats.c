@@ -358,6 +358,15 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 					      n, NULL, &rec);
 	if (r)
 		return r;
+	/* The comparison leaves NaN and infinite hp elements out. Rare, so only then: the element
+	 * counts of hp join the record, so that finalizing counts an infinity as an overflow and
+	 * its mse as infinite, as for the current-scaling pass (kernels/record.c). */
+	if (hp && rec.fp8_count < (uint64_t)n) {
+		struct dli_stats_record pass;
+		if ((r = dli_cpu_stats(hp->data, hp->dtype, n, NULL, &pass)))
+			return r;
+		memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	}
 	merge_host(acc, &rec);
 	return 0;
 }

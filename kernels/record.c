@@ -79,10 +79,30 @@ static double percent(uint64_t part, uint64_t whole)
 	return whole ? 100.0 * (double)part / (double)whole : NAN;
 }
 
+/* The passes leave NaN and infinite x out of the FP8 terms (fp8_count counts the finite elements
+ * compared). When the record's element counts come from the same elements as its FP8 terms
+ * (count = fp8_count + nan_count + inf_count, as in the record of a pass that did both, and in
+ * merges of such records), the non-finite ones are put back here, so that the CPU and CUDA passes
+ * agree: an infinity saturates to the format's max (an overflow) and makes mse infinite, as
+ * TransformerEngine reports; a NaN is neither an under- nor an overflow, but counts in n, the
+ * denominator of the percentages (docs/features.md). *n is the elements compared, *infs the
+ * infinities among them. */
+static void fp8_extent(const struct dli_stats_record *r, uint64_t *n, uint64_t *infs)
+{
+	bool compared = r->fp8_count > 0 || r->scale_inv_max > 0; /* an FP8 pass ran */
+	bool same = r->count > 0 && r->count == r->fp8_count + r->nan_count + r->inf_count;
+
+	*n = compared && same ? r->count : r->fp8_count;
+	*infs = compared && same ? r->inf_count : 0;
+}
+
 double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)
 {
 	bool empty = r->count == 0, nan_seen = r->nan_count > 0;
 	bool no_fp8 = r->fp8_count == 0;
+	uint64_t fp8_n, fp8_infs;
+
+	fp8_extent(r, &fp8_n, &fp8_infs);
 
 	switch (stat) {
 	case DLI_STAT_MIN:
@@ -104,9 +124,9 @@ double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)
 	case DLI_STAT_DYNAMIC_RANGE:
 		if (empty || nan_seen)
 			return NAN;
-		/* All zeros: no nonzero magnitude to span, so no range (not -inf or NaN). */
+		/* All zeros: log2(0) - log2(no nonzero minimum), which TransformerEngine logs as inf. */
 		if (r->amax == 0)
-			return 0;
+			return INFINITY;
 		return log2(r->amax) - log2(r->min_nonzero_abs);
 	case DLI_STAT_NAN_COUNT:
 		return (double)r->nan_count;
@@ -115,9 +135,9 @@ double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)
 	case DLI_STAT_ZERO_PCT:
 		return percent(r->zero_count, r->count);
 	case DLI_STAT_UNDERFLOWS_PCT:
-		return percent(r->underflows, r->fp8_count);
+		return percent(r->underflows, fp8_n);
 	case DLI_STAT_OVERFLOWS_PCT:
-		return percent(r->overflows, r->fp8_count);
+		return percent(r->overflows + fp8_infs, fp8_n);
 	case DLI_STAT_SCALE_INV_MIN:
 		/* +inf means no nonzero scale_inv was seen. */
 		return isinf(r->scale_inv_min) ? NAN : r->scale_inv_min;
@@ -126,12 +146,17 @@ double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)
 		 * a zero scale_inv is meaningless anyway, so both read as NaN. */
 		return isinf(r->scale_inv_min) && r->scale_inv_max == 0 ? NAN : r->scale_inv_max;
 	case DLI_STAT_MSE:
+		if (fp8_infs)
+			return INFINITY;
 		return no_fp8 ? NAN : r->err_sq / (double)r->fp8_count;
 	case DLI_STAT_COS_SIM:
-		/* Two square roots rather than the root of a product, which could overflow. */
+		/* An infinite x has no direction to compare (numpy gives inf / inf). Two square
+		 * roots rather than the root of a product, which could overflow. */
+		if (fp8_infs)
+			return NAN;
 		return no_fp8 ? NAN : r->dot / (sqrt(r->x_sq) * sqrt(r->dq_sq));
 	case DLI_STAT_SQNR_DB:
-		if (no_fp8)
+		if (no_fp8 || fp8_infs)
 			return NAN;
 		/* A lossless quantization has an infinite signal-to-noise ratio. */
 		if (r->err_sq == 0)

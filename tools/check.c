@@ -7,6 +7,7 @@
 #include "cmd.h"
 #include "context-private.h"
 #include "loader-private.h"
+#include "registry-private.h"
 
 static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 
@@ -37,8 +38,12 @@ static void print_schedule(const struct dli_schedule *s)
 	printf("freq %lld", (long long)s->freq);
 	if (s->ranges) {
 		printf(", steps");
-		for (size_t i = 0; i < s->n_ranges; i++)
-			printf(" %lld-%lld", (long long)s->ranges[i].first, (long long)s->ranges[i].second);
+		/* Inclusive, whatever the namespace's config spelling (docs/config.md). */
+		for (size_t i = 0; i < s->n_ranges; i++) {
+			printf(" %lld-", (long long)s->ranges[i].first);
+			if (s->ranges[i].second != DLI_NEVER)
+				printf("%lld", (long long)s->ranges[i].second);
+		}
 	} else if (s->start_step || s->end_step != DLI_NEVER) {
 		printf(", steps %lld-", (long long)s->start_step);
 		if (s->end_step != DLI_NEVER)
@@ -62,19 +67,22 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 	for (size_t i = 0; i < l->n_bindings; i++) {
 		const struct dli_target *t = l->bindings[i].instance->target;
 		const struct dli_feature_desc *d = t->feature->desc;
-		printf("  %-22s section '%s' at %s\n", d->name, t->section->name, t->where_text);
+		/* The namespace too: the same name in two namespaces is two features. */
+		char label[128];
+		snprintf(label, sizeof label, "%s.%s", dli_feature_entry_ns(t->feature), d->name);
+		printf("  %-40s section '%s' at %s\n", label, t->section->name, t->where_text);
 		if (d->flags & DLI_FEATURE_GEMMS) {
-			printf("  %-22s gemms: ", "");
+			printf("  %-40s gemms: ", "");
 			print_gemms(t->gemms);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_TENSORS) {
-			printf("  %-22s tensors: ", "");
+			printf("  %-40s tensors: ", "");
 			print_tensors(ctx, t->tensors);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_SCHEDULED) {
-			printf("  %-22s schedule: ", "");
+			printf("  %-40s schedule: ", "");
 			print_schedule(&t->schedule);
 			printf("\n");
 		}
@@ -90,10 +98,19 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 int dli_cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
-	const char *layers[256], *dirs[64];
-	size_t n_layers = 0, n_dirs = 0;
+	static const char usage[] = "usage: dlinspect check CONFIG [--layer NAME]... "
+				    "[--allow-tensor NAME]... [--plugin-dir DIR]...\n";
+	const char *layers[256], *dirs[64], *tensors[64];
+	size_t n_layers = 0, n_dirs = 0, n_tensors = 0;
 	for (int i = 1; i < argc; i++) {
-		if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) && i + 1 < argc) {
+		if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {
+			if (n_tensors == 64) {
+				fprintf(stderr, "dlinspect check: too many --allow-tensor options\n");
+				return 2;
+			}
+			tensors[n_tensors++] = argv[++i];
+		} else if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) &&
+			   i + 1 < argc) {
 			bool layer = !strcmp(argv[i], "--layer");
 			if (layer ? n_layers == 256 : n_dirs == 64) {
 				fprintf(stderr, "dlinspect check: too many %s options\n", argv[i]);
@@ -104,14 +121,14 @@ int dli_cmd_check(int argc, char **argv)
 			else
 				dirs[n_dirs++] = argv[++i];
 		} else if (argv[i][0] == '-' || path) {
-			fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+			fputs(usage, stderr);
 			return 2;
 		} else {
 			path = argv[i];
 		}
 	}
 	if (!path) {
-		fprintf(stderr, "usage: dlinspect check CONFIG [--layer NAME]... [--plugin-dir DIR]...\n");
+		fputs(usage, stderr);
 		return 2;
 	}
 	struct dli_options o;
@@ -120,6 +137,10 @@ int dli_cmd_check(int argc, char **argv)
 	o.plugin_dirs = dirs;
 	o.n_plugin_dirs = n_dirs;
 	o.log_level = DLI_LOG_ERROR; /* warnings are printed below, once */
+	/* A check knows no host: only the standard tensors and the ones the user allows, so that a
+	 * misspelled name fails here rather than log nothing in a run (docs/config.md). */
+	o.tensor_names = tensors;
+	o.n_tensor_names = n_tensors;
 	struct dli_context *ctx;
 	struct dli_error err;
 	if (dli_context_open(&o, false, &ctx, &err)) {

@@ -48,7 +48,9 @@ static const struct dli_feature_ops dli_disable_gemm_ops = {
 	.fp8_gemm_enabled = dli_disable_gemm_fp8_gemm_enabled,
 };
 
-static const char *const dli_disable_gemm_aliases[] = {"disable_fp8_gemm", NULL};
+/* DisableQuantizationGEMM: TransformerEngine's name from 2.13 on (the same behaviour). */
+static const char *const dli_disable_gemm_aliases[] = {"disable_fp8_gemm", "DisableQuantizationGEMM",
+						       NULL};
 
 static const struct dli_feature_desc dli_disable_gemm_feature = {
 	.size = sizeof(struct dli_feature_desc),

@@ -29,7 +29,9 @@ static const struct dli_feature_ops dli_disable_layer_ops = {
 	.fp8_gemm_enabled = dli_disable_layer_fp8_gemm_enabled,
 };
 
-static const char *const dli_disable_layer_aliases[] = {"disable_fp8_layer", NULL};
+/* DisableQuantizationLayer: TransformerEngine's name from 2.13 on (the same behaviour). */
+static const char *const dli_disable_layer_aliases[] = {"disable_fp8_layer",
+							"DisableQuantizationLayer", NULL};
 
 static const struct dli_feature_desc dli_disable_layer_feature = {
 	.size = sizeof(struct dli_feature_desc),

@@ -1,7 +1,8 @@
 /* LogFp8TensorStats: how much FP8 quantization loses on the selected tensors (underflows, overflows,
- * mse, ...), for the host's own quantized tensor and, with the `fp8_current_scaling_` prefix, for
- * what current scaling would do to the high-precision tensor. Logged at the scheduled steps as
- * `{layer}_{tensor}_{stat}`. */
+ * mse, ...), for the host's own quantized tensor (no prefix, or `fp8_delayed_scaling_`: the host's
+ * recipe) and, with the `fp8_current_scaling_` prefix, for what current scaling would do to the
+ * high-precision tensor. Logged at the scheduled steps as `{layer}_{tensor}_{stat}`, the stat
+ * spelled as in the config. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -13,14 +14,28 @@
 #include "feature-util.h"
 
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
+#define DLI_LFS_DELAYED "fp8_delayed_scaling_"
 #define DLI_LFS_N_BASE 7
+#define DLI_LFS_N_KNOWN (3 * DLI_LFS_N_BASE)
 
-/* The stats as configs write them: the host-quantized ones, then the same with the prefix. */
+#define DLI_LFS_SEVEN(p) \
+	p "underflows%", p "overflows%", p "scale_inv_min", p "scale_inv_max", p "mse", p "cos_sim", \
+		p "sqnr_db"
+/* TransformerEngine's names for recipes with block scaling, with and without `_columnwise`. */
+#define DLI_LFS_BLOCK(p, s) p "underflows%" s, p "scale_inv_min" s, p "scale_inv_max" s, p "mse" s
+
+/* The stats as configs write them (TransformerEngine's `[<recipe>_]<stat>[_columnwise]`): those of
+ * the host's quantized tensor, without a prefix or with the delayed-scaling one (a host quantizes
+ * with its own recipe: TransformerEngine refuses fp8_delayed_scaling_ stats unless that is the
+ * training recipe), then current scaling's what-if. After them, names create() refuses with the
+ * reason: block-scaled recipes and NVFP4 (no such formats here yet) and `_columnwise` of
+ * per-tensor recipes (TransformerEngine refuses those too). */
 static const char *const dli_lfs_names[] = {
-	"underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse", "cos_sim", "sqnr_db",
-	DLI_LFS_PREFIX "underflows%", DLI_LFS_PREFIX "overflows%", DLI_LFS_PREFIX "scale_inv_min",
-	DLI_LFS_PREFIX "scale_inv_max", DLI_LFS_PREFIX "mse", DLI_LFS_PREFIX "cos_sim",
-	DLI_LFS_PREFIX "sqnr_db", NULL,
+	DLI_LFS_SEVEN(""), DLI_LFS_SEVEN(DLI_LFS_DELAYED), DLI_LFS_SEVEN(DLI_LFS_PREFIX),
+	DLI_LFS_BLOCK("mxfp8_", ""), DLI_LFS_BLOCK("mxfp8_", "_columnwise"),
+	DLI_LFS_BLOCK("fp8_block_scaling_", ""), DLI_LFS_BLOCK("fp8_block_scaling_", "_columnwise"),
+	DLI_LFS_BLOCK("", "_columnwise"), DLI_LFS_BLOCK(DLI_LFS_DELAYED, "_columnwise"),
+	DLI_LFS_BLOCK(DLI_LFS_PREFIX, "_columnwise"), DLI_LFS_BLOCK("nvfp4_", ""), NULL,
 };
 static const enum dli_stat dli_lfs_stats[DLI_LFS_N_BASE] = {
 	DLI_STAT_UNDERFLOWS_PCT, DLI_STAT_OVERFLOWS_PCT, DLI_STAT_SCALE_INV_MIN,
@@ -37,7 +52,7 @@ struct dli_lfs {
 	uint64_t tensors;
 	int format; /* index in dli_lfs_formats */
 	double margin;
-	int names[2 * DLI_LFS_N_BASE]; /* indexes in dli_lfs_names, in config order */
+	int names[DLI_LFS_N_KNOWN]; /* indexes in dli_lfs_names, in config order */
 	size_t n_names;
 	bool quantized, whatif; /* some stat needs the host's quantized tensor / current scaling */
 };
@@ -61,10 +76,40 @@ static void dli_lfs_want(struct dli_lfs *self, int name)
 		if (self->names[i] == name)
 			return; /* `underflows: true` and `stats: [underflows%]` are the same stat */
 	self->names[self->n_names++] = name;
-	if (name < DLI_LFS_N_BASE)
+	if (name < 2 * DLI_LFS_N_BASE)
 		self->quantized = true;
 	else
 		self->whatif = true;
+}
+
+/* A name the config accepted that this dlinspect cannot compute: says why in err. */
+static bool dli_lfs_refuse(const char *stat, struct dli_error *err)
+{
+	const char *col = strstr(stat, "_columnwise");
+	if (!strncmp(stat, "mxfp8_", 6) || !strncmp(stat, "fp8_block_scaling_", 18)) {
+		snprintf(err->message, sizeof(err->message),
+			 "stats: '%s' needs the %s format, which dlinspect does not have yet "
+			 "(block-scaled formats are a planned feature); the per-tensor recipes' "
+			 "stats (" DLI_LFS_PREFIX "..., " DLI_LFS_DELAYED "...) work today",
+			 stat, stat[0] == 'm' ? "MXFP8" : "FP8 block-scaling");
+		return true;
+	}
+	if (!strncmp(stat, "nvfp4_", 6)) {
+		snprintf(err->message, sizeof(err->message),
+			 "stats: '%s': NVFP4 statistics belong to TransformerEngine's "
+			 "LogNvfp4TensorStats, which needs the NVFP4 format; dlinspect has neither yet",
+			 stat);
+		return true;
+	}
+	if (col) {
+		snprintf(err->message, sizeof(err->message),
+			 "stats: '%s': column-wise statistics exist only for block-scaled recipes "
+			 "(mxfp8_, fp8_block_scaling_), as in TransformerEngine: with per-tensor "
+			 "scaling the column-wise tensor holds the same values as the row-wise one",
+			 stat);
+		return true;
+	}
+	return false;
 }
 
 static int dli_lfs_create(const struct dli_feature_create_args *args, void **instance,
@@ -88,10 +133,16 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 	for (int i = 0; dli_lfs_formats[i]; i++)
 		if (!strcmp(p[DLI_LFS_FORMAT].u.s, dli_lfs_formats[i]))
 			self->format = i;
-	for (size_t i = 0; p[DLI_LFS_STATS].set && i < p[DLI_LFS_STATS].u.list.n; i++)
-		for (int k = 0; dli_lfs_names[k]; k++)
-			if (!strcmp(p[DLI_LFS_STATS].u.list.items[i], dli_lfs_names[k]))
+	for (size_t i = 0; p[DLI_LFS_STATS].set && i < p[DLI_LFS_STATS].u.list.n; i++) {
+		const char *stat = p[DLI_LFS_STATS].u.list.items[i];
+		for (int k = 0; k < DLI_LFS_N_KNOWN; k++)
+			if (!strcmp(stat, dli_lfs_names[k]))
 				dli_lfs_want(self, k);
+		if (dli_lfs_refuse(stat, err)) {
+			free(self);
+			return -ENOTSUP;
+		}
+	}
 	if (p[DLI_LFS_UNDERFLOWS].u.b)
 		dli_lfs_want(self, 0);
 	if (p[DLI_LFS_OVERFLOWS].u.b)
@@ -236,11 +287,12 @@ static void dli_lfs_step_end(const struct dli_feature_call *c, int64_t iteration
 		struct dli_stats_record q, w;
 		bool have_q = active && added_q && host->stats_acc_read(t->q, &q) == 0 &&
 			      (q.fp8_count || q.scale_inv_max > 0);
+		/* count: a tensor of only NaN and infinities still has overflows% and mse. */
 		bool have_w = active && added_w && host->stats_acc_read(t->whatif, &w) == 0 &&
-			      w.fp8_count;
+			      (w.fp8_count || w.count);
 		for (size_t k = 0; k < self->n_names; k++) {
 			int idx = self->names[k];
-			bool whatif = idx >= DLI_LFS_N_BASE;
+			bool whatif = idx >= 2 * DLI_LFS_N_BASE;
 			if (!(whatif ? have_w : have_q))
 				continue;
 			char name[512];
@@ -267,10 +319,12 @@ static const struct dli_feature_ops dli_lfs_ops = {
 };
 
 static const struct dli_param_desc dli_lfs_params[] = {
-	[DLI_LFS_STATS] = {.key = "stats", .type = DLI_PARAM_STRING_LIST,
+	/* `type`: the seed form's spelling, as for collect_tensor_stats. */
+	[DLI_LFS_STATS] = {.key = "stats", .alias = "type", .type = DLI_PARAM_STRING_LIST,
 			   .doc = "underflows%, overflows%, scale_inv_min, scale_inv_max, mse, cos_sim, "
-				  "sqnr_db of the host's FP8 tensor; with the prefix "
-				  DLI_LFS_PREFIX ", of current scaling applied to the hp tensor",
+				  "sqnr_db of the host's FP8 tensor (also with the prefix "
+				  DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
+				  ", of current scaling applied to the hp tensor",
 			   .choices = dli_lfs_names},
 	[DLI_LFS_UNDERFLOWS] = {.key = "underflows", .type = DLI_PARAM_BOOL, .default_value = "false",
 				.doc = "older form: true adds underflows%"},

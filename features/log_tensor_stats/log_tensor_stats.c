@@ -234,7 +234,8 @@ static const struct dli_feature_desc dli_lts_feature = {
 	.name = "LogTensorStats",
 	.aliases = dli_lts_aliases,
 	.doc = "Logs statistics of the selected tensors at the scheduled steps.",
-	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	/* Not generic: directly in a section, LogTensorStats is the base namespace's. */
+	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_lts_params,
 	.n_params = sizeof(dli_lts_params) / sizeof(dli_lts_params[0]),
 	.ops = &dli_lts_ops,

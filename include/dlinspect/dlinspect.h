@@ -75,6 +75,12 @@ struct dli_options {
 	int world_size;
 	int64_t initial_iteration;
 	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO */
+	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
+	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
+	 * feature is refused with a did-you-mean; when NULL, such a name is taken as the host's and
+	 * warned about (message log and stderr, once). See docs/config.md, "Tensor names". */
+	const char *const *tensor_names;
+	size_t n_tensor_names;
 };
 
 /* Sets every field to its default. */
@@ -147,6 +153,19 @@ int dli_inspect_tensor_postquantize(struct dli_layer *layer, enum dli_gemm gemm,
  * Returns -ENOSYS when no loaded module declares `name`, 0 when none of the layer's features does,
  * else what the feature returned (the first non-zero one when several do). */
 int dli_call(struct dli_layer *layer, const char *name, void *args);
+
+/* The generic call that feeds the base namespace's LogTensorStats (nvdlfw_inspect's
+ * `debug_api.log_tensor_stats`): dli_call(layer, DLI_CALL_LOG_TENSOR_STATS, &args). The statistics
+ * of `tensor` are logged at once, one line per configured statistic and call, when the feature's
+ * schedule selects the iteration. TransformerEngine's LogTensorStats is fed by dli_inspect_tensor
+ * instead; see docs/config.md, "Namespaces". Everything is borrowed for the call. */
+#define DLI_CALL_LOG_TENSOR_STATS "log_tensor_stats"
+struct dli_log_tensor_stats_args {
+	uint32_t size;           /* sizeof(struct dli_log_tensor_stats_args) */
+	const char *tensor_name; /* as in the config's `tensors:` (any name the host likes) */
+	const struct dli_tensor *tensor;
+	int64_t iteration;       /* the step to log at; -1: the context's current iteration */
+};
 
 /* ---- String-taking convenience calls: one hash lookup, then the handle call. ----
  * Names are borrowed. An unknown gemm name answers the default. */

@@ -23,6 +23,13 @@ for f in "$src"/tests/cli/broken/*.yaml; do
 	esac
 done
 
+# A host's own tensor name passes check only when the user allows it.
+allow="$src/tests/cli/broken/misspelled_tensor.yaml"
+out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
+[ $? = 0 ] && ok || bad "check --allow-tensor still refuses: $out"
+out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
+[ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
+
 cfg=$(mktemp --suffix=.yaml)
 trap 'rm -f "$cfg"' EXIT
 cat >"$cfg" <<'YAML'
@@ -35,13 +42,14 @@ YAML
 out=$("$tool" check "$cfg" --layer model.layers.3.mlp.fc2 --layer model.layers.3.qkv 2>&1)
 [ $? = 0 ] && ok || bad "check --layer failed: $out"
 grep -q "warning: mlp.layers.layer_numbers: has no effect" <<<"$out" && ok || bad "no warning for layer_numbers beside a regex: $out"
-grep -q "DisableFP8GEMM         section 'mlp' at $cfg:5:5" <<<"$out" && ok || bad "check --layer does not name the feature and place: $out"
+grep -q "transformer_engine.DisableFP8GEMM  *section 'mlp' at $cfg:5:5" <<<"$out" && ok || bad "check --layer does not name the feature and place: $out"
 grep -q "at iteration 0: fprop FP8, dgrad high precision, wgrad high precision" <<<"$out" && ok || bad "check --layer GEMM summary: $out"
 grep -q "layer model.layers.3.qkv:" <<<"$out" && grep -q "selected by no section" <<<"$out" && ok || bad "unselected layer: $out"
 
 out=$("$tool" plugins --explain 2>&1)
 [ $? = 0 ] && ok || bad "plugins --explain failed: $out"
-for want in "feature DisableFP8GEMM (alias disable_fp8_gemm)" "feature DisableFP8Layer (alias disable_fp8_layer)" \
+for want in "feature DisableFP8GEMM (alias disable_fp8_gemm, DisableQuantizationGEMM)" \
+	"feature DisableFP8Layer (alias disable_fp8_layer, DisableQuantizationLayer)" \
 	"logger file:" "[namespace transformer_engine]" "gemms            list of strings      required"; do
 	grep -qF "$want" <<<"$out" && ok || bad "plugins --explain lacks '$want'"
 done

@@ -739,7 +739,8 @@ static void test_refused_tensor(void)
 {
 	struct dli_context *ctx = open_yaml(
 		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc1}\n"
-		"  LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
 		NULL);
 	CHECK(ctx != NULL);
 	if (!ctx)
@@ -768,7 +769,8 @@ static void test_refused_tensor(void)
 
 static const char *cuda_yaml =
 	"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc1}\n"
-	"  LogTensorStats: {enabled: true, tensors: [activation], stats: [min, max, mean, std]}\n";
+	"  transformer_engine:\n"
+	"    LogTensorStats: {enabled: true, tensors: [activation], stats: [min, max, mean, std]}\n";
 
 /* Without a backend: -ENOTSUP for every CUDA tensor, and one message saying why. The search path
  * is stripped of any dir holding a dli_cuda.so, so this holds on CUDA builds too. */

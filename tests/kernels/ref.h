@@ -218,7 +218,7 @@ static inline void ref_stats(const double *x, int64_t n, double want[DLI_STAT_CO
 		want[DLI_STAT_MIN] = mn;
 		want[DLI_STAT_MAX] = mx;
 		want[DLI_STAT_CUR_AMAX] = amax;
-		want[DLI_STAT_DYNAMIC_RANGE] = amax == 0 ? 0 : log2(amax) - log2(mnz);
+		want[DLI_STAT_DYNAMIC_RANGE] = amax == 0 ? INFINITY : log2(amax) - log2(mnz);
 	}
 	want[DLI_STAT_MEAN] = mean;
 	if (n > 1) {

@@ -84,14 +84,15 @@ static void check_module_header(const struct dli_module *m, const char *name, co
 }
 
 static void check_feature_desc(const struct dli_feature_desc *f, const char *name, const char *alias,
-			       uint32_t flags)
+			       const char *alias2, uint32_t flags)
 {
 	CHECK_INT(f->size, sizeof(struct dli_feature_desc));
 	CHECK_STR(f->name, name);
 	CHECK(f->aliases != NULL);
 	if (f->aliases) {
 		CHECK_STR(f->aliases[0], alias);
-		CHECK(f->aliases[1] == NULL);
+		CHECK_STR(f->aliases[1], alias2);
+		CHECK(f->aliases[2] == NULL);
 	}
 	CHECK(f->doc && *f->doc && !strchr(f->doc, '\n'));
 	CHECK_INT(f->flags, flags);
@@ -144,7 +145,8 @@ static void test_disable_fp8_gemm(void)
 	check_module_header(m, "disable_fp8_gemm", "transformer_engine");
 	CHECK_INT(m->n_features, 1);
 	CHECK_INT(m->n_loggers, 0);
-	check_feature_desc(m->features[0], "DisableFP8GEMM", "disable_fp8_gemm", DLI_FEATURE_GEMMS);
+	check_feature_desc(m->features[0], "DisableFP8GEMM", "disable_fp8_gemm",
+			   "DisableQuantizationGEMM", DLI_FEATURE_GEMMS);
 
 	feature_answers(m->features[0], fprop_wgrad, enabled, next);
 	CHECK(!enabled[DLI_GEMM_FPROP]);
@@ -172,7 +174,8 @@ static void test_disable_fp8_layer(void)
 	check_module_header(m, "disable_fp8_layer", "transformer_engine");
 	CHECK_INT(m->n_features, 1);
 	CHECK_INT(m->n_loggers, 0);
-	check_feature_desc(m->features[0], "DisableFP8Layer", "disable_fp8_layer", 0);
+	check_feature_desc(m->features[0], "DisableFP8Layer", "disable_fp8_layer",
+			   "DisableQuantizationLayer", 0);
 
 	/* No gemms key for this feature: the core passes an empty mask and every gemm is disabled. */
 	feature_answers(m->features[0], 0, enabled, next);

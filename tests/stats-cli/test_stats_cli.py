@@ -114,7 +114,7 @@ def ref_base(x):
             "min": x64.min(), "max": x64.max(), "mean": x64.mean(), "var": var,
             "std": math.sqrt(var) if not math.isnan(var) else math.nan,
             "l1_norm": absx.sum(), "l2_norm": math.sqrt((x64 * x64).sum()), "cur_amax": amax,
-            "dynamic_range": (math.log2(amax) - math.log2(nz.min())) if nz.size else 0.0,
+            "dynamic_range": (math.log2(amax) - math.log2(nz.min())) if nz.size else math.inf,
             "nan_count": int(np.isnan(x64).sum()), "inf_count": int(np.isinf(x64).sum()),
             "zero%": 100.0 * int((x64 == 0).sum()) / n,
         }

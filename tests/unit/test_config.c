@@ -318,6 +318,46 @@ static void test_params_and_schedule(void)
 	dli_destroy(ctx);
 }
 
+/* YAML 1.1 numbers as PyYAML reads them (0x10, 1_000, 017 octal), integral floats (1e3) where a
+ * step is meant, `end_step: -1` and a start_end_list end of -1 as "no end", and booleans the
+ * Python way. Probe is not in the base namespace: its start_end_list ends are inclusive. */
+static void test_yaml11_and_no_end(void)
+{
+	struct dli_context *ctx = load_ok("yaml 1.1",
+		"sec:\n  enabled: On\n  layers: {layer_numbers: all}\n"
+		"  Probe:\n"
+		"    enabled: TRUE\n"
+		"    tensors: [activation]\n"
+		"    freq: 0x10\n"
+		"    start_step: 1_000\n"
+		"    end_step: -1\n"
+		"  ProbeB:\n"
+		"    enabled: yes\n"
+		"    tensors: weight\n"
+		"    freq: 1e1\n"
+		"    start_end_list: [[017, 2.0e+1], [100, -1]]\n");
+	if (!ctx)
+		return;
+	const struct dli_target *t = target(ctx, 0);
+	if (t) {
+		CHECK_INT(t->schedule.freq, 16);
+		CHECK_INT(t->schedule.start_step, 1000);
+		CHECK_INT(t->schedule.end_step, DLI_NEVER);
+	}
+	t = target(ctx, 1);
+	if (t) {
+		CHECK_INT(t->schedule.freq, 10);
+		CHECK_INT(t->schedule.n_ranges, 2);
+		if (t->schedule.n_ranges == 2) {
+			CHECK_INT(t->schedule.ranges[0].first, 15);
+			CHECK_INT(t->schedule.ranges[0].second, 20);
+			CHECK_INT(t->schedule.ranges[1].first, 100);
+			CHECK_INT(t->schedule.ranges[1].second, DLI_NEVER);
+		}
+	}
+	dli_destroy(ctx);
+}
+
 static void test_gemms(void)
 {
 	struct dli_context *ctx = load_ok("gemms",
@@ -868,6 +908,12 @@ static const struct bad_case bad_cases[] = {
 	     "    start_end_list: [[1, 2], [5, 3]]\n",
 	 -EINVAL, 7, 30,
 	 {"sec.Probe.start_end_list: expected [start, end] with 0 <= start <= end, got [5, 3]"}},
+	{"freq with a fraction",
+	 HDR "  Probe: {enabled: true, tensors: [activation], freq: 1.5}\n", -EINVAL, 4, 55,
+	 {"sec.Probe.freq: expected an integer, got '1.5' (a number with a fraction)"}},
+	{"end_step below -1",
+	 HDR "  Probe: {enabled: true, tensors: [activation], end_step: -2}\n", -EINVAL, 4, 59,
+	 {"sec.Probe.end_step: expected a step >= 0, or -1 for no end, got -2"}},
 	{"start_end_list not pairs",
 	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    start_end_list: [1, 2]\n",
 	 -EINVAL, 7, 22, {"sec.Probe.start_end_list: expected a [start, end] pair, got a scalar"}},
@@ -1354,6 +1400,7 @@ int main(void)
 	test_disabled_section();
 	test_defaults();
 	test_params_and_schedule();
+	test_yaml11_and_no_end();
 	test_gemms();
 	test_gemms_struct_with_tensors();
 	test_tensors_struct();

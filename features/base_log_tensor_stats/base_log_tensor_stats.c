@@ -1,0 +1,164 @@
+/* The base namespace's LogTensorStats (nvdlfw_inspect's generic one): statistics of a tensor the host
+ * hands over through the generic call "log_tensor_stats", logged at once as `{layer}_{tensor}_{stat}`.
+ * TransformerEngine's LogTensorStats (features/log_tensor_stats) is another feature, fed by
+ * inspect_tensor and logged at step end; docs/config.md, "Namespaces", compares the two. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlinspect/plugin.h>
+
+#include "feature-util.h"
+
+/* The peer's set. The config matches them case-insensitively in this namespace and hands over
+ * these spellings, which are also the log names' (the peer lowercases them). */
+static const char *const dli_blts_stat_names[] = {
+	"min", "max", "mean", "std", "l1_norm", "l2_norm", NULL,
+};
+static const enum dli_stat dli_blts_stat_ids[] = {
+	DLI_STAT_MIN, DLI_STAT_MAX, DLI_STAT_MEAN, DLI_STAT_STD, DLI_STAT_L1_NORM, DLI_STAT_L2_NORM,
+};
+#define DLI_BLTS_N_STATS (sizeof(dli_blts_stat_ids) / sizeof(dli_blts_stat_ids[0]))
+
+struct dli_blts {
+	const struct dli_host *host;
+	struct dli_context *ctx;
+	struct dli_schedule schedule; /* ranges copied: config memory is gone after create */
+	uint64_t tensors;
+	enum dli_stat stats[DLI_BLTS_N_STATS];
+	size_t n_stats;
+};
+
+static int dli_blts_create(const struct dli_feature_create_args *args, void **instance,
+			   struct dli_error *err)
+{
+	const struct dli_value *stats = &args->params[0];
+	struct dli_blts *self;
+
+	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
+		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
+		return -ENOTSUP;
+	}
+	if (!(self = calloc(1, sizeof(*self))))
+		return -ENOMEM;
+	self->host = args->host;
+	self->ctx = args->ctx;
+	self->tensors = args->tensors;
+	if (dli_feature_schedule_copy(&self->schedule, args->schedule)) {
+		free(self);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < stats->u.list.n; i++)
+		for (size_t s = 0; s < DLI_BLTS_N_STATS; s++)
+			if (!strcmp(stats->u.list.items[i], dli_blts_stat_names[s]))
+				self->stats[self->n_stats++] = dli_blts_stat_ids[s];
+	*instance = self;
+	return 0;
+}
+
+static void dli_blts_destroy(void *instance)
+{
+	struct dli_blts *self = instance;
+
+	if (self)
+		free((void *)self->schedule.ranges);
+	free(self);
+}
+
+/* Whether `name` is one of the instance's tensors (names, not ids: the generic call passes names). */
+static bool dli_blts_selects(const struct dli_blts *self, const char *name)
+{
+	for (int id = 0; id < 64; id++) {
+		const char *t;
+		if ((self->tensors >> id & 1u) && (t = self->host->tensor_name(self->ctx, id)) &&
+		    !strcmp(t, name))
+			return true;
+	}
+	return false;
+}
+
+static int dli_blts_call(const struct dli_feature_call *c, const char *name, void *args)
+{
+	const struct dli_blts *self = c->instance;
+	const struct dli_host *host = self->host;
+	const struct dli_log_tensor_stats_args *a = args;
+
+	if (strcmp(name, DLI_CALL_LOG_TENSOR_STATS))
+		return 0;
+	if (!a || a->size < sizeof(*a) || !a->tensor_name || !a->tensor)
+		return -EINVAL;
+	if (!dli_blts_selects(self, a->tensor_name))
+		return 0;
+	int64_t iteration = a->iteration >= 0 ? a->iteration : host->iteration(c->ctx);
+	if (!host->schedule_active(&self->schedule, iteration))
+		return 0;
+	/* One call, one set of lines, as the peer logs them: nothing is merged across calls. */
+	struct dli_stats_acc *acc = host->stats_acc_create(c->ctx);
+	struct dli_stats_record rec;
+	int r;
+
+	if (!acc)
+		return -ENOMEM;
+	if ((r = host->stats_add(acc, a->tensor, NULL)) == 0 &&
+	    (r = host->stats_acc_read(acc, &rec)) == 0 && rec.count) {
+		for (size_t k = 0; k < self->n_stats; k++) {
+			char line[512];
+			snprintf(line, sizeof(line), "%s_%s_%s", c->layer_name, a->tensor_name,
+				 host->stat_name(self->stats[k]));
+			int e = host->emit_scalar(c->ctx, line, iteration,
+						  host->stats_value(&rec, self->stats[k]));
+			r = r ? r : e;
+		}
+	}
+	host->stats_acc_destroy(acc);
+	return r;
+}
+
+static const struct dli_feature_ops dli_blts_ops = {
+	.size = sizeof(struct dli_feature_ops),
+	.create = dli_blts_create,
+	.destroy = dli_blts_destroy,
+	.call = dli_blts_call,
+};
+
+static const struct dli_param_desc dli_blts_params[] = {
+	{.key = "stats", .alias = "type", .type = DLI_PARAM_STRING_LIST,
+	 .doc = "statistics to log: min, max, mean, std, l1_norm, l2_norm (any letter case)",
+	 .choices = dli_blts_stat_names, .required = true},
+};
+
+static const char *const dli_blts_aliases[] = {"collect_tensor_stats", NULL};
+static const char *const dli_blts_calls[] = {DLI_CALL_LOG_TENSOR_STATS, NULL};
+
+static const struct dli_feature_desc dli_blts_feature = {
+	.size = sizeof(struct dli_feature_desc),
+	.name = "LogTensorStats",
+	.aliases = dli_blts_aliases,
+	.doc = "Logs statistics of tensors the host passes to the generic call log_tensor_stats.",
+	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.params = dli_blts_params,
+	.n_params = sizeof(dli_blts_params) / sizeof(dli_blts_params[0]),
+	.calls = dli_blts_calls,
+	.ops = &dli_blts_ops,
+};
+static const struct dli_feature_desc *const dli_blts_features[] = {&dli_blts_feature};
+
+static const struct dli_module dli_blts_module = {
+	.size = sizeof(struct dli_module),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.name = "base_log_tensor_stats",
+	.ns = "base",
+	.doc = "nvdlfw_inspect's generic LogTensorStats: statistics of tensors passed to "
+	       "log_tensor_stats.",
+	.features = dli_blts_features,
+	.n_features = 1,
+};
+
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host)
+{
+	if (!host || host->abi_major != DLI_ABI_MAJOR)
+		return NULL;
+	return &dli_blts_module;
+}
