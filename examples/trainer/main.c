@@ -269,6 +269,9 @@ static int train(const struct options *o)
 		snprintf(p, sizeof p, "%s/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log", log_dir);
 		if (stat(p, &st) == 0)
 			printf("        %s (messages)\n", p);
+		snprintf(p, sizeof p, "%s/tensorboard", log_dir);
+		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+			printf("        %s/ (TensorBoard: tensorboard --logdir %s)\n", p, p);
 	} else
 		trainer_finish(&t);
 	if (error)
