@@ -735,6 +735,11 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->instances[i].ops->destroy)
 			ctx->instances[i].ops->destroy(ctx->instances[i].state);
 	free(ctx->instances);
+	unsigned long long failures = atomic_load(&ctx->inspect_failures);
+	if (failures > 1)
+		dli_log(ctx, DLI_LOG_ERROR,
+			"%llu inspect calls of features failed in this run (the first is reported above)",
+			failures);
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		const struct dli_logger_ops *ops = l->entry->desc->ops;
