@@ -124,8 +124,7 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 			}
 		}
 		else if (!o->quiet && !cuda_reported++) /* once, not per model of the benchmark */
-			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (no CUDA device: %s)\n",
-				cerr.message);
+			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (%s)\n", cerr.message);
 	}
 #endif
 	t->run.step = t->dli ? dli_iteration_get(t->dli) : 0;
