@@ -379,7 +379,7 @@ static int compute(const struct dli_tf_tensor *t, const struct options *o,
 	if (o->fp8 < 0)
 		return 0;
 	/* Current scaling from the tensor's own amax, as a per-tensor FP8 recipe would pick it; a
-	 * NaN amax (a NaN element) gives scale 1 per DESIGN.md section 7. */
+	 * NaN amax (a NaN element) gives scale 1 per docs/statistics.md. */
 	enum dli_dtype fmt = (enum dli_dtype)o->fp8;
 	float amax = (float)dli_stats_value(rec, DLI_STAT_CUR_AMAX);
 	float scale = dli_fp8_scale(amax, fmt, o->margin);
@@ -579,7 +579,7 @@ int dli_cmd_stats(int argc, char **argv)
 			status = 1;
 			continue;
 		}
-		/* Empty tensors are valid and have no statistics (DESIGN.md section 5). */
+		/* Empty tensors are valid and have no statistics (docs/statistics.md, Tensors). */
 		struct dli_stats_record rec;
 		if (t->numel) {
 			int r = compute(t, &o, &rec);

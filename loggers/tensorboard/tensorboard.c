@@ -1,6 +1,6 @@
-/* The TensorBoard logger: statistics and histograms as TensorFlow event files (DESIGN.md
- * section 8), so `tensorboard --logdir {log_dir}/tensorboard` shows a run; no Python in the
- * trainer. */
+/* The TensorBoard logger: statistics and histograms as TensorFlow event files
+ * (docs/tensorboard.md), so `tensorboard --logdir {log_dir}/tensorboard` shows a run; no Python in
+ * the trainer. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>

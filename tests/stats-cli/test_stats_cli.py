@@ -143,7 +143,7 @@ def ref_base(x):
 
 def ref_fp8(x, fmt, margin):
     """Current scaling and an FP8 round trip with ml_dtypes (saturating: inputs clamped to the
-    finite max first, as DESIGN.md section 7 prescribes), from float32 data without NaN."""
+    finite max first, as docs/statistics.md prescribes), from float32 data without NaN."""
     x = x.astype(np.float32).ravel()
     fmax = FP8_MAX[fmt]
     amax = float(np.abs(x).max())

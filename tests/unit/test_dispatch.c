@@ -1,6 +1,6 @@
 /* Dispatch: defaults, next-iteration answers, combination of features, modify routing, custom calls,
  * conflicts found when a layer is resolved, handles from several threads, and the file logger's
- * statistics reaching DESIGN.md section 8's path. Uses the "probe" fixture module. */
+ * statistics reaching docs/logging.md's path. Uses the "probe" fixture module. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -346,7 +346,7 @@ static void test_threads(void)
 	dli_destroy(ctx);
 }
 
-/* Scalars a feature emits at dli_step land in the statistics log of DESIGN.md section 8. */
+/* Scalars a feature emits at dli_step land in the statistics log of docs/logging.md. */
 static void test_statistics_reach_file_logger(void)
 {
 	struct dli_context *ctx = open_yaml(

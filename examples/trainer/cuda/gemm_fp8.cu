@@ -1,4 +1,4 @@
-/* FP8 GEMMs through cuBLASLt for the trainer's CUDA path (DESIGN.md section 9): per-tensor
+/* FP8 GEMMs through cuBLASLt for the trainer's CUDA path (docs/statistics.md): per-tensor
  * scale_inv device pointers, fp32 accumulation, f32 or bf16 output, and a plan per shape made
  * once, so a training step only enqueues GEMMs. Host code only: the kernels are cuBLASLt's. */
 #include <cublasLt.h>
