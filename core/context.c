@@ -431,7 +431,7 @@ static int config_path_from_env(struct dli_context *ctx, const struct dli_option
 				     enabled);
 	if (nv && nv[0] && on)
 		*path = nv;
-	else if (nv && nv[0])
+	else if (nv && nv[0] && !(enabled && enabled[0])) /* =0 is the user's choice: no noise */
 		dli_log(ctx, DLI_LOG_WARNING,
 			"NV_DEBUG_TOOL_CONFIG is set but NV_DEBUG_TOOL_ENABLED is not 1: debugging "
 			"stays off (set NV_DEBUG_TOOL_ENABLED=1, or DLINSPECT_CONFIG)");

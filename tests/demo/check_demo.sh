@@ -134,6 +134,10 @@ grep -q 'NV_DEBUG_TOOL_CONFIG is set but NV_DEBUG_TOOL_ENABLED is not 1' "$work/
 rm -rf "$logs"
 NV_DEBUG_TOOL_ENABLED=1 NV_DEBUG_TOOL_CONFIG=/nonexistent.yaml DLINSPECT_CONFIG="$src/configs/demo.yaml" nv ||
 	fail "DLINSPECT_CONFIG should win over NV_DEBUG_TOOL_CONFIG"
+rm -rf "$logs"
+NV_DEBUG_TOOL_ENABLED=0 NV_DEBUG_TOOL_CONFIG="$src/configs/demo.yaml" nv 2>"$work/err" || fail "NV_DEBUG_TOOL_ENABLED=0: the run failed"
+[ -e "$stat_log" ] && fail "NV_DEBUG_TOOL_ENABLED=0 should leave debugging off"
+[ -s "$work/err" ] && fail "NV_DEBUG_TOOL_ENABLED=0 is the user's choice, yet stderr says: $(cat "$work/err")"
 NV_DEBUG_TOOL_ENABLED=maybe nv 2>"$work/err" && fail "NV_DEBUG_TOOL_ENABLED=maybe should fail"
 grep -q "NV_DEBUG_TOOL_ENABLED='maybe': expected 1 or 0" "$work/err" || fail "NV_DEBUG_TOOL_ENABLED=maybe: wrong message: $(cat "$work/err")"
 
