@@ -335,6 +335,7 @@ static int bench(const struct options *o)
 	}
 	/* "No config" must mean none, whatever the environment says. */
 	unsetenv("DLINSPECT_CONFIG");
+	unsetenv("NV_DEBUG_TOOL_CONFIG");
 	struct options plain = *o, stats = *o;
 	plain.config = NULL;
 	plain.trace = stats.trace = NULL;
