@@ -4,9 +4,12 @@
 #     DLINSPECT_PLUGIN_PATH, and keeps it (docs/plugins.md tells users to set it);
 #   - the uninstalled pkg-config file (meson-uninstalled/dlinspect-uninstalled.pc) gives include/,
 #     so a host program builds and links against the build tree.
-# usage: test_build_env.sh MESON BUILD_ROOT WORK_DIR
+# usage: test_build_env.sh MESON BUILD_ROOT WORK_DIR [B_SANITIZE]
 set -u
-meson=$1 build=$2 work=$3
+meson=$1 build=$2 work=$3 sanitize=${4:-none}
+# A sanitized libdlinspect needs its runtime in the host program too.
+san_flags=
+[ "$sanitize" = none ] || san_flags="-fsanitize=$sanitize"
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 rm -rf "$work" && mkdir -p "$work" || exit 99
@@ -38,7 +41,7 @@ int main(void)
 }
 C
 	# shellcheck disable=SC2086 # pkg-config's flags are meant to split
-	cc -std=c11 -o "$work/host" "$work/host.c" $cflags $libs >"$work/cc.out" 2>&1 ||
+	cc -std=c11 $san_flags -o "$work/host" "$work/host.c" $cflags $libs >"$work/cc.out" 2>&1 ||
 		{ fail "a host program does not build with the uninstalled pkg-config file ($cflags $libs):"; cat "$work/cc.out"; }
 	[ -x "$work/host" ] && { LD_LIBRARY_PATH="$build/core" "$work/host" || fail "the host program built against the build tree fails"; }
 fi
