@@ -18,7 +18,8 @@ if [ ! -f "$dir/build.ninja" ]; then
 		echo "== meson setup $dir failed (details: $dir/meson-logs/meson-log.txt)" >&2
 		exit 1
 	fi
-	grep -E '^(WARNING|Message|DEPRECATION):' "$log" || true
+	# meson's warnings, with the list lines under them, are worth seeing; the rest is noise.
+	awk '/WARNING:|DEPRECATION:/ { print; more = 1; next } more && /^ \* / { print; next } { more = 0 }' "$log"
 	rm -f "$log"
 fi
 
