@@ -36,7 +36,8 @@ else
 			if (pct >= shown + 10 || n == total) { printf "  %3d%% (%d/%d steps)\n", pct, n, total; shown = pct - pct % 10 }
 			fflush(); next
 		}
-		/^ninja: (Entering|no work)/ { next }
+		/^ninja: Entering/ { next }
+		/^ninja: no work to do/ { print "  up to date"; next }
 		{ print; fflush() }'
 	status=${PIPESTATUS[0]}
 fi
