@@ -89,10 +89,19 @@ struct dli_context {
 	struct dli_layer **layer_list; /* creation order, under layers_lock */
 	size_t cap_layer_list;
 
+	/* Failed inspect calls of features: the first is reported when it happens, the count at
+	 * dli_destroy (core/dispatch.c). */
+	atomic_ullong inspect_failures;
+
 #ifdef DLI_DEBUG_CHECKS
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
 #endif
 };
+
+/* Reports a feature's failed inspect call: the first of the context as an error (message log and
+ * stderr) naming layer, tensor, iteration and feature; every one counted. */
+void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const char *call,
+			int gemm, int tensor, int64_t iteration, int rc);
 
 /* The host table every module gets (each context copies it). Entries may look at it before any
  * context exists, e.g. for `dlinspect plugins`. */

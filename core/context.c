@@ -373,6 +373,71 @@ static int parse_level(const char *s, int *out)
 	return -EINVAL;
 }
 
+/* nvdlfw_inspect's NVDLFW_INSPECT_LOG_LEVEL: Python logging's level names, any case. An unknown
+ * name is INFO there (and here, with a warning: it is likely a typo). */
+static int parse_nv_level(const char *s, int *out)
+{
+	static const struct {
+		const char *name;
+		int level;
+	} names[] = {
+		{"DEBUG", DLI_LOG_DEBUG},   {"INFO", DLI_LOG_INFO},       {"WARNING", DLI_LOG_WARNING},
+		{"WARN", DLI_LOG_WARNING},  {"ERROR", DLI_LOG_ERROR},     {"CRITICAL", DLI_LOG_ERROR},
+		{"FATAL", DLI_LOG_ERROR},
+	};
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		if (!strcasecmp(s, names[i].name)) {
+			*out = names[i].level;
+			return 0;
+		}
+	}
+	*out = DLI_LOG_INFO;
+	return -EINVAL;
+}
+
+/* "1"/"0" as the Megatron flow sets NV_DEBUG_TOOL_ENABLED, and the usual words. 1, 0, or -EINVAL. */
+static int parse_switch(const char *s)
+{
+	static const char *const on[] = {"1", "true", "yes", "on"}, *const off[] = {"0", "false",
+										   "no", "off"};
+	for (size_t i = 0; i < 4; i++) {
+		if (!strcasecmp(s, on[i]))
+			return 1;
+		if (!strcasecmp(s, off[i]))
+			return 0;
+	}
+	return -EINVAL;
+}
+
+/* The config when the host names none: $DLINSPECT_CONFIG, else the Megatron flow's
+ * $NV_DEBUG_TOOL_CONFIG, which counts only while $NV_DEBUG_TOOL_ENABLED is on (its toggle there).
+ * *path stays NULL for the default run. docs/logging.md has the table. */
+static int config_path_from_env(struct dli_context *ctx, const struct dli_options *o,
+				const char **path, struct dli_error *err)
+{
+	*path = o->config_path;
+	if (o->config_yaml || *path)
+		return 0;
+	const char *dli = getenv("DLINSPECT_CONFIG");
+	if (dli && dli[0]) {
+		*path = dli;
+		return 0;
+	}
+	const char *nv = getenv("NV_DEBUG_TOOL_CONFIG"), *enabled = getenv("NV_DEBUG_TOOL_ENABLED");
+	int on = enabled && enabled[0] ? parse_switch(enabled) : 0;
+	if (on < 0)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "NV_DEBUG_TOOL_ENABLED='%s': expected 1 or 0 (or true/false)",
+				     enabled);
+	if (nv && nv[0] && on)
+		*path = nv;
+	else if (nv && nv[0] && !(enabled && enabled[0])) /* =0 is the user's choice: no noise */
+		dli_log(ctx, DLI_LOG_WARNING,
+			"NV_DEBUG_TOOL_CONFIG is set but NV_DEBUG_TOOL_ENABLED is not 1: debugging "
+			"stays off (set NV_DEBUG_TOOL_ENABLED=1, or DLINSPECT_CONFIG)");
+	return 0;
+}
+
 void dli_search_dirs_free(char **dirs, size_t n)
 {
 	for (size_t i = 0; dirs && i < n; i++)
@@ -588,6 +653,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	char **dirs = NULL;
 	size_t n_dirs = 0;
 	int r = 0;
+	const char *path = NULL;
 	struct dli_layer_table *t = table_new(64);
 	if (!t) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -596,26 +662,32 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	atomic_store(&ctx->layers, t);
 
 	const char *env_level = getenv("DLINSPECT_LOG_LEVEL");
+	const char *nv_level = getenv("NVDLFW_INSPECT_LOG_LEVEL");
+	bool nv_level_unknown = false;
 	if (o->log_level >= 0)
 		ctx->log_level = o->log_level > DLI_LOG_DEBUG ? DLI_LOG_DEBUG : o->log_level;
-	else if (env_level && parse_level(env_level, &ctx->log_level)) {
-		r = dli_error_set(err, -EINVAL, NULL, "DLINSPECT_LOG_LEVEL='%s': expected error, "
-						      "warning, info or debug (or 0-3)",
-				  env_level);
+	else if (env_level && env_level[0]) {
+		if (parse_level(env_level, &ctx->log_level)) {
+			r = dli_error_set(err, -EINVAL, NULL, "DLINSPECT_LOG_LEVEL='%s': expected "
+							      "error, warning, info or debug (or 0-3)",
+					  env_level);
+			goto fail;
+		}
+	} else if (nv_level && nv_level[0])
+		nv_level_unknown = parse_nv_level(nv_level, &ctx->log_level) != 0;
+	if ((r = config_path_from_env(ctx, o, &path, err)))
 		goto fail;
-	}
+	if (nv_level_unknown)
+		dli_log(ctx, DLI_LOG_WARNING,
+			"NVDLFW_INSPECT_LOG_LEVEL='%s' is no logging level (DEBUG, INFO, WARNING, ERROR, "
+			"CRITICAL): using INFO, as nvdlfw_inspect does",
+			nv_level);
 	const char *log_dir = o->log_dir ? o->log_dir : getenv("DLINSPECT_LOG_DIR");
 	if (!(ctx->log_dir = strdup(log_dir && log_dir[0] ? log_dir : "."))) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
 		goto fail;
 	}
 
-	const char *path = o->config_path;
-	if (!o->config_yaml && !path) {
-		path = getenv("DLINSPECT_CONFIG");
-		if (path && !path[0])
-			path = NULL;
-	}
 	if (!o->config_yaml && !path) {
 		/* The default run: no module loaded, no layer selected, every call a pointer check. */
 		*out = ctx;
@@ -678,6 +750,11 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->instances[i].ops->destroy)
 			ctx->instances[i].ops->destroy(ctx->instances[i].state);
 	free(ctx->instances);
+	unsigned long long failures = atomic_load(&ctx->inspect_failures);
+	if (failures > 1)
+		dli_log(ctx, DLI_LOG_ERROR,
+			"%llu inspect calls of features failed in this run (the first is reported above)",
+			failures);
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		const struct dli_logger_ops *ops = l->entry->desc->ops;

@@ -4,6 +4,7 @@
  * A layer no section selects answers after one pointer check; a selected layer between its
  * scheduled steps answers from its slot cache (one relaxed atomic load and a compare). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -335,6 +336,28 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 	return r;
 }
 
+/* Called on the failure path only: the hot path stays a compare. The host gets the error code back
+ * from the call, but a trainer may look at it only at the end of the run, or never: the first
+ * failure is said at once, where a user watching the run or its message log sees it. */
+void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const char *call,
+			int gemm, int tensor, int64_t iteration, int rc)
+{
+	struct dli_context *ctx = l->ctx;
+	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
+		return;
+	const struct dli_target *t = b->instance->target;
+	const char *tname = ctx->host.tensor_name(ctx, tensor);
+	char gemm_text[32] = "";
+	if (gemm >= 0)
+		snprintf(gemm_text, sizeof gemm_text, ", gemm %s", ctx->host.gemm_name(gemm));
+	dli_log(ctx, DLI_LOG_ERROR,
+		"%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
+		"%s): %s (%d); training continues, later failures are counted and reported at the end",
+		call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
+		t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
+		rc);
+}
+
 int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise)
@@ -350,6 +373,8 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		if (r)
+			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
 		if (r && !first)
 			first = r;
 	}
@@ -371,6 +396,8 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 		if (!ask(b, CALL_POSTQ, gemm, tensor, it, &nx))
 			continue;
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		if (r)
+			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
 		if (r && !first)
 			first = r;
 	}

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -175,26 +176,51 @@ static void linear_step(struct linear *l, int64_t it, uint64_t seed)
 	inspect(l, DLI_TENSOR_WGRAD, operand(l, DLI_GEMM_WGRAD, DLI_TENSOR_WGRAD, wgrad, s1));
 }
 
-static off_t log_size(const char *dir)
+/* The kernel stamps files with its coarse clock: read the same clock, or a file written right
+ * after the run starts could look older than the run. */
+static struct timespec run_start(void)
+{
+	struct timespec t = {0};
+#ifdef CLOCK_REALTIME_COARSE
+	clock_gettime(CLOCK_REALTIME_COARSE, &t);
+#else
+	clock_gettime(CLOCK_REALTIME, &t);
+#endif
+	return t;
+}
+
+/* Says whether this run wrote the log in `dir`, judged by the file's modification time against the
+ * run's start: a log an earlier run left must not pass for this run's, and one the loggers emptied at
+ * start (they overwrite by default, as nvdlfw_inspect does) is said to be empty. */
+static void report_log(const char *what, const char *dir, struct timespec start,
+		       const char *why_not)
 {
 	char path[4200];
 	struct stat st;
 	snprintf(path, sizeof path, "%s/nvdlfw_inspect_globalrank-0.log", dir);
-	return stat(path, &st) == 0 ? st.st_size : -1;
-}
-
-/* Says whether this run wrote the log in `dir`, judged by its size before and after the run. */
-static void report_log(const char *what, const char *dir, off_t size_before, const char *why_not)
-{
-	off_t size = log_size(dir);
+	bool there = stat(path, &st) == 0;
+	bool now = there && (st.st_mtim.tv_sec > start.tv_sec ||
+			     (st.st_mtim.tv_sec == start.tv_sec && st.st_mtim.tv_nsec >= start.tv_nsec));
 	const char *state = "does not exist";
-	if (size > size_before)
+	if (now && st.st_size > 0)
 		state = "exists, written by this run";
-	else if (size >= 0)
+	else if (now)
+		state = "exists, emptied at start: an earlier run's lines were removed";
+	else if (there)
 		state = "exists, but left by an earlier run";
 	printf("  %s %s/  (%s)\n", what, dir, state);
-	if (size <= size_before)
+	if (!now || st.st_size == 0)
 		printf("      nothing written this run: %s\n", why_not);
+}
+
+/* The TensorBoard logger's directory (its default place), when this run has one. */
+static void report_tensorboard(const char *log_dir)
+{
+	char dir[4200];
+	struct stat st;
+	snprintf(dir, sizeof dir, "%s/tensorboard", log_dir);
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		printf("  tensorboard: %s/  (open it with: tensorboard --logdir %s)\n", dir, dir);
 }
 
 /* The step-0 answers per Linear, and what caching saved. */
@@ -280,7 +306,7 @@ int main(int argc, char **argv)
 	char msg_dir[4096], stat_dir[4096];
 	snprintf(msg_dir, sizeof msg_dir, "%s/nvdlfw_inspect_logs", log_dir);
 	snprintf(stat_dir, sizeof stat_dir, "%s/nvdlfw_inspect_statistics_logs", log_dir);
-	off_t msg_before = log_size(msg_dir), stat_before = log_size(stat_dir);
+	struct timespec start = run_start();
 
 	struct dli_options o;
 	dli_options_init(&o);
@@ -347,12 +373,13 @@ int main(int argc, char **argv)
 
 	if (!quiet) {
 		printf("\nLogs:\n");
-		report_log("messages:  ", msg_dir, msg_before,
+		report_log("messages:  ", msg_dir, start,
 			   "the message log is created on the first message, and only when a "
 			   "logger is configured");
-		report_log("statistics:", stat_dir, stat_before,
+		report_log("statistics:", stat_dir, start,
 			   "only a feature that collects statistics, such as LogTensorStats, "
 			   "writes this log");
+		report_tensorboard(log_dir);
 	}
 	return 0;
 }

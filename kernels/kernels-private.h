@@ -18,7 +18,7 @@ void dli_stats_record_init(struct dli_stats_record *r);
 void dli_stats_merge(struct dli_stats_record *into, const struct dli_stats_record *from);
 /* Adds only the FP8 quantize-and-compare counts and sums (fp8_count .. x_sq) of `from`. */
 void dli_stats_add_fp8_terms(struct dli_stats_record *into, const struct dli_stats_record *from);
-/* A finalized statistic per DESIGN.md section 6 (NaN propagates into min/max/cur_amax/dynamic
+/* A finalized statistic per docs/statistics.md (NaN propagates into min/max/cur_amax/dynamic
  * range when a NaN was seen; std/var of fewer than 2 elements, and FP8 stats without an FP8 pass,
  * are NaN). */
 double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat);

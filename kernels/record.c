@@ -1,5 +1,5 @@
 /* The sufficient-statistics record: its empty value, its exact merge, and the statistics it
- * finalizes to (DESIGN.md section 6). Shared by the CPU passes, the CUDA backend's host side and
+ * finalizes to (docs/statistics.md). Shared by the CPU passes, the CUDA backend's host side and
  * the core's step-end finalization. */
 #include <math.h>
 #include <string.h>

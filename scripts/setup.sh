@@ -13,23 +13,21 @@ if ((${#missing[@]})); then
 	echo "== installing: ${missing[*]}"
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo="sudo"
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+	# Quiet, but not silent: apt's errors go to stderr, and on failure its output is shown.
+	log=$(mktemp)
+	if ! $sudo apt-get update -qq >"$log" 2>&1 ||
+		! DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >>"$log" 2>&1; then
+		tail -n 40 "$log"
+		rm -f "$log"
+		echo "== apt-get failed: the packages above could not be installed" >&2
+		exit 1
+	fi
+	rm -f "$log"
 fi
 
-# $1: build dir, rest: meson options.
-build() {
-	local dir=$1
-	shift
-	if [ ! -f "$dir/build.ninja" ]; then
-		meson setup "$dir" "$@" >/dev/null
-	fi
-	echo "== building $dir"
-	ninja -C "$dir" >/dev/null
-}
-
-build build
+# Progress while building; on failure, the compiler's error (scripts/build.sh).
+bash scripts/build.sh . build
 if [ "${1:-}" = "--sanitize" ]; then
 	# Debug build type turns on DLI_DEBUG_CHECKS (dli_step racing other calls is reported).
-	build build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
 fi

@@ -11,7 +11,7 @@
 
 #include <dlinspect/dlinspect.h>
 
-/* The file logger's files under the log dir (DESIGN.md section 8). */
+/* The file logger's files under the log dir (docs/logging.md). */
 #define STATS_LOG "nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
 #define MESSAGE_LOG "nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log"
 

@@ -1,12 +1,18 @@
 /* `dlinspect stats FILE`: the statistics of tensors saved as .npy or .safetensors, computed by the
  * same kernels the library runs in training, optionally with the what-if current-scaling FP8 ones.
  *
- * --json prints one object per tensor per line:
+ * --json prints one object per tensor per line, strict JSON (RFC 8259):
  *   {"tensor": "w", "dtype": "bf16", "shape": [2, 3], "stats": {"min": -1.5, "nan_count": 0}}
- * "dtype" is how the elements were read (f32, f16, bf16, e4m3, e5m2); counts are integers; other
- * values are printed with 17 significant digits (they round-trip a double). NaN and infinities
- * are written as NaN, Infinity and -Infinity, the literals Python's json module reads and writes
- * (strict JSON has none); an empty tensor has "stats": {}. */
+ * "dtype" is how the elements were read (f32, f16, bf16, e4m3, e5m2, f64, i8...i64, u8...u64,
+ * bool); counts are integers; other values are printed with 17 significant digits (they round-trip
+ * a double). JSON has no NaN or infinity: such a value is null in "stats", and a "nonfinite" object
+ * after "stats" says which it was, "nan", "inf" or "-inf" (present only when there is one):
+ *   {..., "stats": {"max": null, "min": -2}, "nonfinite": {"max": "inf"}}
+ * An empty tensor has "stats": {}. docs/stats.md says the same for users.
+ *
+ * float64 and integer elements are not what the statistics kernels read (training dtypes): they
+ * are widened to double here, in chunks, and summed in double; the FP8 what-if statistics compare
+ * their values rounded to float32, as the kernels take them. */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -23,7 +29,7 @@
 
 static const char usage[] =
 	"usage: dlinspect stats FILE [--tensor NAME]... [--stats a,b,...] [--fp8 e4m3|e5m2]\n"
-	"                       [--margin N] [--dtype bf16|f16|e4m3|e5m2] [--json]\n";
+	"                       [--margin N] [--dtype bf16|f16|e4m3|e5m2|int] [--json]\n";
 
 /* Elements per chunk when the data has to be copied or decoded first (4 MiB of floats). */
 #define CHUNK ((int64_t)1 << 20)
@@ -153,11 +159,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 			stats = argv[++i];
 		} else if ((!strcmp(a, "--fp8") || !strcmp(a, "--dtype")) && has_value) {
 			const char *v = argv[++i];
-			int d = dli_tf_dtype_from_name(v);
 			bool fp8 = !strcmp(a, "--fp8");
+			int d = !fp8 && !strcmp(v, "int") ? DLI_TF_AS_INT : dli_tf_dtype_from_name(v);
 			if (d < 0 || (fp8 && d != DLI_DTYPE_F8E4M3 && d != DLI_DTYPE_F8E5M2)) {
 				report("%s '%s': expected %s", a, v,
-					fp8 ? "e4m3 or e5m2" : "bf16, f16, f32, e4m3 or e5m2");
+					fp8 ? "e4m3 or e5m2" : "bf16, f16, f32, e4m3, e5m2 or int");
 				return 2;
 			}
 			*(fp8 ? &o->fp8 : &o->as_dtype) = d;
@@ -213,6 +219,103 @@ static int parse_args(int argc, char **argv, struct options *o)
 	return 0;
 }
 
+/* ---- float64 and integer elements ---- */
+
+/* Element i of a wide tensor, as a double (64-bit integers beyond 2^53 round). */
+static double wide_elem(const unsigned char *p, enum dli_tf_wide w, int64_t i)
+{
+	switch (w) {
+	case DLI_TF_WIDE_F64: { double v; memcpy(&v, p + 8 * i, 8); return v; }
+	case DLI_TF_WIDE_I8: return (int8_t)p[i];
+	case DLI_TF_WIDE_U8: return p[i];
+	case DLI_TF_WIDE_BOOL: return p[i] != 0;
+	case DLI_TF_WIDE_I16: { int16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+	case DLI_TF_WIDE_U16: { uint16_t v; memcpy(&v, p + 2 * i, 2); return v; }
+	case DLI_TF_WIDE_I32: { int32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+	case DLI_TF_WIDE_U32: { uint32_t v; memcpy(&v, p + 4 * i, 4); return v; }
+	case DLI_TF_WIDE_I64: { int64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
+	case DLI_TF_WIDE_U64: { uint64_t v; memcpy(&v, p + 8 * i, 8); return (double)v; }
+	default: return NAN;
+	}
+}
+
+/* The record of n doubles, with the definitions of include/dlinspect/stats.h and the kernels'
+ * corrected two-pass variance (blocks of WIDE_BLOCK merged with Chan's formula). */
+#define WIDE_BLOCK 4096
+static void wide_block(const double *x, int64_t n, struct dli_stats_record *r)
+{
+	uint64_t nan = 0, inf = 0, zero = 0;
+	double mn = INFINITY, mx = -INFINITY, mnz = INFINITY, s = 0, sa = 0, sq = 0;
+	dli_stats_record_init(r);
+	for (int64_t i = 0; i < n; i++) {
+		double v = x[i], a = fabs(v);
+		s += v;
+		sa += a;
+		sq += v * v;
+		if (v != v) {
+			nan++;
+			continue;
+		}
+		inf += a == INFINITY;
+		if (v == 0)
+			zero++;
+		else if (a < mnz)
+			mnz = a;
+		mn = v < mn ? v : mn;
+		mx = v > mx ? v : mx;
+	}
+	double mean = s / (double)n, sd = 0, sdd = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double d = x[i] - mean;
+		sd += d;
+		sdd += d * d;
+	}
+	/* Doubles may be large enough for d * d to overflow: then the spread is infinite (the
+	 * correction, at most sdd, would turn it into NaN). */
+	double m2 = isinf(sdd) ? sdd : sdd - sd * sd / (double)n;
+	r->count = (uint64_t)n;
+	r->nan_count = nan;
+	r->inf_count = inf;
+	r->zero_count = zero;
+	r->min = mn;
+	r->max = mx;
+	r->amax = (uint64_t)n > nan ? fmax(mx, -mn) : 0;
+	r->min_nonzero_abs = mnz;
+	r->sum = s;
+	r->sum_abs = sa;
+	r->sum_sq = sq;
+	r->mean = mean;
+	r->m2 = m2 < 0 ? 0 : m2;
+}
+
+/* The statistics (or, compare, the FP8 terms of the values rounded to float32) of a wide tensor. */
+static int wide_pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype fmt, float scale,
+		     struct dli_stats_record *out)
+{
+	double *buf = malloc((size_t)WIDE_BLOCK * sizeof *buf);
+	float *fbuf = malloc((size_t)WIDE_BLOCK * sizeof *fbuf);
+	int r = buf && fbuf ? 0 : -ENOMEM;
+	dli_stats_record_init(out);
+	for (int64_t i = 0; i < t->numel && !r; i += WIDE_BLOCK) {
+		int64_t m = t->numel - i < WIDE_BLOCK ? t->numel - i : WIDE_BLOCK;
+		struct dli_stats_record part;
+		for (int64_t k = 0; k < m; k++)
+			buf[k] = wide_elem(t->data, t->wide, i + k);
+		if (compare) {
+			for (int64_t k = 0; k < m; k++)
+				fbuf[k] = (float)buf[k];
+			r = dli_cpu_fp8_compare(fbuf, DLI_DTYPE_F32, m, fmt, scale, NULL, &part);
+		} else {
+			wide_block(buf, m, &part);
+		}
+		if (!r)
+			dli_stats_merge(out, &part);
+	}
+	free(fbuf);
+	free(buf);
+	return r;
+}
+
 /* One pass over the tensor: the statistics, or (compare) the FP8 quantize-and-compare terms. Data
  * that is not aligned in the file (safetensors does not promise alignment), and FP8 data to be
  * compared (the compare kernel takes f32/f16/bf16), go through a bounded buffer in chunks whose
@@ -220,6 +323,8 @@ static int parse_args(int argc, char **argv, struct options *o)
 static int pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype fmt, float scale,
 		struct dli_stats_record *out)
 {
+	if (t->wide)
+		return wide_pass(t, compare, fmt, scale, out);
 	size_t esz = dli_dtype_size(t->dtype);
 	bool fp8_in = t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
 	bool decode = compare && fp8_in;
@@ -274,7 +379,7 @@ static int compute(const struct dli_tf_tensor *t, const struct options *o,
 	if (o->fp8 < 0)
 		return 0;
 	/* Current scaling from the tensor's own amax, as a per-tensor FP8 recipe would pick it; a
-	 * NaN amax (a NaN element) gives scale 1 per DESIGN.md section 7. */
+	 * NaN amax (a NaN element) gives scale 1 per docs/statistics.md. */
 	enum dli_dtype fmt = (enum dli_dtype)o->fp8;
 	float amax = (float)dli_stats_value(rec, DLI_STAT_CUR_AMAX);
 	float scale = dli_fp8_scale(amax, fmt, o->margin);
@@ -312,12 +417,16 @@ static void print_name(const char *s)
 	}
 }
 
+/* "nan", "inf", "-inf" (Python's spelling), or NULL for a finite value. */
+static const char *nonfinite_name(double v)
+{
+	return isnan(v) ? "nan" : isinf(v) ? (v > 0 ? "inf" : "-inf") : NULL;
+}
+
 static void print_json_number(double v, bool count)
 {
-	if (isnan(v))
-		fputs("NaN", stdout);
-	else if (isinf(v))
-		fputs(v > 0 ? "Infinity" : "-Infinity", stdout);
+	if (!isfinite(v))
+		fputs("null", stdout); /* strict JSON: "nonfinite" says which */
 	else if (count)
 		printf("%.0f", v);
 	else
@@ -327,7 +436,7 @@ static void print_json_number(double v, bool count)
 static void print_tensor(const struct dli_tf_tensor *t, const struct options *o,
 			 const struct dli_stats_record *rec)
 {
-	const char *dtype = dli_tf_dtype_name(t->dtype);
+	const char *dtype = dli_tf_tensor_dtype_name(t);
 	if (o->json) {
 		fputs("{\"tensor\": ", stdout);
 		print_json_string(t->name);
@@ -335,12 +444,26 @@ static void print_tensor(const struct dli_tf_tensor *t, const struct options *o,
 		for (int i = 0; i < t->ndim; i++)
 			printf("%s%lld", i ? ", " : "", (long long)t->shape[i]);
 		fputs("], \"stats\": {", stdout);
+		size_t n_nonfinite = 0;
 		for (size_t k = 0; rec && k < o->n_stats; k++) {
 			printf("%s\"%s\": ", k ? ", " : "", dli_stat_name(o->stats[k]));
 			enum dli_stat s = o->stats[k];
-			print_json_number(dli_stats_value(rec, s), is_count_stat(s));
+			double v = dli_stats_value(rec, s);
+			print_json_number(v, is_count_stat(s));
+			n_nonfinite += !isfinite(v);
 		}
-		fputs("}}\n", stdout);
+		fputs("}", stdout);
+		if (n_nonfinite) {
+			fputs(", \"nonfinite\": {", stdout);
+			for (size_t k = 0, shown = 0; k < o->n_stats; k++) {
+				const char *what = nonfinite_name(dli_stats_value(rec, o->stats[k]));
+				if (what)
+					printf("%s\"%s\": \"%s\"", shown++ ? ", " : "",
+					       dli_stat_name(o->stats[k]), what);
+			}
+			fputs("}", stdout);
+		}
+		fputs("}\n", stdout);
 		return;
 	}
 	print_name(t->name);
@@ -358,7 +481,9 @@ static void print_tensor(const struct dli_tf_tensor *t, const struct options *o,
 	for (size_t k = 0; k < o->n_stats; k++) {
 		double v = dli_stats_value(rec, o->stats[k]);
 		printf("  %-14s ", dli_stat_name(o->stats[k]));
-		if (is_count_stat(o->stats[k]) && isfinite(v))
+		if (!isfinite(v))
+			printf("%s\n", nonfinite_name(v)); /* never "-nan" */
+		else if (is_count_stat(o->stats[k]))
 			printf("%.0f\n", v);
 		else
 			printf("%.9g\n", v);
@@ -418,7 +543,7 @@ oom:
 
 int dli_cmd_stats(int argc, char **argv)
 {
-	static const char readable[] = "F32, F16, BF16, F8_E4M3, F8_E5M2";
+	static const char readable[] = "F32, F16, BF16, F8_E4M3, F8_E5M2, F64, I8-I64, U8-U64, BOOL";
 	struct options o = {0};
 	struct dli_tensorfile tf = {0};
 	const struct dli_tf_tensor **sel = NULL;
@@ -454,7 +579,7 @@ int dli_cmd_stats(int argc, char **argv)
 			status = 1;
 			continue;
 		}
-		/* Empty tensors are valid and have no statistics (DESIGN.md section 5). */
+		/* Empty tensors are valid and have no statistics (docs/statistics.md, Tensors). */
 		struct dli_stats_record rec;
 		if (t->numel) {
 			int r = compute(t, &o, &rec);

@@ -38,6 +38,37 @@ const char *dli_tf_dtype_name(enum dli_dtype dtype)
 	return dtype_names[dtype];
 }
 
+static const struct {
+	const char *name;
+	size_t size;
+} wide_kinds[DLI_TF_WIDE_COUNT] = {
+	[DLI_TF_WIDE_F64] = {"f64", 8}, [DLI_TF_WIDE_I8] = {"i8", 1},   [DLI_TF_WIDE_I16] = {"i16", 2},
+	[DLI_TF_WIDE_I32] = {"i32", 4}, [DLI_TF_WIDE_I64] = {"i64", 8}, [DLI_TF_WIDE_U8] = {"u8", 1},
+	[DLI_TF_WIDE_U16] = {"u16", 2}, [DLI_TF_WIDE_U32] = {"u32", 4}, [DLI_TF_WIDE_U64] = {"u64", 8},
+	[DLI_TF_WIDE_BOOL] = {"bool", 1},
+};
+
+size_t dli_tf_wide_size(enum dli_tf_wide wide)
+{
+	return (unsigned)wide < DLI_TF_WIDE_COUNT ? wide_kinds[wide].size : 0;
+}
+
+const char *dli_tf_wide_name(enum dli_tf_wide wide)
+{
+	return (unsigned)wide < DLI_TF_WIDE_COUNT ? wide_kinds[wide].name : NULL;
+}
+
+const char *dli_tf_tensor_dtype_name(const struct dli_tf_tensor *t)
+{
+	return t->wide ? dli_tf_wide_name(t->wide) : dli_tf_dtype_name(t->dtype);
+}
+
+/* The element size of a supported tensor. */
+static size_t elem_size(const struct dli_tf_tensor *t)
+{
+	return t->wide ? dli_tf_wide_size(t->wide) : dli_dtype_size(t->dtype);
+}
+
 int dli_tf_dtype_from_name(const char *name)
 {
 	for (size_t i = 0; i < sizeof dtype_names / sizeof *dtype_names; i++)
@@ -192,8 +223,34 @@ static int npy_dtype(struct dli_tf_tensor *t, const char *descr, int as_dtype,
 	static const char *const raw2[] = {"<u2", "=u2", "<i2", "=i2", "<V2", "|V2", "V2"};
 	static const char *const raw1[] = {"|u1", "<u1", "=u1", "u1", "|i1", "i1", "|V1", "<V1",
 					   "V1",  "<f1", "|f1"};
+	/* Read as they are: float64 (numpy's default), 4- and 8-byte integers, bool. */
+	static const struct {
+		const char *descr;
+		enum dli_tf_wide wide;
+	} wide[] = {
+		{"<f8", DLI_TF_WIDE_F64}, {"=f8", DLI_TF_WIDE_F64}, {"<i4", DLI_TF_WIDE_I32},
+		{"=i4", DLI_TF_WIDE_I32}, {"<i8", DLI_TF_WIDE_I64}, {"=i8", DLI_TF_WIDE_I64},
+		{"<u4", DLI_TF_WIDE_U32}, {"=u4", DLI_TF_WIDE_U32}, {"<u8", DLI_TF_WIDE_U64},
+		{"=u8", DLI_TF_WIDE_U64}, {"|b1", DLI_TF_WIDE_BOOL}, {"b1", DLI_TF_WIDE_BOOL},
+	};
 	int natural = -1;
 	size_t rawsize = 0;
+	for (size_t i = 0; i < sizeof wide / sizeof *wide; i++) {
+		if (!strcmp(descr, wide[i].descr)) {
+			if (as_dtype >= 0 && as_dtype != DLI_TF_AS_INT)
+				return dli_error_set(err, -EINVAL, NULL,
+						     "--dtype %s does not apply to dtype '%s' (read as "
+						     "%s)",
+						     dli_tf_dtype_name((enum dli_dtype)as_dtype), descr,
+						     dli_tf_wide_name(wide[i].wide));
+			if (as_dtype == DLI_TF_AS_INT && wide[i].wide == DLI_TF_WIDE_F64)
+				return dli_error_set(err, -EINVAL, NULL,
+						     "--dtype int does not apply to dtype '%s' (float64)",
+						     descr);
+			t->wide = wide[i].wide;
+			return 0;
+		}
+	}
 	if (!strcmp(descr, "<f4") || !strcmp(descr, "=f4"))
 		natural = DLI_DTYPE_F32;
 	else if (!strcmp(descr, "<f2") || !strcmp(descr, "=f2"))
@@ -209,9 +266,22 @@ static int npy_dtype(struct dli_tf_tensor *t, const char *descr, int as_dtype,
 			return dli_error_set(err, -ENOTSUP, NULL,
 					     "dtype '%s' is big-endian, which is not supported", descr);
 		return dli_error_set(err, -ENOTSUP, NULL,
-				     "dtype '%s' is not supported (float32 '<f4', float16 '<f2'; "
-				     "bfloat16 as '<u2' or FP8 as '|u1' with --dtype)",
+				     "dtype '%s' is not supported (float64 '<f8', float32 '<f4', "
+				     "float16 '<f2', integers, bool; bfloat16 as '<u2' or FP8 as '|u1' "
+				     "with --dtype)",
 				     descr);
+	}
+	/* 'i'/'u' after the byte-order character; void and 'f1' bytes are no integers. */
+	char kind = descr[0] == '<' || descr[0] == '=' || descr[0] == '|' ? descr[1] : descr[0];
+	bool integers = kind == 'i' || kind == 'u';
+	if (as_dtype == DLI_TF_AS_INT) {
+		if (natural >= 0 || !integers)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "--dtype int does not apply to dtype '%s' (not integers)",
+					     descr);
+		t->wide = rawsize == 2 ? (kind == 'i' ? DLI_TF_WIDE_I16 : DLI_TF_WIDE_U16)
+				       : (kind == 'i' ? DLI_TF_WIDE_I8 : DLI_TF_WIDE_U8);
+		return 0;
 	}
 	if (as_dtype < 0) {
 		if (natural >= 0) {
@@ -221,12 +291,12 @@ static int npy_dtype(struct dli_tf_tensor *t, const char *descr, int as_dtype,
 		if (rawsize == 2)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "dtype '%s' holds raw 16-bit values: pass --dtype bf16 "
-					     "to read them as bfloat16 (or --dtype f16)",
-					     descr);
+					     "to read them as bfloat16 (or --dtype f16%s)",
+					     descr, integers ? ", or --dtype int for integers" : "");
 		return dli_error_set(err, -EINVAL, NULL,
 				     "dtype '%s' holds raw bytes: pass --dtype e4m3 or --dtype e5m2 to "
-				     "read them as FP8",
-				     descr);
+				     "read them as FP8%s",
+				     descr, integers ? " (or --dtype int for integers)" : "");
 	}
 	size_t want = dli_dtype_size((enum dli_dtype)as_dtype);
 	if ((natural >= 0 && natural != as_dtype) || (natural < 0 && want != rawsize))
@@ -351,7 +421,7 @@ static int npy_read(struct dli_tensorfile *tf, const char *path, int as_dtype,
 	if ((r = npy_dtype(t, descr, as_dtype, err)))
 		return r;
 	t->supported = true;
-	if ((r = shape_size(t, dli_dtype_size(t->dtype), err)))
+	if ((r = shape_size(t, elem_size(t), err)))
 		return r;
 	size_t avail = size - pre - hlen;
 	if (t->nbytes != avail) {
@@ -706,18 +776,24 @@ static int json_uint_array(struct json *j, const char *what, uint64_t *out, int 
 struct st_dtype {
 	const char *name;
 	size_t size;
-	int dtype; /* -1: known size, but not read by the statistics */
+	int dtype; /* -1: known size, but not read by the statistics (unless `wide`) */
+	enum dli_tf_wide wide;
 };
 
 /* Every dtype the safetensors format defines with a whole-byte size: those not read still have
  * their offsets checked, so a file is validated as a whole. */
 static const struct st_dtype st_dtypes[] = {
-	{"F32", 4, DLI_DTYPE_F32},     {"F16", 2, DLI_DTYPE_F16},
-	{"BF16", 2, DLI_DTYPE_BF16},   {"F8_E4M3", 1, DLI_DTYPE_F8E4M3},
-	{"F8_E5M2", 1, DLI_DTYPE_F8E5M2},
-	{"F64", 8, -1},  {"I64", 8, -1}, {"U64", 8, -1}, {"C64", 8, -1}, {"I32", 4, -1},
-	{"U32", 4, -1},  {"I16", 2, -1}, {"U16", 2, -1}, {"I8", 1, -1},  {"U8", 1, -1},
-	{"BOOL", 1, -1}, {"F8_E8M0", 1, -1},
+	{"F32", 4, DLI_DTYPE_F32, DLI_TF_WIDE_NONE},
+	{"F16", 2, DLI_DTYPE_F16, DLI_TF_WIDE_NONE},
+	{"BF16", 2, DLI_DTYPE_BF16, DLI_TF_WIDE_NONE},
+	{"F8_E4M3", 1, DLI_DTYPE_F8E4M3, DLI_TF_WIDE_NONE},
+	{"F8_E5M2", 1, DLI_DTYPE_F8E5M2, DLI_TF_WIDE_NONE},
+	{"F64", 8, -1, DLI_TF_WIDE_F64}, {"I64", 8, -1, DLI_TF_WIDE_I64},
+	{"U64", 8, -1, DLI_TF_WIDE_U64}, {"C64", 8, -1, DLI_TF_WIDE_NONE},
+	{"I32", 4, -1, DLI_TF_WIDE_I32}, {"U32", 4, -1, DLI_TF_WIDE_U32},
+	{"I16", 2, -1, DLI_TF_WIDE_I16}, {"U16", 2, -1, DLI_TF_WIDE_U16},
+	{"I8", 1, -1, DLI_TF_WIDE_I8},   {"U8", 1, -1, DLI_TF_WIDE_U8},
+	{"BOOL", 1, -1, DLI_TF_WIDE_BOOL}, {"F8_E8M0", 1, -1, DLI_TF_WIDE_NONE},
 };
 
 /* Offsets of one tensor, relative to the data buffer, for the overlap check. */
@@ -953,9 +1029,11 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 		}
 		t->nbytes = end - begin;
 		t->data = data + begin;
-		t->supported = d && d->dtype >= 0;
-		if (t->supported)
+		t->supported = d && (d->dtype >= 0 || d->wide);
+		if (d && d->dtype >= 0)
 			t->dtype = (enum dli_dtype)d->dtype;
+		if (d)
+			t->wide = d->wide;
 	}
 	if (tf->n_tensors) {
 		qsort(ranges, tf->n_tensors, sizeof *ranges, range_cmp);

@@ -19,11 +19,33 @@ enum dli_tf_format {
 	DLI_TF_SAFETENSORS,
 };
 
+/* Elements the statistics kernels do not read (they take the training dtypes): float64 and
+ * integers. `dlinspect stats` widens them to double itself. DLI_TF_WIDE_NONE: `dtype` says. */
+enum dli_tf_wide {
+	DLI_TF_WIDE_NONE = 0,
+	DLI_TF_WIDE_F64,
+	DLI_TF_WIDE_I8,
+	DLI_TF_WIDE_I16,
+	DLI_TF_WIDE_I32,
+	DLI_TF_WIDE_I64,
+	DLI_TF_WIDE_U8,
+	DLI_TF_WIDE_U16,
+	DLI_TF_WIDE_U32,
+	DLI_TF_WIDE_U64,
+	DLI_TF_WIDE_BOOL,
+	DLI_TF_WIDE_COUNT
+};
+
+/* --dtype int: a .npy file's 1- and 2-byte integers (which may hold raw bf16 or FP8 bytes, so they
+ * are not read without --dtype) read as the integers they are. */
+#define DLI_TF_AS_INT 1000
+
 struct dli_tf_tensor {
 	char *name;             /* owned; UTF-8 without NUL (.npy: the file name less .npy) */
 	char *file_dtype;       /* owned; as the file spells it ("F32", "<f4") */
 	bool supported;         /* false: a dtype the statistics cannot read (`dtype` unset) */
-	enum dli_dtype dtype;   /* how the bytes are read */
+	enum dli_dtype dtype;   /* how the bytes are read (unless `wide` is set) */
+	enum dli_tf_wide wide;  /* float64 or integer elements, else DLI_TF_WIDE_NONE */
 	bool reinterpreted;     /* .npy raw '<u2' / '|u1' elements read as --dtype says */
 	bool fortran_order;     /* .npy only; statistics do not depend on the element order */
 	int ndim;
@@ -44,7 +66,8 @@ struct dli_tensorfile {
 /* Maps `path` and reads its header. The format comes from the content (.npy magic) or, failing
  * that, from a safetensors-shaped start or the .safetensors suffix. `as_dtype` is -1, or the dtype
  * to read a .npy file's raw integer/void elements as (bf16 from 2-byte, e4m3/e5m2 from 1-byte ones;
- * f32/f16 are accepted when they match); safetensors files name their dtypes and refuse it.
+ * f32/f16 are accepted when they match), or DLI_TF_AS_INT (integers as integers); safetensors
+ * files name their dtypes and refuse it.
  * Returns 0, or a negative errno with err->message saying what is wrong (without the path: the
  * caller prefixes it). On success release *tf with dli_tensorfile_close; on failure nothing is
  * left to release. */
@@ -53,6 +76,12 @@ int dli_tensorfile_open(struct dli_tensorfile *tf, const char *path, int as_dtyp
 
 /* Unmaps and frees; accepts a zeroed or closed *tf. Views into the mapping die with it. */
 void dli_tensorfile_close(struct dli_tensorfile *tf);
+
+/* The element size and name ("f64", "i32", "u8", "bool", ...) of a wide kind; 0 / NULL for NONE. */
+size_t dli_tf_wide_size(enum dli_tf_wide wide);
+const char *dli_tf_wide_name(enum dli_tf_wide wide);
+/* How a tensor's elements were read: the wide kind's name, else the dtype's. */
+const char *dli_tf_tensor_dtype_name(const struct dli_tf_tensor *t);
 
 /* "f32", "f16", "bf16", "e4m3", "e5m2" (the names --dtype and --fp8 take), or NULL. */
 const char *dli_tf_dtype_name(enum dli_dtype dtype);

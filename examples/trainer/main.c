@@ -124,8 +124,7 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 			}
 		}
 		else if (!o->quiet && !cuda_reported++) /* once, not per model of the benchmark */
-			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (no CUDA device: %s)\n",
-				cerr.message);
+			fprintf(stderr, "dlinspect-train: FP8 GEMMs on the CPU (%s)\n", cerr.message);
 	}
 #endif
 	t->run.step = t->dli ? dli_iteration_get(t->dli) : 0;
@@ -269,6 +268,9 @@ static int train(const struct options *o)
 		snprintf(p, sizeof p, "%s/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log", log_dir);
 		if (stat(p, &st) == 0)
 			printf("        %s (messages)\n", p);
+		snprintf(p, sizeof p, "%s/tensorboard", log_dir);
+		if (stat(p, &st) == 0 && S_ISDIR(st.st_mode))
+			printf("        %s/ (TensorBoard: tensorboard --logdir %s)\n", p, p);
 	} else
 		trainer_finish(&t);
 	if (error)
@@ -333,6 +335,7 @@ static int bench(const struct options *o)
 	}
 	/* "No config" must mean none, whatever the environment says. */
 	unsetenv("DLINSPECT_CONFIG");
+	unsetenv("NV_DEBUG_TOOL_CONFIG");
 	struct options plain = *o, stats = *o;
 	plain.config = NULL;
 	plain.trace = stats.trace = NULL;

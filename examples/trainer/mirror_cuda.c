@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "../../kernels/cuda/no-gpu.h"
 #include "mirror_cuda.h"
 
 struct dlt_mirror_slot {
@@ -28,8 +29,7 @@ int dlt_mirror_create(struct dlt_mirror **out, char *msg, size_t msg_size)
 	int device = 0, count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess || count == 0) {
-		snprintf(msg, msg_size, "no CUDA device: %s",
-			 e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+		dli_cuda_describe(msg, msg_size, "cudaGetDeviceCount", e);
 		return -ENODEV;
 	}
 	struct dlt_mirror *m = calloc(1, sizeof *m);

@@ -1,5 +1,5 @@
 /* PerTensorScaling: quantizes the selected tensors with per-tensor current scaling (the scale from
- * the tensor's own amax, DESIGN.md section 7) instead of the host's recipe, e.g. delayed scaling.
+ * the tensor's own amax, docs/statistics.md) instead of the host's recipe, e.g. delayed scaling.
  * modify_tensor writes the FP8 codes (out dtype = the format; scale_inv to the quantizer's
  * scale_inv_out) or, for an f32 `out`, the quantized-then-dequantized values. */
 #include <errno.h>

@@ -188,7 +188,7 @@ int64_t dli_iteration_get(const struct dli_context *ctx);
  * threading rule as dli_step. */
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
 
-/* ---- FP8 casts (DESIGN.md section 7), for hosts and features without their own ----
+/* ---- FP8 casts (docs/statistics.md), for hosts and features without their own ----
  * Casting is round-to-nearest-even of x * scale, saturating to the format's finite max; NaN stays
  * NaN; -0 stays -0. */
 

@@ -135,7 +135,7 @@ struct dli_host {
 	/* Name of a tensor id (borrowed, lives as long as the context); NULL for an unknown id. */
 	const char *(*tensor_name)(const struct dli_context *ctx, int tensor);
 
-	/* ABI 1.0: statistics (DESIGN.md sections 6 and 7). */
+	/* ABI 1.0: statistics (docs/statistics.md). */
 	/* A new, empty accumulator owned by the caller (free with stats_acc_destroy); NULL when out
 	 * of memory. */
 	struct dli_stats_acc *(*stats_acc_create)(struct dli_context *ctx);

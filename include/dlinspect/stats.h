@@ -1,5 +1,5 @@
 /* Statistics: the sufficient-statistics record a pass over a tensor fills, the statistics it
- * finalizes to (DESIGN.md section 6), and the FP8 quantization a pass can compare against. */
+ * finalizes to (docs/statistics.md), and the FP8 quantization a pass can compare against. */
 #ifndef DLINSPECT_STATS_H
 #define DLINSPECT_STATS_H
 
@@ -63,7 +63,7 @@ struct dli_stats_record {
 };
 
 /* An FP8 quantization to compare a tensor against: x -> round-to-nearest-even(x * scale),
- * saturated to the format's finite max; NaN stays NaN (DESIGN.md section 7). */
+ * saturated to the format's finite max; NaN stays NaN (docs/statistics.md). */
 struct dli_fp8_spec {
 	enum dli_dtype format; /* DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
 	float scale;           /* used when current_scaling is 0 */

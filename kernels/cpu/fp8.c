@@ -1,5 +1,6 @@
 /* FP8 E4M3 ("fn") and E5M2 numerics on the CPU: the scalar cast that is the reference for every
- * other path, the current-scaling formula, and the quantize-and-compare passes (DESIGN.md 7). */
+ * other path, the current-scaling formula, and the quantize-and-compare passes
+ * (docs/statistics.md). */
 #include <errno.h>
 #include <float.h>
 #include <math.h>

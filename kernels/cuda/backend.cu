@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "convert.cuh"
+#include "no-gpu.h"
 #include "passes.h"
 
 using namespace dli_cuda;
@@ -232,7 +233,14 @@ void *acc_create(int device, char *err)
 	int count = 0;
 	cudaError_t e = cudaGetDeviceCount(&count);
 	if (e != cudaSuccess) {
-		fail_cuda(err, e, "no usable CUDA device (cudaGetDeviceCount)");
+		if (dli_cuda_is_no_gpu(e))
+			dli_cuda_describe(err, err_len, "cudaGetDeviceCount", e);
+		else
+			fail_cuda(err, e, "no usable CUDA device (cudaGetDeviceCount)");
+		return NULL;
+	}
+	if (count == 0) {
+		dli_cuda_describe(err, err_len, "cudaGetDeviceCount", cudaSuccess);
 		return NULL;
 	}
 	if (device < 0 || device >= count) {

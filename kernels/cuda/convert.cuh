@@ -1,5 +1,5 @@
 /* Element conversions for the CUDA kernels: 16-byte vectors of each dtype to floats, and the FP8
- * cast (DESIGN.md section 7) on the device. Shared with tests/cuda, which checks the cast bit for
+ * cast (docs/statistics.md) on the device. Shared with tests/cuda, which checks the cast bit for
  * bit against the CPU encoder. */
 #ifndef DLI_CUDA_CONVERT_CUH
 #define DLI_CUDA_CONVERT_CUH
@@ -125,7 +125,7 @@ template <int F> __device__ __forceinline__ float2 fp8_round_trip2(float a, floa
 	return make_float2(__half2float(__ushort_as_half(h.x)), __half2float(__ushort_as_half(h.y)));
 }
 
-/* The current-scaling scale, as dli_fp8_scale computes it (DESIGN.md section 7): fp8_max / amax
+/* The current-scaling scale, as dli_fp8_scale computes it (docs/statistics.md): fp8_max / amax
  * / 2^margin in double, rounded once; 1 for an amax of 0, inf or NaN (or a NaN margin); FLT_MAX
  * when the quotient overflows and FLT_MIN when a huge margin would make it vanish. */
 __host__ __device__ __forceinline__ float fp8_current_scale(float amax, float fp8_max, double margin)

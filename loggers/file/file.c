@@ -1,15 +1,29 @@
 /* The file logger (the default): statistics and messages as text files in nvdlfw_inspect's layout,
  * so the log parsers written for nvdlfw_inspect read dlinspect's logs unchanged. */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <dlinspect/plugin.h>
+
+#include "../log-env.h"
+
+enum { DLI_FILE_OVERWRITE, DLI_FILE_TIMESTAMP, DLI_FILE_N_PARAMS };
+
+static const struct dli_param_desc dli_file_params[DLI_FILE_N_PARAMS] = {
+	[DLI_FILE_OVERWRITE] = {"overwrite", NULL, DLI_PARAM_BOOL, NULL, DLI_LOG_ENV_OVERWRITE_DOC,
+				NULL, false},
+	[DLI_FILE_TIMESTAMP] = {"timestamp", NULL, DLI_PARAM_BOOL, NULL, DLI_LOG_ENV_TIMESTAMP_DOC,
+				NULL, false},
+};
 
 /* One output file. It is opened on the first line written to it, so a run that logs nothing leaves
  * nothing behind; after a write error it is closed and reopened by the next call, so a log dir
@@ -34,17 +48,28 @@ static int dli_file_errno(void)
 	return errno ? -errno : -EIO;
 }
 
+/* nvdlfw_inspect's names: nvdlfw_inspect[_{timestamp}]_globalrank-{rank}.log. With `overwrite`, what
+ * an earlier run left there is emptied now, as nvdlfw_inspect does at initialize: a re-run must not
+ * show each statistic twice. A file that is not there stays absent until the first write; one that
+ * cannot be emptied cannot be written either, and the first write reports it. */
 static int dli_file_log_init(struct dli_file_log *log, const struct dli_host *host,
-			     const char *log_dir, const char *subdir, int rank)
+			     const char *log_dir, const char *subdir, int rank,
+			     const struct dli_log_env *env)
 {
 	log->host = host;
 	if (asprintf(&log->dir, "%s/%s", log_dir, subdir) < 0) {
 		log->dir = NULL;
 		return -ENOMEM;
 	}
-	if (asprintf(&log->path, "%s/nvdlfw_inspect_globalrank-%d.log", log->dir, rank) < 0) {
+	if (asprintf(&log->path, "%s/nvdlfw_inspect%s%s_globalrank-%d.log", log->dir,
+		     env->stamp[0] ? "_" : "", env->stamp, rank) < 0) {
 		log->path = NULL;
 		return -ENOMEM;
+	}
+	if (env->overwrite) {
+		int fd = open(log->path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+		if (fd >= 0)
+			close(fd);
 	}
 	return 0;
 }
@@ -148,7 +173,11 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 			   struct dli_error *err)
 {
 	const char *log_dir = args->log_dir && *args->log_dir ? args->log_dir : ".";
+	/* A core that passes no params (older, or a test's host) leaves both unset. */
+	const struct dli_value *p = args->params && args->n_params >= DLI_FILE_N_PARAMS ? args->params
+											 : NULL;
 	struct dli_file_logger *self;
+	struct dli_log_env env;
 	int rc;
 
 	/* A host table describing modules only (`dlinspect plugins`), or an older core. */
@@ -156,6 +185,10 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 		snprintf(err->message, sizeof(err->message), "the host has no make_dirs call");
 		return -ENOTSUP;
 	}
+	rc = dli_log_env_get(p ? &p[DLI_FILE_OVERWRITE] : NULL, p ? &p[DLI_FILE_TIMESTAMP] : NULL,
+			     &env, err);
+	if (rc < 0)
+		return rc;
 	if (!(self = calloc(1, sizeof(*self))))
 		return -ENOMEM;
 	rc = -pthread_mutex_init(&self->lock, NULL);
@@ -164,10 +197,10 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 		return rc;
 	}
 	rc = dli_file_log_init(&self->stats, args->host, log_dir, "nvdlfw_inspect_statistics_logs",
-			       args->rank);
+			       args->rank, &env);
 	if (rc == 0)
 		rc = dli_file_log_init(&self->messages, args->host, log_dir, "nvdlfw_inspect_logs",
-				       args->rank);
+				       args->rank, &env);
 	if (rc < 0) {
 		dli_file_destroy(self);
 		return rc;
@@ -176,16 +209,25 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 	return 0;
 }
 
-/* Statistics stay in the stdio buffer until flush() at step end: a step may log thousands. */
+/* Statistics stay in the stdio buffer until flush() at step end: a step may log thousands. Values
+ * are %.9g (a float reads back exactly); non-finite ones are spelled as Python prints them (`nan`,
+ * never `-nan`; `inf`, `-inf`), which is what nvdlfw_inspect's log parsers expect. */
 static int dli_file_log_scalar(void *instance, const char *name, int64_t iteration, double value)
 {
 	struct dli_file_logger *self = instance;
+	char text[32];
 	int rc;
 
+	if (isnan(value))
+		strcpy(text, "nan");
+	else if (isinf(value))
+		strcpy(text, value < 0 ? "-inf" : "inf");
+	else
+		snprintf(text, sizeof(text), "%.9g", value);
 	pthread_mutex_lock(&self->lock);
 	rc = dli_file_log_write(&self->stats, "INFO", false,
-				"%s \t\t\t\t iteration=%06" PRId64 " \t\t\t\t value=%.9g", name,
-				iteration, value);
+				"%s \t\t\t\t iteration=%06" PRId64 " \t\t\t\t value=%s", name,
+				iteration, text);
 	pthread_mutex_unlock(&self->lock);
 	return rc;
 }
@@ -229,6 +271,8 @@ static const struct dli_logger_desc dli_file_logger = {
 	.size = sizeof(struct dli_logger_desc),
 	.name = "file",
 	.doc = "Text logs in nvdlfw_inspect's layout under the log dir, one file per rank.",
+	.params = dli_file_params,
+	.n_params = DLI_FILE_N_PARAMS,
 	.ops = &dli_file_ops,
 };
 static const struct dli_logger_desc *const dli_file_loggers_list[] = {&dli_file_logger};

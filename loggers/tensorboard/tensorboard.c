@@ -1,6 +1,7 @@
-/* The TensorBoard logger: statistics and histograms as TensorFlow event files (DESIGN.md
- * section 8), so `tensorboard --logdir {log_dir}/tensorboard` shows a run; no Python in the
- * trainer. */
+/* The TensorBoard logger: statistics and histograms as TensorFlow event files
+ * (docs/tensorboard.md), so `tensorboard --logdir {log_dir}/tensorboard` shows a run; no Python in
+ * the trainer. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -16,13 +17,22 @@
 
 #include <dlinspect/plugin.h>
 
+#include "../log-env.h"
 #include "crc32c.h"
 #include "event.pb-c.h"
 
 /* Records wait in memory until a step ends, unless this many bytes pile up first. */
 #define DLI_TB_BUFFER_LIMIT (1u << 20)
 
-enum { DLI_TB_DIR, DLI_TB_FLUSH_SECS, DLI_TB_RANKS, DLI_TB_HISTOGRAMS, DLI_TB_N_PARAMS };
+enum {
+	DLI_TB_DIR,
+	DLI_TB_FLUSH_SECS,
+	DLI_TB_RANKS,
+	DLI_TB_HISTOGRAMS,
+	DLI_TB_OVERWRITE,
+	DLI_TB_TIMESTAMP,
+	DLI_TB_N_PARAMS
+};
 
 static const struct dli_param_desc dli_tb_params[DLI_TB_N_PARAMS] = {
 	[DLI_TB_DIR] = {"dir", NULL, DLI_PARAM_STRING, "'{log_dir}/tensorboard'",
@@ -37,6 +47,10 @@ static const struct dli_param_desc dli_tb_params[DLI_TB_N_PARAMS] = {
 			  "ranks that write event files: a list of numbers, or all", NULL, false},
 	[DLI_TB_HISTOGRAMS] = {"histograms", NULL, DLI_PARAM_BOOL, "true",
 			       "write the histograms features send (false: scalars only)", NULL, false},
+	[DLI_TB_OVERWRITE] = {"overwrite", NULL, DLI_PARAM_BOOL, NULL, DLI_LOG_ENV_OVERWRITE_DOC, NULL,
+			      false},
+	[DLI_TB_TIMESTAMP] = {"timestamp", NULL, DLI_PARAM_BOOL, NULL, DLI_LOG_ENV_TIMESTAMP_DOC, NULL,
+			      false},
 };
 
 /* Framed records, ready to be written. */
@@ -256,6 +270,40 @@ static void dli_tb_destroy(void *instance)
 	free(self);
 }
 
+/* TensorBoard merges every event file of a directory into one run: the files an earlier run left
+ * there would show each of its steps next to this run's. Removed: regular files named like event
+ * files, in this directory only, except this process's own (other contexts of this process may
+ * write here too). What cannot be removed is said, not skipped silently. */
+static void dli_tb_remove_earlier_runs(const struct dli_logger_create_args *args, const char *dir)
+{
+	char host[256] = "localhost", own[320];
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return; /* not there yet: nothing to remove; any other failure shows at the first write */
+	if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+		strcpy(host, "localhost");
+	for (char *c = host; *c; c++)
+		if (*c == '/')
+			*c = '_';
+	snprintf(own, sizeof(own), ".%s.%ld.", host, (long)getpid());
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (strncmp(e->d_name, "events.out.tfevents.", 20) || strstr(e->d_name, own) ||
+		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+		    !S_ISREG(st.st_mode))
+			continue;
+		if (unlinkat(dirfd(d), e->d_name, 0) != 0 &&
+		    DLI_HAS_MEMBER(args->host, struct dli_host, log) && args->host->log)
+			args->host->log(args->ctx, DLI_LOG_WARNING,
+					"tensorboard: could not remove the earlier run's %s/%s (%s): "
+					"TensorBoard will show its steps next to this run's",
+					dir, e->d_name, strerror(errno));
+	}
+	closedir(d);
+}
+
 /* Whether `rank` is in `ranks`, a list of numbers or "all"; -EINVAL (err filled) for a bad item. */
 static int dli_tb_rank_listed(const struct dli_value *ranks, int rank, struct dli_error *err)
 {
@@ -287,6 +335,7 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 	const struct dli_value *p = args->params;
 	const char *log_dir = args->log_dir && *args->log_dir ? args->log_dir : ".";
 	struct dli_tb_logger *self;
+	struct dli_log_env env;
 	int rc, listed;
 
 	if (args->n_params < DLI_TB_N_PARAMS)
@@ -305,6 +354,9 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 	listed = dli_tb_rank_listed(&p[DLI_TB_RANKS], args->rank, err);
 	if (listed < 0)
 		return listed;
+	rc = dli_log_env_get(&p[DLI_TB_OVERWRITE], &p[DLI_TB_TIMESTAMP], &env, err);
+	if (rc < 0)
+		return rc;
 	self = calloc(1, sizeof(*self));
 	if (!self)
 		return -ENOMEM;
@@ -328,14 +380,21 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 		base = log_dir;
 		dir += 9;
 	}
-	rc = args->world_size > 1
-		     ? asprintf(&self->dir, "%s%s/globalrank-%d", base, dir, args->rank)
-		     : asprintf(&self->dir, "%s%s", base, dir);
+	/* With a timestamp, each run is a directory of its own: TensorBoard lists them side by side. */
+	rc = asprintf(&self->dir, "%s%s%s%s", base, dir, env.stamp[0] ? "/" : "", env.stamp);
+	if (rc >= 0 && args->world_size > 1) {
+		char *rank_dir;
+		rc = asprintf(&rank_dir, "%s/globalrank-%d", self->dir, args->rank);
+		free(self->dir);
+		self->dir = rc < 0 ? NULL : rank_dir;
+	}
 	if (rc < 0) {
 		self->dir = NULL;
 		dli_tb_destroy(self);
 		return -ENOMEM;
 	}
+	if (env.overwrite && listed)
+		dli_tb_remove_earlier_runs(args, self->dir);
 	*instance = self;
 	return 0;
 }

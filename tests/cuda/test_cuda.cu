@@ -681,6 +681,13 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		printf("acc_create: %s\n", err);
+		/* No driver or no GPU reads as such, not as a driver to upgrade. */
+		if ((e == cudaSuccess || e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice) &&
+		    !strstr(err, "no CUDA GPU found (cudaGetDeviceCount")) {
+			fprintf(stderr, "acc_create without a GPU should say 'no CUDA GPU found', said: %s\n",
+				err);
+			return 1;
+		}
 		return 77;
 	}
 	cudaDeviceProp prop;

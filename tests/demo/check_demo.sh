@@ -70,6 +70,9 @@ check_claims() { # expected message claim, expected statistics claim
 	[ "$s" = "$2" ] || fail "statistics: expected '$2', printed '$s'"
 }
 check_claims "exists, written by this run" "exists, written by this run"
+# configs/demo.yaml lists the tensorboard logger: the list of logs names its directory.
+grep -qF "  tensorboard: $logs/tensorboard/  (open it with: tensorboard --logdir $logs/tensorboard)" "$work/out" ||
+	fail "the list of logs leaves out tensorboard/"
 [ -s "$msg_log" ] || fail "$msg_log claimed written but missing or empty"
 grep -q 'INFO - dlinspect-demo: 16 Linear layers, 3 steps' "$msg_log" 2>/dev/null ||
 	fail "the demo's message is not in $msg_log"
@@ -89,11 +92,54 @@ want=$(for i in 0 1 2 3; do for f in fc1 fc2; do for t in activation gradient; d
 grep -v -q 'value=[-0-9.e+]*$' "$stat_log" && fail "a statistics value is not a finite number"
 
 # A statistics log left by an earlier run must not be passed off as this run's: a config without
-# statistics leaves it as it was.
+# statistics leaves it as it was when overwriting is off (NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0),
+# and by default (nvdlfw_inspect's: overwrite) it is emptied at start.
 rm -rf "$logs"
-mkdir -p "$(dirname "$stat_log")" && echo "old line" >"$stat_log"
-"$demo" --config "$src/configs/disable_fp8_gemm.yaml" --log-dir "$logs" --steps 3 >"$work/out" 2>"$work/err"
+mkdir -p "$(dirname "$stat_log")" && echo "old line" >"$stat_log" && touch -d '1 minute ago' "$stat_log"
+NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0 "$demo" --config "$src/configs/disable_fp8_gemm.yaml" \
+	--log-dir "$logs" --steps 3 >"$work/out" 2>"$work/err"
 check_claims "exists, written by this run" "exists, but left by an earlier run"
+[ "$(cat "$stat_log")" = "old line" ] || fail "overwrite off: the earlier run's line was not kept"
+"$demo" --config "$src/configs/disable_fp8_gemm.yaml" --log-dir "$logs" --steps 3 >"$work/out" 2>"$work/err"
+check_claims "exists, written by this run" "exists, emptied at start: an earlier run's lines were removed"
+[ -s "$stat_log" ] && fail "default (overwrite): the earlier run's statistics log was not emptied"
+
+# Running twice in one log dir (scripts/demo.sh again): each statistic once, as nvdlfw_inspect's
+# truncation at initialize gives; the message log holds only the second run's messages.
+rm -rf "$logs"
+run --quiet && run --quiet || fail "the repeated runs failed"
+[ "$(stat_steps)" = " 80 000000;" ] || fail "second run: statistics at '$(stat_steps)', expected 80 at step 0 once"
+[ "$(grep -c 'dlinspect-demo: 16 Linear layers' "$msg_log")" = 1 ] || fail "second run: the message log kept the first run's lines"
+
+# nvdlfw_inspect's NVDLFW_INSPECT_LOG_LEVEL: ERROR drops the INFO messages; DLINSPECT_LOG_LEVEL wins.
+rm -rf "$logs"
+NVDLFW_INSPECT_LOG_LEVEL=error run --quiet || fail "NVDLFW_INSPECT_LOG_LEVEL=error: the run failed"
+grep -q ' - INFO - ' "$msg_log" 2>/dev/null && fail "NVDLFW_INSPECT_LOG_LEVEL=error: INFO messages logged"
+rm -rf "$logs"
+NVDLFW_INSPECT_LOG_LEVEL=error DLINSPECT_LOG_LEVEL=info run --quiet || fail "DLINSPECT_LOG_LEVEL=info: the run failed"
+grep -q 'INFO - dlinspect-demo: 16 Linear layers' "$msg_log" 2>/dev/null || fail "DLINSPECT_LOG_LEVEL=info should win over NVDLFW_INSPECT_LOG_LEVEL"
+rm -rf "$logs"
+NVDLFW_INSPECT_LOG_LEVEL=loud run --quiet 2>"$work/err" || fail "NVDLFW_INSPECT_LOG_LEVEL=loud: the run failed (the peer uses INFO)"
+grep -q "NVDLFW_INSPECT_LOG_LEVEL='loud' is no logging level" "$work/err" || fail "an unknown NVDLFW_INSPECT_LOG_LEVEL is not reported on stderr"
+
+# The Megatron flow: NV_DEBUG_TOOL_CONFIG counts while NV_DEBUG_TOOL_ENABLED=1; DLINSPECT_CONFIG wins.
+nv() { "$demo" --log-dir "$logs" --steps 3 --quiet; }
+rm -rf "$logs"
+NV_DEBUG_TOOL_ENABLED=1 NV_DEBUG_TOOL_CONFIG="$src/configs/demo.yaml" nv 2>"$work/err" || fail "NV_DEBUG_TOOL_CONFIG run failed"
+[ "$(stat_steps)" = " 80 000000;" ] || fail "NV_DEBUG_TOOL_CONFIG with NV_DEBUG_TOOL_ENABLED=1 is not used"
+rm -rf "$logs"
+NV_DEBUG_TOOL_CONFIG="$src/configs/demo.yaml" nv 2>"$work/err" || fail "NV_DEBUG_TOOL_CONFIG alone: the run failed"
+[ -e "$stat_log" ] && fail "NV_DEBUG_TOOL_CONFIG without NV_DEBUG_TOOL_ENABLED=1 should leave debugging off"
+grep -q 'NV_DEBUG_TOOL_CONFIG is set but NV_DEBUG_TOOL_ENABLED is not 1' "$work/err" || fail "NV_DEBUG_TOOL_CONFIG alone is not reported"
+rm -rf "$logs"
+NV_DEBUG_TOOL_ENABLED=1 NV_DEBUG_TOOL_CONFIG=/nonexistent.yaml DLINSPECT_CONFIG="$src/configs/demo.yaml" nv ||
+	fail "DLINSPECT_CONFIG should win over NV_DEBUG_TOOL_CONFIG"
+rm -rf "$logs"
+NV_DEBUG_TOOL_ENABLED=0 NV_DEBUG_TOOL_CONFIG="$src/configs/demo.yaml" nv 2>"$work/err" || fail "NV_DEBUG_TOOL_ENABLED=0: the run failed"
+[ -e "$stat_log" ] && fail "NV_DEBUG_TOOL_ENABLED=0 should leave debugging off"
+[ -s "$work/err" ] && fail "NV_DEBUG_TOOL_ENABLED=0 is the user's choice, yet stderr says: $(cat "$work/err")"
+NV_DEBUG_TOOL_ENABLED=maybe nv 2>"$work/err" && fail "NV_DEBUG_TOOL_ENABLED=maybe should fail"
+grep -q "NV_DEBUG_TOOL_ENABLED='maybe': expected 1 or 0" "$work/err" || fail "NV_DEBUG_TOOL_ENABLED=maybe: wrong message: $(cat "$work/err")"
 
 # --quiet prints nothing on success; a bad option is a usage error (exit 2).
 [ -z "$(run --quiet)" ] || fail "--quiet printed something"

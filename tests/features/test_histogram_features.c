@@ -190,7 +190,7 @@ static void check_histo(const char *name, long iteration, const double *x, size_
 	CHECK(total == (double)n - nans);
 	CHECK(h->num == (double)n - nans);
 	CHECK(h->min == mn && h->max == mx);
-	/* The statistics pass sums in float lanes inside a block (DESIGN.md section 9). */
+	/* The statistics pass sums in float lanes inside a block (docs/statistics.md). */
 	CHECK(isnan(sum) ? isnan(h->sum) : fabs(h->sum - sum) <= 1e-5 * sa);
 	CHECK(isnan(sq) ? isnan(h->sum_squares) : fabs(h->sum_squares - sq) <= 1e-5 * sq);
 }

@@ -40,8 +40,8 @@ struct line {
 static struct line *lines;
 static size_t n_lines;
 
-/* Parses {ts} - INFO - {name} \t\t\t\t iteration={06d} \t\t\t\t value={%.9g} (DESIGN.md section
- * 8). Returns how many lines were read; a line of another layout fails a check. */
+/* Parses {ts} - INFO - {name} \t\t\t\t iteration={06d} \t\t\t\t value={%.9g} (docs/logging.md).
+ * Returns how many lines were read; a line of another layout fails a check. */
 static size_t read_stats(void)
 {
 	char buf[1024];
@@ -173,8 +173,8 @@ static void ref_fp8(const float *x, const double *dq, const bool *over, size_t n
 	out[6] = 10 * log10(xx / err);
 }
 
-/* What current scaling does to x: the scale from amax (checked against the formula of DESIGN.md
- * section 7), then x * scale cast with dli_fp8_encode and decoded back. */
+/* What current scaling does to x: the scale from amax (checked against the formula of
+ * docs/statistics.md), then x * scale cast with dli_fp8_encode and decoded back. */
 static float whatif(const float *x, size_t n, enum dli_dtype fmt, double margin, double *dq,
 		    bool *over)
 {

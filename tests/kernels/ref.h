@@ -176,7 +176,7 @@ static inline void ref_store(void *p, enum dli_dtype dt, int64_t i, double v)
 
 /* ---- Naive statistics in double ---- */
 
-/* The expected value of every statistic of DESIGN.md section 6 that a plain statistics pass gives,
+/* The expected value of every statistic of docs/statistics.md that a plain statistics pass gives,
  * for n elements x (decoded); FP8 ones are NaN (no FP8 pass ran). */
 static inline void ref_stats(const double *x, int64_t n, double want[DLI_STAT_COUNT], double *err_scale)
 {

@@ -1,5 +1,5 @@
 /* The public FP8 casts (dli_fp8_cast, dli_fp8_current_scale) and the amax behind the host table's
- * tensor_amax, against the kernels' scalar encode/decode and the formula of DESIGN.md section 7
+ * tensor_amax, against the kernels' scalar encode/decode and the formula of docs/statistics.md
  * written out here; and their refusals. */
 #include <errno.h>
 #include <float.h>

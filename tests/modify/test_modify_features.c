@@ -41,7 +41,7 @@ static void fill(float *x, size_t n)
 	x[n - 1] = -70000.0f;
 }
 
-/* ---- The reference (DESIGN.md section 7, written out) ---- */
+/* ---- The reference (docs/statistics.md, written out) ---- */
 
 /* TransformerEngine's amax kernel reduces with fmaxf, which skips NaN. */
 static float ref_amax(const float *x, size_t n)

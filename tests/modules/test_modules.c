@@ -324,7 +324,14 @@ static void test_file_descriptor(const struct dli_module *m)
 	CHECK_INT(file_logger->size, sizeof(struct dli_logger_desc));
 	CHECK_STR(file_logger->name, "file");
 	CHECK(file_logger->doc && *file_logger->doc && !strchr(file_logger->doc, '\n'));
-	CHECK_INT(file_logger->n_params, 0);
+	/* overwrite and timestamp, both without a default: unset means "ask the environment". */
+	CHECK_INT(file_logger->n_params, 2);
+	if (file_logger->n_params == 2) {
+		CHECK_STR(file_logger->params[0].key, "overwrite");
+		CHECK_STR(file_logger->params[1].key, "timestamp");
+		CHECK(file_logger->params[0].default_value == NULL &&
+		      file_logger->params[1].default_value == NULL);
+	}
 	CHECK_INT(file_logger->ops->size, sizeof(struct dli_logger_ops));
 	CHECK(file_logger->ops->create && file_logger->ops->destroy && file_logger->ops->log_scalar &&
 	      file_logger->ops->log_text && file_logger->ops->flush);
@@ -350,7 +357,7 @@ static void test_file_layout(const char *tmp)
 
 	CHECK_INT(ops->log_scalar(log, "model.1.fc1_activation_max", 20, 1.0 / 3.0), 0);
 	CHECK_INT(ops->log_scalar(log, "tiny", 0, 1e-30), 0);
-	CHECK_INT(ops->log_scalar(log, "not_a_number", 5, NAN), 0);
+	CHECK_INT(ops->log_scalar(log, "not_a_number", 5, -NAN), 0);
 	CHECK_INT(ops->log_scalar(log, "minus_inf", 999999, -INFINITY), 0);
 	CHECK_INT(ops->log_scalar(log, "big_iteration", 1234567, 448.0), 0);
 	CHECK_INT(ops->log_scalar(log, "float_third", 1, (double)(1.0f / 3.0f)), 0);
@@ -375,6 +382,8 @@ static void test_file_layout(const char *tmp)
 		CHECK_CONTAINS(lines[5], " - INFO - float_third \t\t\t\t iteration=000001 \t\t\t\t "
 					 "value=0.333333343");
 		CHECK_CONTAINS(lines[3], "value=-inf");
+		/* Python's spelling: never "-nan", whatever the sign bit of the NaN. */
+		CHECK(strstr(lines[2], "value=nan") && !strstr(lines[2], "-nan"));
 		CHECK_CONTAINS(lines[4], "value=448");
 	}
 	free(buf);
@@ -390,8 +399,10 @@ static void test_file_layout(const char *tmp)
 	free(buf);
 	file_logger->ops->destroy(log);
 
-	/* A second run on the same log dir appends. */
+	/* With NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0, a second run on the same log dir appends. */
+	setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "0", 1);
 	log = logger_create(dir);
+	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
 	CHECK_INT(ops->log_scalar(log, "again", 21, 2.5), 0);
 	file_logger->ops->destroy(log); /* destroy flushes too */
 	buf = read_lines(dir, STATS_FILE, lines, 16, &n);
@@ -400,6 +411,102 @@ static void test_file_layout(const char *tmp)
 		check_scalar_line(lines[0], "model.1.fc1_activation_max", "000020", 1.0 / 3.0);
 		check_scalar_line(lines[7], "again", "000021", 2.5);
 	}
+	free(buf);
+}
+
+/* The logs an earlier run left: emptied at start by default (nvdlfw_inspect truncates at
+ * initialize), kept with NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0 or DLINSPECT_LOG_OVERWRITE=0 (which
+ * wins); NVDLFW_INSPECT_ENABLE_LOG_TIMESTAMP=1 gives each run its own files. */
+static void test_file_reuse(const char *tmp)
+{
+	const struct dli_logger_ops *ops = file_logger->ops;
+	char dir[4096], *lines[16], *buf;
+	size_t n;
+	void *log;
+
+	snprintf(dir, sizeof(dir), "%s/reuse", tmp);
+	for (int run = 0; run < 2; run++) {
+		log = logger_create(dir);
+		CHECK_INT(ops->log_text(log, DLI_LOG_INFO, "run"), 0);
+		CHECK_INT(ops->log_scalar(log, "x", 1, run), 0);
+		ops->destroy(log);
+	}
+	buf = read_lines(dir, STATS_FILE, lines, 16, &n);
+	CHECK_INT(n, 1);
+	if (n == 1)
+		check_scalar_line(lines[0], "x", "000001", 1.0);
+	free(buf);
+	buf = read_lines(dir, MESSAGES_FILE, lines, 16, &n);
+	CHECK_INT(n, 1);
+	free(buf);
+
+	/* A run that logs nothing still empties what the last run left: stale lines would read as its. */
+	log = logger_create(dir);
+	ops->destroy(log);
+	{
+		struct stat st;
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/%s", dir, STATS_FILE);
+		CHECK(stat(path, &st) == 0 && st.st_size == 0);
+	}
+
+	/* DLINSPECT_LOG_OVERWRITE wins over nvdlfw_inspect's variable. */
+	setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "1", 1);
+	setenv("DLINSPECT_LOG_OVERWRITE", "false", 1);
+	for (int run = 0; run < 2; run++) {
+		log = logger_create(dir);
+		CHECK_INT(ops->log_scalar(log, "y", 2, run), 0);
+		ops->destroy(log);
+	}
+	unsetenv("DLINSPECT_LOG_OVERWRITE");
+	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
+	buf = read_lines(dir, STATS_FILE, lines, 16, &n);
+	CHECK_INT(n, 2);
+	free(buf);
+
+	/* A value that is no switch is an error that names the variable, as nvdlfw_inspect's int()
+	 * would fail. */
+	{
+		struct dli_logger_create_args args = {
+			.size = sizeof(args), .host = &test_host, .log_dir = dir, .rank = 3,
+		};
+		struct dli_error err = {0};
+		void *instance = NULL;
+		setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "maybe", 1);
+		CHECK_INT(ops->create(&args, &instance, &err), -EINVAL);
+		CHECK_CONTAINS(err.message, "NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE='maybe': expected 0 or 1");
+		unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
+		setenv("NVDLFW_INSPECT_ENABLE_LOG_TIMESTAMP", "1", 1);
+		setenv("NVDLFW_INSPECT_LOG_TIMESTAMP", "../up", 1);
+		CHECK_INT(ops->create(&args, &instance, &err), -EINVAL);
+		CHECK_CONTAINS(err.message, "NVDLFW_INSPECT_LOG_TIMESTAMP='../up'");
+	}
+
+	/* Timestamped names: nvdlfw_inspect_{stamp}_globalrank-{rank}.log, the stamp shared through
+	 * NVDLFW_INSPECT_LOG_TIMESTAMP (set by the first logger when the host did not). */
+	setenv("NVDLFW_INSPECT_LOG_TIMESTAMP", "20261123_101010", 1);
+	log = logger_create(dir);
+	CHECK_INT(ops->log_scalar(log, "z", 3, 1.0), 0);
+	ops->destroy(log);
+	CHECK(exists(dir, "nvdlfw_inspect_statistics_logs/"
+			  "nvdlfw_inspect_20261123_101010_globalrank-3.log"));
+	unsetenv("NVDLFW_INSPECT_LOG_TIMESTAMP");
+	log = logger_create(dir);
+	CHECK_INT(ops->log_text(log, DLI_LOG_INFO, "stamped"), 0);
+	ops->destroy(log);
+	{
+		const char *stamp = getenv("NVDLFW_INSPECT_LOG_TIMESTAMP");
+		char rel[256];
+		CHECK(stamp && strlen(stamp) == 15 && stamp[8] == '_');
+		snprintf(rel, sizeof(rel), "nvdlfw_inspect_logs/nvdlfw_inspect_%s_globalrank-3.log",
+			 stamp ? stamp : "");
+		CHECK(exists(dir, rel));
+	}
+	unsetenv("NVDLFW_INSPECT_LOG_TIMESTAMP");
+	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_TIMESTAMP");
+	/* The untimestamped log of the earlier runs is untouched by a timestamped run. */
+	buf = read_lines(dir, STATS_FILE, lines, 16, &n);
+	CHECK_INT(n, 2);
 	free(buf);
 }
 
@@ -495,7 +602,9 @@ static void test_file_cut_line(const char *tmp)
 	fputs("2026-11-22 05:11:01,420 - INFO - cut \t\t\t\t iteration=000002 \t\t\t\t value=1.2", fp);
 	fclose(fp);
 
+	setenv("DLINSPECT_LOG_OVERWRITE", "0", 1); /* appending, as a run with overwrite off does */
 	log = logger_create(dir);
+	unsetenv("DLINSPECT_LOG_OVERWRITE");
 	CHECK_INT(file_logger->ops->log_scalar(log, "after_cut", 3, 0.5), 0);
 	file_logger->ops->destroy(log);
 	buf = read_lines(dir, STATS_FILE, lines, 4, &n);
@@ -601,6 +710,7 @@ static void test_file_logger(void)
 	test_file_layout(tmp);
 	test_file_threads(tmp);
 	test_file_cut_line(tmp);
+	test_file_reuse(tmp);
 	test_file_bad_dir(tmp);
 	test_file_disk_full(tmp);
 

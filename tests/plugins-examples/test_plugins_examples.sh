@@ -37,6 +37,23 @@ plugindir=$(pkg-config --variable=plugindir dlinspect) || die "pkg-config does n
 	fail "plugindir '$plugindir' is not the installed modules' dir $libdir/dlinspect/plugins"
 [ -e "$plugindir/file.so" ] || fail "the bundled modules are not in plugindir $plugindir"
 
+# The installed programs run from this non-system prefix as they are (no LD_LIBRARY_PATH: an
+# RPATH of $ORIGIN/../{libdir}), and find the installed modules without DLINSPECT_PLUGIN_PATH.
+"$prefix/bin/dlinspect" plugins >"$work/plugins.out" 2>&1 ||
+	{ cat "$work/plugins.out"; fail "the installed 'dlinspect plugins' failed"; }
+grep -q "^ *file (ABI [0-9.]*)  $plugindir/file.so" "$work/plugins.out" ||
+	{ cat "$work/plugins.out"; fail "the installed 'dlinspect plugins' does not list $plugindir/file.so"; }
+"$prefix/bin/dlinspect" check "$src/configs/demo.yaml" >"$work/check.out" 2>&1 ||
+	{ cat "$work/check.out"; fail "the installed 'dlinspect check configs/demo.yaml' failed"; }
+grep -q 'valid: ' "$work/check.out" || fail "the installed 'dlinspect check' did not say valid"
+"$prefix/bin/dlinspect-demo" --config "$src/configs/demo.yaml" --log-dir "$work/rpath-logs" \
+	--steps 1 --quiet >"$work/rpath.out" 2>&1 ||
+	{ cat "$work/rpath.out"; fail "the installed dlinspect-demo does not run without LD_LIBRARY_PATH"; }
+if command -v readelf >/dev/null; then
+	readelf -d "$prefix/bin/dlinspect-demo" | grep -Eq 'R(UN)?PATH.*\$ORIGIN/\.\./' ||
+		fail "the installed dlinspect-demo has no \$ORIGIN-relative RPATH"
+fi
+
 # 2. Each example from its own directory, with its own build files, into the prefix's plugindir.
 # -Werror: the templates must build cleanly, since users copy them.
 for ex in clamp-outliers jsonl-logger; do
@@ -67,8 +84,6 @@ if command -v make >/dev/null && command -v cc >/dev/null; then
 fi
 
 # 3. The installed demo, with a config naming the examples.
-export LD_LIBRARY_PATH
-LD_LIBRARY_PATH=$libdir
 cat >"$work/config.yaml" <<'EOF'
 extensions: [transformer_engine, file, my_plugins, jsonl]
 loggers:

@@ -90,10 +90,31 @@ def sane(rc, err, what):
                  and "runtime error" not in err, "%s: exit %d, stderr %r" % (what, rc, err[-3000:]))
 
 
+def strict_json(line):
+    """json.loads that refuses NaN and Infinity, as strict JSON (RFC 8259) does; then the
+    non-finite values, null in "stats", are put back from "nonfinite" so they can be compared."""
+    def refuse(name):
+        raise ValueError("not strict JSON: %s" % name)
+    obj = json.loads(line, parse_constant=refuse)
+    stats, nonfinite = obj.get("stats", {}), obj.get("nonfinite", {})
+    check("nonfinite" not in obj or nonfinite, "an empty \"nonfinite\" object: %r" % line)
+    check(sorted(k for k, v in stats.items() if v is None) == sorted(nonfinite),
+          "null statistics and \"nonfinite\" keys differ: %r" % line)
+    for k, v in nonfinite.items():
+        check(v in ("nan", "inf", "-inf"), "nonfinite %s = %r" % (k, v))
+        stats[k] = float(v)
+    return obj
+
+
 def stats_json(path, *opts):
     rc, out, err = run(path, "--json", *opts)
     sane(rc, err, "stats %s %s" % (path, opts))
-    lines = [json.loads(line) for line in out.splitlines()]
+    lines = []
+    for line in out.splitlines():
+        try:
+            lines.append(strict_json(line))
+        except ValueError as e:
+            check(False, "stats %s %s: %s: %r" % (path, opts, e, line))
     return rc, lines, err
 
 
@@ -122,7 +143,7 @@ def ref_base(x):
 
 def ref_fp8(x, fmt, margin):
     """Current scaling and an FP8 round trip with ml_dtypes (saturating: inputs clamped to the
-    finite max first, as DESIGN.md section 7 prescribes), from float32 data without NaN."""
+    finite max first, as docs/statistics.md prescribes), from float32 data without NaN."""
     x = x.astype(np.float32).ravel()
     fmax = FP8_MAX[fmt]
     amax = float(np.abs(x).max())
@@ -178,9 +199,10 @@ def close(stat, got, want, ref):
     return abs(got - want) <= 1e-5 * abs(want) + 1e-30
 
 
-def compare(line, name, x, fp8=None, margin=0.0, stats=None, what=""):
-    """Checks one JSON line against numpy's statistics of x (the decoded values)."""
-    x = np.asarray(x, dtype=np.float32)
+def compare(line, name, x, fp8=None, margin=0.0, stats=None, what="", wide=False):
+    """Checks one JSON line against numpy's statistics of x (the decoded values); `wide`: x is
+    float64 or integers, read in double (the FP8 what-ifs of float32-rounded values)."""
+    x = np.asarray(x, dtype=np.float64 if wide else np.float32)
     want = ref_base(x)
     want["n"] = x.size
     if fp8:
@@ -337,11 +359,67 @@ def run_all(tmp):
     if check(rc == 0 and len(lines) == 1, "--stats: %s" % err):
         compare(lines[0], "special", special, stats=["nan_count", "max", "min", "zero%"],
                 what="--stats subset")
+    # Strict JSON: a non-finite value is null, and "nonfinite" says which (docs/stats.md).
     rc, out, err = run(P("infs.npy"), "--json", "--stats", "max,var,inf_count")
-    check('"max": Infinity' in out and '"inf_count": 1' in out,
-          "JSON Infinity literal / integer count: %r" % out)
-    rc, out, err = run(P("special.npy"), "--json", "--stats", "mean")
-    check('"mean": NaN' in out, "JSON NaN literal: %r" % out)
+    check('"max": null' in out and '"inf_count": 1' in out and
+          '"nonfinite": {"max": "inf", "var": "nan"}' in out,
+          "JSON null + nonfinite for Infinity / integer count: %r" % out)
+    rc, out, err = run(P("special.npy"), "--json", "--stats", "mean,min")
+    check('"stats": {"mean": null, "min": null}, "nonfinite": {"mean": "nan", "min": "nan"}}' in out,
+          "JSON null + nonfinite for NaN: %r" % out)
+    rc, out, err = run(P("normal.npy"), "--json", "--stats", "max")
+    check(rc == 0 and "nonfinite" not in out, "\"nonfinite\" without a non-finite value: %r" % out)
+    rc, out, err = run(P("special.npy"), "--stats", "mean,min")
+    check(out.splitlines()[1:] == ["  mean           nan", "  min            nan"],
+          "human output spells NaN as nan: %r" % out)
+
+    # ---- float64 (numpy's default dtype) and integers: read in double, against numpy ----
+    f64 = rng.standard_normal((40, 25)) * 1e-3
+    f64.ravel()[::7] = 0
+    f64.ravel()[3] = 1e-300  # below float32: a double path keeps it
+    f64.ravel()[4] = -1e300  # above float32
+    f64_special = rng.standard_normal(500)
+    f64_special[[1, 2]] = [np.nan, -np.inf]
+    ints = {
+        "i8": rng.integers(-128, 128, 3000).astype(np.int8),
+        "i16": rng.integers(-2**15, 2**15, 3000).astype(np.int16),
+        "i32": rng.integers(-2**31, 2**31, 3000).astype(np.int32),
+        "i64": rng.integers(-2**40, 2**40, 9000).astype(np.int64),
+        "u8": rng.integers(0, 256, 3000).astype(np.uint8),
+        "bool": rng.integers(0, 2, 3000).astype(bool),
+    }
+    for name, x in [("f64", f64), ("f64_special", f64_special)]:
+        np.save(P(name + ".npy"), x)  # '<f8'
+        rc, lines, err = stats_json(P(name + ".npy"))
+        if check(rc == 0 and len(lines) == 1, "npy %s: %s" % (name, err)):
+            compare(lines[0], name, x, wide=True, what="npy " + name)
+            check(lines[0]["dtype"] == "f64", "npy %s dtype %r" % (name, lines[0]["dtype"]))
+    rc, lines, err = stats_json(P("f64.npy"), "--stats", "min,dynamic_range")
+    check(rc == 0 and lines and lines[0]["stats"]["min"] == -1e300,
+          "f64 min read in double: %r" % (lines and lines[0]["stats"]))
+    for name, x in ints.items():
+        np.save(P(name + ".npy"), x)
+        one_or_two = x.dtype.itemsize <= 2 and x.dtype != bool
+        opts = ("--dtype", "int") if one_or_two else ()
+        rc, lines, err = stats_json(P(name + ".npy"), *opts)
+        if check(rc == 0 and len(lines) == 1, "npy %s %s: %s" % (name, opts, err)):
+            compare(lines[0], name, x.astype(np.float64), wide=True, what="npy " + name)
+            check(lines[0]["dtype"] == name, "npy %s dtype %r" % (name, lines[0]["dtype"]))
+    # The FP8 what-if of integers: their values rounded to float32, as for any other tensor.
+    rc, lines, err = stats_json(P("i16.npy"), "--dtype", "int", "--fp8", "e4m3")
+    if check(rc == 0 and len(lines) == 1, "npy i16 --fp8: %s" % err):
+        compare(lines[0], "i16", ints["i16"].astype(np.float64), fp8="e4m3", wide=True,
+                what="npy i16 --fp8 e4m3")
+    st_ints = {"model." + k: v for k, v in ints.items()}
+    st_ints["model.f64"] = f64
+    save_file(st_ints, P("ints.safetensors"))
+    rc, lines, err = stats_json(P("ints.safetensors"))
+    if check(rc == 0 and len(lines) == len(st_ints), "safetensors ints: %s" % err):
+        for line in lines:
+            compare(line, line["tensor"], st_ints[line["tensor"]].astype(np.float64), wide=True,
+                    what="st " + line["tensor"])
+            want = line["tensor"].split(".")[1]
+            check(line["dtype"] == want, "st %s dtype %r" % (line["tensor"], line["dtype"]))
 
     # Human output: header line, then `  name  value` with %.9g.
     rc, out, err = run(P("normal.npy"), "--fp8", "e4m3")
@@ -458,13 +536,18 @@ def run_all(tmp):
                  ["larger than 2^63"])
     expect_error(write(P("manydims.npy"), npy_bytes("<f4", (1,) * 65, good_f4)),
                  ["more than 64 dimensions"])
-    expect_error(write(P("f8.npy"), npy_bytes("<f8", (3,), good_f4)),
-                 ["dtype '<f8' is not supported"])
+    expect_error(write(P("c8.npy"), npy_bytes("<c8", (3,), good_f4)),
+                 ["dtype '<c8' is not supported"])
     expect_error(write(P("be.npy"), npy_bytes(">f4", (6,), good_f4)), ["big-endian"])
     expect_error(write(P("structured.npy"), npy_bytes([("a", "<f4")], (6,), good_f4)),
                  ["bad .npy header", "expected a quoted string"])
     expect_error(P("bf.npy"), ["'<u2'", "--dtype bf16"])
     expect_error(P("e4.npy"), ["'|u1'", "--dtype e4m3"])
+    # 1- and 2-byte integers may be raw bf16/FP8 bytes: refused without --dtype, with a way out.
+    expect_error(P("i16.npy"), ["'<i2' holds raw 16-bit values", "--dtype int for integers"])
+    expect_error(P("u8.npy"), ["'|u1' holds raw bytes", "--dtype int for integers"])
+    expect_error(P("f64.npy"), ["--dtype int does not apply to dtype '<f8'"], "--dtype", "int")
+    expect_error(P("bfml.npy"), ["--dtype int does not apply to dtype '<V2'"], "--dtype", "int")
     expect_error(P("valid.npy"), ["--dtype bf16 does not apply to dtype '<f4'"], "--dtype", "bf16")
     expect_error(write(P("v4.npy"), npy_bytes("<f4", (6,), good_f4, version=(4, 0))),
                  ["unsupported .npy format version 4.0"])
@@ -524,17 +607,17 @@ def run_all(tmp):
     st_case("badmeta", {"__metadata__": [1], **ok_hdr}, good_f4, ["__metadata__ must be an object"])
     st_case("ctrl", b'{"a\nb": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
             good_f4, ["control character"])
-    st_case("f64", {"w": {"dtype": "F64", "shape": [3], "data_offsets": [0, 24]}}, good_f4,
-            ["tensor 'w': dtype F64 is not supported"], "--tensor", "w")
+    st_case("c64", {"w": {"dtype": "C64", "shape": [3], "data_offsets": [0, 24]}}, good_f4,
+            ["tensor 'w': dtype C64 is not supported"], "--tensor", "w")
     st_case("unknown_dtype", {"w": {"dtype": "Q7", "shape": [3], "data_offsets": [0, 24]}},
             good_f4, ["dtype Q7 is not supported"])
     # A whole-file listing still prints the readable tensors, and exits 1 for the other.
-    write(P("mixed.safetensors"), st_bytes({"i": {"dtype": "I64", "shape": [2],
+    write(P("mixed.safetensors"), st_bytes({"i": {"dtype": "C64", "shape": [2],
                                                   "data_offsets": [0, 16]},
                                             "w": {"dtype": "F32", "shape": [2],
                                                   "data_offsets": [16, 24]}}, good_f4))
     rc, out, err = run(P("mixed.safetensors"), "--json")
-    check(rc == 1 and '"tensor": "w"' in out and "dtype I64 is not supported" in err,
+    check(rc == 1 and '"tensor": "w"' in out and "dtype C64 is not supported" in err,
           "mixed listing: exit %d, out %r, err %r" % (rc, out, err))
     expect_error(P("valid.safetensors"), ["--dtype applies to .npy files"], "--dtype", "bf16")
     expect_error(P("all.safetensors"), ["no tensor 'model.bff'", "did you mean 'model.bf'?"],

@@ -3,9 +3,11 @@
 # readers (check_run.py), in the tests' shared virtual environment (tests/pyenv.sh).
 #   interop: the file and tensorboard loggers together; every scalar and histogram checked.
 #   swap:    the same binary with loggers {file}, {tensorboard}, both, and none (the default file).
+#   rerun:   two runs in one log dir: the second run's logs hold each statistic once (the file
+#            logger truncates, the tensorboard logger removes the first run's event file).
 #   lts-histogram: the real LogTensorStats with `histogram` (tb_lts_driver); its histograms
 #            checked against numpy over TensorFlow's bucket limits (check_lts_histogram.py).
-# $1: interop|swap|lts-histogram, $2: tb_driver or tb_lts_driver, $3: check_run.py or
+# $1: interop|swap|rerun|lts-histogram, $2: tb_driver or tb_lts_driver, $3: check_run.py or
 # check_lts_histogram.py
 set -u
 mode=$1 driver=$2 checker=$3
@@ -40,6 +42,16 @@ lts-histogram)
 	else
 		"$py" "$checker" "$tmp/lts" 4 || status=1
 	fi
+	;;
+rerun)
+	loggers='{file: {}, tensorboard: {histograms: true}}'
+	mkdir -p "$tmp/rerun"
+	if ! "$driver" "$tmp/rerun" 6 "$loggers" 5; then
+		echo "FAIL: rerun: the first tb_driver run failed"
+		status=1
+	fi
+	rm -f "$tmp/rerun/expected.txt" # the fixture appends what it sent: keep the second run's
+	run rerun "$loggers" yes yes
 	;;
 swap)
 	run file '{file: {}}' yes no

@@ -105,6 +105,7 @@ struct tb_params {
 	bool no_histograms;
 	int rank, world_size;
 	const char *log_dir;
+	int overwrite, timestamp; /* 0: not set in the config; 1: true; -1: false */
 };
 
 /* Creates a logger the way the core would after parsing `loggers: {tensorboard: {...}}`; the values
@@ -115,20 +116,22 @@ static int tb_create(const struct tb_params *p, void **instance, struct dli_erro
 	size_t n_ranks = 0;
 	while (n_ranks < 4 && p->ranks[n_ranks])
 		n_ranks++;
-	struct dli_value v[4] = {
+	struct dli_value v[6] = {
 		{.type = DLI_PARAM_STRING, .set = p->dir != NULL, .u.s = p->dir},
 		{.type = DLI_PARAM_FLOAT, .u.f = p->flush_secs},
 		{.type = DLI_PARAM_STRING_LIST,
 		 .u.list = {n_ranks ? p->ranks : all, n_ranks ? n_ranks : 1},
 		 .where = "test.yaml:3:12"},
 		{.type = DLI_PARAM_BOOL, .u.b = !p->no_histograms},
+		{.type = DLI_PARAM_BOOL, .set = p->overwrite != 0, .u.b = p->overwrite > 0},
+		{.type = DLI_PARAM_BOOL, .set = p->timestamp != 0, .u.b = p->timestamp > 0},
 	};
 	struct dli_logger_create_args args = {
 		.size = sizeof(args),
 		.host = &test_host,
 		.where = "test.yaml:2:3",
 		.params = v,
-		.n_params = 4,
+		.n_params = 6,
 		.log_dir = p->log_dir ? p->log_dir : tmp,
 		.rank = p->rank,
 		.world_size = p->world_size ? p->world_size : 1,
@@ -414,6 +417,88 @@ static void test_params(void)
 
 /* A directory that cannot be made: every flush fails with the errno, nothing is left behind, and
  * the logger writes again once the obstacle is gone. */
+/* A log dir an earlier run wrote to: by default the event files other processes left in the
+ * logger's directory are removed at start (TensorBoard would show their steps next to this run's),
+ * its own process's and other files are kept; overwrite: false keeps them all; timestamp: true
+ * writes into a run directory of its own, named by $NVDLFW_INSPECT_LOG_TIMESTAMP. */
+static void test_reuse(void)
+{
+	char log_dir[4096], dir[4200], old[4400], mine[4800], other[4400], path[4400];
+	struct dli_error err;
+	void *log;
+	FILE *fp;
+
+	snprintf(log_dir, sizeof(log_dir), "%s/reuse", tmp);
+	snprintf(dir, sizeof(dir), "%s/tensorboard", log_dir);
+	CHECK_INT(dli_make_dirs(dir), 0);
+	snprintf(old, sizeof(old), "%s/events.out.tfevents.1700000000.otherhost.1.0", dir);
+	snprintf(other, sizeof(other), "%s/notes.txt", dir);
+	{
+		char host[256] = "localhost";
+		if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
+			strcpy(host, "localhost");
+		snprintf(mine, sizeof(mine), "%s/events.out.tfevents.1700000000.%s.%ld.7", dir, host,
+			 (long)getpid());
+	}
+	const char *made[] = {old, mine, other};
+	for (int i = 0; i < 3; i++) {
+		fp = fopen(made[i], "w");
+		CHECK(fp != NULL);
+		if (fp)
+			fclose(fp);
+	}
+
+	/* overwrite: false (the config) keeps everything, whatever the environment says. */
+	setenv("DLINSPECT_LOG_OVERWRITE", "1", 1);
+	struct tb_params p = {.log_dir = log_dir, .overwrite = -1};
+	log = tb_open(&p);
+	tb->ops->destroy(log);
+	unsetenv("DLINSPECT_LOG_OVERWRITE");
+	CHECK(exists(old) && exists(mine) && exists(other));
+
+	/* NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0 keeps them too. */
+	setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "0", 1);
+	p = (struct tb_params){.log_dir = log_dir};
+	log = tb_open(&p);
+	tb->ops->destroy(log);
+	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
+	CHECK(exists(old));
+
+	/* The default: the earlier run's file goes, this process's and the other file stay. */
+	log = tb_open(&p);
+	CHECK(!exists(old));
+	CHECK(exists(mine) && exists(other));
+	CHECK_INT(tb->ops->log_scalar(log, "a", 1, 1.0), 0);
+	tb->ops->destroy(log);
+	unlink(mine);
+	unlink(other);
+	struct tb_file f;
+	if (read_only_file(dir, &f, NULL))
+		tb_file_free(&f);
+
+	/* A bad switch value is an error naming the variable. */
+	setenv("DLINSPECT_LOG_OVERWRITE", "sometimes", 1);
+	CHECK_INT(tb_create(&p, &log, &err), -EINVAL);
+	CHECK_CONTAINS(err.message, "DLINSPECT_LOG_OVERWRITE='sometimes': expected 0 or 1");
+	unsetenv("DLINSPECT_LOG_OVERWRITE");
+
+	/* timestamp: a run directory of its own under the logger's directory. */
+	setenv("NVDLFW_INSPECT_LOG_TIMESTAMP", "20261123_101010", 1);
+	p = (struct tb_params){.log_dir = log_dir, .timestamp = 1};
+	log = tb_open(&p);
+	CHECK_INT(tb->ops->log_scalar(log, "a", 2, 2.0), 0);
+	tb->ops->destroy(log);
+	unsetenv("NVDLFW_INSPECT_LOG_TIMESTAMP");
+	snprintf(path, sizeof(path), "%s/20261123_101010", dir);
+	if (read_only_file(path, &f, NULL)) {
+		CHECK_INT(f.n, 2);
+		tb_file_free(&f);
+	}
+	/* ... and the run before it is still there, in the parent. */
+	if (read_only_file(dir, &f, NULL))
+		tb_file_free(&f);
+}
+
 static void test_bad_dir(void)
 {
 	char plain[4096], dir[4096];
@@ -591,13 +676,14 @@ int main(void)
 	tb = m->loggers[0];
 	CHECK_STR(m->name, "tensorboard");
 	CHECK_STR(tb->name, "tensorboard");
-	CHECK_INT(tb->n_params, 4);
+	CHECK_INT(tb->n_params, 6);
 	CHECK(tb->ops->create && tb->ops->destroy && tb->ops->log_scalar && tb->ops->flush &&
 	      tb->ops->log_histogram && !tb->ops->log_text);
 	CHECK(mkdtemp(tmp) != NULL);
 
 	test_framing();
 	test_params();
+	test_reuse();
 	test_bad_dir();
 	test_disk_full();
 	test_removed_file();

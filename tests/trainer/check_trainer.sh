@@ -66,6 +66,11 @@ story)
 		"$train" $args --config "$src/configs/$fix.yaml" --log-dir "$work/$fix" ||
 			fail "$fix.yaml: the trainer failed"
 	done
+	# scripts/demo.sh's list of logs names the TensorBoard directory the README tells you to open.
+	out=$("$train" --width 16 --layers 2 --batch 8 --steps 2 --config "$src/configs/trainer_debug.yaml" \
+		--log-dir "$work/list")
+	echo "$out" | grep -qF "$work/list/tensorboard/ (TensorBoard: tensorboard --logdir $work/list/tensorboard)" ||
+		fail "the list of logs leaves out tensorboard/: $out"
 	echo "ok: the debug config points at model.input_layer's activation; both fixes run"
 	;;
 *)

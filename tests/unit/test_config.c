@@ -1110,8 +1110,8 @@ static const struct bad_case bad_cases[] = {
 	 {"loggers: expected a mapping of logger names to their parameters"}},
 	{"logger params not a mapping", "loggers:\n  file: 3\n", -EINVAL, 2, 9,
 	 {"loggers.file: expected a mapping of parameters, got a scalar"}},
-	{"unknown logger parameter", "loggers:\n  file: {flush: 1}\n", -EINVAL, 2, 10,
-	 {"loggers.file: unknown key 'flush' (it takes no parameters)"}},
+	{"unknown logger parameter", "loggers:\n  file: {overwrites: 1}\n", -EINVAL, 2, 10,
+	 {"loggers.file: unknown key 'overwrites'", "did you mean 'overwrite'?"}},
 
 	/* A plugin's create() failing: the block's position and the plugin's text. */
 	{"create fails",

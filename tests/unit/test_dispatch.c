@@ -1,6 +1,6 @@
 /* Dispatch: defaults, next-iteration answers, combination of features, modify routing, custom calls,
  * conflicts found when a layer is resolved, handles from several threads, and the file logger's
- * statistics reaching DESIGN.md section 8's path. Uses the "probe" fixture module. */
+ * statistics reaching docs/logging.md's path. Uses the "probe" fixture module. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -346,7 +346,7 @@ static void test_threads(void)
 	dli_destroy(ctx);
 }
 
-/* Scalars a feature emits at dli_step land in the statistics log of DESIGN.md section 8. */
+/* Scalars a feature emits at dli_step land in the statistics log of docs/logging.md. */
 static void test_statistics_reach_file_logger(void)
 {
 	struct dli_context *ctx = open_yaml(
@@ -387,6 +387,50 @@ static void test_statistics_reach_file_logger(void)
 	CHECK_INT(n, 3);
 }
 
+/* A feature's failing inspect_tensor is said when it happens (message log and stderr), with layer,
+ * tensor, iteration and feature, not only through the return code the host may read at the end;
+ * later failures are counted and summed up at dli_destroy. LogTensorStats refuses a NULL tensor. */
+static void test_inspect_error_reported_at_once(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {exact_layer_names: [decoder.2.fc2]}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [gradient], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "decoder.2.fc2");
+	char err_path[300];
+	snprintf(err_path, sizeof err_path, "%s/stderr.txt", log_dir);
+	fflush(stderr);
+	int saved = dup(2);
+	FILE *capture = fopen(err_path, "w");
+	CHECK(capture && saved >= 0);
+	if (!capture || saved < 0)
+		return;
+	dup2(fileno(capture), 2);
+	dli_step(ctx);
+	dli_step(ctx); /* iteration 2 */
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_GRADIENT, NULL, NULL, NULL), -EINVAL);
+	const char *want = "inspect_tensor failed on layer 'decoder.2.fc2', tensor 'gradient', "
+			   "iteration 2: feature LogTensorStats (section 's', <string>:";
+	/* At once: before any step end or dli_destroy. */
+	CHECK_INT(count_lines(MESSAGE_LOG, want), 1);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_GRADIENT, NULL, NULL, NULL), -EINVAL);
+	dli_step(ctx);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_GRADIENT, NULL, NULL, NULL), -EINVAL);
+	CHECK_INT(count_lines(MESSAGE_LOG, "inspect_tensor failed"), 1);
+	dli_destroy(ctx);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	fclose(capture);
+	CHECK_INT(count_lines(MESSAGE_LOG, "3 inspect calls of features failed in this run"), 1);
+	CHECK_INT(count_lines("stderr.txt", want), 1);
+	CHECK_INT(count_lines("stderr.txt", "3 inspect calls of features failed"), 1);
+}
+
 int main(void)
 {
 	test_defaults_without_config();
@@ -396,6 +440,7 @@ int main(void)
 	test_conflicts_across_sections();
 	test_threads();
 	test_statistics_reach_file_logger();
+	test_inspect_error_reported_at_once();
 	remove_log_dir();
 	return check_exit();
 }

@@ -1,10 +1,11 @@
-/* FP8 GEMMs through cuBLASLt for the trainer's CUDA path (DESIGN.md section 9): per-tensor
+/* FP8 GEMMs through cuBLASLt for the trainer's CUDA path (docs/statistics.md): per-tensor
  * scale_inv device pointers, fp32 accumulation, f32 or bf16 output, and a plan per shape made
  * once, so a training step only enqueues GEMMs. Host code only: the kernels are cuBLASLt's. */
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <stdlib.h>
 
+#include "../../../kernels/cuda/no-gpu.h"
 #include "tc-private.h"
 
 using namespace dli_tc_impl;
@@ -98,6 +99,10 @@ extern "C" int dli_tc_create(size_t workspace_bytes, struct dli_tc **out, struct
 		e = cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
 	if (e != cudaSuccess) {
 		cudaGetLastError(); /* not sticky: clear it for the caller */
+		char why[256];
+		if (dli_cuda_is_no_gpu(e))
+			return fail(err, -ENODEV, "dli_tc_create: %s",
+				    dli_cuda_describe(why, sizeof why, "cudaGetDevice", e));
 		return fail(err, -ENODEV, "dli_tc_create: no usable CUDA device: %s",
 			    cudaGetErrorString(e));
 	}

@@ -1,6 +1,6 @@
-/* The demo trainer's CUDA path: FP8 GEMMs through cuBLASLt and FP8 casts on the device (DESIGN.md
- * sections 7 and 9). Plain C; streams are cudaStream_t passed as void * (NULL = the default stream),
- * so a C trainer includes this without the CUDA headers.
+/* The demo trainer's CUDA path: FP8 GEMMs through cuBLASLt and FP8 casts on the device
+ * (docs/statistics.md, docs/trainer.md). Plain C; streams are cudaStream_t passed as void *
+ * (NULL = the default stream), so a C trainer includes this without the CUDA headers.
  *
  * Every function returns 0 or a negative errno and, on failure, fills `err` (may be NULL) with the
  * code and a complete message; none exits. Device work is only enqueued on the stream: no call but
@@ -78,7 +78,7 @@ struct dli_tc_gemm {
 
 int dli_tc_fp8_gemm(struct dli_tc *tc, const struct dli_tc_gemm *g, struct dli_error *err);
 
-/* The FP8 cast (DESIGN.md section 7) of a rows x cols row-major f32 matrix on the device:
+/* The FP8 cast (docs/statistics.md) of a rows x cols row-major f32 matrix on the device:
  * code = fp8(x * *scale), round to nearest even, saturated to the finite max, NaN kept (the
  * __NV_SATFINITE conversion TransformerEngine uses). All pointers are device memory:
  *   out        rows x cols codes, or NULL
