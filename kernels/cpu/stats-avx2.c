@@ -255,28 +255,29 @@ INLINE void extrema16(int smax, unsigned umax, float mnz, uint64_t zc, enum dli_
 
 struct lanes16 {
 	__m256i smax, umax, umin, zc; /* 16-bit lanes */
-	__m256 sa, sd, sdd0, sdd1;
+	__m256 sa, sd, sdd;
 };
 
+/* Seven accumulators and four constants, so that everything stays in the 16 registers: a spilled
+ * accumulator would put a store and a reload into its dependency chain. The zero count takes the
+ * top bit of u (set only for +-0: nonzero magnitudes are below 0x7fff) rather than a compare
+ * against a zero register. */
 INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
 {
 	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
-	const __m256 one = _mm256_set1_ps(1.0f);
-	__m256 x0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
-	__m256 x1 = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
 	__m256i aw = _mm256_and_si256(w, _mm256_set1_epi16(0x7fff));
 	__m256i u = _mm256_add_epi16(aw, _mm256_set1_epi16(-1)); /* +-0 wraps around to the top */
-	__m256 ax0 = _mm256_castsi256_ps(_mm256_slli_epi32(aw, 16));
-	__m256 ax1 = _mm256_castsi256_ps(_mm256_and_si256(aw, hi));
 	a->smax = _mm256_max_epi16(a->smax, w);
 	a->umax = _mm256_max_epu16(a->umax, w);
 	a->umin = _mm256_min_epu16(a->umin, u);
-	a->zc = _mm256_sub_epi16(a->zc, _mm256_cmpeq_epi16(aw, _mm256_setzero_si256()));
-	a->sa = _mm256_fmadd_ps(_mm256_add_ps(ax0, ax1), one, a->sa);
-	__m256 d0 = _mm256_sub_ps(x0, shift), d1 = _mm256_sub_ps(x1, shift);
-	a->sd = _mm256_add_ps(a->sd, _mm256_fmadd_ps(d0, one, d1));
-	a->sdd0 = _mm256_fmadd_ps(d0, d0, a->sdd0);
-	a->sdd1 = _mm256_fmadd_ps(d1, d1, a->sdd1);
+	a->zc = _mm256_add_epi16(a->zc, _mm256_srli_epi16(u, 15));
+	__m256 ax0 = _mm256_castsi256_ps(_mm256_slli_epi32(aw, 16));
+	__m256 ax1 = _mm256_castsi256_ps(_mm256_and_si256(aw, hi));
+	a->sa = _mm256_add_ps(a->sa, _mm256_add_ps(ax0, ax1));
+	__m256 d0 = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), shift);
+	__m256 d1 = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hi)), shift);
+	a->sd = _mm256_add_ps(a->sd, _mm256_add_ps(d0, d1));
+	a->sdd = _mm256_add_ps(a->sdd, _mm256_fmadd_ps(d0, d0, _mm256_mul_ps(d1, d1)));
 }
 
 /* bf16 blocks are twice DLI_STATS_BLOCK, so that the block's end (reductions, checks, the merge
@@ -290,13 +291,11 @@ static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, 
 	struct lanes16 a = {
 		.smax = _mm256_set1_epi16((short)0x8000), .umax = _mm256_setzero_si256(),
 		.umin = _mm256_set1_epi16(-1), .zc = _mm256_setzero_si256(),
-		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(),
-		.sdd0 = _mm256_setzero_ps(), .sdd1 = _mm256_setzero_ps()};
-	for (int64_t l = 0; l < lines; l++) {
-		const unsigned char *q = p + l * LINE;
+		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps()};
+	for (int64_t h = 0; h < 2 * lines; h++) {
+		const unsigned char *q = p + h * 32;
 		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
 		lanes16_add(&a, _mm256_loadu_si256((const __m256i *)q), vshift);
-		lanes16_add(&a, _mm256_loadu_si256((const __m256i *)(q + 32)), vshift);
 	}
 	unsigned umin = min_epu16_lanes(a.umin);
 	o->zc = count16_lanes(a.zc);
@@ -304,7 +303,7 @@ static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, 
 	extrema16(max_epi16_lanes(a.smax), max_epu16_lanes(a.umax), o->mnz, o->zc, DLI_DTYPE_BF16,
 		  &o->mn, &o->mx);
 	o->sd = sum_lanes(a.sd);
-	o->sdd = sum_lanes(_mm256_add_ps(a.sdd0, a.sdd1));
+	o->sdd = sum_lanes(a.sdd);
 	o->sa = sum_lanes(a.sa);
 }
 
