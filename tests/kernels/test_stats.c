@@ -374,62 +374,66 @@ static void test_fp8_all_codes(void)
  * (kernels/cpu/stats-avx512.c); this switch sends it through the generic loop instead. */
 extern int dli_stats_avx512_bf16dp;
 
-/* bf16 blocks of one sign, with and without +-0 (the 16-bit paths derive min or max from the zero
- * count and the least nonzero magnitude there), on the AVX2 path's 16-bit loop and both AVX-512
- * bf16 loops against the reference; and the reference cases once more with the AVX-512 generic
- * loop. */
-static void test_bf16_signs(void)
+/* Blocks of one sign, with and without +-0 (the integer-lane paths derive min or max from the zero
+ * count and the least nonzero magnitude there), on f32, bf16 and f16: the AVX2 path's integer
+ * lanes (f32, bf16) and generic loop (f16), and both AVX-512 bf16 loops, against the reference;
+ * and the reference cases once more with the AVX-512 generic loop for bf16. */
+static void test_one_sign_blocks(void)
 {
 	int64_t n = 3 * DLI_STATS_BLOCK + 37;
-	unsigned char *p = malloc((size_t)n * 2);
+	unsigned char *p = malloc((size_t)n * 4);
 	double *x = malloc((size_t)n * sizeof(double));
-	/* case: 0 all negative, 1 negative and -0, 2 negative and +0, 3 positive and -0,
-	 * 4 positive and +0, 5 only -0, 6 one positive among negatives, 7 one negative among positives,
-	 * 8 only +0, 9 negative subnormals and -0 */
-	for (int c = 0; c < 10; c++) {
-		for (int64_t i = 0; i < n; i++) {
-			double v = 0.1 + rng_unit();
-			if (c <= 2 || c == 6)
-				v = -v;
-			if ((c == 1 || c == 3) && i % 97 == 5)
-				v = -0.0;
-			if ((c == 2 || c == 4) && i % 89 == 7)
-				v = 0.0;
-			if (c == 5)
-				v = -0.0;
-			if (c == 6 && i == n / 2)
-				v = 0.25;
-			if (c == 7 && i == DLI_STATS_BLOCK + 3)
-				v = -0.5;
-			if (c == 8)
-				v = 0.0;
-			if (c == 9)
-				v = i % 5 ? -(double)(1 + i % 127) * 0x1p-133 : -0.0;
-			ref_store(p, DLI_DTYPE_BF16, i, v);
-		}
-		for (int64_t i = 0; i < n; i++)
-			x[i] = ref_decode(p, DLI_DTYPE_BF16, i);
-		double want[DLI_STAT_COUNT], scale;
-		ref_stats(x, n, want, &scale);
-		for (int k = 0; k < 3; k++) {
-			enum dli_simd simd = k ? DLI_SIMD_AVX512 : DLI_SIMD_AVX2;
-			int dp = k == 2;
-			if (simd > dli_simd_detect())
-				continue;
-			struct dli_cpu_options o = {.simd = simd, .threads = 1};
-			struct dli_stats_record r;
-			char what[64];
-			snprintf(what, sizeof(what), "bf16 signs case %d %s bf16dp=%d", c,
-				 dli_simd_name(simd), dp);
-			dli_stats_avx512_bf16dp = dp;
-			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, &o, &r), 0);
-			check_values(&r, want, scale, TOL, what);
-			CHECK(r.min_nonzero_abs == (c == 5 || c == 8 ? INFINITY : r.min_nonzero_abs));
-			/* Zero extrema with the reference's signs (check_values compares them with ==). */
-			if (c == 5)
-				CHECK(signbit(r.min) && signbit(r.max));
-			if (c == 8)
-				CHECK(!signbit(r.min) && !signbit(r.max));
+	static const enum dli_dtype sdt[] = {DLI_DTYPE_BF16, DLI_DTYPE_F32, DLI_DTYPE_F16};
+	for (int di = 0; di < 3; di++) {
+		enum dli_dtype dt = sdt[di];
+		/* case: 0 all negative, 1 negative and -0, 2 negative and +0, 3 positive and -0,
+		 * 4 positive and +0, 5 only -0, 6 one positive among negatives, 7 one negative among positives,
+		 * 8 only +0, 9 negative subnormals and -0 */
+		for (int c = 0; c < 10; c++) {
+			for (int64_t i = 0; i < n; i++) {
+				double v = 0.1 + rng_unit();
+				if (c <= 2 || c == 6)
+					v = -v;
+				if ((c == 1 || c == 3) && i % 97 == 5)
+					v = -0.0;
+				if ((c == 2 || c == 4) && i % 89 == 7)
+					v = 0.0;
+				if (c == 5)
+					v = -0.0;
+				if (c == 6 && i == n / 2)
+					v = 0.25;
+				if (c == 7 && i == DLI_STATS_BLOCK + 3)
+					v = -0.5;
+				if (c == 8)
+					v = 0.0;
+				if (c == 9)
+					v = i % 5 ? -(double)(1 + i % 127) * 0x1p-133 : -0.0;
+				ref_store(p, dt, i, v);
+			}
+			for (int64_t i = 0; i < n; i++)
+				x[i] = ref_decode(p, dt, i);
+			double want[DLI_STAT_COUNT], scale;
+			ref_stats(x, n, want, &scale);
+			for (int k = 0; k < 3; k++) {
+				enum dli_simd simd = k ? DLI_SIMD_AVX512 : DLI_SIMD_AVX2;
+				int dp = k == 2;
+				if (simd > dli_simd_detect() || (dp && dt != DLI_DTYPE_BF16))
+					continue;
+				struct dli_cpu_options o = {.simd = simd, .threads = 1};
+				struct dli_stats_record r;
+				char what[64];
+				snprintf(what, sizeof(what), "%s signs case %d %s bf16dp=%d", dtype_names[dt], c,
+					 dli_simd_name(simd), dp);
+				dli_stats_avx512_bf16dp = dp;
+				CHECK_INT(dli_cpu_stats(p, dt, n, &o, &r), 0);
+				check_values(&r, want, scale, TOL, what);
+				CHECK(r.min_nonzero_abs == (c == 5 || c == 8 ? INFINITY : r.min_nonzero_abs));
+				/* Zero extrema with the reference's signs (check_values compares them with ==). */
+				if (c == 5)
+					CHECK(signbit(r.min) && signbit(r.max));
+				if (c == 8)
+					CHECK(!signbit(r.min) && !signbit(r.max));
+			}
 		}
 	}
 	dli_stats_avx512_bf16dp = 1;
@@ -833,7 +837,7 @@ int main(void)
 	test_errors();
 	test_pass_against_reference();
 	test_fp8_all_codes();
-	test_bf16_signs();
+	test_one_sign_blocks();
 	test_merge();
 	test_block_kinds_mixed();
 	test_nonfinite_blocks();
