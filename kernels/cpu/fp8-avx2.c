@@ -228,6 +228,16 @@ INLINE bool group_ok(__m256i lowm, __m256i xmax, __m256i lo, __m256i hi, bool w1
 	return _mm256_movemask_epi8(_mm256_and_si256(a, b)) == -1;
 }
 
+INLINE void fast_add(struct fast_lanes *f, const struct fast_lanes *g)
+{
+	f->xs0 = _mm256_add_ps(f->xs0, g->xs0);
+	f->xs1 = _mm256_add_ps(f->xs1, g->xs1);
+	f->dqs0 = _mm256_add_ps(f->dqs0, g->dqs0);
+	f->dqs1 = _mm256_add_ps(f->dqs1, g->dqs1);
+	f->err0 = _mm256_add_ps(f->err0, g->err0);
+	f->err1 = _mm256_add_ps(f->err1, g->err1);
+}
+
 /* One pass over a block into t (vec_step's terms) and f (the fast steps'): when `fast`, groups
  * through the fast steps first, the rest by vec_step. Every vec_step is careful: NaN and
  * infinities are left out where they are met, so a block holding one needs no second pass.
@@ -239,6 +249,8 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	int64_t j = 0;
 	int redone = 0;
 	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int vec = w16 ? 16 : 8; /* elements a fast step */
+	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
 
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
@@ -246,27 +258,48 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
 	for (; fast && j + GROUP <= bn; j += GROUP) {
 		const char *q = p + j * sz;
-		struct fast_lanes saved = *f;
+		/* the group's own sums, from zero: its steps do not wait for the block's sums
+		 * (which the compiler keeps in memory between groups), and an undone group has
+		 * nothing to put back */
+		struct fast_lanes g = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+					_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
 		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
 
-		for (int g = 0; g < GROUP * sz; g += LINE_BYTES)
-			_mm_prefetch(q + g + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		for (int i = 0; i < GROUP * sz; i += LINE_BYTES)
+			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
 		if (w16)
-			for (int g = 0; g < GROUP; g += 16)
-				fast_bf16(q + g * sz, k, f, &lowm, &xmax);
+			for (int i = 0; i < GROUP; i += 16)
+				fast_bf16(q + i * sz, k, &g, &lowm, &xmax);
 		else
-			for (int g = 0; g < GROUP; g += 8)
-				fast_8(q + g * sz, dtype, g & 8, k, f, &lowm, &xmax);
-		if (__builtin_expect(!group_ok(lowm, xmax, w16 ? k->xn1_16 : k->xn1,
-					       w16 ? k->xov_16 : k->xov, w16), 0)) {
-			*f = saved;
-			/* careful: the group may hold NaN or inf, which it leaves out */
-			for (int g = 0; g < GROUP; g += 8)
-				vec_step(load8(q + g * sz, dtype), 0xff, k, true, t);
-			redone++;
-		} else {
+			for (int i = 0; i < GROUP; i += 8)
+				fast_8(q + i * sz, dtype, i & 8, k, &g, &lowm, &xmax);
+		if (__builtin_expect(group_ok(lowm, xmax, lo, hi, w16), 1)) {
+			fast_add(f, &g);
 			t->count += GROUP;
+			continue;
 		}
+		/* The group again, a vector at a time: the fast step where it can take the
+		 * vector, else the careful one (which leaves NaN and inf out). A lone NaN or
+		 * underflow costs one vector's careful step, not the group's. */
+		for (int i = 0; i < GROUP; i += vec) {
+			struct fast_lanes v = { _mm256_setzero_ps(), _mm256_setzero_ps(),
+						_mm256_setzero_ps(), _mm256_setzero_ps(),
+						_mm256_setzero_ps(), _mm256_setzero_ps() };
+			lowm = _mm256_set1_epi32(-1);
+			xmax = _mm256_setzero_si256();
+			if (w16)
+				fast_bf16(q + i * sz, k, &v, &lowm, &xmax);
+			else
+				fast_8(q + i * sz, dtype, false, k, &v, &lowm, &xmax);
+			if (group_ok(lowm, xmax, lo, hi, w16)) {
+				fast_add(f, &v);
+				t->count += (uint32_t)vec;
+				continue;
+			}
+			for (int h = 0; h < vec; h += 8)
+				vec_step(load8(q + (i + h) * sz, dtype), 0xff, k, true, t);
+		}
+		redone++;
 	}
 	for (; j + 8 <= bn; j += 8) {
 		_mm_prefetch(p + j * sz + DLI_PREFETCH_BYTES, _MM_HINT_T0);
