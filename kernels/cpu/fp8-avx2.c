@@ -19,6 +19,7 @@
 #define BLOCK 1024
 /* Elements per group of fast steps (two cache lines of bf16, four of f32). */
 #define GROUP 64
+#define GROUP16 128 /* for bf16: 16 elements a fast step, so the same number of steps a check */
 
 struct k256 {
 	__m256 scale, maxv;
@@ -221,6 +222,10 @@ INLINE void fast_8(const char *p, enum dli_dtype dtype, bool odd, const struct k
  * lanes (AVX2 has no unsigned compare: a >= b is max(a, b) == a). */
 INLINE bool group_ok(__m256i lowm, __m256i xmax, __m256i lo, __m256i hi, bool w16)
 {
+	if (w16) /* saturating differences: nonzero where lowm < lo or xmax > hi */
+		return _mm256_testz_si256(_mm256_or_si256(_mm256_subs_epu16(lo, lowm),
+							  _mm256_subs_epu16(xmax, hi)),
+					  _mm256_set1_epi16(-1));
 	__m256i a = w16 ? _mm256_cmpeq_epi16(_mm256_max_epu16(lowm, lo), lowm)
 			: _mm256_cmpeq_epi32(_mm256_max_epu32(lowm, lo), lowm);
 	__m256i b = w16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(xmax, hi), xmax)
@@ -251,12 +256,13 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	const bool w16 = dtype == DLI_DTYPE_BF16;
 	const int vec = w16 ? 16 : 8; /* elements a fast step */
 	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
+	const int group = w16 ? GROUP16 : GROUP;
 
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
 	t->count = t->finite_nonzero = 0;
 	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
-	for (; fast && j + GROUP <= bn; j += GROUP) {
+	for (; fast && j + group <= bn; j += group) {
 		const char *q = p + j * sz;
 		/* the group's own sums, from zero: its steps do not wait for the block's sums
 		 * (which the compiler keeps in memory between groups), and an undone group has
@@ -265,23 +271,23 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 					_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
 		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
 
-		for (int i = 0; i < GROUP * sz; i += LINE_BYTES)
+		for (int i = 0; i < group * sz; i += LINE_BYTES)
 			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
 		if (w16)
-			for (int i = 0; i < GROUP; i += 16)
+			for (int i = 0; i < group; i += 16)
 				fast_bf16(q + i * sz, k, &g, &lowm, &xmax);
 		else
 			for (int i = 0; i < GROUP; i += 8)
 				fast_8(q + i * sz, dtype, i & 8, k, &g, &lowm, &xmax);
 		if (__builtin_expect(group_ok(lowm, xmax, lo, hi, w16), 1)) {
 			fast_add(f, &g);
-			t->count += GROUP;
+			t->count += (uint32_t)group;
 			continue;
 		}
 		/* The group again, a vector at a time: the fast step where it can take the
 		 * vector, else the careful one (which leaves NaN and inf out). A lone NaN or
 		 * underflow costs one vector's careful step, not the group's. */
-		for (int i = 0; i < GROUP; i += vec) {
+		for (int i = 0; i < group; i += vec) {
 			struct fast_lanes v = { _mm256_setzero_ps(), _mm256_setzero_ps(),
 						_mm256_setzero_ps(), _mm256_setzero_ps(),
 						_mm256_setzero_ps(), _mm256_setzero_ps() };
@@ -356,12 +362,12 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		       fe = _mm256_add_ps(f.err0, f.err1);
 
 		if (fast) {
-			fm.off = 2 * redone > bn / GROUP;
+			fm.off = 2 * redone > bn / (dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP);
 			fm.since = 0;
 		}
 		/* Only fast steps: their s^2 lie in [2^-28, 2^32], so the block's float sums are in
 		 * range, and every element was compared. */
-		if (fast && redone == 0 && bn % GROUP == 0) {
+		if (fast && redone == 0 && bn % (dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP) == 0) {
 			fxs = widen_add(fxs, fx);
 			fdqs = widen_add(fdqs, fq);
 			ferr = widen_add(ferr, fe);
