@@ -1,6 +1,8 @@
 /* The FP8 quantize-and-compare pass and the FP8 cast with AVX2 (8 lanes), without a branch per
- * element. The same arithmetic as fp8-avx512.c, which explains it; compiled with AVX2, FMA and
- * F16C flags and called only when the CPU has them. */
+ * element. The same cast as fp8-avx512.c, which explains it; the compare pass takes groups of
+ * vectors through a fast step checked once a group (see "Fast steps" below) and the rest through
+ * careful steps that leave NaN and infinities out. Compiled with AVX2, FMA and F16C flags and
+ * called only when the CPU has them. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -17,9 +19,10 @@
  * a block's float sums stay within a few ulps of 2^-24 * 64 of the exact sum before they are
  * added into doubles. */
 #define BLOCK 1024
-/* Elements per group of fast steps (two cache lines of bf16, four of f32). */
+/* Elements per group of fast steps: eight steps a range check (four cache lines of bf16 or f32).
+ * Larger groups cost a lone NaN or underflow more (its group is redone a vector at a time). */
 #define GROUP 64
-#define GROUP16 128 /* for bf16: 16 elements a fast step, so the same number of steps a check */
+#define GROUP16 128 /* bf16: 16 elements a fast step */
 
 struct k256 {
 	__m256 scale, maxv;
