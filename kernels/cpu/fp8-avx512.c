@@ -30,25 +30,6 @@ struct k512 {
 	__m512i xn1, xov, one;
 };
 
-/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit,
- * or -1. */
-static int64_t f32_last_le(float scale, float limit)
-{
-	int64_t lo = -1, hi = 0x7f7fffff; /* lo: known <= (or -1), hi + 1 .. : known > */
-
-	while (lo < hi) {
-		int64_t mid = lo + (hi - lo + 1) / 2;
-		uint32_t u = (uint32_t)mid;
-		float v;
-		memcpy(&v, &u, sizeof(v));
-		if (v * scale <= limit)
-			lo = mid;
-		else
-			hi = mid - 1;
-	}
-	return lo;
-}
-
 static void k512_init(struct k512 *k, enum dli_dtype format, float scale)
 {
 	int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
@@ -66,9 +47,9 @@ static void k512_init(struct k512 *k, enum dli_dtype format, float scale)
 	k->signmask = _mm512_set1_epi32(0x80);
 	k->mshift = 23 - mbits;
 	/* xn - 1: the last magnitude whose product is below the smallest normal */
-	k->xn1 = _mm512_set1_epi32((int)f32_last_le(scale, nextafterf(ldexpf(1.0f, 1 - bias),
+	k->xn1 = _mm512_set1_epi32((int)dli_fp8_f32_last_le(scale, nextafterf(ldexpf(1.0f, 1 - bias),
 								     0.0f)));
-	k->xov = _mm512_set1_epi32((int)f32_last_le(scale, format == DLI_DTYPE_F8E4M3 ? 448.0f
+	k->xov = _mm512_set1_epi32((int)dli_fp8_f32_last_le(scale, format == DLI_DTYPE_F8E4M3 ? 448.0f
 										     : 57344.0f));
 	k->one = _mm512_set1_epi32(1);
 }
@@ -361,7 +342,7 @@ struct kbf16 {
  * the bf16 bits b with b << 16 at most the largest such float. */
 static int bf16_last_le(float scale, float limit)
 {
-	int64_t f = f32_last_le(scale, limit);
+	int64_t f = dli_fp8_f32_last_le(scale, limit);
 
 	return f < 0 ? -1 : (int)(f >> 16);
 }

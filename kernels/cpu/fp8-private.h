@@ -23,6 +23,10 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
  * has AVX512_BF16. Tests set it to 0 to reach the generic path with bf16 input. */
 extern int dli_fp8_avx512_bf16_table;
 
+/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit, or -1:
+ * the SIMD paths' bounds of the values whose casts need no saturation or subnormal grid. */
+int64_t dli_fp8_f32_last_le(float scale, float limit);
+
 /* q[i] = encode(x[i] * scale), the same codes dli_fp8_encode gives, for n elements. */
 void dli_fp8_quantize_scalar(const void *data, enum dli_dtype dtype, int64_t n,
 			     enum dli_dtype format, float scale, uint8_t *q);
@@ -30,6 +34,10 @@ void dli_fp8_quantize_avx2(const void *data, enum dli_dtype dtype, int64_t n,
 			   enum dli_dtype format, float scale, uint8_t *q);
 void dli_fp8_quantize_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			     enum dli_dtype format, float scale, uint8_t *q);
+
+/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit, or -1:
+ * the SIMD paths' bounds of the values whose casts need no saturation or subnormal grid. */
+int64_t dli_fp8_f32_last_le(float scale, float limit);
 
 /* q[i] = encode(x[i] * scale) for n elements of f32, f16 or bf16, with the SIMD path of `o` (NULL:
  * the best one). For tests and for hosts that quantize on the CPU. -EINVAL for a bad dtype,

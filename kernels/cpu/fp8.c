@@ -158,6 +158,25 @@ float dli_fp8_scale(float amax, enum dli_dtype format, double margin)
 	return (float)s;
 }
 
+/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit,
+ * or -1. */
+int64_t dli_fp8_f32_last_le(float scale, float limit)
+{
+	int64_t lo = -1, hi = 0x7f7fffff; /* lo: known <= (or -1), hi + 1 .. : known > */
+
+	while (lo < hi) {
+		int64_t mid = lo + (hi - lo + 1) / 2;
+		uint32_t u = (uint32_t)mid;
+		float v;
+		memcpy(&v, &u, sizeof(v));
+		if (v * scale <= limit)
+			lo = mid;
+		else
+			hi = mid - 1;
+	}
+	return lo;
+}
+
 /* ---- Loading the inputs ---- */
 
 static float half_float(uint16_t h)

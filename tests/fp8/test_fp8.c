@@ -479,8 +479,9 @@ static void test_simd_codes_identical(void)
 	free(got);
 }
 
-/* The AVX-512 pass's bf16 table path, one element at a time over every finite bf16 pattern (in a
- * whole vector of zeros, or last in a tail): its codes are not written anywhere, but the decoded
+/* The SIMD passes on bf16 (AVX-512's table path, AVX2's vec_step), one element at a time over
+ * every finite bf16 pattern (in a whole vector of zeros, or last in a tail): their codes are not
+ * written anywhere, but the decoded
  * value shows in dq_sq and dot, which a wrong code moves by at least one FP8 step; the counts must
  * be exact. Scales around the edges: tiny and huge ones that put bf16 subnormals or the float
  * overflow in the format's range, and a float-subnormal scale (the generic path). */
@@ -488,10 +489,13 @@ static void test_bf16_every_pattern_one_by_one(void)
 {
 	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0.05f, 0x1p100f, 0x1p-100f,
 				 FLT_MAX, 1e-40f };
-	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	uint16_t v[32];
 
-	for (int k = 0; k < 2; k++) {
+	for (int kp = 0; kp < 4; kp++) {
+		int k = kp & 1;
+		struct dli_cpu_options o = { kp < 2 ? DLI_SIMD_AVX2 : DLI_SIMD_AVX512, 1 };
+		if (o.simd > dli_simd_detect())
+			continue;
 		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
 			int bad = 0;
 			for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
@@ -505,12 +509,11 @@ static void test_bf16_every_pattern_one_by_one(void)
 					continue; /* NaN and inf: left out of every term */
 				memset(v, 0, sizeof(v));
 				v[at] = (uint16_t)u;
-				if (dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k], scales[si], &o,
-							&r) == -ENOTSUP)
-					return;
+				CHECK_INT(dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k],
+							      scales[si], &o, &r), 0);
 				t = reference(v, DLI_DTYPE_BF16, n, formats[k], scales[si]);
-				snprintf(what, sizeof(what), "bf16 0x%04x scale %g %s", u,
-					 (double)scales[si], format_names[k]);
+				snprintf(what, sizeof(what), "%s bf16 0x%04x scale %g %s",
+					 dli_simd_name(o.simd), u, (double)scales[si], format_names[k]);
 				bad += compare_terms(&r, &t, 1e-6, what);
 			}
 			CHECK_INT(bad, 0);
@@ -518,43 +521,57 @@ static void test_bf16_every_pattern_one_by_one(void)
 	}
 }
 
-/* The same in the AVX-512 pass's fast groups (256 elements and more, so a whole group of eight
- * vectors precedes the tail): each finite pattern alone among zeros, which the fast step takes;
- * a pattern it cannot take has its group redone by the careful step. The zeros add nothing but
- * the count, so the reference is the pattern's own terms. With byte and with word lookups. */
+/* The same in the SIMD passes' fast groups (256 elements and more, so whole groups precede the
+ * tail: AVX-512's groups of eight vectors, AVX2's of 64 elements): each finite pattern alone
+ * among zeros, which the fast step takes; a pattern it cannot take has its group redone by the
+ * careful step. The zeros add nothing but the count, so the reference is the pattern's own terms.
+ * AVX-512 with byte and with word lookups. And every pattern among ordinary values (half the
+ * fast range's top), where a wrong code or a wrong redo shows against the reference's sums. */
 static void test_bf16_every_pattern_in_a_fast_group(void)
 {
 	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0.05f };
-	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	uint16_t *v = calloc(512, 2);
 
-	for (int kt = 0; kt < 4; kt++) {
+	for (int kt = 0; kt < 6; kt++) {
 		int k = kt & 1;
-		dli_fp8_avx512_bf16_table = kt < 2 ? 1 : 2; /* byte lookups, then words */
+		struct dli_cpu_options o = { kt < 2 ? DLI_SIMD_AVX2 : DLI_SIMD_AVX512, 1 };
+		if (o.simd > dli_simd_detect())
+			continue;
+		dli_fp8_avx512_bf16_table = kt < 4 ? 1 : 2; /* byte lookups, then words */
 		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
 			int bad = 0;
-			for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
-				int64_t n = 256 + (int64_t)(u % 37), at = (int64_t)(u * 7) % 256;
-				uint16_t one = (uint16_t)u;
-				struct dli_stats_record r;
-				struct terms t;
-				char what[96];
+			for (int bg = 0; bg < 2; bg++) {
+				float fmax = dli_fp8_max(formats[k]);
+				for (int i = 0; i < 512; i++) /* ordinary values, half of them negative */
+					v[i] = bg ? (uint16_t)(fbits((float)(i % 7 + 1) * fmax / 16.0f /
+								 scales[si] * (i & 1 ? -1.0f : 1.0f)) >> 16)
+						  : 0;
+				for (uint32_t u = 0; u < 0x10000 && bad < 5; u++) {
+					int64_t n = 256 + (int64_t)(u % 37), at = (int64_t)(u * 7) % 256;
+					uint16_t one = (uint16_t)u, keep = v[at];
+					struct dli_stats_record r;
+					struct terms t;
+					char what[128];
 
-				if ((u & 0x7f80) == 0x7f80)
-					continue;
-				v[at] = one;
-				if (dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k], scales[si], &o,
-							&r) == -ENOTSUP) {
-					dli_fp8_avx512_bf16_table = 1;
-					free(v);
-					return;
+					if ((u & 0x7f80) == 0x7f80 && !bg)
+						continue; /* alone: NaN and inf are left out of t */
+					if (bg && u % 61 != 0)
+						continue; /* among ordinary values: every 61st pattern */
+					v[at] = one;
+					CHECK_INT(dli_cpu_fp8_compare(v, DLI_DTYPE_BF16, n, formats[k],
+								      scales[si], &o, &r), 0);
+					if (bg) {
+						t = reference(v, DLI_DTYPE_BF16, n, formats[k], scales[si]);
+					} else {
+						t = reference(&one, DLI_DTYPE_BF16, 1, formats[k], scales[si]);
+						t.count = (uint64_t)n;
+					}
+					v[at] = keep;
+					snprintf(what, sizeof(what), "%s bf16 0x%04x at %lld of %lld bg %d, "
+						 "scale %g %s", dli_simd_name(o.simd), u, (long long)at,
+						 (long long)n, bg, (double)scales[si], format_names[k]);
+					bad += compare_terms(&r, &t, bg ? 1e-5 : 1e-6, what);
 				}
-				v[at] = 0;
-				t = reference(&one, DLI_DTYPE_BF16, 1, formats[k], scales[si]);
-				t.count = (uint64_t)n;
-				snprintf(what, sizeof(what), "bf16 0x%04x at %lld of %lld, scale %g %s", u,
-					 (long long)at, (long long)n, (double)scales[si], format_names[k]);
-				bad += compare_terms(&r, &t, 1e-6, what);
 			}
 			CHECK_INT(bad, 0);
 		}
@@ -613,22 +630,30 @@ static void test_fast_and_careful_stretches(void)
 	free(x);
 }
 
-/* The AVX-512 pass's fast groups on f32 (and f16) input: values on both sides of the edges of
+/* The SIMD passes' fast groups on f32 (and f16) input: values on both sides of the edges of
  * the fast range (the least |x| whose product is normal in the format, the largest whose product
  * is at most its max), zeros, float subnormals, NaN and inf, each alone in a group, among zeros
  * (so that its own terms show) and among ordinary values. */
 static void test_f32_fast_group_edges(void)
 {
 	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 1e-30f };
-	struct dli_cpu_options o = { DLI_SIMD_AVX512, 1 };
 	int64_t n = 256 * 2 + 23;
 	float *x = malloc((size_t)n * 4);
 
-	for (int k = 0; k < 2; k++)
+	for (int kp = 0; kp < 4; kp++)
 		for (size_t si = 0; si < sizeof(scales) / sizeof(scales[0]); si++) {
+			int k = kp & 1;
+			struct dli_cpu_options o = { kp < 2 ? DLI_SIMD_AVX2 : DLI_SIMD_AVX512, 1 };
+			if (o.simd > dli_simd_detect())
+				continue;
 			float sc = scales[si], fmax = dli_fp8_max(formats[k]);
 			float tiny = ldexpf(1.0f, k == 0 ? -6 : -14);
-			float edges[] = { tiny / sc, fmax / sc, 0.0f, -0.0f, 0x1p-140f, FLT_MIN, 1.0f,
+			/* the two edges (then +-3 ulps), values a few percent past them (below the
+			 * smallest normal the grid is coarser than the next binade's: a value the
+			 * fast step took there would round on the wrong grid), and the rest */
+			float edges[] = { tiny / sc, fmax / sc, tiny / sc * 0.96f, tiny / sc * 0.95f,
+					  tiny / sc * 0.6f, tiny / sc * 1.05f, fmax / sc * 1.02f,
+					  fmax / sc * 0.98f, 0.0f, -0.0f, 0x1p-140f, FLT_MIN, 1.0f,
 					  FLT_MAX, INFINITY, NAN };
 			int bad = 0;
 			for (size_t e = 0; e < sizeof(edges) / sizeof(edges[0]); e++)
@@ -648,15 +673,12 @@ static void test_f32_fast_group_edges(void)
 						for (int64_t i = 0; i < n; i++)
 							x[i] = bg ? (float)(i % 7 + 1) * fmax / 9.0f / sc : 0.0f;
 						x[at] = e & 1 ? -v : v;
-						if (dli_cpu_fp8_compare(x, DLI_DTYPE_F32, n, formats[k], sc, &o,
-									&r) == -ENOTSUP) {
-							free(x);
-							return;
-						}
+						CHECK_INT(dli_cpu_fp8_compare(x, DLI_DTYPE_F32, n, formats[k],
+									      sc, &o, &r), 0);
 						t = reference(x, DLI_DTYPE_F32, n, formats[k], sc);
-						snprintf(what, sizeof(what), "f32 %a at %lld bg %d scale %g %s",
-							 (double)x[at], (long long)at, bg, (double)sc,
-							 format_names[k]);
+						snprintf(what, sizeof(what), "%s f32 %a at %lld bg %d scale %g %s",
+							 dli_simd_name(o.simd), (double)x[at], (long long)at,
+							 bg, (double)sc, format_names[k]);
 						bad += compare_terms(&r, &t, bg ? 1e-5 : 1e-6, what);
 					}
 			CHECK_INT(bad, 0);

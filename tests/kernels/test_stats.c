@@ -375,57 +375,159 @@ static void test_fp8_all_codes(void)
  * (kernels/cpu/stats-avx512.c); this switch sends it through the generic loop instead. */
 extern int dli_stats_avx512_bf16dp;
 
-/* bf16 blocks of one sign, with and without +-0 (the 16-bit path derives min or max from the zero
- * count and the least nonzero magnitude there), on both AVX-512 bf16 loops against the reference;
- * and the reference cases once more with the generic loop. */
-static void test_bf16_signs(void)
+/* Blocks of one sign, with and without +-0 (the integer-lane paths derive min or max from the zero
+ * count and the least nonzero magnitude there), on f32, bf16 and f16: the AVX2 path's integer
+ * lanes (f32, bf16) and generic loop (f16), and both AVX-512 bf16 loops, against the reference;
+ * and the reference cases once more with the AVX-512 generic loop for bf16. */
+static void test_one_sign_blocks(void)
 {
-	if (dli_simd_detect() < DLI_SIMD_AVX512)
-		return;
 	int64_t n = 3 * DLI_STATS_BLOCK + 37;
-	unsigned char *p = malloc((size_t)n * 2);
+	unsigned char *p = malloc((size_t)n * 4);
 	double *x = malloc((size_t)n * sizeof(double));
-	/* case: 0 all negative, 1 negative and -0, 2 negative and +0, 3 positive and -0,
-	 * 4 positive and +0, 5 only -0, 6 one positive among negatives, 7 one negative among positives */
-	for (int c = 0; c < 8; c++) {
-		for (int64_t i = 0; i < n; i++) {
-			double v = 0.1 + rng_unit();
-			if (c <= 2 || c == 6)
-				v = -v;
-			if ((c == 1 || c == 3) && i % 97 == 5)
-				v = -0.0;
-			if ((c == 2 || c == 4) && i % 89 == 7)
-				v = 0.0;
-			if (c == 5)
-				v = -0.0;
-			if (c == 6 && i == n / 2)
-				v = 0.25;
-			if (c == 7 && i == DLI_STATS_BLOCK + 3)
-				v = -0.5;
-			ref_store(p, DLI_DTYPE_BF16, i, v);
-		}
-		for (int64_t i = 0; i < n; i++)
-			x[i] = ref_decode(p, DLI_DTYPE_BF16, i);
-		double want[DLI_STAT_COUNT], scale;
-		ref_stats(x, n, want, &scale);
-		for (int dp = 0; dp < 2; dp++) {
-			struct dli_cpu_options o = {.simd = DLI_SIMD_AVX512, .threads = 1};
-			struct dli_stats_record r;
-			char what[64];
-			snprintf(what, sizeof(what), "bf16 signs case %d bf16dp=%d", c, dp);
-			dli_stats_avx512_bf16dp = dp;
-			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, &o, &r), 0);
-			check_values(&r, want, scale, TOL, what);
-			CHECK(r.min_nonzero_abs == (c == 5 ? INFINITY : r.min_nonzero_abs));
+	static const enum dli_dtype sdt[] = {DLI_DTYPE_BF16, DLI_DTYPE_F32, DLI_DTYPE_F16};
+	for (int di = 0; di < 3; di++) {
+		enum dli_dtype dt = sdt[di];
+		/* case: 0 all negative, 1 negative and -0, 2 negative and +0, 3 positive and -0,
+		 * 4 positive and +0, 5 only -0, 6 one positive among negatives, 7 one negative among positives,
+		 * 8 only +0, 9 negative subnormals and -0 */
+		for (int c = 0; c < 10; c++) {
+			for (int64_t i = 0; i < n; i++) {
+				double v = 0.1 + rng_unit();
+				if (c <= 2 || c == 6)
+					v = -v;
+				if ((c == 1 || c == 3) && i % 97 == 5)
+					v = -0.0;
+				if ((c == 2 || c == 4) && i % 89 == 7)
+					v = 0.0;
+				if (c == 5)
+					v = -0.0;
+				if (c == 6 && i == n / 2)
+					v = 0.25;
+				if (c == 7 && i == DLI_STATS_BLOCK + 3)
+					v = -0.5;
+				if (c == 8)
+					v = 0.0;
+				if (c == 9)
+					v = i % 5 ? -(double)(1 + i % 127) * 0x1p-133 : -0.0;
+				ref_store(p, dt, i, v);
+			}
+			for (int64_t i = 0; i < n; i++)
+				x[i] = ref_decode(p, dt, i);
+			double want[DLI_STAT_COUNT], scale;
+			ref_stats(x, n, want, &scale);
+			for (int k = 0; k < 3; k++) {
+				enum dli_simd simd = k ? DLI_SIMD_AVX512 : DLI_SIMD_AVX2;
+				int dp = k == 2;
+				if (simd > dli_simd_detect() || (dp && dt != DLI_DTYPE_BF16))
+					continue;
+				struct dli_cpu_options o = {.simd = simd, .threads = 1};
+				struct dli_stats_record r;
+				char what[64];
+				snprintf(what, sizeof(what), "%s signs case %d %s bf16dp=%d", dtype_names[dt], c,
+					 dli_simd_name(simd), dp);
+				dli_stats_avx512_bf16dp = dp;
+				CHECK_INT(dli_cpu_stats(p, dt, n, &o, &r), 0);
+				check_values(&r, want, scale, TOL, what);
+				CHECK(r.min_nonzero_abs == (c == 5 || c == 8 ? INFINITY : r.min_nonzero_abs));
+				/* Zero extrema with the reference's signs (check_values compares them with ==). */
+				if (c == 5)
+					CHECK(signbit(r.min) && signbit(r.max));
+				if (c == 8)
+					CHECK(!signbit(r.min) && !signbit(r.max));
+			}
 		}
 	}
-	dli_stats_avx512_bf16dp = 0;
-	for (int mix = 0; mix < N_MIX; mix++)
-		for (int64_t m = 1; m < 20000; m = m * 3 + 1)
-			run_case(DLI_DTYPE_BF16, (enum mix)mix, m, mix % 2 ? 2 : 0);
 	dli_stats_avx512_bf16dp = 1;
+	if (dli_simd_detect() >= DLI_SIMD_AVX512) {
+		dli_stats_avx512_bf16dp = 0;
+		for (int mix = 0; mix < N_MIX; mix++)
+			for (int64_t m = 1; m < 20000; m = m * 3 + 1)
+				run_case(DLI_DTYPE_BF16, (enum mix)mix, m, mix % 2 ? 2 : 0);
+		dli_stats_avx512_bf16dp = 1;
+	}
 	free(p);
 	free(x);
+}
+
+/* Blocks holding NaN or infinities, which the AVX2 path records from counts and extrema alone (an
+ * integer pass, kernels/cpu/stats-avx2.c nf_block): every sign combination of NaN, +inf and -inf
+ * among negatives, positives, zeros and subnormals, whole tensors of one case and stretches of
+ * them among clean data, on f32, bf16 and f16, every path against the reference. */
+static double nf_value(int c, int64_t i)
+{
+	double v = 0.1 + rng_unit();
+	switch (c) {
+	case 0: return i % 2 ? NAN : -NAN;                  /* only NaN */
+	case 1: return i % 97 == 3 ? NAN : -v;              /* negatives and NaN */
+	case 2: return i % 97 == 3 ? -NAN : v;              /* positives and -NaN */
+	case 3: return i == 1234 ? INFINITY : rng_normal(); /* one +inf */
+	case 4: return i == 777 ? -INFINITY : rng_normal(); /* one -inf */
+	case 5: return i == 5000 ? INFINITY : -v;           /* +inf among negatives */
+	case 6: return i == 100 ? -INFINITY : i % 2 ? 0.0 : -0.0; /* -inf among zeros */
+	case 7: return i % 3 ? INFINITY : -INFINITY;        /* only infinities */
+	case 8: return i % 211 == 0 ? NAN : i % 7 ? v : -0.0; /* positives, -0 and NaN */
+	case 9: return i % 50 == 1 ? (i % 100 == 1 ? INFINITY : NAN) : -(double)(1 + i % 5) * 0x1p-133;
+	case 10: return i == 4095 ? NAN : i % 2 ? 1e-30 : -3e30; /* extreme magnitudes and NaN */
+	default: return rng_normal();                       /* clean */
+	}
+}
+
+static void test_nonfinite_blocks(void)
+{
+	enum { N_CASES = 12 };
+	const int64_t n = 5 * DLI_STATS_BLOCK + 45;
+	for (size_t d = 0; d < 3; d++) {
+		enum dli_dtype dt = dtypes[d];
+		size_t es = dli_dtype_size(dt);
+		unsigned char *p = malloc((size_t)n * es);
+		double *x = malloc((size_t)n * sizeof(double)), want[DLI_STAT_COUNT], scale;
+		/* c < N_CASES: the whole tensor one case; then stretches of 1000 and 4096 elements of
+		 * the cases in turn */
+		for (int c = 0; c < N_CASES + 2; c++) {
+			int64_t stretch = c == N_CASES ? 1000 : 4096;
+			for (int64_t i = 0; i < n; i++) {
+				int k = c < N_CASES ? c : (int)((i / stretch) % N_CASES);
+				ref_store(p, dt, i, nf_value(k, i));
+				x[i] = ref_decode(p, dt, i);
+			}
+			ref_stats(x, n, want, &scale);
+			/* The record's extrema leave NaN out (include/dlinspect/stats.h); the statistics
+			 * made from them are NaN when there is one, so check the fields themselves. */
+			double mn = INFINITY, mx = -INFINITY, amax = 0, mnz = INFINITY;
+			for (int64_t i = 0; i < n; i++) {
+				if (isnan(x[i]))
+					continue;
+				mn = x[i] < mn ? x[i] : mn;
+				mx = x[i] > mx ? x[i] : mx;
+				amax = fabs(x[i]) > amax ? fabs(x[i]) : amax;
+				if (x[i] != 0 && fabs(x[i]) < mnz)
+					mnz = fabs(x[i]);
+			}
+			for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
+				if (paths[k] > dli_simd_detect())
+					continue;
+				struct dli_cpu_options o = {.simd = paths[k], .threads = 1};
+				struct dli_stats_record r;
+				char what[96];
+				CHECK_INT(dli_cpu_stats(p, dt, n, &o, &r), 0);
+				snprintf(what, sizeof(what), "non-finite case %d %s %s", c, dtype_names[dt],
+					 dli_simd_name(paths[k]));
+				CHECK(r.count == (uint64_t)n);
+				check_values(&r, want, scale, TOL, what);
+				if (r.min != mn || r.max != mx || r.amax != amax || r.min_nonzero_abs != mnz) {
+					check_failures++;
+					fprintf(stderr, "%s: record min %g max %g amax %g mnz %g, expected %g %g "
+						"%g %g\n", what, r.min, r.max, r.amax, r.min_nonzero_abs, mn, mx,
+						amax, mnz);
+				}
+				check_count++;
+				if (c == 0)
+					CHECK(r.nan_count == (uint64_t)n);
+			}
+		}
+		free(p);
+		free(x);
+	}
 }
 
 /* ---- Merges ---- */
@@ -736,9 +838,10 @@ int main(void)
 	test_errors();
 	test_pass_against_reference();
 	test_fp8_all_codes();
-	test_bf16_signs();
+	test_one_sign_blocks();
 	test_merge();
 	test_block_kinds_mixed();
+	test_nonfinite_blocks();
 	test_variance_large_mean();
 	test_parallel_for();
 	test_threads();
