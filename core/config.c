@@ -1161,8 +1161,8 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			b->first_sched_key = key;
 		b->sched_here = true;
 	} else if ((d->flags & DLI_FEATURE_SCHEDULED) && !strcmp(k, "start_end_list")) {
-		static const struct dli_param_desc pairs = {"start_end_list", NULL, DLI_PARAM_INT_PAIRS,
-							    NULL, NULL, NULL, false};
+		static const struct dli_param_desc pairs = {.key = "start_end_list",
+							    .type = DLI_PARAM_INT_PAIRS};
 		r = parse_value(rs, &pairs, v, &b->ranges);
 		/* Stored inclusive. The base namespace's end is exclusive (nvdlfw_inspect's
 		 * enable_logging_at_current_step: step < end), TransformerEngine's inclusive

@@ -176,6 +176,8 @@ const struct dli_host dli_host_template = {
 	.stats_acc_histogram = dli_stats_acc_histogram,
 	.stats_acc_read_histogram = dli_stats_acc_read_histogram,
 	.make_dirs = dli_make_dirs,
+	.stats_acc_read_sized = dli_stats_acc_read_sized,
+	.stats_value_sized = dli_stats_value_sized,
 };
 
 /* ---- Names ---- */

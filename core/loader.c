@@ -22,9 +22,8 @@
 static pthread_mutex_t dli_ltdl_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned dli_ltdl_users;
 
-/* The size of the tables as ABI 1.0 defined them: a module built against 1.0 headers must fill at
- * least this much; members added later are checked with DLI_HAS_MEMBER where they are used. */
-#define DLI_MODULE_SIZE_1_0 (offsetof(struct dli_module, n_loggers) + sizeof(size_t))
+/* What any module fills, whatever its version: enough to read the ABI it was built for. The sizes
+ * of ABI 1.0's tables are in dlinspect/plugin.h. */
 #define DLI_MODULE_HEADER_SIZE (offsetof(struct dli_module, abi_minor) + sizeof(uint16_t))
 
 struct dli_loaded {
@@ -32,7 +31,10 @@ struct dli_loaded {
 	char *path; /* as opened */
 	char *real; /* resolved, so that one file reached twice is loaded once */
 	char *name; /* file name without ".so" (equal to module->name) */
-	const struct dli_module *module; /* static data of the module: valid until the handle closes */
+	/* The host's copy of the module's descriptors (see dli_module_copy): valid until closed. */
+	const struct dli_module *module;
+	void **copies; /* every block of that copy, owned */
+	size_t n_copies;
 };
 
 struct dli_loader {
@@ -241,6 +243,9 @@ static void dli_loaded_close(struct dli_loaded *m)
 		lt_dlclose(m->handle);
 		pthread_mutex_unlock(&dli_ltdl_lock);
 	}
+	for (size_t i = 0; i < m->n_copies; i++)
+		free(m->copies[i]);
+	free(m->copies);
 	free(m->path);
 	free(m->real);
 	free(m->name);
@@ -263,6 +268,111 @@ static int dli_open_error(struct dli_error *err, const char *path, const char *w
 	else if (strstr(why, "ELF") || strstr(why, "file too short"))
 		hint = "; it is not a shared object built for this machine";
 	return dli_error_set(err, -ENOEXEC, NULL, "cannot load module %s: %s%s", path, why, hint);
+}
+
+/* The stride of a descriptor's params array. struct dli_param_desc carries no size: the
+ * descriptor's param_size gives it (1.1); without it, the size of the minor the module was built
+ * for, which this host knows unless the module is newer. */
+static int param_stride(const struct dli_module *mod, size_t param_size, size_t n_params,
+			size_t *stride)
+{
+	*stride = mod->abi_minor == 0 ? DLI_PARAM_DESC_SIZE_1_0 : DLI_PARAM_DESC_SIZE_1_1;
+	if (param_size) {
+		if (param_size < DLI_PARAM_DESC_SIZE_1_0)
+			return -ENOEXEC;
+		*stride = param_size;
+	} else if (mod->abi_minor > DLI_ABI_MINOR && n_params) {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const char *param_stride_why(int r)
+{
+	return r == -ENOEXEC ? "param_size is smaller than ABI 1.0's struct dli_param_desc"
+			     : "built for a newer minor ABI than this dlinspect's without param_size "
+			       "(= DLI_PARAM_SIZE): its params cannot be read";
+}
+
+/* A zero-filled block of `want` bytes holding the first min(have, want) bytes of `src`, owned by
+ * `m`; NULL when out of memory. */
+static void *copy_block(struct dli_loaded *m, const void *src, size_t have, size_t want)
+{
+	void **v = realloc(m->copies, (m->n_copies + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	m->copies = v;
+	void *p = calloc(1, want ? want : 1);
+	if (!p)
+		return NULL;
+	memcpy(p, src, have < want ? have : want);
+	m->copies[m->n_copies++] = p;
+	return p;
+}
+
+/* A table whose first member is its uint32_t size: copied at the host's size, its size member
+ * clamped to what the copy holds, so DLI_HAS_MEMBER on the copy stays true to the module. */
+static void *copy_table(struct dli_loaded *m, const void *src, size_t want)
+{
+	uint32_t have;
+	memcpy(&have, src, sizeof have);
+	uint32_t *p = copy_block(m, src, have, want);
+	if (p && have > want)
+		*p = (uint32_t)want;
+	return p;
+}
+
+static const struct dli_param_desc *copy_params(struct dli_loaded *m, const struct dli_param_desc *src,
+						size_t n, size_t stride)
+{
+	struct dli_param_desc *v = copy_block(m, "", 0, n * sizeof(*v));
+	for (size_t i = 0; v && i < n; i++)
+		memcpy(&v[i], (const char *)src + i * stride, stride < sizeof(*v) ? stride : sizeof(*v));
+	return v;
+}
+
+/* The host's view of a checked module: every descriptor, ops table and param array copied into
+ * zero-filled blocks of this dlinspect's sizes, so the rest of the core reads every member it
+ * knows, and members a module's older headers lacked read as NULL / 0 (absent, optional). The
+ * module's own data is read only as far as its sizes say. */
+static int dli_module_copy(struct dli_loaded *m)
+{
+	const struct dli_module *src = m->module;
+	struct dli_module *mod = copy_table(m, src, sizeof(*mod));
+	if (!mod)
+		return -ENOMEM;
+	const struct dli_feature_desc **fv = NULL;
+	const struct dli_logger_desc **lv = NULL;
+	if (src->n_features && !(fv = copy_block(m, "", 0, src->n_features * sizeof(*fv))))
+		return -ENOMEM;
+	if (src->n_loggers && !(lv = copy_block(m, "", 0, src->n_loggers * sizeof(*lv))))
+		return -ENOMEM;
+	for (size_t i = 0; i < src->n_features; i++) {
+		struct dli_feature_desc *f = copy_table(m, src->features[i], sizeof(*f));
+		if (!f || !(f->ops = copy_table(m, src->features[i]->ops, sizeof(*f->ops))))
+			return -ENOMEM;
+		size_t stride;
+		param_stride(src, f->param_size, f->n_params, &stride);
+		if (f->n_params && !(f->params = copy_params(m, f->params, f->n_params, stride)))
+			return -ENOMEM;
+		f->param_size = sizeof(struct dli_param_desc);
+		fv[i] = f;
+	}
+	for (size_t i = 0; i < src->n_loggers; i++) {
+		struct dli_logger_desc *l = copy_table(m, src->loggers[i], sizeof(*l));
+		if (!l || !(l->ops = copy_table(m, src->loggers[i]->ops, sizeof(*l->ops))))
+			return -ENOMEM;
+		size_t stride;
+		param_stride(src, l->param_size, l->n_params, &stride);
+		if (l->n_params && !(l->params = copy_params(m, l->params, l->n_params, stride)))
+			return -ENOMEM;
+		l->param_size = sizeof(struct dli_param_desc);
+		lv[i] = l;
+	}
+	mod->features = fv;
+	mod->loggers = lv;
+	m->module = mod;
+	return 0;
 }
 
 static int dli_module_check(const struct dli_module *mod, const char *name, const char *path,
@@ -297,12 +407,12 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 		if (!f)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature #%zu is NULL", name, path, i);
-		/* Every member of ABI 1.0 must be there; later members are checked before use. */
-		if (f->size < sizeof(*f))
+		/* Every member of ABI 1.0 must be there; later ones read as 0 when absent. */
+		if (f->size < DLI_FEATURE_DESC_SIZE_1_0)
 			return dli_error_set(err, -ENOEXEC, NULL,
-					     "module '%s' (%s): feature #%zu has descriptor size %u, this "
-					     "dlinspect needs at least %zu", name, path, i, (unsigned)f->size,
-					     sizeof(*f));
+					     "module '%s' (%s): feature #%zu has descriptor size %u, ABI %d "
+					     "needs at least %zu", name, path, i, (unsigned)f->size,
+					     DLI_ABI_MAJOR, (size_t)DLI_FEATURE_DESC_SIZE_1_0);
 		if (!f->name || !*f->name)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature #%zu has no name", name, path, i);
@@ -323,6 +433,13 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature '%s' declares %zu params but no "
 					     "array", name, path, f->name, f->n_params);
+		size_t stride;
+		int r = param_stride(mod, DLI_HAS_MEMBER(f, struct dli_feature_desc, param_size)
+						       ? f->param_size : 0, f->n_params, &stride);
+		if (r < 0)
+			return dli_error_set(err, r, NULL,
+					     "module '%s' (%s): feature '%s': %s", name, path, f->name,
+					     param_stride_why(r));
 	}
 
 	for (size_t i = 0; i < mod->n_loggers; i++) {
@@ -330,11 +447,11 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 		if (!l)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger #%zu is NULL", name, path, i);
-		if (l->size < sizeof(*l))
+		if (l->size < DLI_LOGGER_DESC_SIZE_1_0)
 			return dli_error_set(err, -ENOEXEC, NULL,
-					     "module '%s' (%s): logger #%zu has descriptor size %u, this "
-					     "dlinspect needs at least %zu", name, path, i, (unsigned)l->size,
-					     sizeof(*l));
+					     "module '%s' (%s): logger #%zu has descriptor size %u, ABI %d "
+					     "needs at least %zu", name, path, i, (unsigned)l->size,
+					     DLI_ABI_MAJOR, (size_t)DLI_LOGGER_DESC_SIZE_1_0);
 		if (!l->name || !*l->name)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger #%zu has no name", name, path, i);
@@ -355,6 +472,13 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger '%s' declares %zu params but no array",
 					     name, path, l->name, l->n_params);
+		size_t stride;
+		int r = param_stride(mod, DLI_HAS_MEMBER(l, struct dli_logger_desc, param_size)
+						       ? l->param_size : 0, l->n_params, &stride);
+		if (r < 0)
+			return dli_error_set(err, r, NULL,
+					     "module '%s' (%s): logger '%s': %s", name, path, l->name,
+					     param_stride_why(r));
 	}
 	return 0;
 }
@@ -430,6 +554,8 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 		return rc;
 	}
 	rc = dli_module_check(m->module, name, path, err);
+	if (rc == 0 && dli_module_copy(m) < 0)
+		rc = dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
 	if (rc < 0)
 		dli_loaded_close(m);
 	return rc;

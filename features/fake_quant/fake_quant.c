@@ -24,7 +24,7 @@ static int dli_fq_create(const struct dli_feature_create_args *args, void **inst
 {
 	struct dli_fq *self;
 
-	/* A host table describing modules only (`dlinspect plugins`), or an older core: no casts. */
+	/* fp8_cast and tensor_amax are ABI 1.1: a 1.0 host has no casts. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
 	    !args->host->fp8_cast || !args->host->fp8_scale) {
 		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");

@@ -118,8 +118,8 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 	const struct dli_value *p = args->params;
 	struct dli_lfs *self;
 
-	/* A host table describing modules only (`dlinspect plugins`) has no statistics calls:
-	 * refuse to make an instance there rather than crash at the first tensor. */
+	/* A host may lack the statistics calls (a test's stand-in table): refuse to make an
+	 * instance there rather than crash at the first tensor. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
 		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
 		return -ENOTSUP;

@@ -49,8 +49,8 @@ static int dli_lts_create(const struct dli_feature_create_args *args, void **ins
 	const struct dli_value *stats = &args->params[0];
 	struct dli_lts *self;
 
-	/* A host table describing modules only (`dlinspect plugins`) has no statistics calls:
-	 * refuse to make an instance there rather than crash at the first tensor. */
+	/* A host may lack the statistics calls (a test's stand-in table): refuse to make an
+	 * instance there rather than crash at the first tensor. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
 		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
 		return -ENOTSUP;
