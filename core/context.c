@@ -630,6 +630,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
 		goto fail;
+	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);
 	if ((r = load_modules(ctx, o, err)))
 		goto fail;
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))

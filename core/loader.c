@@ -2,13 +2,17 @@
  * their entry and checks the descriptor before any other part of the core touches it. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ltdl.h>
 
@@ -39,6 +43,7 @@ struct dli_loaded {
 
 struct dli_loader {
 	const struct dli_host *host;
+	bool allow_paths; /* an `extensions` entry may be a path (docs/security.md) */
 	char **dirs;
 	size_t n_dirs;
 	struct dli_loaded *mods;
@@ -106,6 +111,141 @@ static bool dli_is_regular(const char *path)
 	struct stat st;
 
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+#if UINTPTR_MAX > 0xffffffffu
+#define DLI_ELFCLASS ELFCLASS64
+typedef Elf64_Ehdr dli_elf_ehdr;
+typedef Elf64_Shdr dli_elf_shdr;
+typedef Elf64_Sym dli_elf_sym;
+#else
+#define DLI_ELFCLASS ELFCLASS32
+typedef Elf32_Ehdr dli_elf_ehdr;
+typedef Elf32_Shdr dli_elf_shdr;
+typedef Elf32_Sym dli_elf_sym;
+#endif
+
+/* What a module file says about itself before anything loads it. */
+struct dli_elf_info {
+	bool elf;       /* an ELF object of this machine's class, with section headers */
+	bool has_entry; /* its dynamic symbols define DLI_MODULE_ENTRY_NAME */
+	bool has_ns;    /* it has a DLI_MODULE_NAMESPACE note, whose text is in ns */
+	char ns[DLI_NAMESPACE_MAX];
+};
+
+/* Whether the defined dynamic symbols of section `sh` (SHT_DYNSYM) include `want`. */
+static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
+			    const dli_elf_shdr *sh, const char *want)
+{
+	dli_elf_shdr str;
+	if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(dli_elf_sym) ||
+	    sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
+		return false;
+	memcpy(&str, b + eh->e_shoff + sh->sh_link * sizeof str, sizeof str);
+	if (str.sh_offset > len || str.sh_size > len - str.sh_offset)
+		return false;
+	size_t want_len = strlen(want) + 1;
+	for (size_t i = 0; i < sh->sh_size / sizeof(dli_elf_sym); i++) {
+		dli_elf_sym sym;
+		memcpy(&sym, b + sh->sh_offset + i * sizeof sym, sizeof sym);
+		if (sym.st_shndx == SHN_UNDEF || sym.st_name >= str.sh_size ||
+		    str.sh_size - sym.st_name < want_len)
+			continue;
+		if (memcmp(b + str.sh_offset + sym.st_name, want, want_len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The namespace note of note section `sh`, if it holds one. */
+static bool dli_elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
+			    size_t size)
+{
+	static const char owner[] = DLI_NOTE_NAME;
+	if (sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
+		return false;
+	size_t off = sh->sh_offset, end = sh->sh_offset + sh->sh_size;
+	while (end - off >= 12) {
+		uint32_t nh[3]; /* namesz, descsz, type */
+		memcpy(nh, b + off, sizeof nh);
+		size_t name_len = ((size_t)nh[0] + 3) & ~(size_t)3;
+		size_t desc_len = ((size_t)nh[1] + 3) & ~(size_t)3;
+		off += 12;
+		if (name_len > end - off || desc_len > end - off - name_len)
+			return false;
+		const char *name = (const char *)b + off, *desc = name + name_len;
+		if (nh[2] == DLI_NOTE_NAMESPACE && nh[0] == sizeof owner &&
+		    memcmp(name, owner, sizeof owner) == 0 && nh[1] > 1 && nh[1] <= size &&
+		    memchr(desc, '\0', nh[1]) == desc + nh[1] - 1) {
+			memcpy(ns, desc, nh[1]);
+			return true;
+		}
+		off += name_len + desc_len;
+	}
+	return false;
+}
+
+/* Reads `path` as data, never loading it, so that deciding what to load runs no library's code
+ * (a constructor runs as soon as the dynamic linker maps a file). Every offset is checked against
+ * the file's size: the file is untrusted. 0 (info filled; info->elf false for anything that is
+ * not an ELF object of this machine's class), or a negative errno when it cannot be read. */
+static int dli_elf_inspect(const char *path, struct dli_elf_info *info)
+{
+	struct stat st;
+
+	memset(info, 0, sizeof(*info));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(dli_elf_ehdr)) {
+		close(fd);
+		return 0;
+	}
+	size_t len = (size_t)st.st_size;
+	const unsigned char *b = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (b == MAP_FAILED)
+		return -errno;
+
+	dli_elf_ehdr eh;
+	memcpy(&eh, b, sizeof eh);
+	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == DLI_ELFCLASS &&
+	    eh.e_shentsize == sizeof(dli_elf_shdr) && eh.e_shnum > 0 && eh.e_shoff <= len &&
+	    (len - eh.e_shoff) / sizeof(dli_elf_shdr) >= eh.e_shnum) {
+		info->elf = true;
+		for (size_t i = 0; i < eh.e_shnum; i++) {
+			dli_elf_shdr sh;
+			memcpy(&sh, b + eh.e_shoff + i * sizeof sh, sizeof sh);
+			if (sh.sh_type == SHT_DYNSYM && !info->has_entry)
+				info->has_entry = dli_elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
+			else if (sh.sh_type == SHT_NOTE && !info->has_ns)
+				info->has_ns = dli_elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
+		}
+	}
+	munmap((void *)b, len);
+	return 0;
+}
+
+/* What makes a file on the plugin path loadable at all (docs/security.md): a regular file that
+ * only its owner, this user or root, can change. */
+static int dli_file_policy(const char *path, const struct stat *st, struct dli_error *err)
+{
+	uid_t me = geteuid();
+
+	if (!S_ISREG(st->st_mode))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "cannot load module %s: not a regular file", path);
+	if (st->st_uid != me && st->st_uid != 0)
+		return dli_error_set(err, -EPERM, NULL,
+				     "refusing to load module %s: it is owned by uid %u, not by you "
+				     "(uid %u) or root", path, (unsigned)st->st_uid, (unsigned)me);
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return dli_error_set(err, -EPERM, NULL,
+				     "refusing to load module %s: it is writable by %s (mode %04o); "
+				     "a module may be writable by its owner only (chmod go-w)", path,
+				     (st->st_mode & S_IWOTH) ? "everyone" : "its group",
+				     (unsigned)(st->st_mode & 07777));
+	return 0;
 }
 
 static char *dli_path_join(const char *dir, const char *file, const char *suffix)
@@ -610,9 +750,8 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		int e = errno;
 		return dli_error_set(err, -e, NULL, "cannot load module %s: %s", path, strerror(e));
 	}
-	if (!S_ISREG(st.st_mode))
-		return dli_error_set(err, -EINVAL, NULL,
-				     "cannot load module %s: not a regular file", path);
+	if ((rc = dli_file_policy(path, &st, err)) < 0)
+		return rc;
 
 	name = strndup(base, strlen(base) - 3);
 	if (!name || dli_realpath(path, &real) < 0)
@@ -629,9 +768,32 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		goto out;
 	}
 
+	struct dli_elf_info elf;
+	if ((rc = dli_elf_inspect(path, &elf)) < 0) {
+		rc = dli_error_set(err, rc, NULL, "cannot load module %s: %s", path, strerror(-rc));
+		goto out;
+	}
+	/* A file that is not an ELF object of ours goes to the dynamic linker, which refuses it
+	 * with its own reason and runs nothing; one that is must export the entry first. */
+	if (elf.elf && !elf.has_entry) {
+		rc = dli_error_set(err, -ENOEXEC, NULL,
+				   "%s is not a dlinspect module: it does not export %s (define it with "
+				   "DLI_EXPORT, see dlinspect/plugin.h); it was not loaded", path,
+				   DLI_MODULE_ENTRY_NAME);
+		goto out;
+	}
 	rc = dli_module_open(loader, path, name, real, &m, err);
 	if (rc < 0)
 		goto out;
+	/* The note is how a namespace finds its modules: it must say what the descriptor says. */
+	if (elf.has_ns && (!m.module->ns || strcmp(m.module->ns, elf.ns) != 0)) {
+		rc = dli_error_set(err, -EINVAL, NULL,
+				   "module '%s' (%s) declares namespace '%s' with DLI_MODULE_NAMESPACE but "
+				   "'%s' in its descriptor", name, path, elf.ns,
+				   m.module->ns ? m.module->ns : "(none)");
+		dli_loaded_close(&m);
+		goto out;
+	}
 	if (ns_seen && dli_strings_add(ns_seen, m.module->ns) < 0) {
 		dli_loaded_close(&m);
 		goto nomem;
@@ -742,8 +904,16 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 {
 	if (!entry || !*entry)
 		return dli_error_set(err, -EINVAL, NULL, "empty extension name");
-	if (strchr(entry, '/'))
+	if (strchr(entry, '/')) {
+		if (!loader->allow_paths)
+			return dli_error_set(err, -EPERM, NULL,
+					     "'%s' is a path, and modules load by name from the plugin dirs "
+					     "only; to load it, put its dir on DLINSPECT_PLUGIN_PATH and name "
+					     "the module, or let the host allow module paths "
+					     "(dli_options.allow_module_paths, dlinspect check "
+					     "--allow-module-path)", entry);
 		return dli_load_file(loader, entry, NULL, NULL, NULL, err);
+	}
 
 	/* "x.so" means the module x: users write the file name too. */
 	size_t len = strlen(entry);
@@ -772,9 +942,9 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 		}
 	}
 
-	/* Not a module name: a namespace. Every module on the path must be opened to read its
-	 * descriptor; a module that fails to load fails the whole entry, since it may well be the
-	 * one of this namespace. */
+	/* Not a module name: a namespace. Its modules are the files whose DLI_MODULE_NAMESPACE note
+	 * names it, read without loading anything; a module so named that fails to load fails the
+	 * whole entry. */
 	struct dli_candidates c = {0};
 	struct dli_strings ns_seen = {0};
 	size_t matched = 0;
@@ -788,8 +958,17 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory loading '%s'", entry);
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		struct dli_elf_info elf;
 		long at;
-		rc = dli_load_file(loader, c.v[i].path, name, &ns_seen, &at, err);
+		if (dli_elf_inspect(c.v[i].path, &elf) < 0 || !elf.has_ns)
+			continue;
+		if ((rc = dli_strings_add(&ns_seen, elf.ns)) < 0) {
+			rc = dli_error_set(err, rc, NULL, "out of memory loading '%s'", entry);
+			break;
+		}
+		if (strcmp(elf.ns, name) != 0)
+			continue;
+		rc = dli_load_file(loader, c.v[i].path, name, NULL, &at, err);
 		if (rc < 0)
 			dli_error_prefix(err, NULL,
 					 "no module %s.so, so '%s' was taken as a namespace; while "
@@ -803,6 +982,11 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	dli_candidates_finish(&c);
 	free(name);
 	return rc;
+}
+
+void dli_loader_allow_paths(struct dli_loader *loader, bool allow)
+{
+	loader->allow_paths = allow;
 }
 
 size_t dli_loader_count(const struct dli_loader *loader)

@@ -144,6 +144,9 @@ static const struct dli_feature_desc dli_blts_feature = {
 };
 static const struct dli_feature_desc *const dli_blts_features[] = {&dli_blts_feature};
 
+/* How `extensions: [base]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("base");
+
 static const struct dli_module dli_blts_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

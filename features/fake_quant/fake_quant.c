@@ -112,6 +112,9 @@ static const struct dli_feature_desc dli_fq_feature = {
 };
 static const struct dli_feature_desc *const dli_fq_features[] = {&dli_fq_feature};
 
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
+
 static const struct dli_module dli_fq_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

@@ -242,6 +242,9 @@ static const struct dli_feature_desc dli_lts_feature = {
 };
 static const struct dli_feature_desc *const dli_lts_features[] = {&dli_lts_feature};
 
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
+
 static const struct dli_module dli_lts_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

@@ -116,6 +116,9 @@ static const struct dli_feature_desc dli_pts_feature = {
 };
 static const struct dli_feature_desc *const dli_pts_features[] = {&dli_pts_feature};
 
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
+
 static const struct dli_module dli_pts_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

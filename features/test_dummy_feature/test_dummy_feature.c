@@ -68,6 +68,9 @@ static const struct dli_feature_desc dli_dummy_feature = {
 };
 static const struct dli_feature_desc *const dli_dummy_features[] = {&dli_dummy_feature};
 
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
+
 static const struct dli_module dli_dummy_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

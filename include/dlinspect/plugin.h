@@ -440,6 +440,27 @@ struct dli_module {
 	size_t n_loggers;
 };
 
+/* ---- The namespace note (ABI 1.1) ----
+ * `extensions: [<namespace>]` loads every module of that namespace. To find them without loading
+ * (and so running the code of) every library on the plugin path, dlinspect reads an ELF note that
+ * a module declares with this macro, once, at file scope, with the same string as its `ns`:
+ *     DLI_MODULE_NAMESPACE("my_plugins");
+ * A module without the note still loads by its name, or with no `extensions` at all. */
+#define DLI_NOTE_NAME "dlinspect"
+#define DLI_NOTE_NAMESPACE 1
+#define DLI_NAMESPACE_MAX 128 /* bytes, with the terminating NUL */
+#if defined(__GNUC__)
+#define DLI_MODULE_NAMESPACE(ns)                                                                  \
+	__attribute__((used, section(".note.dlinspect"), aligned(4))) static const struct {       \
+		uint32_t namesz, descsz, type;                                                     \
+		char name[(sizeof(DLI_NOTE_NAME) + 3) / 4 * 4];                                    \
+		char desc[(sizeof(ns) + 3) / 4 * 4];                                               \
+	} dli_module_namespace_note = {sizeof(DLI_NOTE_NAME), sizeof(ns), DLI_NOTE_NAMESPACE,       \
+				       DLI_NOTE_NAME, ns}
+#else
+#define DLI_MODULE_NAMESPACE(ns) extern int dli_module_namespace_note_unsupported
+#endif
+
 typedef const struct dli_module *(*dli_module_entry_fn)(const struct dli_host *host);
 
 /* Every module defines exactly this, returning a pointer to static data (NULL = refuse to load):

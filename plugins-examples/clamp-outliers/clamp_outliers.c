@@ -164,6 +164,9 @@ static const struct dli_feature_desc clamp_feature = {
 };
 static const struct dli_feature_desc *const clamp_features[] = {&clamp_feature};
 
+/* How `extensions: [my_plugins]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("my_plugins");
+
 static const struct dli_module clamp_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR, /* the headers this was built with: the core checks the major */

@@ -56,6 +56,18 @@ done
 # Loaded from the build tree, not an installed copy.
 grep -qE "/features/disable_fp8_gemm\.so$" <<<"$out" && grep -qE "/loggers/file\.so$" <<<"$out" && ok || bad "module paths: $out"
 
+# A config cannot name a module file by path; the user can allow it on the command line.
+so=$(grep -oE "[^ ]*/features/disable_fp8_gemm\.so$" <<<"$out" | head -n 1)
+printf 'extensions: [%s]\n' "$so" >"$cfg"
+out=$("$tool" check "$cfg" 2>&1)
+[ $? = 1 ] && ok || bad "check accepted a module path: $out"
+grep -qF "$cfg:1:14: extensions: '$so': '$so' is a path, and modules load by name from the plugin dirs only" <<<"$out" && ok || bad "module path refusal: $out"
+out=$("$tool" check "$cfg" --allow-module-path 2>&1)
+[ $? = 0 ] && ok || bad "check --allow-module-path still refuses: $out"
+# The environment alone cannot allow it.
+out=$(DLINSPECT_ALLOW_MODULE_PATH=1 "$tool" check "$cfg" 2>&1)
+[ $? = 1 ] && ok || bad "an environment variable allowed a module path: $out"
+
 "$tool" check >/dev/null 2>&1; [ $? = 2 ] && ok || bad "check without a config should exit 2"
 "$tool" frobnicate >/dev/null 2>&1; [ $? = 2 ] && ok || bad "unknown command should exit 2"
 out=$("$tool" check /nonexistent.yaml 2>&1); [ $? = 1 ] && grep -q "cannot open config '/nonexistent.yaml'" <<<"$out" && ok || bad "missing file: $out"
