@@ -8,6 +8,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
+
 struct dli_fq {
 	const struct dli_host *host;
 	enum dli_dtype format;
@@ -98,7 +100,8 @@ static const struct dli_param_desc dli_fq_params[] = {
 			   .doc = "FP8 format the values are rounded to: FP8E4M3 or FP8E5M2",
 			   .choices = dli_fq_formats, .required = true},
 	[DLI_FQ_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin",
+			   DLI_FP8_MARGIN_RANGE},
 };
 
 static const struct dli_feature_desc dli_fq_feature = {

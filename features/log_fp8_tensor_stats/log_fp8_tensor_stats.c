@@ -335,7 +335,8 @@ static const struct dli_param_desc dli_lfs_params[] = {
 				   "(E5M2 for gradient/dgrad/wgrad, E4M3 otherwise)",
 			    .choices = dli_lfs_formats},
 	[DLI_LFS_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin"},
+			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin",
+			    DLI_FP8_MARGIN_RANGE},
 };
 
 static const char *const dli_lfs_aliases[] = {"collect_fp8_tensor_stats", NULL};

@@ -98,7 +98,7 @@ static const struct dli_feature_ops dli_pts_ops = {
 
 static const struct dli_param_desc dli_pts_params[] = {
 	{.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-	 .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+	 .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin", DLI_FP8_MARGIN_RANGE},
 };
 
 static const char *const dli_pts_aliases[] = {"per_tensor_scaling", NULL};

@@ -402,6 +402,13 @@ struct dli_logger_ops {
 	/* Optional: one histogram (borrowed). */
 	int (*log_histogram)(void *instance, const char *name, int64_t iteration,
 			     const struct dli_histogram *h);
+
+	/* ---- ABI 1.1 ---- */
+	/* Optional: the logger's own checks of its params (those the schema's types and ranges cannot
+	 * say), without creating anything. `dlinspect check` calls it instead of create, which would
+	 * open files; share the code with create so that check refuses exactly what a run refuses.
+	 * Same arguments as create; on failure a negative errno and err->message. */
+	int (*validate)(const struct dli_logger_create_args *args, struct dli_error *err);
 #ifdef DLI_TEST_ABI_GROWTH
 	void (*test_growth)(void); /* test builds only */
 #endif
