@@ -515,6 +515,23 @@ static int dli_module_copy(struct dli_loaded *m)
 	return 0;
 }
 
+/* A range the core could never satisfy is the module's bug: say so at load, not at every config. */
+static int dli_params_check(const struct dli_param_desc *p, size_t n, const char *owner,
+			    const char *name, const char *path, struct dli_error *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!p[i].bounded)
+			continue;
+		if ((p[i].type != DLI_PARAM_INT && p[i].type != DLI_PARAM_FLOAT) ||
+		    !(p[i].min <= p[i].max))
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): %s: param '%s' has the range [%g, %g]%s",
+					     name, path, owner, p[i].key ? p[i].key : "(null)", p[i].min,
+					     p[i].max, p[i].min <= p[i].max ? " but is not a number" : "");
+	}
+	return 0;
+}
+
 static int dli_module_check(const struct dli_module *mod, const char *name, const char *path,
 			    struct dli_error *err)
 {
@@ -696,6 +713,12 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 	rc = dli_module_check(m->module, name, path, err);
 	if (rc == 0 && dli_module_copy(m) < 0)
 		rc = dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
+	for (size_t i = 0; rc == 0 && i < m->module->n_features; i++)
+		rc = dli_params_check(m->module->features[i]->params, m->module->features[i]->n_params,
+				      m->module->features[i]->name, name, path, err);
+	for (size_t i = 0; rc == 0 && i < m->module->n_loggers; i++)
+		rc = dli_params_check(m->module->loggers[i]->params, m->module->loggers[i]->n_params,
+				      m->module->loggers[i]->name, name, path, err);
 	if (rc < 0)
 		dli_loaded_close(m);
 	return rc;

@@ -510,6 +510,10 @@ static void test_bad_descriptors_are_refused(void)
 
 	msg = load_fails(bad_dir, 1, "no_log_scalar", -EINVAL);
 	CHECK_CONTAINS(msg, "logger 'badlog' lacks create or log_scalar");
+
+	msg = load_fails(bad_dir, 1, "bad_range", -EINVAL);
+	CHECK_CONTAINS(msg, "module 'bad_range' (" LOADER_BAD_DIR "/bad_range.so): BadFeature: param "
+			    "'level' has the range [5, 1]");
 }
 
 static void test_failing_create_reports_its_message(void)
