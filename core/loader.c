@@ -1061,6 +1061,16 @@ int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *
 		return dli_error_set(err, -ENOENT, NULL, "no %s in %s%s", file,
 				     n_dirs ? "the plugin dirs " : "an empty plugin path", list);
 	}
+	/* The same file policy as for modules: the backend is code from the plugin path too. */
+	struct stat st;
+	rc = 0;
+	if (stat(path, &st) != 0 || (rc = dli_file_policy(path, &st, err)) < 0) {
+		if (rc == 0)
+			rc = dli_error_set(err, -errno, NULL, "cannot load %s: %s", path,
+					   strerror(errno));
+		free(path);
+		return rc;
+	}
 	if ((rc = dli_ltdl_acquire(err)) < 0) {
 		free(path);
 		return rc;

@@ -446,6 +446,25 @@ static void test_a_writable_or_foreign_module_is_refused(void)
 		dli_loader_destroy(loader);
 	}
 	remove_copy(dir, "good.so");
+
+	/* A helper library (the CUDA backend) found on the plugin path: the same policy. */
+	dir = copy_good("dli_helper.so", 0646);
+	if (!dir) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	const char *hdirs[] = {dir};
+	void *handle = NULL, *sym = NULL;
+	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
+					  &err), -EPERM);
+	CHECK_CONTAINS(err.message, "/dli_helper.so: it is writable by everyone (mode 0646)");
+	CHECK(handle == NULL);
+	snprintf(path, sizeof path, "%s/dli_helper.so", dir);
+	CHECK_INT(chmod(path, 0644), 0);
+	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
+					  &err), 0);
+	dli_loader_close_backend(handle);
+	remove_copy(dir, "dli_helper.so");
 }
 
 static void test_missing_entry_names_the_symbol(void)
