@@ -10,13 +10,13 @@
  * NULL / 0), so a plugin built against older headers of the same major keeps loading; a plugin
  * reads a host table member added after the minor it needs only after DLI_HAS_MEMBER says the host
  * has it. `struct dli_param_desc` has no size of its own: its array stride is the descriptor's
- * `param_size` (1.1), or the size of the module's abi_minor when that is 0.
+ * `param_size` (1.1), or, when that is 0, the size it had at the module's abi_minor.
  *
- * Threads: see each method. In short, create/destroy/layer_attach/layer_detach/step_end/flush are
- * never called concurrently with any other method of the same instance; inspect_tensor,
- * modify_tensor and the *_enabled methods may be called from several threads at once (one call per
- * layer and thread, possibly on several layers of one instance); a logger's log_* methods may be
- * called from any thread at once. destroy is never called with NULL. */
+ * Threads (each method says more; docs/plugins.md has the table): create, destroy, step_end and a
+ * logger's flush never run concurrently with any other method of the instance; layer_attach runs
+ * under the host's layer lock, alone among attaches and step_end; the per-call methods (*_enabled,
+ * modify_tensor, inspect_tensor*, call) and a logger's log_* methods may run on several threads
+ * at once. destroy follows only a successful create, with what create stored. */
 #ifndef DLINSPECT_PLUGIN_H
 #define DLINSPECT_PLUGIN_H
 
@@ -47,7 +47,8 @@ extern "C" {
 	((p)->size >= offsetof(type, member) + sizeof(((type *)0)->member))
 
 /* The sizes of the tables as ABI 1.0 defined them: what a module built against 1.0 headers fills,
- * and the least the host accepts. */
+ * and the least the host accepts; and the param element's size at each minor, for the stride of a
+ * params array whose descriptor has no param_size. */
 #define DLI_MODULE_SIZE_1_0 (offsetof(struct dli_module, n_loggers) + sizeof(size_t))
 #define DLI_FEATURE_DESC_SIZE_1_0 (offsetof(struct dli_feature_desc, ops) + sizeof(void *))
 #define DLI_LOGGER_DESC_SIZE_1_0 (offsetof(struct dli_logger_desc, ops) + sizeof(void *))
@@ -296,9 +297,10 @@ struct dli_feature_call {
 };
 
 /* Methods of a feature. All are optional but create; the host checks size and non-NULL before each
- * call. Threads: create, destroy, layer_attach, layer_detach and step_end are serialized with each
- * other and with every method of the instance; the per-call methods (*_enabled, modify_tensor,
- * inspect_tensor*, call) may run on several threads at once, for the same or different layers. */
+ * call. Threads: create, destroy and step_end never run concurrently with any other method of the
+ * instance; layer_attach is serialized with other attaches and step_end only (see below); the
+ * per-call methods (*_enabled, modify_tensor, inspect_tensor*, call) may run on several threads at
+ * once, for the same or different layers. */
 struct dli_feature_ops {
 	/* ---- ABI 1.0 ---- */
 	uint32_t size;
