@@ -127,7 +127,8 @@ typedef Elf32_Sym dli_elf_sym;
 
 /* What a module file says about itself before anything loads it. */
 struct dli_elf_info {
-	bool elf;       /* an ELF object of this machine's class, with section headers */
+	bool elf;       /* an ELF object of this machine's class */
+	bool sections;  /* with section headers this reader could walk */
 	bool has_entry; /* its dynamic symbols define DLI_MODULE_ENTRY_NAME */
 	bool has_ns;    /* it has a DLI_MODULE_NAMESPACE note, whose text is in ns */
 	char ns[DLI_NAMESPACE_MAX];
@@ -209,10 +210,10 @@ static int dli_elf_inspect(const char *path, struct dli_elf_info *info)
 
 	dli_elf_ehdr eh;
 	memcpy(&eh, b, sizeof eh);
-	if (memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == DLI_ELFCLASS &&
-	    eh.e_shentsize == sizeof(dli_elf_shdr) && eh.e_shnum > 0 && eh.e_shoff <= len &&
-	    (len - eh.e_shoff) / sizeof(dli_elf_shdr) >= eh.e_shnum) {
-		info->elf = true;
+	info->elf = memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == DLI_ELFCLASS;
+	if (info->elf && eh.e_shentsize == sizeof(dli_elf_shdr) && eh.e_shnum > 0 &&
+	    eh.e_shoff <= len && (len - eh.e_shoff) / sizeof(dli_elf_shdr) >= eh.e_shnum) {
+		info->sections = true;
 		for (size_t i = 0; i < eh.e_shnum; i++) {
 			dli_elf_shdr sh;
 			memcpy(&sh, b + eh.e_shoff + i * sizeof sh, sizeof sh);
@@ -797,7 +798,13 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		goto out;
 	}
 	/* A file that is not an ELF object of ours goes to the dynamic linker, which refuses it
-	 * with its own reason and runs nothing; one that is must export the entry first. */
+	 * with its own reason and runs nothing; one that is must show that it exports the entry. */
+	if (elf.elf && !elf.sections) {
+		rc = dli_error_set(err, -ENOEXEC, NULL,
+				   "%s has no section headers, so its symbols cannot be read without "
+				   "loading it; it was not loaded", path);
+		goto out;
+	}
 	if (elf.elf && !elf.has_entry) {
 		rc = dli_error_set(err, -ENOEXEC, NULL,
 				   "%s is not a dlinspect module: it does not export %s (define it with "

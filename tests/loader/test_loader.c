@@ -379,8 +379,8 @@ static void test_finding_a_namespace_loads_nothing_else(void)
 	unsetenv("DLI_TEST_MARKER");
 }
 
-/* Copies good.so into a fresh dir as `name`, with `mode`; returns the dir (static). */
-static const char *copy_good(const char *name, mode_t mode)
+/* Copies `src` into a fresh dir as `name`, with `mode`; returns the dir (static). */
+static const char *copy_file(const char *src, const char *name, mode_t mode)
 {
 	static char dir[64];
 	char path[128], buf[65536];
@@ -389,7 +389,7 @@ static const char *copy_good(const char *name, mode_t mode)
 	if (!mkdtemp(dir))
 		return NULL;
 	snprintf(path, sizeof path, "%s/%s", dir, name);
-	FILE *in = fopen(LOADER_GOOD_DIR "/good.so", "rb"), *out = fopen(path, "wb");
+	FILE *in = fopen(src, "rb"), *out = fopen(path, "wb");
 	size_t n;
 	while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
 		fwrite(buf, 1, n, out);
@@ -399,6 +399,11 @@ static const char *copy_good(const char *name, mode_t mode)
 		fclose(out);
 	CHECK_INT(chmod(path, mode), 0);
 	return dir;
+}
+
+static const char *copy_good(const char *name, mode_t mode)
+{
+	return copy_file(LOADER_GOOD_DIR "/good.so", name, mode);
 }
 
 static void remove_copy(const char *dir, const char *name)
@@ -465,6 +470,41 @@ static void test_a_writable_or_foreign_module_is_refused(void)
 					  &err), 0);
 	dli_loader_close_backend(handle);
 	remove_copy(dir, "dli_helper.so");
+}
+
+/* A shared object stripped of its section headers still loads in the dynamic linker (it reads
+ * program headers), but its symbols cannot be read as data: refused unopened. */
+static void test_an_object_without_sections_is_not_loaded(void)
+{
+	struct dli_error err = {0};
+	const char *dir = copy_file(LOADER_MARKER_DIR "/marker.so", "marker.so", 0755);
+	if (!dir) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	char path[128];
+	snprintf(path, sizeof path, "%s/marker.so", dir);
+	FILE *f = fopen(path, "r+b");
+	CHECK(f != NULL);
+	if (f) {
+		/* e_shoff and e_shnum of an ELF64 header. */
+		static const unsigned char zeros[8];
+		fseek(f, 0x28, SEEK_SET);
+		fwrite(zeros, 1, 8, f);
+		fseek(f, 0x3c, SEEK_SET);
+		fwrite(zeros, 1, 2, f);
+		fclose(f);
+	}
+	marker_reset();
+	const char *dirs[] = {dir};
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, "marker", &err), -ENOEXEC);
+	CHECK_CONTAINS(err.message, "/marker.so has no section headers, so its symbols cannot be read "
+				    "without loading it; it was not loaded");
+	dli_loader_destroy(loader);
+	CHECK(!marker_written());
+	unsetenv("DLI_TEST_MARKER");
+	remove_copy(dir, "marker.so");
 }
 
 static void test_missing_entry_names_the_symbol(void)
@@ -617,6 +657,7 @@ int main(void)
 	test_a_path_is_refused_unless_allowed();
 	test_finding_a_namespace_loads_nothing_else();
 	test_a_writable_or_foreign_module_is_refused();
+	test_an_object_without_sections_is_not_loaded();
 	test_first_dir_in_search_order_wins();
 	test_load_all_takes_every_module_of_a_dir();
 	test_only_regular_files_are_modules();
