@@ -139,6 +139,7 @@ static const struct dli_feature_desc dli_blts_feature = {
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_blts_params,
 	.n_params = sizeof(dli_blts_params) / sizeof(dli_blts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.calls = dli_blts_calls,
 	.ops = &dli_blts_ops,
 };

@@ -111,6 +111,7 @@ static const struct dli_feature_desc dli_fq_feature = {
 	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
 	.params = dli_fq_params,
 	.n_params = sizeof(dli_fq_params) / sizeof(dli_fq_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_fq_ops,
 };
 static const struct dli_feature_desc *const dli_fq_features[] = {&dli_fq_feature};

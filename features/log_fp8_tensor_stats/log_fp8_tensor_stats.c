@@ -349,6 +349,7 @@ static const struct dli_feature_desc dli_lfs_feature = {
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_lfs_params,
 	.n_params = sizeof(dli_lfs_params) / sizeof(dli_lfs_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_lfs_ops,
 };
 static const struct dli_feature_desc *const dli_lfs_features[] = {&dli_lfs_feature};

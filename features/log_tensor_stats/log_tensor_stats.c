@@ -238,6 +238,7 @@ static const struct dli_feature_desc dli_lts_feature = {
 	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_lts_params,
 	.n_params = sizeof(dli_lts_params) / sizeof(dli_lts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_lts_ops,
 };
 static const struct dli_feature_desc *const dli_lts_features[] = {&dli_lts_feature};

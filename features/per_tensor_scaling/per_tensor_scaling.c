@@ -112,6 +112,7 @@ static const struct dli_feature_desc dli_pts_feature = {
 	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
 	.params = dli_pts_params,
 	.n_params = sizeof(dli_pts_params) / sizeof(dli_pts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_pts_ops,
 };
 static const struct dli_feature_desc *const dli_pts_features[] = {&dli_pts_feature};
