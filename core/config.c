@@ -587,9 +587,15 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 	case DLI_PARAM_BOOL:
 		return want_bool(rs, n, &v->u.b);
 	case DLI_PARAM_INT:
-		return want_int(rs, n, &v->u.i);
-	case DLI_PARAM_FLOAT:
-		return want_float(rs, n, &v->u.f);
+	case DLI_PARAM_FLOAT: {
+		/* The schema's range, and never NaN: the same check in check and run (registry.c). */
+		char why[256];
+		int r = d->type == DLI_PARAM_INT ? want_int(rs, n, &v->u.i) : want_float(rs, n, &v->u.f);
+		if (r == 0 && !dli_param_number_ok(d, d->type == DLI_PARAM_INT ? (double)v->u.i : v->u.f,
+						   n->text, why, sizeof why))
+			return fail(rs, n, "%s", why);
+		return r;
+	}
 	case DLI_PARAM_STRING:
 		if (want_scalar(rs, n, "a string"))
 			return -EINVAL;
@@ -1161,8 +1167,8 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			b->first_sched_key = key;
 		b->sched_here = true;
 	} else if ((d->flags & DLI_FEATURE_SCHEDULED) && !strcmp(k, "start_end_list")) {
-		static const struct dli_param_desc pairs = {"start_end_list", NULL, DLI_PARAM_INT_PAIRS,
-							    NULL, NULL, NULL, false};
+		static const struct dli_param_desc pairs = {.key = "start_end_list",
+							    .type = DLI_PARAM_INT_PAIRS};
 		r = parse_value(rs, &pairs, v, &b->ranges);
 		/* Stored inclusive. The base namespace's end is exclusive (nvdlfw_inspect's
 		 * enable_logging_at_current_step: step < end), TransformerEngine's inclusive

@@ -176,6 +176,8 @@ const struct dli_host dli_host_template = {
 	.stats_acc_histogram = dli_stats_acc_histogram,
 	.stats_acc_read_histogram = dli_stats_acc_read_histogram,
 	.make_dirs = dli_make_dirs,
+	.stats_acc_read_sized = dli_stats_acc_read_sized,
+	.stats_value_sized = dli_stats_value_sized,
 };
 
 /* ---- Names ---- */
@@ -515,7 +517,9 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	return 0;
 }
 
-static int create_loggers(struct dli_context *ctx, struct dli_error *err)
+/* With `validate_only` (dlinspect check), each logger's validate method instead of create: its own
+ * checks of its params, with the messages a run would give, and no file opened. */
+static int create_loggers(struct dli_context *ctx, bool validate_only, struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	static const struct dli_logger_config none;
@@ -555,13 +559,20 @@ static int create_loggers(struct dli_context *ctx, struct dli_error *err)
 		struct dli_logger_instance *li = &ctx->loggers[ctx->n_loggers];
 		li->entry = e;
 		struct dli_error perr = {.code = -EINVAL};
-		int r = e->desc->ops->create(&args, &li->state, &perr);
+		const struct dli_logger_ops *ops = e->desc->ops;
+		int r = !validate_only ? ops->create(&args, &li->state, &perr)
+			: DLI_HAS_MEMBER(ops, struct dli_logger_ops, validate) && ops->validate
+			? ops->validate(&args, &perr) : 0;
 		if (r) {
 			*err = perr;
 			err->code = r;
 			return dli_error_prefix(err, lc->where_text ? &lc->where : NULL,
-						"loggers.%s: could not create the logger: ", e->desc->name);
+						"loggers.%s: %s: ", e->desc->name,
+						validate_only ? "invalid logger parameters"
+							      : "could not create the logger");
 		}
+		if (validate_only)
+			continue;
 		ctx->n_loggers++;
 	}
 	return 0;
@@ -700,6 +711,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
 		goto fail;
+	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);
 	if ((r = load_modules(ctx, o, err)))
 		goto fail;
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
@@ -712,7 +724,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = dli_config_resolve(ctx->config, &ctx->registry, err)))
 		goto fail;
 	ctx->n_tensors = ctx->config->n_tensor_names;
-	if (with_loggers && (r = create_loggers(ctx, err)))
+	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
 	if ((r = create_instances(ctx, err)))
 		goto fail;

@@ -2,6 +2,7 @@
 #ifndef DLI_LOADER_PRIVATE_H
 #define DLI_LOADER_PRIVATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <dlinspect/plugin.h>
@@ -17,12 +18,18 @@ int dli_loader_create(const struct dli_host *host, const char *const *dirs, size
  * again in a later dir is skipped (the first in search order wins, like PATH). */
 int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err);
 
-/* Loads what one `extensions` entry names: a path (contains '/'), a module name (<dir>/<name>.so),
- * or a namespace (every module on the search path declaring it). Loading a module that is already
+/* Loads what one `extensions` entry names: a module name (<dir>/<name>.so, first in search order),
+ * a namespace (every module on the search path whose DLI_MODULE_NAMESPACE note names it: nothing
+ * is loaded to find them), or a path (contains '/'; -EPERM unless dli_loader_allow_paths). Every
+ * file must be a regular file owned by this user or root and not group- or world-writable (-EPERM
+ * otherwise, naming which). Loading a module that is already
  * loaded is a no-op. -ENOENT when nothing matches, with the message naming the dirs searched and a
  * did-you-mean over the module names and namespaces seen. Error messages carry no config position:
  * the caller prefixes it. */
 int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_error *err);
+
+/* Whether dli_loader_load takes a path (default: no; docs/security.md). */
+void dli_loader_allow_paths(struct dli_loader *loader, bool allow);
 
 size_t dli_loader_count(const struct dli_loader *loader);
 const struct dli_module *dli_loader_module(const struct dli_loader *loader, size_t i);

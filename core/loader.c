@@ -2,13 +2,17 @@
  * their entry and checks the descriptor before any other part of the core touches it. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <elf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <ltdl.h>
 
@@ -22,9 +26,8 @@
 static pthread_mutex_t dli_ltdl_lock = PTHREAD_MUTEX_INITIALIZER;
 static unsigned dli_ltdl_users;
 
-/* The size of the tables as ABI 1.0 defined them: a module built against 1.0 headers must fill at
- * least this much; members added later are checked with DLI_HAS_MEMBER where they are used. */
-#define DLI_MODULE_SIZE_1_0 (offsetof(struct dli_module, n_loggers) + sizeof(size_t))
+/* What any module fills, whatever its version: enough to read the ABI it was built for. The sizes
+ * of ABI 1.0's tables are in dlinspect/plugin.h. */
 #define DLI_MODULE_HEADER_SIZE (offsetof(struct dli_module, abi_minor) + sizeof(uint16_t))
 
 struct dli_loaded {
@@ -32,11 +35,15 @@ struct dli_loaded {
 	char *path; /* as opened */
 	char *real; /* resolved, so that one file reached twice is loaded once */
 	char *name; /* file name without ".so" (equal to module->name) */
-	const struct dli_module *module; /* static data of the module: valid until the handle closes */
+	/* The host's copy of the module's descriptors (see dli_module_copy): valid until closed. */
+	const struct dli_module *module;
+	void **copies; /* every block of that copy, owned */
+	size_t n_copies;
 };
 
 struct dli_loader {
 	const struct dli_host *host;
+	bool allow_paths; /* an `extensions` entry may be a path (docs/security.md) */
 	char **dirs;
 	size_t n_dirs;
 	struct dli_loaded *mods;
@@ -104,6 +111,142 @@ static bool dli_is_regular(const char *path)
 	struct stat st;
 
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+#if UINTPTR_MAX > 0xffffffffu
+#define DLI_ELFCLASS ELFCLASS64
+typedef Elf64_Ehdr dli_elf_ehdr;
+typedef Elf64_Shdr dli_elf_shdr;
+typedef Elf64_Sym dli_elf_sym;
+#else
+#define DLI_ELFCLASS ELFCLASS32
+typedef Elf32_Ehdr dli_elf_ehdr;
+typedef Elf32_Shdr dli_elf_shdr;
+typedef Elf32_Sym dli_elf_sym;
+#endif
+
+/* What a module file says about itself before anything loads it. */
+struct dli_elf_info {
+	bool elf;       /* an ELF object of this machine's class */
+	bool sections;  /* with section headers this reader could walk */
+	bool has_entry; /* its dynamic symbols define DLI_MODULE_ENTRY_NAME */
+	bool has_ns;    /* it has a DLI_MODULE_NAMESPACE note, whose text is in ns */
+	char ns[DLI_NAMESPACE_MAX];
+};
+
+/* Whether the defined dynamic symbols of section `sh` (SHT_DYNSYM) include `want`. */
+static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
+			    const dli_elf_shdr *sh, const char *want)
+{
+	dli_elf_shdr str;
+	if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(dli_elf_sym) ||
+	    sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
+		return false;
+	memcpy(&str, b + eh->e_shoff + sh->sh_link * sizeof str, sizeof str);
+	if (str.sh_offset > len || str.sh_size > len - str.sh_offset)
+		return false;
+	size_t want_len = strlen(want) + 1;
+	for (size_t i = 0; i < sh->sh_size / sizeof(dli_elf_sym); i++) {
+		dli_elf_sym sym;
+		memcpy(&sym, b + sh->sh_offset + i * sizeof sym, sizeof sym);
+		if (sym.st_shndx == SHN_UNDEF || sym.st_name >= str.sh_size ||
+		    str.sh_size - sym.st_name < want_len)
+			continue;
+		if (memcmp(b + str.sh_offset + sym.st_name, want, want_len) == 0)
+			return true;
+	}
+	return false;
+}
+
+/* The namespace note of note section `sh`, if it holds one. */
+static bool dli_elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
+			    size_t size)
+{
+	static const char owner[] = DLI_NOTE_NAME;
+	if (sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
+		return false;
+	size_t off = sh->sh_offset, end = sh->sh_offset + sh->sh_size;
+	while (end - off >= 12) {
+		uint32_t nh[3]; /* namesz, descsz, type */
+		memcpy(nh, b + off, sizeof nh);
+		size_t name_len = ((size_t)nh[0] + 3) & ~(size_t)3;
+		size_t desc_len = ((size_t)nh[1] + 3) & ~(size_t)3;
+		off += 12;
+		if (name_len > end - off || desc_len > end - off - name_len)
+			return false;
+		const char *name = (const char *)b + off, *desc = name + name_len;
+		if (nh[2] == DLI_NOTE_NAMESPACE && nh[0] == sizeof owner &&
+		    memcmp(name, owner, sizeof owner) == 0 && nh[1] > 1 && nh[1] <= size &&
+		    memchr(desc, '\0', nh[1]) == desc + nh[1] - 1) {
+			memcpy(ns, desc, nh[1]);
+			return true;
+		}
+		off += name_len + desc_len;
+	}
+	return false;
+}
+
+/* Reads `path` as data, never loading it, so that deciding what to load runs no library's code
+ * (a constructor runs as soon as the dynamic linker maps a file). Every offset is checked against
+ * the file's size: the file is untrusted. 0 (info filled; info->elf false for anything that is
+ * not an ELF object of this machine's class), or a negative errno when it cannot be read. */
+static int dli_elf_inspect(const char *path, struct dli_elf_info *info)
+{
+	struct stat st;
+
+	memset(info, 0, sizeof(*info));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(dli_elf_ehdr)) {
+		close(fd);
+		return 0;
+	}
+	size_t len = (size_t)st.st_size;
+	const unsigned char *b = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+	close(fd);
+	if (b == MAP_FAILED)
+		return -errno;
+
+	dli_elf_ehdr eh;
+	memcpy(&eh, b, sizeof eh);
+	info->elf = memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == DLI_ELFCLASS;
+	if (info->elf && eh.e_shentsize == sizeof(dli_elf_shdr) && eh.e_shnum > 0 &&
+	    eh.e_shoff <= len && (len - eh.e_shoff) / sizeof(dli_elf_shdr) >= eh.e_shnum) {
+		info->sections = true;
+		for (size_t i = 0; i < eh.e_shnum; i++) {
+			dli_elf_shdr sh;
+			memcpy(&sh, b + eh.e_shoff + i * sizeof sh, sizeof sh);
+			if (sh.sh_type == SHT_DYNSYM && !info->has_entry)
+				info->has_entry = dli_elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
+			else if (sh.sh_type == SHT_NOTE && !info->has_ns)
+				info->has_ns = dli_elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
+		}
+	}
+	munmap((void *)b, len);
+	return 0;
+}
+
+/* What makes a file on the plugin path loadable at all (docs/security.md): a regular file that
+ * only its owner, this user or root, can change. */
+static int dli_file_policy(const char *path, const struct stat *st, struct dli_error *err)
+{
+	uid_t me = geteuid();
+
+	if (!S_ISREG(st->st_mode))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "cannot load module %s: not a regular file", path);
+	if (st->st_uid != me && st->st_uid != 0)
+		return dli_error_set(err, -EPERM, NULL,
+				     "refusing to load module %s: it is owned by uid %u, not by you "
+				     "(uid %u) or root", path, (unsigned)st->st_uid, (unsigned)me);
+	if (st->st_mode & (S_IWGRP | S_IWOTH))
+		return dli_error_set(err, -EPERM, NULL,
+				     "refusing to load module %s: it is writable by %s (mode %04o); "
+				     "a module may be writable by its owner only (chmod go-w)", path,
+				     (st->st_mode & S_IWOTH) ? "everyone" : "its group",
+				     (unsigned)(st->st_mode & 07777));
+	return 0;
 }
 
 static char *dli_path_join(const char *dir, const char *file, const char *suffix)
@@ -241,6 +384,9 @@ static void dli_loaded_close(struct dli_loaded *m)
 		lt_dlclose(m->handle);
 		pthread_mutex_unlock(&dli_ltdl_lock);
 	}
+	for (size_t i = 0; i < m->n_copies; i++)
+		free(m->copies[i]);
+	free(m->copies);
 	free(m->path);
 	free(m->real);
 	free(m->name);
@@ -263,6 +409,128 @@ static int dli_open_error(struct dli_error *err, const char *path, const char *w
 	else if (strstr(why, "ELF") || strstr(why, "file too short"))
 		hint = "; it is not a shared object built for this machine";
 	return dli_error_set(err, -ENOEXEC, NULL, "cannot load module %s: %s%s", path, why, hint);
+}
+
+/* The stride of a descriptor's params array. struct dli_param_desc carries no size: the
+ * descriptor's param_size gives it (1.1); without it, the size of the minor the module was built
+ * for, which this host knows unless the module is newer. */
+static int param_stride(const struct dli_module *mod, size_t param_size, size_t n_params,
+			size_t *stride)
+{
+	*stride = mod->abi_minor == 0 ? DLI_PARAM_DESC_SIZE_1_0 : DLI_PARAM_DESC_SIZE_1_1;
+	if (param_size) {
+		if (param_size < DLI_PARAM_DESC_SIZE_1_0)
+			return -ENOEXEC;
+		*stride = param_size;
+	} else if (mod->abi_minor > DLI_ABI_MINOR && n_params) {
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const char *param_stride_why(int r)
+{
+	return r == -ENOEXEC ? "param_size is smaller than ABI 1.0's struct dli_param_desc"
+			     : "built for a newer minor ABI than this dlinspect's without param_size "
+			       "(= DLI_PARAM_SIZE): its params cannot be read";
+}
+
+/* A zero-filled block of `want` bytes holding the first min(have, want) bytes of `src`, owned by
+ * `m`; NULL when out of memory. */
+static void *copy_block(struct dli_loaded *m, const void *src, size_t have, size_t want)
+{
+	void **v = realloc(m->copies, (m->n_copies + 1) * sizeof(*v));
+	if (!v)
+		return NULL;
+	m->copies = v;
+	void *p = calloc(1, want ? want : 1);
+	if (!p)
+		return NULL;
+	memcpy(p, src, have < want ? have : want);
+	m->copies[m->n_copies++] = p;
+	return p;
+}
+
+/* A table whose first member is its uint32_t size: copied at the host's size, its size member
+ * clamped to what the copy holds, so DLI_HAS_MEMBER on the copy stays true to the module. */
+static void *copy_table(struct dli_loaded *m, const void *src, size_t want)
+{
+	uint32_t have;
+	memcpy(&have, src, sizeof have);
+	uint32_t *p = copy_block(m, src, have, want);
+	if (p && have > want)
+		*p = (uint32_t)want;
+	return p;
+}
+
+static const struct dli_param_desc *copy_params(struct dli_loaded *m, const struct dli_param_desc *src,
+						size_t n, size_t stride)
+{
+	struct dli_param_desc *v = copy_block(m, "", 0, n * sizeof(*v));
+	for (size_t i = 0; v && i < n; i++)
+		memcpy(&v[i], (const char *)src + i * stride, stride < sizeof(*v) ? stride : sizeof(*v));
+	return v;
+}
+
+/* The host's view of a checked module: every descriptor, ops table and param array copied into
+ * zero-filled blocks of this dlinspect's sizes, so the rest of the core reads every member it
+ * knows, and members a module's older headers lacked read as NULL / 0 (absent, optional). The
+ * module's own data is read only as far as its sizes say. */
+static int dli_module_copy(struct dli_loaded *m)
+{
+	const struct dli_module *src = m->module;
+	struct dli_module *mod = copy_table(m, src, sizeof(*mod));
+	if (!mod)
+		return -ENOMEM;
+	const struct dli_feature_desc **fv = NULL;
+	const struct dli_logger_desc **lv = NULL;
+	if (src->n_features && !(fv = copy_block(m, "", 0, src->n_features * sizeof(*fv))))
+		return -ENOMEM;
+	if (src->n_loggers && !(lv = copy_block(m, "", 0, src->n_loggers * sizeof(*lv))))
+		return -ENOMEM;
+	for (size_t i = 0; i < src->n_features; i++) {
+		struct dli_feature_desc *f = copy_table(m, src->features[i], sizeof(*f));
+		if (!f || !(f->ops = copy_table(m, src->features[i]->ops, sizeof(*f->ops))))
+			return -ENOMEM;
+		size_t stride;
+		param_stride(src, f->param_size, f->n_params, &stride);
+		if (f->n_params && !(f->params = copy_params(m, f->params, f->n_params, stride)))
+			return -ENOMEM;
+		f->param_size = sizeof(struct dli_param_desc);
+		fv[i] = f;
+	}
+	for (size_t i = 0; i < src->n_loggers; i++) {
+		struct dli_logger_desc *l = copy_table(m, src->loggers[i], sizeof(*l));
+		if (!l || !(l->ops = copy_table(m, src->loggers[i]->ops, sizeof(*l->ops))))
+			return -ENOMEM;
+		size_t stride;
+		param_stride(src, l->param_size, l->n_params, &stride);
+		if (l->n_params && !(l->params = copy_params(m, l->params, l->n_params, stride)))
+			return -ENOMEM;
+		l->param_size = sizeof(struct dli_param_desc);
+		lv[i] = l;
+	}
+	mod->features = fv;
+	mod->loggers = lv;
+	m->module = mod;
+	return 0;
+}
+
+/* A range the core could never satisfy is the module's bug: say so at load, not at every config. */
+static int dli_params_check(const struct dli_param_desc *p, size_t n, const char *owner,
+			    const char *name, const char *path, struct dli_error *err)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!p[i].bounded)
+			continue;
+		if ((p[i].type != DLI_PARAM_INT && p[i].type != DLI_PARAM_FLOAT) ||
+		    !(p[i].min <= p[i].max))
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): %s: param '%s' has the range [%g, %g]%s",
+					     name, path, owner, p[i].key ? p[i].key : "(null)", p[i].min,
+					     p[i].max, p[i].min <= p[i].max ? " but is not a number" : "");
+	}
+	return 0;
 }
 
 static int dli_module_check(const struct dli_module *mod, const char *name, const char *path,
@@ -297,12 +565,12 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 		if (!f)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature #%zu is NULL", name, path, i);
-		/* Every member of ABI 1.0 must be there; later members are checked before use. */
-		if (f->size < sizeof(*f))
+		/* Every member of ABI 1.0 must be there; later ones read as 0 when absent. */
+		if (f->size < DLI_FEATURE_DESC_SIZE_1_0)
 			return dli_error_set(err, -ENOEXEC, NULL,
-					     "module '%s' (%s): feature #%zu has descriptor size %u, this "
-					     "dlinspect needs at least %zu", name, path, i, (unsigned)f->size,
-					     sizeof(*f));
+					     "module '%s' (%s): feature #%zu has descriptor size %u, ABI %d "
+					     "needs at least %zu", name, path, i, (unsigned)f->size,
+					     DLI_ABI_MAJOR, (size_t)DLI_FEATURE_DESC_SIZE_1_0);
 		if (!f->name || !*f->name)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature #%zu has no name", name, path, i);
@@ -323,6 +591,13 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): feature '%s' declares %zu params but no "
 					     "array", name, path, f->name, f->n_params);
+		size_t stride;
+		int r = param_stride(mod, DLI_HAS_MEMBER(f, struct dli_feature_desc, param_size)
+						       ? f->param_size : 0, f->n_params, &stride);
+		if (r < 0)
+			return dli_error_set(err, r, NULL,
+					     "module '%s' (%s): feature '%s': %s", name, path, f->name,
+					     param_stride_why(r));
 	}
 
 	for (size_t i = 0; i < mod->n_loggers; i++) {
@@ -330,11 +605,11 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 		if (!l)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger #%zu is NULL", name, path, i);
-		if (l->size < sizeof(*l))
+		if (l->size < DLI_LOGGER_DESC_SIZE_1_0)
 			return dli_error_set(err, -ENOEXEC, NULL,
-					     "module '%s' (%s): logger #%zu has descriptor size %u, this "
-					     "dlinspect needs at least %zu", name, path, i, (unsigned)l->size,
-					     sizeof(*l));
+					     "module '%s' (%s): logger #%zu has descriptor size %u, ABI %d "
+					     "needs at least %zu", name, path, i, (unsigned)l->size,
+					     DLI_ABI_MAJOR, (size_t)DLI_LOGGER_DESC_SIZE_1_0);
 		if (!l->name || !*l->name)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger #%zu has no name", name, path, i);
@@ -355,6 +630,13 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 			return dli_error_set(err, -EINVAL, NULL,
 					     "module '%s' (%s): logger '%s' declares %zu params but no array",
 					     name, path, l->name, l->n_params);
+		size_t stride;
+		int r = param_stride(mod, DLI_HAS_MEMBER(l, struct dli_logger_desc, param_size)
+						       ? l->param_size : 0, l->n_params, &stride);
+		if (r < 0)
+			return dli_error_set(err, r, NULL,
+					     "module '%s' (%s): logger '%s': %s", name, path, l->name,
+					     param_stride_why(r));
 	}
 	return 0;
 }
@@ -430,6 +712,14 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 		return rc;
 	}
 	rc = dli_module_check(m->module, name, path, err);
+	if (rc == 0 && dli_module_copy(m) < 0)
+		rc = dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
+	for (size_t i = 0; rc == 0 && i < m->module->n_features; i++)
+		rc = dli_params_check(m->module->features[i]->params, m->module->features[i]->n_params,
+				      m->module->features[i]->name, name, path, err);
+	for (size_t i = 0; rc == 0 && i < m->module->n_loggers; i++)
+		rc = dli_params_check(m->module->loggers[i]->params, m->module->loggers[i]->n_params,
+				      m->module->loggers[i]->name, name, path, err);
 	if (rc < 0)
 		dli_loaded_close(m);
 	return rc;
@@ -484,9 +774,8 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		int e = errno;
 		return dli_error_set(err, -e, NULL, "cannot load module %s: %s", path, strerror(e));
 	}
-	if (!S_ISREG(st.st_mode))
-		return dli_error_set(err, -EINVAL, NULL,
-				     "cannot load module %s: not a regular file", path);
+	if ((rc = dli_file_policy(path, &st, err)) < 0)
+		return rc;
 
 	name = strndup(base, strlen(base) - 3);
 	if (!name || dli_realpath(path, &real) < 0)
@@ -503,9 +792,38 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		goto out;
 	}
 
+	struct dli_elf_info elf;
+	if ((rc = dli_elf_inspect(path, &elf)) < 0) {
+		rc = dli_error_set(err, rc, NULL, "cannot load module %s: %s", path, strerror(-rc));
+		goto out;
+	}
+	/* A file that is not an ELF object of ours goes to the dynamic linker, which refuses it
+	 * with its own reason and runs nothing; one that is must show that it exports the entry. */
+	if (elf.elf && !elf.sections) {
+		rc = dli_error_set(err, -ENOEXEC, NULL,
+				   "%s has no section headers, so its symbols cannot be read without "
+				   "loading it; it was not loaded", path);
+		goto out;
+	}
+	if (elf.elf && !elf.has_entry) {
+		rc = dli_error_set(err, -ENOEXEC, NULL,
+				   "%s is not a dlinspect module: it does not export %s (define it with "
+				   "DLI_EXPORT, see dlinspect/plugin.h); it was not loaded", path,
+				   DLI_MODULE_ENTRY_NAME);
+		goto out;
+	}
 	rc = dli_module_open(loader, path, name, real, &m, err);
 	if (rc < 0)
 		goto out;
+	/* The note is how a namespace finds its modules: it must say what the descriptor says. */
+	if (elf.has_ns && (!m.module->ns || strcmp(m.module->ns, elf.ns) != 0)) {
+		rc = dli_error_set(err, -EINVAL, NULL,
+				   "module '%s' (%s) declares namespace '%s' with DLI_MODULE_NAMESPACE but "
+				   "'%s' in its descriptor", name, path, elf.ns,
+				   m.module->ns ? m.module->ns : "(none)");
+		dli_loaded_close(&m);
+		goto out;
+	}
 	if (ns_seen && dli_strings_add(ns_seen, m.module->ns) < 0) {
 		dli_loaded_close(&m);
 		goto nomem;
@@ -616,8 +934,16 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 {
 	if (!entry || !*entry)
 		return dli_error_set(err, -EINVAL, NULL, "empty extension name");
-	if (strchr(entry, '/'))
+	if (strchr(entry, '/')) {
+		if (!loader->allow_paths)
+			return dli_error_set(err, -EPERM, NULL,
+					     "'%s' is a path, and modules load by name from the plugin dirs "
+					     "only; to load it, put its dir on DLINSPECT_PLUGIN_PATH and name "
+					     "the module, or let the host allow module paths "
+					     "(dli_options.allow_module_paths, dlinspect check "
+					     "--allow-module-path)", entry);
 		return dli_load_file(loader, entry, NULL, NULL, NULL, err);
+	}
 
 	/* "x.so" means the module x: users write the file name too. */
 	size_t len = strlen(entry);
@@ -646,9 +972,9 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 		}
 	}
 
-	/* Not a module name: a namespace. Every module on the path must be opened to read its
-	 * descriptor; a module that fails to load fails the whole entry, since it may well be the
-	 * one of this namespace. */
+	/* Not a module name: a namespace. Its modules are the files whose DLI_MODULE_NAMESPACE note
+	 * names it, read without loading anything; a module so named that fails to load fails the
+	 * whole entry. */
 	struct dli_candidates c = {0};
 	struct dli_strings ns_seen = {0};
 	size_t matched = 0;
@@ -662,8 +988,17 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory loading '%s'", entry);
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		struct dli_elf_info elf;
 		long at;
-		rc = dli_load_file(loader, c.v[i].path, name, &ns_seen, &at, err);
+		if (dli_elf_inspect(c.v[i].path, &elf) < 0 || !elf.has_ns)
+			continue;
+		if ((rc = dli_strings_add(&ns_seen, elf.ns)) < 0) {
+			rc = dli_error_set(err, rc, NULL, "out of memory loading '%s'", entry);
+			break;
+		}
+		if (strcmp(elf.ns, name) != 0)
+			continue;
+		rc = dli_load_file(loader, c.v[i].path, name, NULL, &at, err);
 		if (rc < 0)
 			dli_error_prefix(err, NULL,
 					 "no module %s.so, so '%s' was taken as a namespace; while "
@@ -677,6 +1012,11 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	dli_candidates_finish(&c);
 	free(name);
 	return rc;
+}
+
+void dli_loader_allow_paths(struct dli_loader *loader, bool allow)
+{
+	loader->allow_paths = allow;
 }
 
 size_t dli_loader_count(const struct dli_loader *loader)
@@ -727,6 +1067,16 @@ int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *
 						dirs[d] ? dirs[d] : "");
 		return dli_error_set(err, -ENOENT, NULL, "no %s in %s%s", file,
 				     n_dirs ? "the plugin dirs " : "an empty plugin path", list);
+	}
+	/* The same file policy as for modules: the backend is code from the plugin path too. */
+	struct stat st;
+	rc = 0;
+	if (stat(path, &st) != 0 || (rc = dli_file_policy(path, &st, err)) < 0) {
+		if (rc == 0)
+			rc = dli_error_set(err, -errno, NULL, "cannot load %s: %s", path,
+					   strerror(errno));
+		free(path);
+		return rc;
 	}
 	if ((rc = dli_ltdl_acquire(err)) < 0) {
 		free(path);

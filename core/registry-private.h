@@ -3,6 +3,7 @@
 #ifndef DLI_REGISTRY_PRIVATE_H
 #define DLI_REGISTRY_PRIVATE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <dlinspect/plugin.h>
@@ -53,6 +54,16 @@ const struct dli_logger_entry *dli_registry_logger(const struct dli_registry *re
 bool dli_registry_has_namespace(const struct dli_registry *registry, const char *ns);
 /* Whether any feature declares the custom call `name`. */
 bool dli_registry_has_call(const struct dli_registry *registry, const char *name);
+
+/* The range of an INT or FLOAT parameter as users read it ("in [-126, 126]", ">= 0"), in `buf`;
+ * "" for an unbounded one. Returns buf. */
+const char *dli_param_range_text(const struct dli_param_desc *d, char *buf, size_t size);
+
+/* Whether `x`, the value of numeric parameter `d` spelled `text` in the config, is one it takes:
+ * never NaN for a FLOAT, and within [min, max] when bounded. When not, `why` says so (for a config
+ * error at the value's place) and false is returned. */
+bool dli_param_number_ok(const struct dli_param_desc *d, double x, const char *text, char *why,
+			 size_t size);
 
 /* Every feature name and alias, logger name and namespace, for did-you-mean. The array is owned by
  * the caller (free()), the strings are borrowed. */

@@ -1,5 +1,7 @@
 /* The loaded modules' features, loggers and namespaces, indexed by name for the config and CLI. */
 #include <errno.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,4 +158,35 @@ void dli_registry_finish(struct dli_registry *r)
 	free(r->loggers);
 	free(r->namespaces);
 	memset(r, 0, sizeof *r);
+}
+
+/* ---- Parameter ranges (docs/plugins.md: struct dli_param_desc's bounded, min, max) ---- */
+
+const char *dli_param_range_text(const struct dli_param_desc *d, char *buf, size_t size)
+{
+	bool lo = d->bounded && d->min > -INFINITY, hi = d->bounded && d->max < INFINITY;
+
+	if (lo && hi)
+		snprintf(buf, size, "in [%g, %g]", d->min, d->max);
+	else if (lo)
+		snprintf(buf, size, ">= %g", d->min);
+	else if (hi)
+		snprintf(buf, size, "<= %g", d->max);
+	else if (size)
+		buf[0] = '\0';
+	return buf;
+}
+
+bool dli_param_number_ok(const struct dli_param_desc *d, double x, const char *text, char *why,
+			 size_t size)
+{
+	char range[96];
+	const char *kind = d->type == DLI_PARAM_INT ? "an integer" : "a number";
+
+	dli_param_range_text(d, range, sizeof range);
+	/* The comparisons are false for NaN: it fails both ways, bounded or not. */
+	if (x >= (d->bounded ? d->min : -INFINITY) && x <= (d->bounded ? d->max : INFINITY))
+		return true;
+	snprintf(why, size, "expected %s%s%s, got '%s'", kind, range[0] ? " " : "", range, text);
+	return false;
 }

@@ -35,6 +35,8 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 			    const struct dli_quantized_tensor *q);
 int dli_stats_acc_read(struct dli_stats_acc *acc, struct dli_stats_record *out);
+int dli_stats_acc_read_sized(struct dli_stats_acc *acc, struct dli_stats_record *out, size_t size);
+double dli_stats_value_sized(const struct dli_stats_record *r, size_t size, enum dli_stat stat);
 void dli_stats_acc_reset(struct dli_stats_acc *acc);
 int dli_stats_acc_histogram(struct dli_stats_acc *acc, bool on);
 int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram *out);

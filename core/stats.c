@@ -2,6 +2,7 @@
  * by the CPU kernels for host tensors and by the CUDA backend for device tensors, whose records
  * stay on the device until the accumulator is read at step end. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -371,10 +372,40 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 	return 0;
 }
 
+static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out);
+
+/* A module's record may be smaller (older headers) or larger (newer) than ours: only `size` bytes
+ * of `out` are ever touched. */
+int dli_stats_acc_read_sized(struct dli_stats_acc *acc, struct dli_stats_record *out, size_t size)
+{
+	if (!acc || !out || size < DLI_STATS_RECORD_SIZE_1_0)
+		return -EINVAL;
+	struct dli_stats_record merged;
+	int r = acc_merge(acc, &merged);
+	size_t n = size < sizeof merged ? size : sizeof merged;
+	memcpy(out, &merged, n);
+	if (size > n)
+		memset((char *)out + n, 0, size - n);
+	return r;
+}
+
+/* ABI 1.0: exactly the 1.0 record, whatever the record grows to. */
 int dli_stats_acc_read(struct dli_stats_acc *acc, struct dli_stats_record *out)
 {
-	if (!acc || !out)
-		return -EINVAL;
+	return dli_stats_acc_read_sized(acc, out, DLI_STATS_RECORD_SIZE_1_0);
+}
+
+double dli_stats_value_sized(const struct dli_stats_record *r, size_t size, enum dli_stat stat)
+{
+	/* Every statistic of today finalizes from the 1.0 terms; one that needs a later term checks
+	 * here that `size` covers it. */
+	if (!r || size < DLI_STATS_RECORD_SIZE_1_0)
+		return NAN;
+	return dli_stats_value(r, stat);
+}
+
+static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out)
+{
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	int first = 0;
 	pthread_mutex_lock(&acc->lock);

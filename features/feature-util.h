@@ -9,6 +9,10 @@
 
 #include <dlinspect/plugin.h>
 
+/* The range of a current-scaling `margin` (scale = fp8_max / amax / 2^margin): beyond +-126 the
+ * scale leaves float's normal range for any amax near 1, so every value would be 0 or saturated. */
+#define DLI_FP8_MARGIN_RANGE .bounded = true, .min = -126, .max = 126
+
 /* *dst = *src with its own copy of the ranges: config memory is gone after create. 0 or -ENOMEM;
  * free((void *)dst->ranges) when done (NULL without ranges). */
 static inline int dli_feature_schedule_copy(struct dli_schedule *dst, const struct dli_schedule *src)

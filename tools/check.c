@@ -99,11 +99,15 @@ int dli_cmd_check(int argc, char **argv)
 {
 	const char *path = NULL;
 	static const char usage[] = "usage: dlinspect check CONFIG [--layer NAME]... "
-				    "[--allow-tensor NAME]... [--plugin-dir DIR]...\n";
+				    "[--allow-tensor NAME]... [--plugin-dir DIR]... "
+				    "[--allow-module-path]\n";
 	const char *layers[256], *dirs[64], *tensors[64];
 	size_t n_layers = 0, n_dirs = 0, n_tensors = 0;
+	bool allow_paths = false;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {
+		if (!strcmp(argv[i], "--allow-module-path")) {
+			allow_paths = true;
+		} else if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {
 			if (n_tensors == 64) {
 				fprintf(stderr, "dlinspect check: too many --allow-tensor options\n");
 				return 2;
@@ -136,6 +140,7 @@ int dli_cmd_check(int argc, char **argv)
 	o.config_path = path;
 	o.plugin_dirs = dirs;
 	o.n_plugin_dirs = n_dirs;
+	o.allow_module_paths = allow_paths; /* as a host would have to: the config cannot */
 	o.log_level = DLI_LOG_ERROR; /* warnings are printed below, once */
 	/* A check knows no host: only the standard tensors and the ones the user allows, so that a
 	 * misspelled name fails here rather than log nothing in a run (docs/config.md). */

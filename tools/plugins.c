@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "context-private.h"
 #include "loader-private.h"
+#include "registry-private.h"
 
 static const char *type_name(enum dli_param_type t)
 {
@@ -35,6 +36,10 @@ static void print_params(const struct dli_param_desc *p, size_t n)
 				printf(" %s", p[i].choices[k]);
 			printf("\n");
 		}
+		char range[96];
+		if ((p[i].type == DLI_PARAM_INT || p[i].type == DLI_PARAM_FLOAT) &&
+		    *dli_param_range_text(&p[i], range, sizeof range))
+			printf("        %-16s %s\n", "", range);
 	}
 }
 

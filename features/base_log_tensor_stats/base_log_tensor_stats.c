@@ -139,10 +139,14 @@ static const struct dli_feature_desc dli_blts_feature = {
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_blts_params,
 	.n_params = sizeof(dli_blts_params) / sizeof(dli_blts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.calls = dli_blts_calls,
 	.ops = &dli_blts_ops,
 };
 static const struct dli_feature_desc *const dli_blts_features[] = {&dli_blts_feature};
+
+/* How `extensions: [base]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("base");
 
 static const struct dli_module dli_blts_module = {
 	.size = sizeof(struct dli_module),

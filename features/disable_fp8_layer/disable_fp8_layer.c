@@ -43,6 +43,9 @@ static const struct dli_feature_desc dli_disable_layer_feature = {
 };
 static const struct dli_feature_desc *const dli_disable_layer_features_list[] = {&dli_disable_layer_feature};
 
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
+
 static const struct dli_module dli_disable_layer_module = {
 	.size = sizeof(struct dli_module),
 	.abi_major = DLI_ABI_MAJOR,

@@ -8,6 +8,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
+
 struct dli_fq {
 	const struct dli_host *host;
 	enum dli_dtype format;
@@ -24,7 +26,7 @@ static int dli_fq_create(const struct dli_feature_create_args *args, void **inst
 {
 	struct dli_fq *self;
 
-	/* A host table describing modules only (`dlinspect plugins`), or an older core: no casts. */
+	/* fp8_cast and tensor_amax are ABI 1.1: a 1.0 host has no casts. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
 	    !args->host->fp8_cast || !args->host->fp8_scale) {
 		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
@@ -98,7 +100,8 @@ static const struct dli_param_desc dli_fq_params[] = {
 			   .doc = "FP8 format the values are rounded to: FP8E4M3 or FP8E5M2",
 			   .choices = dli_fq_formats, .required = true},
 	[DLI_FQ_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin",
+			   DLI_FP8_MARGIN_RANGE},
 };
 
 static const struct dli_feature_desc dli_fq_feature = {
@@ -108,9 +111,13 @@ static const struct dli_feature_desc dli_fq_feature = {
 	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
 	.params = dli_fq_params,
 	.n_params = sizeof(dli_fq_params) / sizeof(dli_fq_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_fq_ops,
 };
 static const struct dli_feature_desc *const dli_fq_features[] = {&dli_fq_feature};
+
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
 
 static const struct dli_module dli_fq_module = {
 	.size = sizeof(struct dli_module),

@@ -118,8 +118,8 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 	const struct dli_value *p = args->params;
 	struct dli_lfs *self;
 
-	/* A host table describing modules only (`dlinspect plugins`) has no statistics calls:
-	 * refuse to make an instance there rather than crash at the first tensor. */
+	/* A host may lack the statistics calls (a test's stand-in table): refuse to make an
+	 * instance there rather than crash at the first tensor. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
 		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
 		return -ENOTSUP;
@@ -335,7 +335,8 @@ static const struct dli_param_desc dli_lfs_params[] = {
 				   "(E5M2 for gradient/dgrad/wgrad, E4M3 otherwise)",
 			    .choices = dli_lfs_formats},
 	[DLI_LFS_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin"},
+			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin",
+			    DLI_FP8_MARGIN_RANGE},
 };
 
 static const char *const dli_lfs_aliases[] = {"collect_fp8_tensor_stats", NULL};
@@ -348,9 +349,13 @@ static const struct dli_feature_desc dli_lfs_feature = {
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_lfs_params,
 	.n_params = sizeof(dli_lfs_params) / sizeof(dli_lfs_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_lfs_ops,
 };
 static const struct dli_feature_desc *const dli_lfs_features[] = {&dli_lfs_feature};
+
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
 
 static const struct dli_module dli_lfs_module = {
 	.size = sizeof(struct dli_module),

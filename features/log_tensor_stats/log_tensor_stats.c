@@ -49,8 +49,8 @@ static int dli_lts_create(const struct dli_feature_create_args *args, void **ins
 	const struct dli_value *stats = &args->params[0];
 	struct dli_lts *self;
 
-	/* A host table describing modules only (`dlinspect plugins`) has no statistics calls:
-	 * refuse to make an instance there rather than crash at the first tensor. */
+	/* A host may lack the statistics calls (a test's stand-in table): refuse to make an
+	 * instance there rather than crash at the first tensor. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
 		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
 		return -ENOTSUP;
@@ -238,9 +238,13 @@ static const struct dli_feature_desc dli_lts_feature = {
 	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_lts_params,
 	.n_params = sizeof(dli_lts_params) / sizeof(dli_lts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_lts_ops,
 };
 static const struct dli_feature_desc *const dli_lts_features[] = {&dli_lts_feature};
+
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
 
 static const struct dli_module dli_lts_module = {
 	.size = sizeof(struct dli_module),

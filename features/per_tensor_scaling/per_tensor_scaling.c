@@ -20,7 +20,7 @@ static int dli_pts_create(const struct dli_feature_create_args *args, void **ins
 {
 	struct dli_pts *self;
 
-	/* A host table describing modules only (`dlinspect plugins`), or an older core: no casts. */
+	/* fp8_cast and tensor_amax are ABI 1.1: a 1.0 host has no casts. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
 	    !args->host->fp8_cast || !args->host->fp8_scale) {
 		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
@@ -98,7 +98,7 @@ static const struct dli_feature_ops dli_pts_ops = {
 
 static const struct dli_param_desc dli_pts_params[] = {
 	{.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-	 .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin"},
+	 .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin", DLI_FP8_MARGIN_RANGE},
 };
 
 static const char *const dli_pts_aliases[] = {"per_tensor_scaling", NULL};
@@ -112,9 +112,13 @@ static const struct dli_feature_desc dli_pts_feature = {
 	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
 	.params = dli_pts_params,
 	.n_params = sizeof(dli_pts_params) / sizeof(dli_pts_params[0]),
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_pts_ops,
 };
 static const struct dli_feature_desc *const dli_pts_features[] = {&dli_pts_feature};
+
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
 
 static const struct dli_module dli_pts_module = {
 	.size = sizeof(struct dli_module),

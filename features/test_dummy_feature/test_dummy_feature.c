@@ -64,9 +64,13 @@ static const struct dli_feature_desc dli_dummy_feature = {
 	.flags = DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS,
 	.params = dli_dummy_params,
 	.n_params = 1,
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &dli_dummy_ops,
 };
 static const struct dli_feature_desc *const dli_dummy_features[] = {&dli_dummy_feature};
+
+/* How `extensions: [transformer_engine]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("transformer_engine");
 
 static const struct dli_module dli_dummy_module = {
 	.size = sizeof(struct dli_module),

@@ -81,6 +81,11 @@ struct dli_options {
 	 * warned about (message log and stderr, once). See docs/config.md, "Tensor names". */
 	const char *const *tensor_names;
 	size_t n_tensor_names;
+	/* Whether an `extensions` entry (the config's, or `extensions` above) may be a path to a
+	 * module file instead of a module or namespace name. Off by default, so that a config cannot
+	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
+	 * (docs/security.md). */
+	bool allow_module_paths;
 };
 
 /* Sets every field to its default. */

@@ -2,9 +2,21 @@
  *
  * A module is a shared object exporting one symbol, DLI_MODULE_ENTRY. The host calls it with its
  * function table and gets back a static module descriptor. A plugin links nothing from the core:
- * everything it needs comes through `struct dli_host`. Every table starts with its size and only
- * grows at its end; the host checks the size and non-NULL before using a member, so a plugin built
- * against older headers keeps working. */
+ * everything it needs comes through `struct dli_host`.
+ *
+ * Compatibility (docs/plugins.md, "ABI and versions"): every table starts with its size and only
+ * grows at its end, and each member says the minor version that added it. The host reads a
+ * plugin's descriptors and ops tables only as far as their size covers (what lies beyond reads as
+ * NULL / 0), so a plugin built against older headers of the same major keeps loading; a plugin
+ * reads a host table member added after the minor it needs only after DLI_HAS_MEMBER says the host
+ * has it. `struct dli_param_desc` has no size of its own: its array stride is the descriptor's
+ * `param_size` (1.1), or, when that is 0, the size it had at the module's abi_minor.
+ *
+ * Threads (each method says more; docs/plugins.md has the table): create, destroy, step_end and a
+ * logger's flush never run concurrently with any other method of the instance; layer_attach runs
+ * under the host's layer lock, alone among attaches and step_end; the per-call methods (*_enabled,
+ * modify_tensor, inspect_tensor*, call) and a logger's log_* methods may run on several threads
+ * at once. destroy follows only a successful create, with what create stored. */
 #ifndef DLINSPECT_PLUGIN_H
 #define DLINSPECT_PLUGIN_H
 
@@ -34,6 +46,23 @@ extern "C" {
 #define DLI_HAS_MEMBER(p, type, member) \
 	((p)->size >= offsetof(type, member) + sizeof(((type *)0)->member))
 
+/* The sizes of the tables as ABI 1.0 defined them: what a module built against 1.0 headers fills,
+ * and the least the host accepts; and the param element's size at each minor, for the stride of a
+ * params array whose descriptor has no param_size. */
+#define DLI_MODULE_SIZE_1_0 (offsetof(struct dli_module, n_loggers) + sizeof(size_t))
+#define DLI_FEATURE_DESC_SIZE_1_0 (offsetof(struct dli_feature_desc, ops) + sizeof(void *))
+#define DLI_LOGGER_DESC_SIZE_1_0 (offsetof(struct dli_logger_desc, ops) + sizeof(void *))
+#define DLI_PARAM_DESC_SIZE_1_0 \
+	((offsetof(struct dli_param_desc, required) + sizeof(bool) + sizeof(void *) - 1) / \
+	 sizeof(void *) * sizeof(void *))
+
+#define DLI_PARAM_DESC_SIZE_1_1 \
+	((offsetof(struct dli_param_desc, max) + sizeof(double) + sizeof(void *) - 1) / \
+	 sizeof(void *) * sizeof(void *))
+
+/* For a descriptor's `param_size`. */
+#define DLI_PARAM_SIZE sizeof(struct dli_param_desc)
+
 /* ---- Parameters ----
  * A feature or logger declares its keys; the core parses and validates the config against them
  * (types, choices, did-you-mean for unknown keys) and hands the values over in schema order. */
@@ -47,7 +76,9 @@ enum dli_param_type {
 	DLI_PARAM_INT_PAIRS,   /* [[a, b], ...], e.g. start_end_list */
 };
 
+/* An array element, not a sized table: see `param_size` in the descriptors for how it grows. */
 struct dli_param_desc {
+	/* ABI 1.0 */
 	const char *key;
 	const char *alias; /* older spelling accepted for the same key (e.g. `type` for `stats`), or NULL */
 	enum dli_param_type type;
@@ -55,6 +86,16 @@ struct dli_param_desc {
 	const char *doc;           /* one line, shown by `dlinspect plugins --explain` */
 	const char *const *choices; /* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL */
 	bool required;
+
+	/* ABI 1.1: the inclusive range of an INT or FLOAT value, when `bounded` (a module of ABI 1.0
+	 * reads as unbounded). The core refuses a value outside it, and NaN for every FLOAT,
+	 * bounded or not, with the value's file:line:column; `dlinspect plugins --explain` shows
+	 * it. Use -INFINITY / INFINITY for a side without a bound. */
+	bool bounded;
+	double min, max;
+#ifdef DLI_TEST_ABI_GROWTH
+	int test_growth; /* test builds only: proves that a 1.1 plugin loads after this grew */
+#endif
 };
 
 struct dli_int_pair {
@@ -92,7 +133,12 @@ struct dli_schedule {
 	size_t n_ranges;
 };
 
-/* ---- The host table ---- */
+/* ---- The host table ----
+ * Grouped by the minor version that added each member, as SQLite's sqlite3ext.h is. A member of
+ * the group a module was built for is always there and never NULL; one added later than the
+ * minor a module requires must be checked with DLI_HAS_MEMBER(host, struct dli_host, member)
+ * when the module should also run on an older host. Unless a method says otherwise, every host
+ * method may be called from any thread, concurrently. */
 
 /* Records merged over a step: what a statistics feature keeps per (layer, tensor). */
 struct dli_stats_acc;
@@ -110,7 +156,7 @@ struct dli_host {
 	uint32_t size;
 	uint16_t abi_major, abi_minor;
 
-	/* ABI 1.0 */
+	/* ---- ABI 1.0 ---- */
 	/* Writes a message to the message logs, like dli_log(). */
 	void (*log)(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -135,7 +181,7 @@ struct dli_host {
 	/* Name of a tensor id (borrowed, lives as long as the context); NULL for an unknown id. */
 	const char *(*tensor_name)(const struct dli_context *ctx, int tensor);
 
-	/* ABI 1.0: statistics (docs/statistics.md). */
+	/* Statistics (docs/statistics.md). */
 	/* A new, empty accumulator owned by the caller (free with stats_acc_destroy); NULL when out
 	 * of memory. */
 	struct dli_stats_acc *(*stats_acc_create)(struct dli_context *ctx);
@@ -152,28 +198,35 @@ struct dli_host {
 	int (*stats_add_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 				   const struct dli_quantized_tensor *q);
 	/* The merge of everything added since the last reset. Waits for queued device work: call it
-	 * from step_end, not on the hot path. */
+	 * from step_end, not on the hot path. Writes exactly DLI_STATS_RECORD_SIZE_1_0 bytes, the
+	 * record as ABI 1.0 defined it, in every later version too: a module that wants what a newer
+	 * record holds calls stats_acc_read_sized (1.1). */
 	int (*stats_acc_read)(struct dli_stats_acc *acc, struct dli_stats_record *out);
 	void (*stats_acc_reset)(struct dli_stats_acc *acc);
-	/* A finalized statistic (NaN where undefined, e.g. std of one element). */
+	/* A finalized statistic (NaN where undefined, e.g. std of one element). Reads only the
+	 * DLI_STATS_RECORD_SIZE_1_0 bytes of `r` (borrowed); stats_value_sized (1.1) reads newer ones. */
 	double (*stats_value)(const struct dli_stats_record *r, enum dli_stat stat);
-	/* "min", "underflows%", ... as in configs and log names; NULL when out of range. */
+	/* "min", "underflows%", ... as in configs and log names; NULL when out of range, so that
+	 * the first stat giving NULL is the number of statistics this host knows. */
 	const char *(*stat_name)(enum dli_stat stat);
 	/* The current-scaling scale: fp8_max / amax / 2^margin; 1 for an amax of 0, inf or NaN;
 	 * FLT_MAX for an infinite result. */
 	float (*fp8_scale)(float amax, enum dli_dtype format, double margin);
 
-	/* ABI 1.0: histograms. Sends one histogram to every logger that takes them (others skip it).
+	/* Histograms. Sends one histogram to every logger that takes them (others skip it).
 	 * `name` and `h` are borrowed. */
 	int (*emit_histogram)(struct dli_context *ctx, const char *name, int64_t iteration,
 			      const struct dli_histogram *h);
 
-	/* ABI 1.0: FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features). */
+	/* ---- ABI 1.1 (check DLI_HAS_MEMBER first to run on a 1.0 host) ----
+	 * Modules built before DLI_ABI_MINOR was raised to 1 say 1.0 but may use these: every host
+	 * that shipped them fills them in. */
+
+	/* FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features). */
 	int (*fp8_cast)(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 			float scale);
 
-	/* ABI 1.0: the amax that current scaling starts from (for modify_tensor features; check
-	 * DLI_HAS_MEMBER first). Stores in *amax max |x| over the non-NaN elements of `t` (borrowed;
+	/* The amax that current scaling starts from (for modify_tensor features). Stores in *amax max |x| over the non-NaN elements of `t` (borrowed;
 	 * f32, f16 or bf16, contiguous, host memory): NaNs are skipped, as TransformerEngine's
 	 * fmaxf-based amax kernel and the stats' current-scaling pass do, so one NaN does not change
 	 * how the rest of the tensor is scaled; an inf element gives inf (and fp8_scale then 1); an
@@ -181,8 +234,7 @@ struct dli_host {
 	 * layout, shape), -ENOTSUP for device memory. */
 	int (*tensor_amax)(const struct dli_tensor *t, float *amax);
 
-	/* ABI 1.0: value histograms of an accumulator's tensors (check DLI_HAS_MEMBER first), over
-	 * fixed exponential buckets: TensorFlow's default limits 0, +-1e-12 * 1.1^k below 1e20, and
+	/* Value histograms of an accumulator's tensors, over fixed exponential buckets: TensorFlow's default limits 0, +-1e-12 * 1.1^k below 1e20, and
 	 * +-DBL_MAX (1551 buckets; NaNs in none, -inf in the first, +inf in the last). */
 	/* Turns collection on (allocating its counts; -ENOMEM) or off (freeing them) for the tensors
 	 * stats_add takes from then on; stats_add_quantized adds nothing to it. Idempotent. */
@@ -196,10 +248,18 @@ struct dli_host {
 	 * CUDA backend has no histogram yet; the host says so once in the message log). */
 	int (*stats_acc_read_histogram)(struct dli_stats_acc *acc, struct dli_histogram *out);
 
-	/* ABI 1.0: the file system, for loggers (check DLI_HAS_MEMBER first). mkdir -p: creates
+	/* The file system, for loggers. mkdir -p: creates
 	 * `path` (borrowed) and its missing parents (mode 0755); a component that already exists as
 	 * a directory is fine. 0 or a negative errno; -ENOTDIR when a component is a file. */
 	int (*make_dirs)(const char *path);
+	/* stats_acc_read for a record of `size` bytes (the caller's sizeof(struct dli_stats_record)):
+	 * writes min(size, the host's record size) bytes and zeroes the rest of `out`, so neither an
+	 * older module's smaller record is overrun nor a newer module's larger one left unset.
+	 * -EINVAL when size < DLI_STATS_RECORD_SIZE_1_0. */
+	int (*stats_acc_read_sized)(struct dli_stats_acc *acc, struct dli_stats_record *out,
+				    size_t size);
+	/* stats_value of a record of `size` bytes; NaN for a statistic whose terms lie beyond it. */
+	double (*stats_value_sized)(const struct dli_stats_record *r, size_t size, enum dli_stat stat);
 };
 
 /* ---- Features ---- */
@@ -236,18 +296,30 @@ struct dli_feature_call {
 	const char *layer_name;
 };
 
+/* Methods of a feature. All are optional but create; the host checks size and non-NULL before each
+ * call. Threads: create, destroy and step_end never run concurrently with any other method of the
+ * instance; layer_attach is serialized with other attaches and step_end only (see below); the
+ * per-call methods (*_enabled, modify_tensor, inspect_tensor*, call) may run on several threads at
+ * once, for the same or different layers. */
 struct dli_feature_ops {
+	/* ---- ABI 1.0 ---- */
 	uint32_t size;
 	/* Required. On failure return a negative errno and fill err->message (no location needed: the
-	 * core prefixes the block's). */
+	 * core prefixes the block's). Runs during dli_init, on the host's thread. */
 	int (*create)(const struct dli_feature_create_args *args, void **instance, struct dli_error *err);
+	/* Optional: frees what create made. Called once per successful create, at dli_destroy, with
+	 * what create stored in *instance (NULL only if create stored NULL); never after a failed
+	 * create. */
 	void (*destroy)(void *instance);
-	/* Optional: per-layer state, made when a layer is first resolved (not on a hot path). */
+	/* Optional: per-layer state, made when a layer is first resolved (not on a hot path). Called
+	 * under the host's layer lock: never concurrently with another attach or step_end, but while
+	 * other threads run per-call methods on other layers. layer_detach runs at dli_destroy. */
 	int (*layer_attach)(void *instance, const char *layer_name, void **layer_state);
 	void (*layer_detach)(void *instance, void *layer_state);
 
-	/* Optional, one per host call. *_enabled store in *next the first iteration at which their
-	 * answer may change (DLI_NEVER if never; the current iteration to be asked on every call). */
+	/* Optional, one per host call; may be called from several threads at once. *_enabled store
+	 * in *next the first iteration at which their answer may change (DLI_NEVER if never; the
+	 * current iteration to be asked on every call). */
 	bool (*fp8_gemm_enabled)(const struct dli_feature_call *c, enum dli_gemm gemm, int64_t iteration,
 				 int64_t *next);
 	bool (*modify_tensor_enabled)(const struct dli_feature_call *c, enum dli_gemm gemm, int tensor,
@@ -264,13 +336,18 @@ struct dli_feature_ops {
 						    int tensor, int64_t iteration, int64_t *next);
 	int (*inspect_tensor_postquantize)(const struct dli_feature_call *c, enum dli_gemm gemm,
 					   int tensor, const struct dli_quantized_tensor *q);
-	/* Called at dli_step for every attached layer, with the iteration that just ended. */
+	/* Optional: called at dli_step for every attached layer, with the iteration that just ended.
+	 * dli_step runs alone (the host may not call anything else on the context meanwhile). */
 	void (*step_end)(const struct dli_feature_call *c, int64_t iteration);
-	/* A custom call declared in the descriptor's `calls`. */
+	/* Optional: a custom call declared in the descriptor's `calls`. */
 	int (*call)(const struct dli_feature_call *c, const char *name, void *args);
+#ifdef DLI_TEST_ABI_GROWTH
+	void (*test_growth)(void); /* test builds only: proves that 1.0 ops tables load after growth */
+#endif
 };
 
 struct dli_feature_desc {
+	/* ---- ABI 1.0 ---- */
 	uint32_t size;
 	const char *name;            /* as written in configs: "DisableFP8GEMM" */
 	const char *const *aliases;  /* NULL-terminated older names ("disable_fp8_gemm"), or NULL */
@@ -280,6 +357,15 @@ struct dli_feature_desc {
 	size_t n_params;
 	const char *const *calls;    /* NULL-terminated custom call names, or NULL */
 	const struct dli_feature_ops *ops;
+
+	/* ---- ABI 1.1 ---- */
+	/* sizeof(struct dli_param_desc) as the module saw it, the stride of `params`: set it to
+	 * DLI_PARAM_SIZE so that a host older than the module's headers can read them. 0 or absent:
+	 * the size of the module's abi_minor. */
+	size_t param_size;
+#ifdef DLI_TEST_ABI_GROWTH
+	int test_growth; /* test builds only */
+#endif
 };
 
 /* ---- Loggers ---- */
@@ -296,33 +382,60 @@ struct dli_logger_create_args {
 	int world_size;
 };
 
+/* Methods of a logger. create and log_scalar are required. Threads: the log_* methods may be called
+ * from any thread, concurrently with each other (a feature emits from whatever thread the host
+ * calls it on; messages come from every thread): a logger locks what it shares. create, flush and
+ * destroy are never called concurrently with any other method of the instance. */
 struct dli_logger_ops {
+	/* ---- ABI 1.0 ---- */
 	uint32_t size;
+	/* Required; runs during dli_init. */
 	int (*create)(const struct dli_logger_create_args *args, void **instance, struct dli_error *err);
+	/* Optional: once per successful create, at dli_destroy after the last flush; never after a
+	 * failed create, and with NULL only if create stored NULL. */
 	void (*destroy)(void *instance);
-	/* One statistic. `name` is borrowed. Returns 0 or a negative errno (reported once by the core). */
+	/* Required: one statistic. `name` is borrowed. Returns 0 or a negative errno (reported once
+	 * by the core). */
 	int (*log_scalar)(void *instance, const char *name, int64_t iteration, double value);
 	/* Optional: one formatted message line (no trailing newline). */
 	int (*log_text)(void *instance, enum dli_log_level level, const char *text);
-	/* Optional: called at the end of each step and at dli_destroy. */
+	/* Optional: called at the end of each step (dli_step, which runs alone) and at dli_destroy. */
 	int (*flush)(void *instance);
 	/* Optional: one histogram (borrowed). */
 	int (*log_histogram)(void *instance, const char *name, int64_t iteration,
 			     const struct dli_histogram *h);
+
+	/* ---- ABI 1.1 ---- */
+	/* Optional: the logger's own checks of its params (those the schema's types and ranges cannot
+	 * say), without creating anything. `dlinspect check` calls it instead of create, which would
+	 * open files; share the code with create so that check refuses exactly what a run refuses.
+	 * Same arguments as create; on failure a negative errno and err->message. */
+	int (*validate)(const struct dli_logger_create_args *args, struct dli_error *err);
+#ifdef DLI_TEST_ABI_GROWTH
+	void (*test_growth)(void); /* test builds only */
+#endif
 };
 
 struct dli_logger_desc {
+	/* ---- ABI 1.0 ---- */
 	uint32_t size;
 	const char *name; /* as written under `loggers:` */
 	const char *doc;
 	const struct dli_param_desc *params;
 	size_t n_params;
 	const struct dli_logger_ops *ops;
+
+	/* ---- ABI 1.1 ---- */
+	size_t param_size; /* as in struct dli_feature_desc */
+#ifdef DLI_TEST_ABI_GROWTH
+	int test_growth; /* test builds only */
+#endif
 };
 
 /* ---- The module ---- */
 
 struct dli_module {
+	/* ---- ABI 1.0 ---- */
 	uint32_t size;
 	uint16_t abi_major, abi_minor; /* DLI_ABI_MAJOR, DLI_ABI_MINOR of the headers it was built with */
 	const char *name;   /* matches the file name: <name>.so */
@@ -335,6 +448,27 @@ struct dli_module {
 	const struct dli_logger_desc *const *loggers;
 	size_t n_loggers;
 };
+
+/* ---- The namespace note (ABI 1.1) ----
+ * `extensions: [<namespace>]` loads every module of that namespace. To find them without loading
+ * (and so running the code of) every library on the plugin path, dlinspect reads an ELF note that
+ * a module declares with this macro, once, at file scope, with the same string as its `ns`:
+ *     DLI_MODULE_NAMESPACE("my_plugins");
+ * A module without the note still loads by its name, or with no `extensions` at all. */
+#define DLI_NOTE_NAME "dlinspect"
+#define DLI_NOTE_NAMESPACE 1
+#define DLI_NAMESPACE_MAX 128 /* bytes, with the terminating NUL */
+#if defined(__GNUC__)
+#define DLI_MODULE_NAMESPACE(ns)                                                                  \
+	__attribute__((used, section(".note.dlinspect"), aligned(4))) static const struct {       \
+		uint32_t namesz, descsz, type;                                                     \
+		char name[(sizeof(DLI_NOTE_NAME) + 3) / 4 * 4];                                    \
+		char desc[(sizeof(ns) + 3) / 4 * 4];                                               \
+	} dli_module_namespace_note = {sizeof(DLI_NOTE_NAME), sizeof(ns), DLI_NOTE_NAMESPACE,       \
+				       DLI_NOTE_NAME, ns}
+#else
+#define DLI_MODULE_NAMESPACE(ns) extern int dli_module_namespace_note_unsupported
+#endif
 
 typedef const struct dli_module *(*dli_module_entry_fn)(const struct dli_host *host);
 

@@ -3,6 +3,7 @@
 #ifndef DLINSPECT_STATS_H
 #define DLINSPECT_STATS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <dlinspect/tensor.h>
@@ -36,8 +37,12 @@ enum dli_stat {
 };
 
 /* Everything a pass keeps so that two records merge exactly (microbatches, shards, ranks) and every
- * statistic can be finalized from the merge. Plain data: copy, zero-initialize with
- * dli_stats_record_init semantics (see the host table), send over the wire as is. */
+ * statistic can be finalized from the merge. Plain data: copy, send over the wire as is.
+ *
+ * The record may grow at its end in a later minor version (a new statistic's terms). A module
+ * therefore passes its own sizeof(struct dli_stats_record) to the host's sized calls
+ * (stats_acc_read_sized, stats_value_sized in dlinspect/plugin.h), which never write or read past
+ * it; DLI_STATS_RECORD_SIZE_1_0 is what the unsized 1.0 calls use forever. */
 struct dli_stats_record {
 	uint64_t count;      /* elements */
 	uint64_t nan_count;
@@ -61,6 +66,9 @@ struct dli_stats_record {
 	double x_sq;         /* sum x^2 over the compared elements */
 	double scale_inv_min, scale_inv_max; /* over the scale_invs seen (nonzero ones for min) */
 };
+
+/* The record as ABI 1.0 defined it. */
+#define DLI_STATS_RECORD_SIZE_1_0 (offsetof(struct dli_stats_record, scale_inv_max) + sizeof(double))
 
 /* An FP8 quantization to compare a tensor against: x -> round-to-nearest-even(x * scale),
  * saturated to the format's finite max; NaN stays NaN (docs/statistics.md). */

@@ -42,7 +42,7 @@ static const struct dli_param_desc dli_tb_params[DLI_TB_N_PARAMS] = {
 	[DLI_TB_FLUSH_SECS] = {"flush_secs", NULL, DLI_PARAM_FLOAT, "0",
 			       "write buffered records at step end only when this many seconds have "
 			       "passed since the last write (0: at every step end)",
-			       NULL, false},
+			       NULL, false, true, 0, INFINITY},
 	[DLI_TB_RANKS] = {"ranks", NULL, DLI_PARAM_STRING_LIST, "all",
 			  "ranks that write event files: a list of numbers, or all", NULL, false},
 	[DLI_TB_HISTOGRAMS] = {"histograms", NULL, DLI_PARAM_BOOL, "true",
@@ -329,6 +329,23 @@ static int dli_tb_rank_listed(const struct dli_value *ranks, int rank, struct dl
 	return listed;
 }
 
+/* The checks of the params beyond their schema, for create and for `dlinspect check`. */
+static int dli_tb_validate(const struct dli_logger_create_args *args, struct dli_error *err)
+{
+	const struct dli_value *p = args->params;
+
+	if (args->n_params < DLI_TB_N_PARAMS)
+		return -EINVAL;
+	if (!isfinite(p[DLI_TB_FLUSH_SECS].u.f) || p[DLI_TB_FLUSH_SECS].u.f < 0) {
+		snprintf(err->message, sizeof(err->message),
+			 "flush_secs must be a number of seconds >= 0, got %g",
+			 p[DLI_TB_FLUSH_SECS].u.f);
+		return -EINVAL;
+	}
+	int listed = dli_tb_rank_listed(&p[DLI_TB_RANKS], args->rank, err);
+	return listed < 0 ? listed : 0;
+}
+
 static int dli_tb_create(const struct dli_logger_create_args *args, void **instance,
 			 struct dli_error *err)
 {
@@ -338,18 +355,12 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 	struct dli_log_env env;
 	int rc, listed;
 
-	if (args->n_params < DLI_TB_N_PARAMS)
-		return -EINVAL;
-	/* A host table describing modules only (`dlinspect plugins`), or an older core. */
+	if ((rc = dli_tb_validate(args, err)) < 0)
+		return rc;
+	/* make_dirs is ABI 1.1: a 1.0 host lacks it. */
 	if (!DLI_HAS_MEMBER(args->host, struct dli_host, make_dirs) || !args->host->make_dirs) {
 		snprintf(err->message, sizeof(err->message), "the host has no make_dirs call");
 		return -ENOTSUP;
-	}
-	if (!isfinite(p[DLI_TB_FLUSH_SECS].u.f) || p[DLI_TB_FLUSH_SECS].u.f < 0) {
-		snprintf(err->message, sizeof(err->message),
-			 "flush_secs must be a number of seconds >= 0, got %g",
-			 p[DLI_TB_FLUSH_SECS].u.f);
-		return -EINVAL;
 	}
 	listed = dli_tb_rank_listed(&p[DLI_TB_RANKS], args->rank, err);
 	if (listed < 0)
@@ -472,6 +483,7 @@ static const struct dli_logger_ops dli_tb_ops = {
 	.log_scalar = dli_tb_log_scalar,
 	.flush = dli_tb_flush,
 	.log_histogram = dli_tb_log_histogram,
+	.validate = dli_tb_validate,
 };
 
 static const struct dli_logger_desc dli_tb_logger = {

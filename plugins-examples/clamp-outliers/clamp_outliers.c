@@ -159,9 +159,13 @@ static const struct dli_feature_desc clamp_feature = {
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_GEMMS | DLI_FEATURE_TENSORS | DLI_FEATURE_MODIFIES,
 	.params = clamp_params,
 	.n_params = P_COUNT,
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &clamp_ops,
 };
 static const struct dli_feature_desc *const clamp_features[] = {&clamp_feature};
+
+/* How `extensions: [my_plugins]` finds this module without loading it. */
+DLI_MODULE_NAMESPACE("my_plugins");
 
 static const struct dli_module clamp_module = {
 	.size = sizeof(struct dli_module),

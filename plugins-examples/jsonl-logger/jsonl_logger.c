@@ -172,6 +172,7 @@ static const struct dli_logger_desc jsonl_logger = {
 	.doc = "Scalars as JSON Lines, one {\"name\", \"iteration\", \"value\"} object a line.",
 	.params = jsonl_params,
 	.n_params = P_COUNT,
+	.param_size = DLI_PARAM_SIZE,
 	.ops = &jsonl_ops,
 };
 static const struct dli_logger_desc *const jsonl_loggers[] = {&jsonl_logger};

@@ -23,6 +23,23 @@ for f in "$src"/tests/cli/broken/*.yaml; do
 	esac
 done
 
+# The TensorBoard logger's own checks run in check too (through its validate method), when it is
+# built.
+if "$tool" plugins 2>/dev/null | grep -q "^  tensorboard (ABI"; then
+	for f in "$src"/tests/cli/broken-tensorboard/*.yaml; do
+		expect=$(sed -n 's/^# expect: //p' "$f")
+		out=$("$tool" check "$f" 2>&1 >/dev/null)
+		rc=$?
+		[ $rc = 1 ] && ok || bad "$f: exit $rc, expected 1"
+		case "$out" in
+		"$f:$expect"*) ok ;;
+		*) bad "$f: stderr '$out' does not start with '$f:$expect'" ;;
+		esac
+	done
+	f="$src/tests/cli/broken-tensorboard/tb_ranks.yaml"
+	grep -qF "$f:4:12: ranks: '-1' is neither a rank number nor 'all'" <<<"$("$tool" check "$f" 2>&1)" && ok || bad "tb ranks: the logger's own message"
+fi
+
 # A host's own tensor name passes check only when the user allows it.
 allow="$src/tests/cli/broken/misspelled_tensor.yaml"
 out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
@@ -50,11 +67,24 @@ out=$("$tool" plugins --explain 2>&1)
 [ $? = 0 ] && ok || bad "plugins --explain failed: $out"
 for want in "feature DisableFP8GEMM (alias disable_fp8_gemm, DisableQuantizationGEMM)" \
 	"feature DisableFP8Layer (alias disable_fp8_layer, DisableQuantizationLayer)" \
-	"logger file:" "[namespace transformer_engine]" "gemms            list of strings      required"; do
+	"logger file:" "[namespace transformer_engine]" "gemms            list of strings      required" \
+	"in [-126, 126]"; do
 	grep -qF "$want" <<<"$out" && ok || bad "plugins --explain lacks '$want'"
 done
 # Loaded from the build tree, not an installed copy.
 grep -qE "/features/disable_fp8_gemm\.so$" <<<"$out" && grep -qE "/loggers/file\.so$" <<<"$out" && ok || bad "module paths: $out"
+
+# A config cannot name a module file by path; the user can allow it on the command line.
+so=$(grep -oE "[^ ]*/features/disable_fp8_gemm\.so$" <<<"$out" | head -n 1)
+printf 'extensions: [%s]\n' "$so" >"$cfg"
+out=$("$tool" check "$cfg" 2>&1)
+[ $? = 1 ] && ok || bad "check accepted a module path: $out"
+grep -qF "$cfg:1:14: extensions: '$so': '$so' is a path, and modules load by name from the plugin dirs only" <<<"$out" && ok || bad "module path refusal: $out"
+out=$("$tool" check "$cfg" --allow-module-path 2>&1)
+[ $? = 0 ] && ok || bad "check --allow-module-path still refuses: $out"
+# The environment alone cannot allow it.
+out=$(DLINSPECT_ALLOW_MODULE_PATH=1 "$tool" check "$cfg" 2>&1)
+[ $? = 1 ] && ok || bad "an environment variable allowed a module path: $out"
 
 "$tool" check >/dev/null 2>&1; [ $? = 2 ] && ok || bad "check without a config should exit 2"
 "$tool" frobnicate >/dev/null 2>&1; [ $? = 2 ] && ok || bad "unknown command should exit 2"

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,13 +33,24 @@ static const struct dli_host host = {
 	.iteration = stub_iteration,
 };
 
-static struct dli_loader *loader_new(const char *const *dirs, size_t n)
+/* A loader as dli_init makes it: paths in `extensions` refused. */
+static struct dli_loader *loader_strict(const char *const *dirs, size_t n)
 {
 	struct dli_loader *loader = NULL;
 	struct dli_error err = {0};
 
 	CHECK_INT(dli_loader_create(&host, dirs, n, &loader, &err), 0);
 	CHECK(loader != NULL);
+	return loader;
+}
+
+/* Most tests below load fixtures by path too: a loader whose host allowed it. */
+static struct dli_loader *loader_new(const char *const *dirs, size_t n)
+{
+	struct dli_loader *loader = loader_strict(dirs, n);
+
+	if (loader)
+		dli_loader_allow_paths(loader, true);
 	return loader;
 }
 
@@ -157,14 +169,16 @@ static void test_namespace_loads_every_module_declaring_it(void)
 	dli_loader_destroy(loader);
 }
 
+/* A namespace's modules are the files whose note names it: bad/ holds a dozen broken files, and
+ * only the one whose note says fixture_ns is opened, and its failure fails the entry. */
 static void test_namespace_scan_stops_at_a_broken_module(void)
 {
 	const char *dirs[] = {LOADER_BAD_DIR, LOADER_GOOD_DIR};
-	const char *msg = load_fails(dirs, 2, "fixture_ns", -ENOEXEC);
+	const char *msg = load_fails(dirs, 2, "fixture_ns", -ECANCELED);
 
 	CHECK_CONTAINS(msg, "no module fixture_ns.so, so 'fixture_ns' was taken as a namespace; "
 			    "while looking for it: ");
-	CHECK_CONTAINS(msg, LOADER_BAD_DIR "/");
+	CHECK_CONTAINS(msg, "module 'ns_returns_null' (" LOADER_BAD_DIR "/ns_returns_null.so)");
 }
 
 static void test_first_dir_in_search_order_wins(void)
@@ -293,6 +307,206 @@ static void test_unknown_name_says_where_and_suggests(void)
 	CHECK_CONTAINS(msg, "an empty plugin path");
 }
 
+/* ---- The loading policy (docs/security.md) ---- */
+
+static char marker[64];
+
+static void marker_reset(void)
+{
+	snprintf(marker, sizeof marker, "/tmp/dli-marker-%ld", (long)getpid());
+	unlink(marker);
+	setenv("DLI_TEST_MARKER", marker, 1);
+}
+
+static bool marker_written(void)
+{
+	return access(marker, F_OK) == 0;
+}
+
+static void test_a_path_is_refused_unless_allowed(void)
+{
+	static const char *const dirs[] = {LOADER_MARKER_DIR};
+	struct dli_error err = {0};
+
+	marker_reset();
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, LOADER_MARKER_DIR "/marker.so", &err), -EPERM);
+	CHECK_CONTAINS(err.message, "'" LOADER_MARKER_DIR "/marker.so' is a path, and modules load "
+				    "by name from the plugin dirs only");
+	CHECK_CONTAINS(err.message, "dli_options.allow_module_paths, dlinspect check "
+				    "--allow-module-path");
+	/* Relative paths too, and a module that would load fine. */
+	CHECK_INT(dli_loader_load(loader, "../../x.so", &err), -EPERM);
+	CHECK_INT(dli_loader_load(loader, LOADER_GOOD_DIR "/good.so", &err), -EPERM);
+	CHECK_INT(dli_loader_count(loader), 0);
+	dli_loader_destroy(loader);
+	CHECK(!marker_written());
+
+	/* Allowed: a file that is not a module is still refused before it is loaded. */
+	loader = loader_new(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, LOADER_MARKER_DIR "/marker.so", &err), -ENOEXEC);
+	CHECK_CONTAINS(err.message, LOADER_MARKER_DIR "/marker.so is not a dlinspect module: it "
+				    "does not export dli_module_entry");
+	CHECK_CONTAINS(err.message, "it was not loaded");
+	CHECK_INT(dli_loader_load(loader, LOADER_GOOD_DIR "/good.so", &err), 0);
+	dli_loader_destroy(loader);
+	CHECK(!marker_written());
+}
+
+static void test_finding_a_namespace_loads_nothing_else(void)
+{
+	static const char *const dirs[] = {LOADER_MARKER_DIR};
+	struct dli_error err = {0};
+
+	marker_reset();
+	/* An unknown name: every file on the path is looked at, none loaded. */
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, "no_such_namespace", &err), -ENOENT);
+	CHECK_CONTAINS(err.message, "extension 'no_such_namespace' not found");
+	CHECK_INT(dli_loader_count(loader), 0);
+	/* A known namespace: its module, and nothing beside it. */
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	CHECK_STR(dli_loader_module(loader, 0)->doc, "good fixture, marker dir");
+	/* Named, it is refused unopened, like any file without the entry. */
+	CHECK_INT(dli_loader_load(loader, "marker", &err), -ENOEXEC);
+	CHECK_CONTAINS(err.message, "does not export dli_module_entry");
+	/* And so is it when everything on the path is loaded (no `extensions`). */
+	CHECK(dli_loader_load_all(loader, &err) < 0);
+	CHECK_CONTAINS(err.message, LOADER_MARKER_DIR "/marker.so is not a dlinspect module");
+	dli_loader_destroy(loader);
+	CHECK(!marker_written());
+	unsetenv("DLI_TEST_MARKER");
+}
+
+/* Copies `src` into a fresh dir as `name`, with `mode`; returns the dir (static). */
+static const char *copy_file(const char *src, const char *name, mode_t mode)
+{
+	static char dir[64];
+	char path[128], buf[65536];
+
+	snprintf(dir, sizeof dir, "/tmp/dli-loader-perm-XXXXXX");
+	if (!mkdtemp(dir))
+		return NULL;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	FILE *in = fopen(src, "rb"), *out = fopen(path, "wb");
+	size_t n;
+	while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0)
+		fwrite(buf, 1, n, out);
+	if (in)
+		fclose(in);
+	if (out)
+		fclose(out);
+	CHECK_INT(chmod(path, mode), 0);
+	return dir;
+}
+
+static const char *copy_good(const char *name, mode_t mode)
+{
+	return copy_file(LOADER_GOOD_DIR "/good.so", name, mode);
+}
+
+static void remove_copy(const char *dir, const char *name)
+{
+	char path[128];
+
+	snprintf(path, sizeof path, "%s/%s", dir, name);
+	unlink(path);
+	rmdir(dir);
+}
+
+static void test_a_writable_or_foreign_module_is_refused(void)
+{
+	struct dli_error err = {0};
+	const char *dir = copy_good("good.so", 0666);
+	if (!dir) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	const char *dirs[] = {dir};
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, "good", &err), -EPERM);
+	CHECK_CONTAINS(err.message, "refusing to load module ");
+	CHECK_CONTAINS(err.message, "/good.so: it is writable by everyone (mode 0666); a module may "
+				    "be writable by its owner only (chmod go-w)");
+	char path[128];
+	snprintf(path, sizeof path, "%s/good.so", dir);
+	CHECK_INT(chmod(path, 0664), 0);
+	CHECK_INT(dli_loader_load(loader, "good", &err), -EPERM);
+	CHECK_CONTAINS(err.message, "it is writable by its group (mode 0664)");
+	/* Also when everything on the path is loaded, or found by its namespace. */
+	CHECK_INT(dli_loader_load(loader, "fixture_ns", &err), -EPERM);
+	CHECK_INT(dli_loader_load_all(loader, &err), -EPERM);
+	CHECK_INT(dli_loader_count(loader), 0);
+	CHECK_INT(chmod(path, 0755), 0);
+	CHECK_INT(dli_loader_load(loader, "good", &err), 0);
+	dli_loader_destroy(loader);
+
+	/* Owned by someone else (needs root to arrange). */
+	if (geteuid() == 0 && chown(path, 4242, 4242) == 0) {
+		loader = loader_strict(dirs, 1);
+		CHECK_INT(dli_loader_load(loader, "good", &err), -EPERM);
+		CHECK_CONTAINS(err.message, "/good.so: it is owned by uid 4242, not by you (uid 0) or "
+					    "root");
+		dli_loader_destroy(loader);
+	}
+	remove_copy(dir, "good.so");
+
+	/* A helper library (the CUDA backend) found on the plugin path: the same policy. */
+	dir = copy_good("dli_helper.so", 0646);
+	if (!dir) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	const char *hdirs[] = {dir};
+	void *handle = NULL, *sym = NULL;
+	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
+					  &err), -EPERM);
+	CHECK_CONTAINS(err.message, "/dli_helper.so: it is writable by everyone (mode 0646)");
+	CHECK(handle == NULL);
+	snprintf(path, sizeof path, "%s/dli_helper.so", dir);
+	CHECK_INT(chmod(path, 0644), 0);
+	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
+					  &err), 0);
+	dli_loader_close_backend(handle);
+	remove_copy(dir, "dli_helper.so");
+}
+
+/* A shared object stripped of its section headers still loads in the dynamic linker (it reads
+ * program headers), but its symbols cannot be read as data: refused unopened. */
+static void test_an_object_without_sections_is_not_loaded(void)
+{
+	struct dli_error err = {0};
+	const char *dir = copy_file(LOADER_MARKER_DIR "/marker.so", "marker.so", 0755);
+	if (!dir) {
+		CHECK(!"mkdtemp");
+		return;
+	}
+	char path[128];
+	snprintf(path, sizeof path, "%s/marker.so", dir);
+	FILE *f = fopen(path, "r+b");
+	CHECK(f != NULL);
+	if (f) {
+		/* e_shoff and e_shnum of an ELF64 header. */
+		static const unsigned char zeros[8];
+		fseek(f, 0x28, SEEK_SET);
+		fwrite(zeros, 1, 8, f);
+		fseek(f, 0x3c, SEEK_SET);
+		fwrite(zeros, 1, 2, f);
+		fclose(f);
+	}
+	marker_reset();
+	const char *dirs[] = {dir};
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load(loader, "marker", &err), -ENOEXEC);
+	CHECK_CONTAINS(err.message, "/marker.so has no section headers, so its symbols cannot be read "
+				    "without loading it; it was not loaded");
+	dli_loader_destroy(loader);
+	CHECK(!marker_written());
+	unsetenv("DLI_TEST_MARKER");
+	remove_copy(dir, "marker.so");
+}
+
 static void test_missing_entry_names_the_symbol(void)
 {
 	const char *msg = load_fails(bad_dir, 1, "no_entry", -ENOEXEC);
@@ -355,6 +569,10 @@ static void test_bad_descriptors_are_refused(void)
 
 	msg = load_fails(bad_dir, 1, "no_log_scalar", -EINVAL);
 	CHECK_CONTAINS(msg, "logger 'badlog' lacks create or log_scalar");
+
+	msg = load_fails(bad_dir, 1, "bad_range", -EINVAL);
+	CHECK_CONTAINS(msg, "module 'bad_range' (" LOADER_BAD_DIR "/bad_range.so): BadFeature: param "
+			    "'level' has the range [5, 1]");
 }
 
 static void test_failing_create_reports_its_message(void)
@@ -436,6 +654,10 @@ int main(void)
 	test_load_by_path_needs_no_search_dir();
 	test_namespace_loads_every_module_declaring_it();
 	test_namespace_scan_stops_at_a_broken_module();
+	test_a_path_is_refused_unless_allowed();
+	test_finding_a_namespace_loads_nothing_else();
+	test_a_writable_or_foreign_module_is_refused();
+	test_an_object_without_sections_is_not_loaded();
 	test_first_dir_in_search_order_wins();
 	test_load_all_takes_every_module_of_a_dir();
 	test_only_regular_files_are_modules();

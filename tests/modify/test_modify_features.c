@@ -453,6 +453,23 @@ static void test_config_errors(void)
 	check_config_error(HEAD "    PerTensorScaling: {enabled: true, gemms: [fprop], tensors: "
 				"[activation], margin: one}\n",
 			   5, (const char *const[]){"expected a number, got 'one'", NULL});
+	/* Out of the schema's range, or NaN: refused by the run as by check (issue 13, item 3). */
+	static const char *const margins[] = {"1e308", "-1e308", ".nan", "127", "-126.5"};
+	for (size_t i = 0; i < sizeof margins / sizeof margins[0]; i++) {
+		char yaml[512], got[64];
+		snprintf(yaml, sizeof yaml, HEAD "    FakeQuant: {enabled: true, gemms: [fprop], "
+			 "tensors: [activation],\n                quant_format: FP8E4M3, margin: %s}\n",
+			 margins[i]);
+		snprintf(got, sizeof got, "got '%s'", margins[i]);
+		check_config_error(yaml, 6,
+				   (const char *const[]){"<string>:6:", "FakeQuant.margin: expected a "
+							 "number in [-126, 126], ", got, NULL});
+		snprintf(yaml, sizeof yaml, HEAD "    PerTensorScaling: {enabled: true, gemms: [fprop], "
+			 "tensors: [activation], margin: %s}\n", margins[i]);
+		check_config_error(yaml, 5,
+				   (const char *const[]){"PerTensorScaling.margin: expected a number in "
+							 "[-126, 126], ", got, NULL});
+	}
 	check_config_error(HEAD "    PerTensorScaling: {enabled: true, gemms: [fprop], tensors: "
 				"[activation], margn: 1}\n",
 			   5, (const char *const[]){"margn", "did you mean 'margin'?", NULL});

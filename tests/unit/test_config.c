@@ -947,6 +947,10 @@ static const struct bad_case bad_cases[] = {
 	{"scale: abc",
 	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    scale: abc\n", -EINVAL, 7, 12,
 	 {"sec.Probe.scale: expected a number, got 'abc'"}},
+	/* NaN is no value of any float parameter, with or without a range in its schema. */
+	{"scale: .nan",
+	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    scale: .nan\n", -EINVAL, 7, 12,
+	 {"sec.Probe.scale: expected a number, got '.nan'"}},
 	{"label as a list",
 	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    label: [a]\n", -EINVAL, 7, 12,
 	 {"sec.Probe.label: expected a string, got a list"}},
