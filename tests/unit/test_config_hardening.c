@@ -2,6 +2,7 @@
  * gives up on, names that are not UTF-8, names listed twice, configs of 100k items and configs over
  * the documented limits. Through the real dli_init path with the "probe" fixture module. */
 #include <errno.h>
+#include <ftw.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,14 @@
 #include "context-private.h"
 
 static char log_dir[] = "/tmp/dli-test-hardening-XXXXXX";
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)flag;
+	(void)ftw;
+	return remove(path);
+}
 
 static int load(const char *yaml, struct dli_context **ctx, struct dli_error *err)
 {
@@ -212,6 +221,26 @@ static void test_big_configs(void)
 		fprintf(stderr, "big config: %s\n", err.message);
 	}
 
+	/* A parameter list of 100k items (TensorBoard's ranks), checked for duplicates. */
+	t.n = 0;
+	put(&t, "loggers:\n  tensorboard:\n    ranks: [");
+	for (int i = 0; i < N; i++)
+		put(&t, "%s%d", i ? ", " : "", N - 1 - i);
+	put(&t, "]\n");
+	r = load(t.s, &ctx, &err);
+	CHECK_INT(r, 0);
+	if (!r) {
+		CHECK_INT(ctx->config->n_loggers, 1);
+		CHECK_STR(ctx->config->loggers[0].name, "tensorboard");
+		dli_destroy(ctx);
+	} else {
+		fprintf(stderr, "ranks: %s\n", err.message);
+	}
+	t.n -= 2; /* "]\n" */
+	put(&t, ", 17]\n");
+	CHECK_INT(load(t.s, &ctx, &err), -EINVAL);
+	CHECK_CONTAINS(err.message, "loggers.tensorboard.ranks: '17' is listed twice (first at line 3");
+
 	/* A duplicate key at the end of 100k keys, and one at the end of 100k list items. */
 	t.n = 0;
 	for (int i = 0; i < N; i++)
@@ -316,6 +345,6 @@ int main(void)
 	test_duplicates_in_lists();
 	test_big_configs();
 	test_limits();
-	rmdir(log_dir);
+	nftw(log_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return check_exit();
 }
