@@ -23,6 +23,12 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 	return 0;
 }
 
+static void remove_log_dir(void)
+{
+	nftw(log_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+	rmdir(log_dir);
+}
+
 static void setup(void)
 {
 	static int done;
@@ -31,6 +37,7 @@ static void setup(void)
 	done = 1;
 	if (!mkdtemp(log_dir))
 		abort();
+	atexit(remove_log_dir);
 #ifdef DLI_FUZZ_PLUGIN_PATH
 	setenv("DLINSPECT_PLUGIN_PATH", DLI_FUZZ_PLUGIN_PATH, 0);
 #endif
