@@ -28,6 +28,7 @@ struct dli_node {
 	char *text;   /* SCALAR: the value */
 	bool plain;   /* SCALAR: unquoted (only plain scalars can be null, bool or numbers) */
 	size_t n;     /* SEQ: items; MAP: pairs */
+	size_t cap;   /* room in items (and keys) */
 	struct dli_node **items; /* SEQ items; MAP values */
 	struct dli_node **keys;  /* MAP keys (scalars) */
 };

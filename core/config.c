@@ -13,8 +13,14 @@
 
 #include "config-private.h"
 #include "registry-private.h"
+#include "strset-private.h"
 
+/* Limits on what a config may be (docs/config.md, "Limits"): far above any real config (the
+ * largest shipped one is a few KB and a few hundred nodes), low enough that a broken or hostile one
+ * fails fast with a message naming the limit instead of using gigabytes. */
 #define MAX_DEPTH 64
+#define MAX_CONFIG_BYTES (16u << 20)
+#define MAX_NODES 1000000
 
 static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 static const char *const standard_tensors[DLI_TENSOR_STANDARD_COUNT] = {
@@ -79,7 +85,8 @@ struct builder {
 		char *name;
 		struct dli_node *node;
 	} *anchors;
-	size_t n_anchors;
+	size_t n_anchors, cap_anchors;
+	struct dli_strset anchor_index; /* name -> index in anchors of its latest definition */
 };
 
 static struct dli_node *node_new(struct builder *b, enum dli_node_kind kind, yaml_mark_t mark)
@@ -106,18 +113,24 @@ static struct dli_node *node_new(struct builder *b, enum dli_node_kind kind, yam
 
 static int node_append(struct dli_node *parent, struct dli_node *key, struct dli_node *item)
 {
-	struct dli_node **items = realloc(parent->items, (parent->n + 1) * sizeof *items);
-	if (!items)
-		return -ENOMEM;
-	parent->items = items;
-	if (parent->kind == DLI_NODE_MAP) {
-		struct dli_node **keys = realloc(parent->keys, (parent->n + 1) * sizeof *keys);
-		if (!keys)
+	if (parent->n == parent->cap) {
+		/* Doubling: a list of 100k items is read in linear time. */
+		size_t cap = parent->cap ? 2 * parent->cap : 4;
+		struct dli_node **items = realloc(parent->items, cap * sizeof *items);
+		if (!items)
 			return -ENOMEM;
-		parent->keys = keys;
-		keys[parent->n] = key;
+		parent->items = items;
+		if (parent->kind == DLI_NODE_MAP) {
+			struct dli_node **keys = realloc(parent->keys, cap * sizeof *keys);
+			if (!keys)
+				return -ENOMEM;
+			parent->keys = keys;
+		}
+		parent->cap = cap;
 	}
-	items[parent->n++] = item;
+	if (parent->kind == DLI_NODE_MAP)
+		parent->keys[parent->n] = key;
+	parent->items[parent->n++] = item;
 	return 0;
 }
 
@@ -149,14 +162,27 @@ static int remember_anchor(struct builder *b, const yaml_char_t *anchor, struct 
 {
 	if (!anchor)
 		return 0;
-	void *a = realloc(b->anchors, (b->n_anchors + 1) * sizeof *b->anchors);
-	if (!a)
+	if (b->n_anchors == b->cap_anchors) {
+		size_t cap = b->cap_anchors ? 2 * b->cap_anchors : 16;
+		void *a = realloc(b->anchors, cap * sizeof *b->anchors);
+		if (!a)
+			return -ENOMEM;
+		b->anchors = a;
+		b->cap_anchors = cap;
+	}
+	char *name = strdup((const char *)anchor);
+	if (!name)
 		return -ENOMEM;
-	b->anchors = a;
-	b->anchors[b->n_anchors].name = strdup((const char *)anchor);
-	if (!b->anchors[b->n_anchors].name)
+	b->anchors[b->n_anchors].name = name;
+	b->anchors[b->n_anchors].node = node;
+	/* A name defined again refers to its latest definition from here on, as in PyYAML. */
+	bool added;
+	size_t *slot = dli_strset_slot(&b->anchor_index, name, &added);
+	if (!slot) {
+		free(name);
 		return -ENOMEM;
-	b->anchors[b->n_anchors++].node = node;
+	}
+	*slot = b->n_anchors++;
 	return 0;
 }
 
@@ -167,10 +193,12 @@ static bool is_null(const struct dli_node *n)
 }
 
 static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node **out);
+static int build_items(struct builder *b, struct dli_node *node, int depth, struct dli_strset *keys);
 
 /* Applies YAML merge keys (`<<: *base` or `<<: [*a, *b]`): the merged maps' pairs whose keys the
  * mapping does not give itself, first source first, as PyYAML does. */
-static int apply_merges(struct builder *b, struct dli_node *node, struct dli_node **merges, size_t n)
+static int apply_merges(struct builder *b, struct dli_node *node, struct dli_strset *keys,
+			struct dli_node **merges, size_t n)
 {
 	for (size_t m = 0; m < n; m++) {
 		const struct dli_node *src = merges[m];
@@ -182,10 +210,10 @@ static int apply_merges(struct builder *b, struct dli_node *node, struct dli_nod
 						     "'<<' merges mappings: expected a mapping or a "
 						     "list of mappings");
 			for (size_t i = 0; i < map->n; i++) {
-				bool present = false;
-				for (size_t k = 0; k < node->n && !present; k++)
-					present = !strcmp(node->keys[k]->text, map->keys[i]->text);
-				if (!present && node_append(node, map->keys[i], map->items[i]))
+				bool added;
+				if (!dli_strset_slot(keys, map->keys[i]->text, &added))
+					return -ENOMEM;
+				if (added && node_append(node, map->keys[i], map->items[i]))
 					return -ENOMEM;
 			}
 		}
@@ -193,7 +221,17 @@ static int apply_merges(struct builder *b, struct dli_node *node, struct dli_nod
 	return 0;
 }
 
+/* Reads a list's items or a mapping's pairs. A mapping's keys go into a set as they come (key ->
+ * its index), so that a duplicate is found in linear time however many keys there are. */
 static int build_children(struct builder *b, struct dli_node *node, int depth)
+{
+	struct dli_strset keys = {0};
+	int r = build_items(b, node, depth, &keys);
+	dli_strset_finish(&keys);
+	return r;
+}
+
+static int build_items(struct builder *b, struct dli_node *node, int depth, struct dli_strset *keys)
 {
 	struct dli_node *merges[8];
 	size_t n_merges = 0;
@@ -204,7 +242,7 @@ static int build_children(struct builder *b, struct dli_node *node, int depth)
 			return r;
 		if (ev.type == YAML_SEQUENCE_END_EVENT || ev.type == YAML_MAPPING_END_EVENT) {
 			yaml_event_delete(&ev);
-			return apply_merges(b, node, merges, n_merges);
+			return apply_merges(b, node, keys, merges, n_merges);
 		}
 		struct dli_node *key = NULL, *value = NULL;
 		r = build(b, &ev, depth + 1, node->kind == DLI_NODE_MAP ? &key : &value);
@@ -215,15 +253,17 @@ static int build_children(struct builder *b, struct dli_node *node, int depth)
 			if (key->kind != DLI_NODE_SCALAR)
 				return dli_error_set(b->err, -EINVAL, &key->where,
 						     "mapping keys must be plain names");
-			bool merge = key->plain && !strcmp(key->text, "<<");
-			for (size_t i = 0; i < node->n && !merge; i++) {
-				if (strcmp(node->keys[i]->text, key->text))
-					continue;
+			bool merge = key->plain && !strcmp(key->text, "<<"), added = true;
+			size_t *first = merge ? NULL : dli_strset_slot(keys, key->text, &added);
+			if (!merge && !first)
+				return -ENOMEM;
+			if (!added)
 				return dli_error_set(b->err, -EINVAL, &key->where,
 						     "duplicate key '%s' (first given at line %d, column %d)",
-						     key->text, node->keys[i]->where.line,
-						     node->keys[i]->where.column);
-			}
+						     key->text, node->keys[*first]->where.line,
+						     node->keys[*first]->where.column);
+			if (first)
+				*first = node->n;
 			r = next_event(b, &ev);
 			if (r)
 				return r;
@@ -251,6 +291,14 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 				      (int)ev->start_mark.column + 1};
 		return dli_error_set(b->err, -EINVAL, &w, "nesting deeper than %d levels", MAX_DEPTH);
 	}
+	if (ev->type != YAML_ALIAS_EVENT && b->cfg->n_nodes >= MAX_NODES) {
+		struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+				      (int)ev->start_mark.column + 1};
+		return dli_error_set(b->err, -EINVAL, &w,
+				     "more than %d values, lists and mappings: a config is limited to "
+				     "%d YAML nodes",
+				     MAX_NODES, MAX_NODES);
+	}
 	struct dli_node *n;
 	switch (ev->type) {
 	case YAML_SCALAR_EVENT:
@@ -273,19 +321,17 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 				    n))
 			return -ENOMEM;
 		return build_children(b, n, depth);
-	case YAML_ALIAS_EVENT:
-		for (size_t i = b->n_anchors; i-- > 0;) {
-			if (!strcmp(b->anchors[i].name, (const char *)ev->data.alias.anchor)) {
-				*out = b->anchors[i].node;
-				return 0;
-			}
+	case YAML_ALIAS_EVENT: {
+		const size_t *i = dli_strset_find(&b->anchor_index, (const char *)ev->data.alias.anchor);
+		if (i) {
+			*out = b->anchors[*i].node;
+			return 0;
 		}
-		{
-			struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
-					      (int)ev->start_mark.column + 1};
-			return dli_error_set(b->err, -EINVAL, &w, "unknown alias '*%s'",
-					     (const char *)ev->data.alias.anchor);
-		}
+		struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+				      (int)ev->start_mark.column + 1};
+		return dli_error_set(b->err, -EINVAL, &w, "unknown alias '*%s'",
+				     (const char *)ev->data.alias.anchor);
+	}
 	default: {
 		struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
 				      (int)ev->start_mark.column + 1};
@@ -333,6 +379,7 @@ static int build_tree(struct dli_config *cfg, const char *text, size_t len, stru
 	for (size_t i = 0; i < b.n_anchors; i++)
 		free(b.anchors[i].name);
 	free(b.anchors);
+	dli_strset_finish(&b.anchor_index);
 	yaml_parser_delete(&b.parser);
 	if (!r && *root && is_null(*root))
 		*root = NULL;
@@ -522,6 +569,13 @@ static int want_float(struct resolver *rs, const struct dli_node *n, double *out
 	return 0;
 }
 
+static int listed_twice(struct resolver *rs, const struct dli_node *at, const char *text,
+			const struct dli_node *first)
+{
+	return fail(rs, at, "'%s' is listed twice (first at line %d, column %d)", text,
+		    first->where.line, first->where.column);
+}
+
 /* A list of scalars; a bare scalar is a one-item list. Items are the nodes' texts. */
 static int want_list(struct resolver *rs, const struct dli_node *n, const char *what,
 		     const struct dli_node *const **items, size_t *count)
@@ -545,6 +599,31 @@ static int want_list(struct resolver *rs, const struct dli_node *n, const char *
 	*items = (const struct dli_node *const *)n->items;
 	*count = n->n;
 	return 0;
+}
+
+/* One rule for every list of names (docs/config.md, "Lists"): a name given twice is an error at the
+ * second, naming the first. `texts` (NULL: the items' own) are the names as compared, e.g. a
+ * statistic in the schema's spelling. Linear in the list's length. */
+static int listed_once(struct resolver *rs, const struct dli_node *const *items,
+		       const char *const *texts, size_t count)
+{
+	if (count < 2)
+		return 0;
+	struct dli_strset seen = {0};
+	int r = 0;
+	for (size_t i = 0; i < count && !r; i++) {
+		const char *text = texts ? texts[i] : items[i]->text;
+		bool added;
+		size_t *first = dli_strset_slot(&seen, text, &added);
+		if (!first)
+			r = -ENOMEM;
+		else if (added)
+			*first = i;
+		else
+			r = listed_twice(rs, items[i], text, items[*first]);
+	}
+	dli_strset_finish(&seen);
+	return r;
 }
 
 static int want_choice(struct resolver *rs, const struct dli_node *n, const char *const *choices,
@@ -617,12 +696,10 @@ static int parse_value(struct resolver *rs, const struct dli_param_desc *d, cons
 			int ci = nc ? want_choice(rs, items[i], d->choices, nc, d->key) : 0;
 			if (ci < 0)
 				return -EINVAL;
-			const char *text = nc ? d->choices[ci] : items[i]->text;
-			for (size_t j = 0; j < i; j++)
-				if (!strcmp(s[j], text))
-					return fail(rs, items[i], "'%s' is listed twice", s[j]);
-			s[i] = text;
+			s[i] = nc ? d->choices[ci] : items[i]->text;
 		}
+		if ((r = listed_once(rs, items, s, count)))
+			return r;
 		v->u.list.items = s;
 		v->u.list.n = count;
 		return 0;
@@ -770,10 +847,9 @@ static int read_extensions(struct resolver *rs, const struct dli_node *n)
 	cfg->extensions = cfg_calloc(cfg, count, sizeof *cfg->extensions);
 	if (!cfg->extensions)
 		return -ENOMEM;
+	if ((r = listed_once(rs, items, NULL, count)))
+		return r;
 	for (size_t i = 0; i < count; i++) {
-		for (size_t j = 0; j < i; j++)
-			if (!strcmp(cfg->extensions[j].name, items[i]->text))
-				return fail(rs, items[i], "'%s' is listed twice", items[i]->text);
 		cfg->extensions[i].name = items[i]->text;
 		cfg->extensions[i].where = items[i]->where;
 	}
@@ -812,6 +888,12 @@ static int read_loggers(struct resolver *rs, const struct dli_node *n)
 	return 0;
 }
 
+static int too_big(struct dli_error *err, const char *path)
+{
+	return dli_error_set(err, -EFBIG, NULL, "config '%s' is larger than %u MiB, the limit",
+			     path, MAX_CONFIG_BYTES >> 20);
+}
+
 int dli_config_parse(const char *path, const char *yaml_text, struct dli_config **out,
 		     struct dli_error *err)
 {
@@ -840,6 +922,11 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 		char buf[65536];
 		size_t got;
 		while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+			if (len + got > MAX_CONFIG_BYTES) {
+				fclose(f);
+				r = too_big(err, path);
+				goto fail;
+			}
 			char *t = realloc(text, len + got + 1);
 			if (!t) {
 				fclose(f);
@@ -859,8 +946,9 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 			goto fail;
 		}
 		yaml_text = text ? text : "";
-	} else {
-		len = strlen(yaml_text);
+	} else if ((len = strnlen(yaml_text, MAX_CONFIG_BYTES + 1)) > MAX_CONFIG_BYTES) {
+		r = too_big(err, cfg->path);
+		goto fail;
 	}
 	if ((r = build_tree(cfg, yaml_text, len, &cfg->root, err)))
 		goto fail;
@@ -945,7 +1033,8 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			}
 			regex_key = key;
 		} else if (!strcmp(key->text, "exact_layer_names")) {
-			if ((r = want_list(rs, v, "layer names", &items, &count)))
+			if ((r = want_list(rs, v, "layer names", &items, &count)) ||
+			    (r = listed_once(rs, items, NULL, count)))
 				return r;
 			sel->exact = calloc(count, sizeof *sel->exact);
 			if (!sel->exact)
@@ -955,7 +1044,8 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 					return -ENOMEM;
 			sel->has_exact = true;
 		} else if (!strcmp(key->text, "layer_types")) {
-			if ((r = want_list(rs, v, "layer types", &items, &count)))
+			if ((r = want_list(rs, v, "layer types", &items, &count)) ||
+			    (r = listed_once(rs, items, NULL, count)))
 				return r;
 			sel->has_types = true;
 			sel->types = calloc(count, sizeof *sel->types);
@@ -1068,11 +1158,15 @@ static int read_gemms(struct resolver *rs, const struct dli_node *n, uint32_t *m
 	int r = want_list(rs, n, "gemms (fprop, dgrad, wgrad)", &items, &count);
 	if (r)
 		return r;
+	const struct dli_node *first[DLI_GEMM_COUNT] = {0};
 	*mask = 0;
 	for (size_t i = 0; i < count; i++) {
 		int g = want_choice(rs, items[i], gemm_names, DLI_GEMM_COUNT, "gemm");
 		if (g < 0)
 			return -EINVAL;
+		if (first[g])
+			return listed_twice(rs, items[i], gemm_names[g], first[g]);
+		first[g] = items[i];
 		*mask |= 1u << g;
 	}
 	return 0;
@@ -1085,11 +1179,15 @@ static int read_tensors(struct resolver *rs, const struct dli_node *n, uint64_t 
 	int r = want_list(rs, n, "tensor names", &items, &count);
 	if (r)
 		return r;
+	const struct dli_node *first[DLI_MAX_TENSORS] = {0};
 	*mask = 0;
 	for (size_t i = 0; i < count; i++) {
 		int t = tensor_id_for(rs, items[i]);
 		if (t < 0)
 			return -EINVAL;
+		if (first[t])
+			return listed_twice(rs, items[i], rs->cfg->tensor_names[t], first[t]);
+		first[t] = items[i];
 		*mask |= 1ull << t;
 	}
 	return 0;

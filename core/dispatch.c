@@ -129,7 +129,18 @@ int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer
 	size_t n = 0;
 	for (size_t i = 0; i < ctx->n_instances; i++) {
 		const struct dli_section *s = ctx->instances[i].target->section;
-		if (s->enabled && dli_selector_match(&s->selector, name))
+		char why[128] = "";
+		int m = s->enabled ? dli_selector_match(&s->selector, name, why, sizeof why) : 0;
+		if (m < 0) {
+			/* "Could not tell" is never "not selected" (docs/config.md, "Layers"). */
+			r = dli_error_set(err, m, &s->where,
+					  "section '%s': layer_name_regex_pattern '%s' could not be "
+					  "matched against layer '%s': %s; simplify the pattern (it "
+					  "backtracks too much)",
+					  s->name, s->selector.pattern, name, why);
+			goto fail;
+		}
+		if (m)
 			matched[n++] = &ctx->instances[i];
 	}
 	if (n == 0) {

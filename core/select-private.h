@@ -30,7 +30,7 @@ struct dli_selector {
 	size_t n_types;
 };
 
-/* Compiles `pattern` (PCRE2, UTF) into s->regex and copies it to s->pattern. On a bad pattern
+/* Compiles `pattern` (PCRE2, UTF; names need not be valid UTF-8) into s->regex and copies it to s->pattern. On a bad pattern
  * returns -EINVAL and writes PCRE2's message into msg and the 0-based offset of the error into
  * *offset. */
 int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *msg, size_t msg_size,
@@ -46,8 +46,10 @@ int dli_range_parse(const char *text, struct dli_int_pair *out, char *msg, size_
  * runs: such a layer matches only `all`). */
 int dli_layer_number(const char *name, int64_t *number);
 
-/* Whether the section selects the layer `name`. Thread-safe (no shared mutable state). */
-bool dli_selector_match(const struct dli_selector *s, const char *name);
+/* Whether the section selects the layer `name`: 1 yes, 0 no, or a negative errno when it cannot
+ * tell (PCRE2 reached its match, depth or heap limit on the regex), with PCRE2's reason in msg.
+ * Thread-safe (no shared mutable state). */
+int dli_selector_match(const struct dli_selector *s, const char *name, char *msg, size_t msg_size);
 
 /* Frees what the selector owns and zeroes it. Accepts a zeroed selector. */
 void dli_selector_finish(struct dli_selector *s);

@@ -11,6 +11,16 @@
 
 #include "select-private.h"
 
+/* A layer name that is not valid UTF-8 (a C host may pass any bytes) is still matched: its invalid
+ * bytes match no item of the pattern, not even '.', and the rest matches as usual, so `fc1` selects
+ * "x\xff.fc1" as exact_layer_names and layer_types (bytes) would. Without PCRE2_MATCH_INVALID_UTF
+ * (PCRE2 < 10.34) such a name makes pcre2_match fail, which dli_selector_match reports. */
+#ifdef PCRE2_MATCH_INVALID_UTF
+#define UTF_OPTIONS (PCRE2_UTF | PCRE2_MATCH_INVALID_UTF)
+#else
+#define UTF_OPTIONS PCRE2_UTF
+#endif
+
 int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *msg, size_t msg_size,
 			   size_t *offset)
 {
@@ -26,8 +36,8 @@ int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *ms
 			*offset = 0;
 		return -EINVAL;
 	}
-	code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &errcode, &erroffset,
-			     NULL);
+	code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, UTF_OPTIONS, &errcode,
+			     &erroffset, NULL);
 	if (!code) {
 		/* A too-small buffer still gets a truncated, terminated message; that is good enough. */
 		if (msg && msg_size)
@@ -191,19 +201,29 @@ int dli_layer_number(const char *name, int64_t *number)
 	return 0;
 }
 
-static bool regex_search(const pcre2_code *code, const char *name)
+/* 1 when the pattern matches somewhere in `name`, 0 when it does not, -EINVAL when PCRE2 could not
+ * tell (its match, depth or heap limit: a pattern that backtracks exponentially), with PCRE2's
+ * reason in msg. Never "no" for "could not tell": that would silently leave a layer unselected. */
+static int regex_search(const pcre2_code *code, const char *name, char *msg, size_t msg_size)
 {
 	pcre2_match_data *md;
 	int rc;
 
 	/* Match data per call keeps matching thread-safe; this runs once per layer handle, not per GEMM. */
 	md = pcre2_match_data_create_from_pattern(code, NULL);
-	if (!md)
-		return false;
-	/* A name that is not valid UTF-8 makes pcre2_match fail: it is then simply not selected. */
+	if (!md) {
+		snprintf(msg, msg_size, "out of memory");
+		return -ENOMEM;
+	}
 	rc = pcre2_match(code, (PCRE2_SPTR)name, PCRE2_ZERO_TERMINATED, 0, 0, md, NULL);
 	pcre2_match_data_free(md);
-	return rc >= 0;
+	if (rc >= 0)
+		return 1;
+	if (rc == PCRE2_ERROR_NOMATCH)
+		return 0;
+	if (pcre2_get_error_message(rc, (PCRE2_UCHAR *)msg, msg_size) < 0 && msg_size)
+		snprintf(msg, msg_size, "PCRE2 error %d", rc);
+	return rc == PCRE2_ERROR_NOMEMORY ? -ENOMEM : -EINVAL;
 }
 
 static bool numbers_match(const struct dli_selector *s, const char *name)
@@ -230,19 +250,19 @@ static bool types_match(const struct dli_selector *s, const char *name)
 	return false;
 }
 
-bool dli_selector_match(const struct dli_selector *s, const char *name)
+int dli_selector_match(const struct dli_selector *s, const char *name, char *msg, size_t msg_size)
 {
 	if (!s || !name)
-		return false;
+		return 0;
 	if (s->has_exact || s->regex) {
 		for (size_t i = 0; s->has_exact && i < s->n_exact; i++)
 			if (s->exact[i] && strcmp(s->exact[i], name) == 0)
-				return true;
-		return s->regex && regex_search(s->regex, name);
+				return 1;
+		return s->regex ? regex_search(s->regex, name, msg, msg_size) : 0;
 	}
 	/* An empty `layers:` block selects nothing rather than everything. */
 	if (!s->has_numbers && !s->has_types)
-		return false;
+		return 0;
 	return numbers_match(s, name) && types_match(s, name);
 }
 

@@ -1107,15 +1107,28 @@ int dli_tensorfile_open(struct dli_tensorfile *tf, const char *path, int as_dtyp
 		close(fd);
 		return dli_error_set(err, -EFBIG, NULL, "file too large to map");
 	}
-	tf->size = (size_t)st.st_size;
-	tf->map = mmap(NULL, tf->size, PROT_READ, MAP_PRIVATE, fd, 0);
+	size_t size = (size_t)st.st_size;
+	void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
 	int e = errno;
 	close(fd);
-	if (tf->map == MAP_FAILED) {
-		tf->map = NULL;
+	if (map == MAP_FAILED)
 		return dli_error_set(err, -e, NULL, "cannot map the file: %s", strerror(e));
-	}
+	int r = dli_tensorfile_read(tf, map, size, path, as_dtype, err);
+	if (r)
+		munmap(map, size);
+	else
+		tf->mapped = true;
+	return r;
+}
 
+int dli_tensorfile_read(struct dli_tensorfile *tf, const void *data, size_t size, const char *path,
+			int as_dtype, struct dli_error *err)
+{
+	memset(tf, 0, sizeof *tf);
+	if (size == 0)
+		return dli_error_set(err, -EINVAL, NULL, "empty file");
+	tf->map = (void *)data;
+	tf->size = size;
 	const unsigned char *b = tf->map;
 	size_t plen = strlen(path);
 	bool npy_name = plen >= 4 && !strcmp(path + plen - 4, ".npy");
@@ -1147,7 +1160,7 @@ void dli_tensorfile_close(struct dli_tensorfile *tf)
 		free(tf->tensors[i].shape);
 	}
 	free(tf->tensors);
-	if (tf->map)
+	if (tf->map && tf->mapped)
 		munmap(tf->map, tf->size);
 	memset(tf, 0, sizeof *tf);
 }

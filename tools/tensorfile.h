@@ -57,8 +57,9 @@ struct dli_tf_tensor {
 
 struct dli_tensorfile {
 	enum dli_tf_format format;
-	void *map;              /* the whole file, PROT_READ */
+	void *map;              /* the whole file, PROT_READ (or the caller's buffer) */
 	size_t size;
+	bool mapped;            /* map is ours to unmap (dli_tensorfile_open) */
 	struct dli_tf_tensor *tensors; /* owned; in the order of the file's header */
 	size_t n_tensors;
 };
@@ -73,6 +74,13 @@ struct dli_tensorfile {
  * left to release. */
 int dli_tensorfile_open(struct dli_tensorfile *tf, const char *path, int as_dtype,
 			struct dli_error *err);
+
+/* The same for a file's bytes already in memory (`data`, `size` bytes, borrowed: they must outlive
+ * *tf; the views point into them). `path` only stands for the file's name: its suffix and, for a
+ * .npy file, the tensor's name. Used by the fuzzer (tests/fuzz), where an exact-size buffer lets
+ * AddressSanitizer see a read past the end that a page-rounded mapping would hide. */
+int dli_tensorfile_read(struct dli_tensorfile *tf, const void *data, size_t size, const char *path,
+			int as_dtype, struct dli_error *err);
 
 /* Unmaps and frees; accepts a zeroed or closed *tf. Views into the mapping die with it. */
 void dli_tensorfile_close(struct dli_tensorfile *tf);

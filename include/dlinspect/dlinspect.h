@@ -103,7 +103,10 @@ void dli_destroy(struct dli_context *ctx);
 /* Returns in *out the handle for the layer called `name` (borrowed: valid until dli_destroy; the
  * same name always gives the same handle). Layer selection is resolved here, once. Fails with
  * -EINVAL when two features that both modify a tensor, or one feature configured twice, select the
- * same (layer, gemm, tensor) through different sections; *err names both places. Thread-safe. */
+ * same (layer, gemm, tensor) through different sections; *err names both places. Also fails with
+ * -EINVAL when a section's layer_name_regex_pattern cannot be decided for `name` (PCRE2's match or
+ * depth limit); *err names the pattern, the section and the layer. A failed name is not cached:
+ * asking again fails again. Thread-safe. */
 int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
 		  struct dli_error *err);
 

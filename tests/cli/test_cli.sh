@@ -63,6 +63,19 @@ grep -q "transformer_engine.DisableFP8GEMM  *section 'mlp' at $cfg:5:5" <<<"$out
 grep -q "at iteration 0: fprop FP8, dgrad high precision, wgrad high precision" <<<"$out" && ok || bad "check --layer GEMM summary: $out"
 grep -q "layer model.layers.3.qkv:" <<<"$out" && grep -q "selected by no section" <<<"$out" && ok || bad "unselected layer: $out"
 
+# A regex PCRE2 gives up on (its match limit) is an error naming pattern, section and layer, never
+# "selected by no section" (Python's re.search matches the 'c').
+cat >"$cfg" <<'YAML'
+bomb:
+  enabled: true
+  layers: {layer_name_regex_pattern: '(a|a)+b|c'}
+  transformer_engine: {DisableFP8GEMM: {enabled: true, gemms: [fprop]}}
+YAML
+out=$("$tool" check "$cfg" --layer aaaaaaaaaaaaaaaaaaaaaaaac 2>&1)
+[ $? = 1 ] && ok || bad "check --layer with a regex over PCRE2's limit should exit 1: $out"
+grep -qF "$cfg:1:1: section 'bomb': layer_name_regex_pattern '(a|a)+b|c' could not be matched against layer 'aaaaaaaaaaaaaaaaaaaaaaaac': match limit exceeded" <<<"$out" && ok || bad "regex limit message: $out"
+! grep -q "selected by no section" <<<"$out" && ok || bad "regex limit reported as not selected: $out"
+
 out=$("$tool" plugins --explain 2>&1)
 [ $? = 0 ] && ok || bad "plugins --explain failed: $out"
 for want in "feature DisableFP8GEMM (alias disable_fp8_gemm, DisableQuantizationGEMM)" \

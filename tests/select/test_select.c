@@ -185,7 +185,7 @@ static void test_selector_table(void)
 		bool got;
 
 		build(&s, rows[i].spec);
-		got = dli_selector_match(&s, rows[i].name);
+		got = dli_selector_match(&s, rows[i].name, NULL, 0);
 		CHECK(got == rows[i].selected);
 		if (got != rows[i].selected)
 			fprintf(stderr, "  row at line %d: '%s' %s, expected %s\n", rows[i].line,
@@ -328,18 +328,18 @@ static void test_bad_regex(void)
 	CHECK_INT(dli_selector_set_regex(&s, "fc1", msg, sizeof(msg), &off), 0);
 	CHECK_INT(dli_selector_set_regex(&s, "(", msg, sizeof(msg), &off), -EINVAL);
 	CHECK_STR(s.pattern, "fc1");
-	CHECK(dli_selector_match(&s, "x.fc1"));
+	CHECK(dli_selector_match(&s, "x.fc1", NULL, 0));
 	CHECK_INT(dli_selector_set_regex(&s, "qkv", msg, sizeof(msg), &off), 0);
 	CHECK_STR(s.pattern, "qkv");
-	CHECK(!dli_selector_match(&s, "x.fc1"));
-	CHECK(dli_selector_match(&s, "x.qkv"));
+	CHECK(!dli_selector_match(&s, "x.fc1", NULL, 0));
+	CHECK(dli_selector_match(&s, "x.qkv", NULL, 0));
 
 	/* UTF: '.' is one character, not one byte. */
 	CHECK_INT(dli_selector_set_regex(&s, "^l\\.\\d\\.é$", msg, sizeof(msg), &off), 0);
-	CHECK(dli_selector_match(&s, "l.1.é"));
+	CHECK(dli_selector_match(&s, "l.1.é", NULL, 0));
 	CHECK_INT(dli_selector_set_regex(&s, "^x.$", msg, sizeof(msg), &off), 0);
-	CHECK(dli_selector_match(&s, "xé"));
-	CHECK(!dli_selector_match(&s, "x\xff")); /* invalid UTF-8 name: not selected, no crash */
+	CHECK(dli_selector_match(&s, "xé", NULL, 0));
+	CHECK_INT(dli_selector_match(&s, "x\xff", NULL, 0), 0); /* an invalid byte matches no '.' */
 
 	dli_selector_finish(&s);
 	dli_selector_finish(&s); /* a zeroed selector is accepted */
@@ -353,6 +353,51 @@ static void test_bad_regex(void)
 
 static struct dli_selector shared[N_ROWS];
 
+/* PCRE2's match limit (10 million backtracks by default) stops `(a|a)+b` after 2^24 ways to
+ * split 24 a's; Python's re.search goes on and finds the 'c'. "Could not tell" must be an error,
+ * never "not selected". */
+static void test_match_limit_is_an_error(void)
+{
+	struct dli_selector s = {0};
+	char msg[128] = "", off_msg[128];
+	size_t off;
+	char name[32];
+
+	memset(name, 'a', 24);
+	strcpy(name + 24, "c");
+	CHECK_INT(dli_selector_set_regex(&s, "(a|a)+b|c", off_msg, sizeof off_msg, &off), 0);
+	CHECK_INT(dli_selector_match(&s, name, msg, sizeof msg), -EINVAL);
+	CHECK_CONTAINS(msg, "limit");
+	/* Short names stay well under the limit and give the answer re.search gives. */
+	CHECK_INT(dli_selector_match(&s, "aaac", msg, sizeof msg), 1);
+	CHECK_INT(dli_selector_match(&s, "aaa", msg, sizeof msg), 0);
+	/* exact_layer_names still decide first: no regex runs for a listed name. */
+	s.exact = calloc(1, sizeof *s.exact);
+	s.exact[0] = strdup(name);
+	s.n_exact = 1;
+	s.has_exact = true;
+	CHECK_INT(dli_selector_match(&s, name, msg, sizeof msg), 1);
+	dli_selector_finish(&s);
+}
+
+/* A C host may pass names that are not UTF-8: the regex still sees their valid parts (an invalid
+ * byte matches nothing), as exact names and layer types (bytes) do. */
+static void test_invalid_utf8_names_are_matched(void)
+{
+	struct dli_selector s = {0};
+	char msg[128];
+	size_t off;
+
+	CHECK_INT(dli_selector_set_regex(&s, "fc1", msg, sizeof msg, &off), 0);
+	CHECK_INT(dli_selector_match(&s, "model.\xff\xfe.fc1", msg, sizeof msg), 1);
+	CHECK_INT(dli_selector_match(&s, "\xc3(.fc2", msg, sizeof msg), 0);
+	CHECK_INT(dli_selector_set_regex(&s, "^layers\\.\\d+\\.", msg, sizeof msg, &off), 0);
+	CHECK_INT(dli_selector_match(&s, "layers.3.\xe9t\xe9", msg, sizeof msg), 1); /* Latin-1 */
+	CHECK_INT(dli_selector_set_regex(&s, ".*", msg, sizeof msg, &off), 0);
+	CHECK_INT(dli_selector_match(&s, "\x80", msg, sizeof msg), 1);
+	dli_selector_finish(&s);
+}
+
 static void *match_thread(void *arg)
 {
 	size_t start = (size_t)(uintptr_t)arg;
@@ -363,7 +408,7 @@ static void *match_thread(void *arg)
 			/* Each thread walks the table from a different place so they collide on selectors. */
 			size_t i = (k + start * 7) % N_ROWS;
 
-			if (dli_selector_match(&shared[i], rows[i].name) != rows[i].selected)
+			if (dli_selector_match(&shared[i], rows[i].name, NULL, 0) != rows[i].selected)
 				wrong++;
 		}
 	return (void *)(uintptr_t)wrong;
@@ -393,6 +438,8 @@ int main(void)
 	test_layer_number();
 	test_range_parse();
 	test_bad_regex();
+	test_match_limit_is_an_error();
+	test_invalid_utf8_names_are_matched();
 	test_threads();
 	return check_exit();
 }
