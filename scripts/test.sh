@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds dlinspect twice (plain, and with AddressSanitizer and
-# UndefinedBehaviorSanitizer), runs every test in both, and ends with "N passed, N failed".
+# UndefinedBehaviorSanitizer), runs every test in both, runs each libFuzzer target for a short
+# budget (scripts/fuzz.sh, with clang), and ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --sanitize || { echo "0 passed, 1 failed"; exit 1; }
@@ -11,10 +12,23 @@ for dir in build build-asan; do
 	meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
 
-python3 - build/meson-logs/testlog.json build-asan/meson-logs/testlog.json <<'PY'
+echo "== fuzzing, ${DLI_FUZZ_SECONDS:-15} s a target"
+bash scripts/fuzz.sh "${DLI_FUZZ_SECONDS:-15}"
+fuzz=$?
+[ $fuzz = 0 ] || [ $fuzz = 77 ] || status=1
+
+python3 - $fuzz build/meson-logs/testlog.json build-asan/meson-logs/testlog.json <<'PY'
 import json, sys
 passed = failed = skipped = 0
-for path in sys.argv[1:]:
+fuzz = int(sys.argv[1])
+if fuzz == 0:
+    passed += 1
+elif fuzz == 77:
+    skipped += 1
+else:
+    failed += 1
+    print("FAILED: fuzz (scripts/fuzz.sh)")
+for path in sys.argv[2:]:
     try:
         lines = open(path).read().splitlines()
     except OSError:
