@@ -9,6 +9,7 @@
 
 #include "context-private.h"
 #include "error-private.h"
+#include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
 #include "schedule-private.h"
@@ -31,6 +32,15 @@ void dli_options_init(struct dli_options *o)
 
 /* ---- Messages ---- */
 
+/* "dlinspect: [what: ]text" on stderr, one line whatever the text holds: messages quote layer names,
+ * which are the host's (core/escape-private.h). */
+static void stderr_line(const char *what, const char *text)
+{
+	char line[4096];
+	dli_escape(line, sizeof line, text);
+	fprintf(stderr, "dlinspect: %s%s%s\n", what ? what : "", what ? ": " : "", line);
+}
+
 static void log_va(struct dli_context *ctx, enum dli_log_level level, const char *fmt, va_list ap)
 {
 	if (!ctx || (int)level > ctx->log_level)
@@ -47,7 +57,7 @@ static void log_va(struct dli_context *ctx, enum dli_log_level level, const char
 	}
 	/* Errors always reach the terminal too; other messages only when no logger took them. */
 	if (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING))
-		fprintf(stderr, "dlinspect: %s: %s\n", level_names[level], text);
+		stderr_line(level_names[level], text);
 }
 
 void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
@@ -640,6 +650,17 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 {
 	struct dli_options defaults;
 	dli_options_init(&defaults);
+	/* A zeroed struct (memset, `= {0}`) has size 0: copying nothing would run without the config
+	 * and log dir the caller set, and say nothing. */
+	if (options && options->size == 0) {
+		if (err)
+			memset(err, 0, sizeof *err);
+		*out = NULL;
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.size is 0: initialize the options with "
+				     "dli_options_init(&options) (or set size = sizeof(struct "
+				     "dli_options)) before setting fields");
+	}
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
 	if (options) {
 		size_t n = options->size < sizeof defaults ? options->size : sizeof defaults;
@@ -733,7 +754,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 		/* A tensor name nobody declared is invisible in a run: say so where people look. */
 		if (ctx->config->warnings_loud[i] && with_loggers)
-			fprintf(stderr, "dlinspect: %s\n", ctx->config->warnings[i]);
+			stderr_line(NULL, ctx->config->warnings[i]);
 	}
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
