@@ -24,6 +24,8 @@ static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
 void dli_options_init(struct dli_options *o)
 {
+	if (!o)
+		return;
 	memset(o, 0, sizeof *o);
 	o->size = sizeof *o;
 	o->world_size = 1;
@@ -43,7 +45,7 @@ static void stderr_line(const char *what, const char *text)
 
 static void log_va(struct dli_context *ctx, enum dli_log_level level, const char *fmt, va_list ap)
 {
-	if (!ctx || (int)level > ctx->log_level)
+	if (!ctx || !fmt || (int)level < 0 || (int)level > ctx->log_level)
 		return;
 	char text[2048];
 	vsnprintf(text, sizeof text, fmt, ap);
@@ -210,7 +212,7 @@ int dli_tensor_id(const struct dli_context *ctx, const char *name)
 	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
 		if (!strcmp(name, standard[t]))
 			return t;
-	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx->config && t < ctx->n_tensors; t++)
+	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx && ctx->config && t < ctx->n_tensors; t++)
 		if (!strcmp(name, ctx->config->tensor_names[t]))
 			return (int)t;
 	return -1;
@@ -218,7 +220,7 @@ int dli_tensor_id(const struct dli_context *ctx, const char *name)
 
 const char *dli_layer_name(const struct dli_layer *layer)
 {
-	return layer->name;
+	return layer ? layer->name : NULL;
 }
 
 /* ---- Layer handles by name ---- */
@@ -268,6 +270,8 @@ struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name)
 int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
 		  struct dli_error *err)
 {
+	if (out)
+		*out = NULL;
 	if (!ctx || !name || !out)
 		return dli_error_set(err, -EINVAL, NULL, "dli_layer_get: NULL argument");
 	uint64_t h = name_hash(name);
@@ -319,11 +323,13 @@ done:
 
 int64_t dli_iteration_get(const struct dli_context *ctx)
 {
-	return ctx->iteration;
+	return ctx ? ctx->iteration : -EINVAL;
 }
 
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 {
+	if (!ctx)
+		return;
 	ctx->iteration = iteration < 0 ? 0 : iteration;
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++)
@@ -333,6 +339,16 @@ void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 
 int dli_step(struct dli_context *ctx)
 {
+	if (!ctx)
+		return -EINVAL;
+	/* The last iteration there is: nothing may end it (features' `next` answers and the cache
+	 * words would wrap). */
+	if (ctx->iteration == DLI_NEVER) {
+		dli_log(ctx, DLI_LOG_ERROR, "dli_step at iteration %lld: the iteration cannot grow "
+					    "further; the step is not ended",
+			(long long)ctx->iteration);
+		return -EOVERFLOW;
+	}
 #ifdef DLI_DEBUG_CHECKS
 	int busy = atomic_load(&ctx->calls_in_flight);
 	if (busy)
@@ -650,6 +666,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 {
 	struct dli_options defaults;
 	dli_options_init(&defaults);
+	if (!out)
+		return dli_error_set(err, -EINVAL, NULL, "dli_init: `out` is NULL");
 	/* A zeroed struct (memset, `= {0}`) has size 0: copying nothing would run without the config
 	 * and log dir the caller set, and say nothing. */
 	if (options && options->size == 0) {

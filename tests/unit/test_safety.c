@@ -124,8 +124,162 @@ static void test_zeroed_options_refused(void)
 	dli_destroy(ctx);
 }
 
+/* Every public function with NULL for each pointer: no crash, the rule of dlinspect.h's top
+ * comment (NULL handle: the default answer for *_enabled and queries, -EINVAL for the rest). */
+static void test_null_everywhere(void)
+{
+	int64_t next = 0;
+	struct dli_error err;
+	struct dli_options o;
+	float x = 1;
+	struct dli_tensor t = tensor(&x, DLI_DTYPE_F32, 1);
+
+	dli_options_init(NULL);
+	dli_options_init(&o);
+	memset(&err, 0, sizeof err);
+	CHECK_INT(dli_init(&o, NULL, &err), -EINVAL);
+	CHECK_STR(err.message, "dli_init: `out` is NULL");
+	CHECK_INT(dli_init(NULL, NULL, NULL), -EINVAL);
+	dli_destroy(NULL);
+
+	struct dli_layer *l = (struct dli_layer *)&o;
+	CHECK_INT(dli_layer_get(NULL, "x", &l, &err), -EINVAL);
+	CHECK(l == NULL);
+	CHECK_STR(err.message, "dli_layer_get: NULL argument");
+	CHECK(dli_layer_name(NULL) == NULL);
+	CHECK_INT(dli_tensor_id(NULL, "weight"), DLI_TENSOR_WEIGHT);
+	CHECK_INT(dli_tensor_id(NULL, "mine"), -1);
+	CHECK_INT(dli_tensor_id(NULL, NULL), -1);
+	CHECK_INT(dli_gemm_from_name(NULL), -1);
+
+	CHECK(dli_fp8_gemm_enabled(NULL, DLI_GEMM_FPROP, &next) && next == DLI_NEVER);
+	next = 0;
+	CHECK(!dli_modify_tensor_enabled(NULL, DLI_GEMM_FPROP, 0, &next) && next == DLI_NEVER);
+	next = 0;
+	CHECK(!dli_inspect_tensor_enabled(NULL, 0, &next) && next == DLI_NEVER);
+	next = 0;
+	CHECK(!dli_inspect_tensor_postquantize_enabled(NULL, DLI_GEMM_FPROP, 0, &next) &&
+	      next == DLI_NEVER);
+	CHECK_INT(dli_modify_tensor(NULL, DLI_GEMM_FPROP, 0, &t, NULL, &t), -EINVAL);
+	CHECK_INT(dli_inspect_tensor(NULL, 0, &t, NULL, NULL), -EINVAL);
+	CHECK_INT(dli_inspect_tensor_postquantize(NULL, DLI_GEMM_FPROP, 0, NULL), -EINVAL);
+	CHECK_INT(dli_call(NULL, "log_tensor_stats", NULL), -EINVAL);
+
+	CHECK(dli_fp8_gemm_enabled_by_name(NULL, "l", "fprop", NULL));
+	CHECK(!dli_modify_tensor_enabled_by_name(NULL, "l", "fprop", "weight", NULL));
+	CHECK(!dli_inspect_tensor_enabled_by_name(NULL, "l", "weight", NULL));
+	CHECK_INT(dli_inspect_tensor_by_name(NULL, "l", "weight", &t), -EINVAL);
+	CHECK_INT(dli_step(NULL), -EINVAL);
+	CHECK_INT(dli_iteration_get(NULL), -EINVAL);
+	dli_iteration_set(NULL, 5);
+	CHECK_INT(dli_fp8_cast(NULL, &t, DLI_DTYPE_F8E4M3, 1), -EINVAL);
+	CHECK_INT(dli_fp8_cast(&t, NULL, DLI_DTYPE_F8E4M3, 1), -EINVAL);
+	dli_log(NULL, DLI_LOG_ERROR, "nowhere");
+
+	/* A real context and layer with NULL names, tensors and out-pointers. */
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK_INT(dli_layer_get(ctx, NULL, &l, &err), -EINVAL);
+	CHECK_INT(dli_layer_get(ctx, "x", NULL, &err), -EINVAL);
+	CHECK_INT(dli_layer_get(ctx, "x", NULL, NULL), -EINVAL);
+	l = layer(ctx, "model.1.fc1");
+	CHECK(l != NULL);
+	CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, NULL));
+	/* Nothing modifies here: "nothing to do" comes first (NULL tensors reach no feature). */
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, 0, NULL, NULL, &t), -ENOENT);
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, 0, &t, NULL, NULL), -ENOENT);
+	CHECK_INT(dli_call(l, NULL, NULL), -EINVAL);
+	CHECK(dli_fp8_gemm_enabled_by_name(ctx, NULL, "fprop", NULL));
+	CHECK(dli_fp8_gemm_enabled_by_name(ctx, "model.1.fc1", NULL, NULL));
+	CHECK(!dli_modify_tensor_enabled_by_name(ctx, NULL, NULL, NULL, NULL));
+	CHECK(!dli_inspect_tensor_enabled_by_name(ctx, NULL, "activation", NULL));
+	CHECK(!dli_inspect_tensor_enabled_by_name(ctx, "model.1.fc1", NULL, NULL));
+	CHECK_INT(dli_inspect_tensor_by_name(ctx, NULL, "activation", &t), -EINVAL);
+	CHECK_INT(dli_inspect_tensor_by_name(ctx, "model.1.fc1", NULL, &t), 0);
+	CHECK_INT(dli_tensor_id(ctx, NULL), -1);
+	dli_log(ctx, DLI_LOG_INFO, NULL);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+}
+
+/* A modifying feature gets no NULL tensor: the call is refused before it. */
+static void test_null_tensors_not_modified(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+		"  transformer_engine:\n"
+		"    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], "
+		"quant_format: FP8E4M3}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.1.fc1");
+	float x = 3, y = 0;
+	struct dli_tensor in = tensor(&x, DLI_DTYPE_F32, 1), out = tensor(&y, DLI_DTYPE_F32, 1);
+	CHECK(dli_modify_tensor_enabled(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, NULL));
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, NULL, NULL, &out),
+		  -EINVAL);
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, NULL),
+		  -EINVAL);
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out), 0);
+	CHECK(y == 3);
+	dli_destroy(ctx);
+}
+
+/* At the last iteration, `next` says "never" instead of wrapping to INT64_MIN, and dli_step
+ * refuses (-EOVERFLOW) and keeps the iteration; one step before, it still ends the step. */
+static void test_last_iteration(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n"
+		"    DisableFP8GEMM: {enabled: true, gemms: [fprop]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.1.fc1");
+	int64_t next = 0;
+	float x = 3;
+	struct dli_tensor t = tensor(&x, DLI_DTYPE_F32, 1);
+	dli_iteration_set(ctx, INT64_MAX - 1);
+	CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, &next));
+	CHECK_INT(next, INT64_MAX);
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_iteration_get(ctx), INT64_MAX);
+	for (int i = 0; i < 2; i++) {
+		next = 0;
+		CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, &next));
+		CHECK_INT(next, DLI_NEVER);
+		next = 0;
+		CHECK(!dli_fp8_gemm_enabled(l, DLI_GEMM_FPROP, &next));
+		CHECK_INT(next, DLI_NEVER);
+		next = 0;
+		CHECK(dli_fp8_gemm_enabled(l, DLI_GEMM_WGRAD, &next));
+		CHECK_INT(next, DLI_NEVER);
+	}
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), -EOVERFLOW);
+	CHECK_INT(dli_iteration_get(ctx), INT64_MAX);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_step at iteration 9223372036854775807: the iteration "
+					   "cannot grow further; the step is not ended"),
+		  1);
+	dli_destroy(ctx);
+}
+
 int main(void)
 {
+	test_null_everywhere();
+	test_null_tensors_not_modified();
+	test_last_iteration();
 	test_names_cannot_forge_log_lines();
 	test_zeroed_options_refused();
 	remove_log_dir();
