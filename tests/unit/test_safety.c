@@ -4,7 +4,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
@@ -275,6 +278,70 @@ static void test_last_iteration(void)
 	dli_destroy(ctx);
 }
 
+/* A full disk (a file size limit in a child, SIGXFSZ ignored so writes fail with EFBIG): the
+ * statistics log keeps only whole lines and ends on a newline, dli_step returns the error, and the
+ * message log says it once, however many steps fail after. */
+static void test_full_disk_whole_lines(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], "
+		"stats: [min, max, mean, std]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid == 0) {
+		char path[512];
+		snprintf(path, sizeof path, "%s/stderr.txt", log_dir);
+		if (!freopen(path, "w", stderr))
+			_exit(10);
+		signal(SIGXFSZ, SIG_IGN);
+		struct rlimit small = {2000, 2000};
+		if (setrlimit(RLIMIT_FSIZE, &small) != 0)
+			_exit(11);
+		float x[3] = {1, 2, 4};
+		struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 3);
+		int first = 0, failed = 0;
+		for (int it = 0; it < 6; it++) {
+			static const char *const names[] = {"model.1.fc1", "model.1.fc2", "model.2.fc1"};
+			for (int k = 0; k < 3; k++)
+				dli_inspect_tensor_by_name(ctx, names[k], "activation", &t);
+			int r = dli_step(ctx);
+			if (r && !first)
+				first = r;
+			failed += r != 0;
+		}
+		dli_destroy(ctx);
+		fflush(stderr);
+		_exit(first == -EFBIG && failed >= 2 ? 0 : 12);
+	}
+	int status = 0;
+	CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	dli_destroy(ctx);
+
+	char buf[8192];
+	FILE *f = open_log(STATS_LOG);
+	size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	CHECK(n > 0 && n <= 2000 && buf[n - 1] == '\n');
+	int lines = 0;
+	for (char *p = buf, *nl; (nl = strchr(p, '\n')); p = nl + 1, lines++) {
+		*nl = 0;
+		CHECK(strstr(p, " - INFO - model.") && strstr(p, " \t\t\t\t value="));
+	}
+	CHECK(lines >= 12); /* the first step's 12 lines at least */
+	CHECK_INT(count_lines(MESSAGE_LOG, "logger 'file' could not"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "File too large"), 1);
+	CHECK_INT(count_lines("stderr.txt", "logger 'file' could not"), 1);
+}
+
 int main(void)
 {
 	test_null_everywhere();
@@ -282,6 +349,7 @@ int main(void)
 	test_last_iteration();
 	test_names_cannot_forge_log_lines();
 	test_zeroed_options_refused();
+	test_full_disk_whole_lines();
 	remove_log_dir();
 	return check_exit();
 }
