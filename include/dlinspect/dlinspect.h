@@ -12,7 +12,26 @@
  * out-pointer a call must fill (dli_init's `out`, dli_layer_get's `out`) is -EINVAL. Tensors are
  * checked by whoever reads them: a NULL `in`/`out` of dli_modify_tensor is -EINVAL when a feature
  * would act (else -ENOENT, nothing to do), inspect calls hand NULL tensors to the features, which
- * refuse what they need. `next` and `err` may always be NULL. */
+ * refuse what they need. `next` and `err` may always be NULL.
+ *
+ * Threads, per function (tests/unit/test_threads.c holds the contract to it, also under TSan):
+ * - Any thread, concurrently with each other and with every call below, on one context:
+ *   dli_layer_get, dli_layer_name, dli_tensor_id, the handle calls (dli_fp8_gemm_enabled,
+ *   dli_modify_tensor_enabled, dli_modify_tensor, dli_inspect_tensor_enabled, dli_inspect_tensor,
+ *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
+ *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
+ *   under a lock while lookups go on without one), dli_log. Calls on one layer from several
+ *   threads are fine too: features lock what they share (docs/plugins.md).
+ * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set and
+ *   dli_destroy (after which no call may use the context or its handles). dli_iteration_get reads
+ *   the iteration these change: call it from the thread that steps, or between steps. A core
+ *   built with DLI_DEBUG_CHECKS defined reports a dli_step that overlaps modify, inspect or
+ *   dli_call calls.
+ * - No shared state: dli_options_init, dli_gemm_from_name, dli_fp8_cast (on tensors no other thread
+ *   writes), dli_fp8_current_scale. dli_init builds a new context and may run beside calls on
+ *   other contexts, but it reads the environment, and the loggers' `timestamp` setting sets
+ *   NVDLFW_INSPECT_LOG_TIMESTAMP (setenv): create contexts before starting threads that change
+ *   or read the environment (docs/logging.md). */
 #ifndef DLINSPECT_H
 #define DLINSPECT_H
 
