@@ -2,7 +2,7 @@
  * handles from dli_layer_get and lookups through the *_by_name calls that grow the layer table while
  * the others read it, inspect calls feeding one statistic from every thread, messages from every
  * thread; dli_step only between rounds, as the contract asks. Built plainly in the suite and, with
- * -Db_sanitize=thread, as the TSan check (docs/security.md, "Threads"). */
+ * -Db_sanitize=thread, as the TSan check (docs/plugins.md, "Threads"). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
