@@ -50,18 +50,25 @@ static const char *const dli_file_levels[] = {"ERROR", "WARNING", "INFO", "DEBUG
 enum { DLI_FILE_BUF_HIGH = 64 * 1024 };
 
 /* A log file is never reached through a symbolic link: one planted at its path in a shared log
- * dir would make the trainer append to, or (overwrite) empty, whatever file it points to. */
-static int dli_file_refuse_link(const char *path, struct dli_error *err)
+ * dir would make the trainer append to, or (overwrite) empty, whatever file it points to. Nor is it
+ * anything but a regular file: a FIFO there would block the trainer at its first line. */
+static int dli_file_refuse_path(const char *path, struct dli_error *err)
 {
 	struct stat st;
 
-	if (lstat(path, &st) != 0 || !S_ISLNK(st.st_mode))
+	if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
 		return 0;
+	if (S_ISLNK(st.st_mode)) {
+		snprintf(err->message, sizeof(err->message),
+			 "log file '%s' is a symbolic link: dlinspect does not follow links to its log "
+			 "files (docs/security.md); remove it or choose another log dir",
+			 path);
+		return -ELOOP;
+	}
 	snprintf(err->message, sizeof(err->message),
-		 "log file '%s' is a symbolic link: dlinspect does not follow links to its log files "
-		 "(docs/security.md); remove it or choose another log dir",
+		 "log file '%s' exists and is not a regular file; remove it or choose another log dir",
 		 path);
-	return -ELOOP;
+	return -EINVAL;
 }
 
 /* nvdlfw_inspect's names: nvdlfw_inspect[_{timestamp}]_globalrank-{rank}.log. With `overwrite`, what
@@ -85,11 +92,11 @@ static int dli_file_log_init(struct dli_file_log *log, const struct dli_host *ho
 		log->path = NULL;
 		return -ENOMEM;
 	}
-	rc = dli_file_refuse_link(log->path, err);
+	rc = dli_file_refuse_path(log->path, err);
 	if (rc < 0)
 		return rc;
 	if (env->overwrite) {
-		int fd = open(log->path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_CLOEXEC);
+		int fd = open(log->path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd >= 0)
 			close(fd);
 	}
@@ -108,10 +115,11 @@ static int dli_file_log_fail(struct dli_file_log *log, int rc)
 	return rc;
 }
 
-/* Opens for appending, without following a link at the file's own path (one planted after create;
- * -ELOOP) and without leaking the descriptor into programs the trainer spawns. A line cut short
- * by a killed run is ended first: glued to the next line's timestamp, "value=1.2" would read back as
- * a wrong number. */
+/* Opens for appending (read too, for the last byte), without following a link at the file's own
+ * path (one planted after create: -ELOOP), without blocking on a FIFO planted there (refused:
+ * -EINVAL) and without leaking the descriptor into programs the trainer spawns. A line cut short by
+ * a killed run is ended first: glued to the next line's timestamp, "value=1.2" would read back as a
+ * wrong number. */
 static int dli_file_log_open(struct dli_file_log *log)
 {
 	int rc = log->host->make_dirs(log->dir);
@@ -120,20 +128,18 @@ static int dli_file_log_open(struct dli_file_log *log)
 
 	if (rc < 0)
 		return rc;
-	log->fd = open(log->path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0666);
+	log->fd = open(log->path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+		       0666);
 	if (log->fd < 0)
 		return -errno;
 	if (fstat(log->fd, &st) != 0)
 		return dli_file_log_fail(log, -errno);
-	if (st.st_size > 0) {
-		/* The descriptor is write-only: read the last byte through the path's own file. */
-		int rd = open(log->path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-		bool cut = rd >= 0 && pread(rd, &last, 1, st.st_size - 1) == 1 && last != '\n';
-		if (rd >= 0)
-			close(rd);
-		if (cut && write(log->fd, "\n", 1) != 1)
-			return dli_file_log_fail(log, errno ? -errno : -EIO);
-	}
+	if (!S_ISREG(st.st_mode))
+		return dli_file_log_fail(log, -EINVAL);
+	errno = 0;
+	if (st.st_size > 0 && pread(log->fd, &last, 1, st.st_size - 1) == 1 && last != '\n' &&
+	    write(log->fd, "\n", 1) != 1)
+		return dli_file_log_fail(log, errno ? -errno : -EIO);
 	return 0;
 }
 

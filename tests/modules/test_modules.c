@@ -751,6 +751,18 @@ static void test_file_symlink(const char *tmp)
 	if (fp)
 		fclose(fp);
 	CHECK_STR(content, "precious\n");
+	/* A FIFO would block the first write: refused at create, and at open if it comes later. */
+	CHECK_INT(unlink(link), 0);
+	CHECK_INT(mkfifo(link, 0600), 0);
+	CHECK_INT(file_logger->ops->create(&args, &log, &err), -EINVAL);
+	snprintf(want, sizeof(want), "log file '%s' exists and is not a regular file", link);
+	CHECK_CONTAINS(err.message, want);
+	CHECK_INT(unlink(link), 0);
+	log = logger_create(dir);
+	CHECK_INT(mkfifo(link, 0600), 0);
+	CHECK_INT(file_logger->ops->log_scalar(log, "x", 1, 1.0), -EINVAL);
+	file_logger->ops->destroy(log);
+	CHECK_INT(unlink(link), 0);
 }
 
 /* A name or message holding newlines and tabs stays on one line, escaped (\n, \t, \xNN, \\). */
