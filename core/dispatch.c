@@ -483,7 +483,7 @@ bool dli_inspect_tensor_enabled_by_name(struct dli_context *ctx, const char *lay
 int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const char *tensor,
 			       const struct dli_tensor *hp)
 {
-	if (!ctx || !layer)
+	if (!ctx || !layer || !tensor)
 		return -EINVAL;
 	struct dli_layer *l = layer_by_name(ctx, layer);
 	return l ? dli_inspect_tensor(l, dli_tensor_id(ctx, tensor), hp, NULL, NULL) : 0;
