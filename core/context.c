@@ -9,6 +9,7 @@
 
 #include "context-private.h"
 #include "error-private.h"
+#include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
 #include "schedule-private.h"
@@ -23,6 +24,8 @@ static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
 void dli_options_init(struct dli_options *o)
 {
+	if (!o)
+		return;
 	memset(o, 0, sizeof *o);
 	o->size = sizeof *o;
 	o->world_size = 1;
@@ -31,9 +34,18 @@ void dli_options_init(struct dli_options *o)
 
 /* ---- Messages ---- */
 
+/* "dlinspect: [what: ]text" on stderr, one line whatever the text holds: messages quote layer names,
+ * which are the host's (core/escape-private.h). */
+static void stderr_line(const char *what, const char *text)
+{
+	char line[4096];
+	dli_escape(line, sizeof line, text);
+	fprintf(stderr, "dlinspect: %s%s%s\n", what ? what : "", what ? ": " : "", line);
+}
+
 static void log_va(struct dli_context *ctx, enum dli_log_level level, const char *fmt, va_list ap)
 {
-	if (!ctx || (int)level > ctx->log_level)
+	if (!ctx || !fmt || (int)level < 0 || (int)level > ctx->log_level)
 		return;
 	char text[2048];
 	vsnprintf(text, sizeof text, fmt, ap);
@@ -47,7 +59,7 @@ static void log_va(struct dli_context *ctx, enum dli_log_level level, const char
 	}
 	/* Errors always reach the terminal too; other messages only when no logger took them. */
 	if (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING))
-		fprintf(stderr, "dlinspect: %s: %s\n", level_names[level], text);
+		stderr_line(level_names[level], text);
 }
 
 void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
@@ -200,7 +212,7 @@ int dli_tensor_id(const struct dli_context *ctx, const char *name)
 	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
 		if (!strcmp(name, standard[t]))
 			return t;
-	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx->config && t < ctx->n_tensors; t++)
+	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx && ctx->config && t < ctx->n_tensors; t++)
 		if (!strcmp(name, ctx->config->tensor_names[t]))
 			return (int)t;
 	return -1;
@@ -208,7 +220,7 @@ int dli_tensor_id(const struct dli_context *ctx, const char *name)
 
 const char *dli_layer_name(const struct dli_layer *layer)
 {
-	return layer->name;
+	return layer ? layer->name : NULL;
 }
 
 /* ---- Layer handles by name ---- */
@@ -258,6 +270,8 @@ struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name)
 int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
 		  struct dli_error *err)
 {
+	if (out)
+		*out = NULL;
 	if (!ctx || !name || !out)
 		return dli_error_set(err, -EINVAL, NULL, "dli_layer_get: NULL argument");
 	uint64_t h = name_hash(name);
@@ -309,11 +323,13 @@ done:
 
 int64_t dli_iteration_get(const struct dli_context *ctx)
 {
-	return ctx->iteration;
+	return ctx ? ctx->iteration : -EINVAL;
 }
 
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 {
+	if (!ctx)
+		return;
 	ctx->iteration = iteration < 0 ? 0 : iteration;
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++)
@@ -323,6 +339,16 @@ void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 
 int dli_step(struct dli_context *ctx)
 {
+	if (!ctx)
+		return -EINVAL;
+	/* The last iteration there is: nothing may end it (features' `next` answers and the cache
+	 * words would wrap). */
+	if (ctx->iteration == DLI_NEVER) {
+		dli_log(ctx, DLI_LOG_ERROR, "dli_step at iteration %lld: the iteration cannot grow "
+					    "further; the step is not ended",
+			(long long)ctx->iteration);
+		return -EOVERFLOW;
+	}
 #ifdef DLI_DEBUG_CHECKS
 	int busy = atomic_load(&ctx->calls_in_flight);
 	if (busy)
@@ -640,6 +666,19 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 {
 	struct dli_options defaults;
 	dli_options_init(&defaults);
+	if (!out)
+		return dli_error_set(err, -EINVAL, NULL, "dli_init: `out` is NULL");
+	/* A zeroed struct (memset, `= {0}`) has size 0: copying nothing would run without the config
+	 * and log dir the caller set, and say nothing. */
+	if (options && options->size == 0) {
+		if (err)
+			memset(err, 0, sizeof *err);
+		*out = NULL;
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.size is 0: initialize the options with "
+				     "dli_options_init(&options) (or set size = sizeof(struct "
+				     "dli_options)) before setting fields");
+	}
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
 	if (options) {
 		size_t n = options->size < sizeof defaults ? options->size : sizeof defaults;
@@ -733,7 +772,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 		/* A tensor name nobody declared is invisible in a run: say so where people look. */
 		if (ctx->config->warnings_loud[i] && with_loggers)
-			fprintf(stderr, "dlinspect: %s\n", ctx->config->warnings[i]);
+			stderr_line(NULL, ctx->config->warnings[i]);
 	}
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;

@@ -266,7 +266,7 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 	if (soonest > it)
 		atomic_store_explicit(&s->cache, cache_word(answer, soonest), memory_order_relaxed);
 	if (next)
-		*next = soonest > it ? soonest : it + 1;
+		*next = soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER; /* no wrap */
 	return answer;
 }
 
@@ -296,14 +296,14 @@ static inline bool tensor_ok(const struct dli_layer *l, int tensor)
 
 bool dli_fp8_gemm_enabled(struct dli_layer *l, enum dli_gemm gemm, int64_t *next)
 {
-	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT)
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT)
 		return answer_default(true, next);
 	return slot_answer(l, &l->fp8[gemm], CALL_FP8, gemm, -1, next);
 }
 
 bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor, int64_t *next)
 {
-	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
 	return slot_answer(l, &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_MODIFY, gemm,
 			   tensor, next);
@@ -311,7 +311,7 @@ bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tens
 
 bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 {
-	if (!l->slots || !tensor_ok(l, tensor))
+	if (!l || !l->slots || !tensor_ok(l, tensor))
 		return answer_default(false, next);
 	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 }
@@ -319,7 +319,7 @@ bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor,
 					     int64_t *next)
 {
-	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
 	return slot_answer(l, &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_POSTQ, gemm,
 			   tensor, next);
@@ -330,6 +330,8 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const struct dli_tensor *in,
 		      const struct dli_quantizer *quantizer, struct dli_tensor *out)
 {
+	if (!l)
+		return -EINVAL;
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return -ENOENT;
 	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
@@ -339,7 +341,8 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct dli_binding *b = s->bindings[i];
 		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
-			r = b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out);
+			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
+				      : -EINVAL;
 			break;
 		}
 	}
@@ -373,6 +376,8 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise)
 {
+	if (!l)
+		return -EINVAL;
 	if (!l->slots || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->inspect[tensor];
@@ -396,6 +401,8 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int tensor,
 				    const struct dli_quantized_tensor *q)
 {
+	if (!l)
+		return -EINVAL;
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
@@ -418,7 +425,9 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 
 int dli_call(struct dli_layer *l, const char *name, void *args)
 {
-	if (!l || !name || !dli_registry_has_call(&l->ctx->registry, name))
+	if (!l || !name)
+		return -EINVAL;
+	if (!dli_registry_has_call(&l->ctx->registry, name))
 		return -ENOSYS;
 	CALL_ENTER(l->ctx);
 	int r = 0;
@@ -440,6 +449,8 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 
 static struct dli_layer *layer_by_name(struct dli_context *ctx, const char *name)
 {
+	if (!ctx || !name)
+		return NULL;
 	struct dli_layer *l = dli_layer_find(ctx, name);
 	if (l)
 		return l;
@@ -483,6 +494,8 @@ bool dli_inspect_tensor_enabled_by_name(struct dli_context *ctx, const char *lay
 int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const char *tensor,
 			       const struct dli_tensor *hp)
 {
+	if (!ctx || !layer || !tensor)
+		return -EINVAL;
 	struct dli_layer *l = layer_by_name(ctx, layer);
 	return l ? dli_inspect_tensor(l, dli_tensor_id(ctx, tensor), hp, NULL, NULL) : 0;
 }

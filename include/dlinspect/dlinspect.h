@@ -2,7 +2,36 @@
  *
  * Ownership in one paragraph: dli_init returns a context the caller owns and frees with dli_destroy.
  * Layer handles belong to the context and stay valid until dli_destroy. Every string and tensor passed
- * in is borrowed for the duration of the call only. */
+ * in is borrowed for the duration of the call only.
+ *
+ * NULL, one rule for every function: no call crashes on a NULL pointer argument. A NULL context,
+ * layer handle or name makes a *_enabled call (and its _by_name form) answer its default, with *next
+ * = DLI_NEVER; dli_layer_name, dli_tensor_id and dli_gemm_from_name answer NULL / -1 (dli_tensor_id
+ * still knows the standard names); every call returning int returns -EINVAL (dli_iteration_get
+ * too); void calls do nothing (dli_destroy, dli_iteration_set, dli_log, dli_options_init). A NULL
+ * out-pointer a call must fill (dli_init's `out`, dli_layer_get's `out`) is -EINVAL. Tensors are
+ * checked by whoever reads them: a NULL `in`/`out` of dli_modify_tensor is -EINVAL when a feature
+ * would act (else -ENOENT, nothing to do), inspect calls hand NULL tensors to the features, which
+ * refuse what they need. `next` and `err` may always be NULL.
+ *
+ * Threads, per function (tests/unit/test_threads.c holds the contract to it, also under TSan):
+ * - Any thread, concurrently with each other and with every call below, on one context:
+ *   dli_layer_get, dli_layer_name, dli_tensor_id, the handle calls (dli_fp8_gemm_enabled,
+ *   dli_modify_tensor_enabled, dli_modify_tensor, dli_inspect_tensor_enabled, dli_inspect_tensor,
+ *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
+ *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
+ *   under a lock while lookups go on without one), dli_log. Calls on one layer from several
+ *   threads are fine too: features lock what they share (docs/plugins.md).
+ * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set and
+ *   dli_destroy (after which no call may use the context or its handles). dli_iteration_get reads
+ *   the iteration these change: call it from the thread that steps, or between steps. A core
+ *   built with DLI_DEBUG_CHECKS defined reports a dli_step that overlaps modify, inspect or
+ *   dli_call calls.
+ * - No shared state: dli_options_init, dli_gemm_from_name, dli_fp8_cast (on tensors no other thread
+ *   writes), dli_fp8_current_scale. dli_init builds a new context and may run beside calls on
+ *   other contexts, but it reads the environment, and the loggers' `timestamp` setting sets
+ *   NVDLFW_INSPECT_LOG_TIMESTAMP (setenv): create contexts before starting threads that change
+ *   or read the environment (docs/logging.md). */
 #ifndef DLINSPECT_H
 #define DLINSPECT_H
 
@@ -61,7 +90,8 @@ struct dli_error {
 };
 
 /* Options for dli_init. Fill with dli_options_init() first, then set what you need: fields added in
- * later versions keep their defaults for callers built against older headers. */
+ * later versions keep their defaults for callers built against older headers. A zeroed struct
+ * (size 0) is refused by dli_init with -EINVAL rather than read as "no field set". */
 struct dli_options {
 	uint32_t size; /* sizeof(struct dli_options); set by dli_options_init */
 	const char *config_path; /* YAML file; NULL = $DLINSPECT_CONFIG, and if unset, no config */
@@ -158,7 +188,7 @@ int dli_inspect_tensor_postquantize(struct dli_layer *layer, enum dli_gemm gemm,
 				    const struct dli_quantized_tensor *q);
 
 /* A call a plugin declared by name (its descriptor's `calls`). `args` is passed through untouched.
- * Returns -ENOSYS when no loaded module declares `name`, 0 when none of the layer's features does,
+ * Returns -EINVAL for a NULL layer or name, -ENOSYS when no loaded module declares `name`, 0 when none of the layer's features does,
  * else what the feature returned (the first non-zero one when several do). */
 int dli_call(struct dli_layer *layer, const char *name, void *args);
 
@@ -189,7 +219,8 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
 /* ---- Steps ----
  * dli_step ends the current iteration: features' step_end runs (statistics are finalized and sent to
  * the loggers with the iteration that just ended), loggers flush, then the iteration increments.
- * It must not run concurrently with other calls on the same context. */
+ * It must not run concurrently with other calls on the same context. At iteration INT64_MAX
+ * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. */
 int dli_step(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same

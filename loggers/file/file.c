@@ -5,15 +5,16 @@
 #include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <dlinspect/plugin.h>
 
+#include "../../core/escape-private.h"
 #include "../log-env.h"
 
 enum { DLI_FILE_OVERWRITE, DLI_FILE_TIMESTAMP, DLI_FILE_N_PARAMS };
@@ -27,12 +28,15 @@ static const struct dli_param_desc dli_file_params[DLI_FILE_N_PARAMS] = {
 
 /* One output file. It is opened on the first line written to it, so a run that logs nothing leaves
  * nothing behind; after a write error it is closed and reopened by the next call, so a log dir
- * that comes back (space freed, directory recreated) is used again. */
+ * that comes back (space freed, directory recreated) is used again. Lines wait in `buf`, whole, until
+ * a flush: the file only ever receives whole lines (dli_file_log_drain). */
 struct dli_file_log {
 	const struct dli_host *host; /* make_dirs */
 	char *dir;
 	char *path;
-	FILE *fp;
+	int fd; /* -1 when not open */
+	char *buf;
+	size_t len, cap;
 };
 
 struct dli_file_logger {
@@ -42,10 +46,29 @@ struct dli_file_logger {
 
 static const char *const dli_file_levels[] = {"ERROR", "WARNING", "INFO", "DEBUG"};
 
-/* A failed stdio call need not set errno; never turn a failure into 0. */
-static int dli_file_errno(void)
+/* Lines buffered before they are written even without a flush: a step may log thousands. */
+enum { DLI_FILE_BUF_HIGH = 64 * 1024 };
+
+/* A log file is never reached through a symbolic link: one planted at its path in a shared log
+ * dir would make the trainer append to, or (overwrite) empty, whatever file it points to. Nor is it
+ * anything but a regular file: a FIFO there would block the trainer at its first line. */
+static int dli_file_refuse_path(const char *path, struct dli_error *err)
 {
-	return errno ? -errno : -EIO;
+	struct stat st;
+
+	if (lstat(path, &st) != 0 || S_ISREG(st.st_mode))
+		return 0;
+	if (S_ISLNK(st.st_mode)) {
+		snprintf(err->message, sizeof(err->message),
+			 "log file '%s' is a symbolic link: dlinspect does not follow links to its log "
+			 "files (docs/security.md); remove it or choose another log dir",
+			 path);
+		return -ELOOP;
+	}
+	snprintf(err->message, sizeof(err->message),
+		 "log file '%s' exists and is not a regular file; remove it or choose another log dir",
+		 path);
+	return -EINVAL;
 }
 
 /* nvdlfw_inspect's names: nvdlfw_inspect[_{timestamp}]_globalrank-{rank}.log. With `overwrite`, what
@@ -54,9 +77,12 @@ static int dli_file_errno(void)
  * cannot be emptied cannot be written either, and the first write reports it. */
 static int dli_file_log_init(struct dli_file_log *log, const struct dli_host *host,
 			     const char *log_dir, const char *subdir, int rank,
-			     const struct dli_log_env *env)
+			     const struct dli_log_env *env, struct dli_error *err)
 {
+	int rc;
+
 	log->host = host;
+	log->fd = -1;
 	if (asprintf(&log->dir, "%s/%s", log_dir, subdir) < 0) {
 		log->dir = NULL;
 		return -ENOMEM;
@@ -66,93 +92,142 @@ static int dli_file_log_init(struct dli_file_log *log, const struct dli_host *ho
 		log->path = NULL;
 		return -ENOMEM;
 	}
+	rc = dli_file_refuse_path(log->path, err);
+	if (rc < 0)
+		return rc;
 	if (env->overwrite) {
-		int fd = open(log->path, O_WRONLY | O_TRUNC | O_CLOEXEC);
+		int fd = open(log->path, O_WRONLY | O_TRUNC | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 		if (fd >= 0)
 			close(fd);
 	}
 	return 0;
 }
 
-/* After a failure the stream is dropped: its error flag would otherwise fail every later write. */
-static int dli_file_log_fail(struct dli_file_log *log)
+/* After a failure the file is closed (the next call reopens it) and the lines not written are
+ * dropped: the caller reports the error, and keeping them would grow the buffer while the disk
+ * stays full. */
+static int dli_file_log_fail(struct dli_file_log *log, int rc)
 {
-	int rc = dli_file_errno();
-
-	fclose(log->fp);
-	log->fp = NULL;
+	if (log->fd >= 0)
+		close(log->fd);
+	log->fd = -1;
+	log->len = 0;
 	return rc;
 }
 
-/* Opens for appending. A line cut short by an earlier failure is ended first: glued to the next
- * line's timestamp, "value=1.2" would read back as a wrong number. */
+/* Opens for appending (read too, for the last byte), without following a link at the file's own
+ * path (one planted after create: -ELOOP), without blocking on a FIFO planted there (refused:
+ * -EINVAL) and without leaking the descriptor into programs the trainer spawns. A line cut short by
+ * a killed run is ended first: glued to the next line's timestamp, "value=1.2" would read back as a
+ * wrong number. */
 static int dli_file_log_open(struct dli_file_log *log)
 {
 	int rc = log->host->make_dirs(log->dir);
+	struct stat st;
+	char last;
 
 	if (rc < 0)
 		return rc;
-	/* "e": the descriptor must not leak into programs the trainer spawns. */
-	log->fp = fopen(log->path, "a+e");
-	if (!log->fp)
-		return dli_file_errno();
+	log->fd = open(log->path, O_RDWR | O_APPEND | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC,
+		       0666);
+	if (log->fd < 0)
+		return -errno;
+	if (fstat(log->fd, &st) != 0)
+		return dli_file_log_fail(log, -errno);
+	if (!S_ISREG(st.st_mode))
+		return dli_file_log_fail(log, -EINVAL);
 	errno = 0;
-	if (fseek(log->fp, -1, SEEK_END) == 0) {
-		bool cut = fgetc(log->fp) != '\n';
-		/* An update stream needs a positioning call between reading and writing. */
-		if (fseek(log->fp, 0, SEEK_END) != 0 ||
-		    (cut && (fputc('\n', log->fp) == EOF || fflush(log->fp) != 0)))
-			return dli_file_log_fail(log);
-	}
+	if (st.st_size > 0 && pread(log->fd, &last, 1, st.st_size - 1) == 1 && last != '\n' &&
+	    write(log->fd, "\n", 1) != 1)
+		return dli_file_log_fail(log, errno ? -errno : -EIO);
 	return 0;
 }
 
-/* Writes "{timestamp} - {level} - " and the formatted rest, timestamped like Python logging's
- * asctime (local time, milliseconds after a comma). Called with the lock held. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 4, 5)))
-#endif
+/* Writes the buffered lines. A write that stops part way (disk full, file size limit) is cut back to
+ * the last whole line it wrote, so the file never ends in half a line, as the TensorBoard logger
+ * never ends in half a record. */
+static int dli_file_log_drain(struct dli_file_log *log)
+{
+	size_t done = 0;
+
+	while (done < log->len) {
+		ssize_t w = write(log->fd, log->buf + done, log->len - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			int rc = w < 0 ? -errno : -EIO;
+			size_t whole = done;
+			struct stat st;
+			while (whole > 0 && log->buf[whole - 1] != '\n')
+				whole--;
+			if (whole < done && fstat(log->fd, &st) == 0 &&
+			    st.st_size >= (off_t)(done - whole))
+				(void)!ftruncate(log->fd, st.st_size - (off_t)(done - whole));
+			return dli_file_log_fail(log, rc);
+		}
+		done += (size_t)w;
+	}
+	log->len = 0;
+	return 0;
+}
+
+/* Adds "{timestamp} - {level} - {text escaped}{suffix}\n" to the buffer, timestamped like Python
+ * logging's asctime (local time, milliseconds after a comma); `text` is the host's (a layer name, a
+ * message) and escaped (core/escape-private.h), `suffix` is the logger's own. Writes the buffer out
+ * when `flush` or when it is large. Called with the lock held. */
 static int dli_file_log_write(struct dli_file_log *log, const char *level, bool flush,
-			      const char *fmt, ...)
+			      const char *text, const char *suffix)
 {
 	struct timespec now;
 	struct tm tm;
-	char stamp[32];
-	va_list ap;
-	int rc;
+	char stamp[32], head[64];
+	size_t n_head, n_text, n_suffix = strlen(suffix), need;
 
-	if (!log->fp) {
-		rc = dli_file_log_open(log);
+	if (log->fd < 0) {
+		int rc = dli_file_log_open(log);
 		if (rc < 0)
 			return rc;
 	}
 	clock_gettime(CLOCK_REALTIME, &now);
 	localtime_r(&now.tv_sec, &tm);
 	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", &tm);
-
-	errno = 0;
-	if (fprintf(log->fp, "%s,%03ld - %s - ", stamp, now.tv_nsec / 1000000, level) < 0)
-		return dli_file_log_fail(log);
-	va_start(ap, fmt);
-	rc = vfprintf(log->fp, fmt, ap);
-	va_end(ap);
-	if (rc < 0 || fputc('\n', log->fp) == EOF || (flush && fflush(log->fp) != 0))
-		return dli_file_log_fail(log);
-	return 0;
+	n_head = (size_t)snprintf(head, sizeof(head), "%s,%03ld - %s - ", stamp,
+				  now.tv_nsec / 1000000, level);
+	n_text = dli_escape(NULL, 0, text);
+	need = log->len + n_head + n_text + n_suffix + 2;
+	if (need > log->cap) {
+		size_t cap = log->cap ? log->cap : 4096;
+		while (cap < need)
+			cap *= 2;
+		char *buf = realloc(log->buf, cap);
+		if (!buf)
+			return -ENOMEM;
+		log->buf = buf;
+		log->cap = cap;
+	}
+	memcpy(log->buf + log->len, head, n_head);
+	log->len += n_head;
+	dli_escape(log->buf + log->len, n_text + 1, text);
+	log->len += n_text;
+	memcpy(log->buf + log->len, suffix, n_suffix);
+	log->len += n_suffix;
+	log->buf[log->len++] = '\n';
+	return flush || log->len >= DLI_FILE_BUF_HIGH ? dli_file_log_drain(log) : 0;
 }
 
 static int dli_file_log_flush(struct dli_file_log *log)
 {
-	errno = 0;
-	if (log->fp && fflush(log->fp) != 0)
-		return dli_file_log_fail(log);
-	return 0;
+	return log->fd >= 0 && log->len ? dli_file_log_drain(log) : 0;
 }
 
+/* What fclose did for the stdio stream before: lines not flushed yet are written (a failure cannot be
+ * reported any more; the core flushes before destroy and reports it there). */
 static void dli_file_log_finish(struct dli_file_log *log)
 {
-	if (log->fp)
-		fclose(log->fp);
+	dli_file_log_flush(log);
+	if (log->fd >= 0)
+		close(log->fd);
+	free(log->buf);
 	free(log->path);
 	free(log->dir);
 }
@@ -196,11 +271,12 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 		free(self);
 		return rc;
 	}
+	self->stats.fd = self->messages.fd = -1;
 	rc = dli_file_log_init(&self->stats, args->host, log_dir, "nvdlfw_inspect_statistics_logs",
-			       args->rank, &env);
+			       args->rank, &env, err);
 	if (rc == 0)
 		rc = dli_file_log_init(&self->messages, args->host, log_dir, "nvdlfw_inspect_logs",
-				       args->rank, &env);
+				       args->rank, &env, err);
 	if (rc < 0) {
 		dli_file_destroy(self);
 		return rc;
@@ -209,13 +285,13 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 	return 0;
 }
 
-/* Statistics stay in the stdio buffer until flush() at step end: a step may log thousands. Values
+/* Statistics stay in the buffer until flush() at step end: a step may log thousands. Values
  * are %.9g (a float reads back exactly); non-finite ones are spelled as Python prints them (`nan`,
  * never `-nan`; `inf`, `-inf`), which is what nvdlfw_inspect's log parsers expect. */
 static int dli_file_log_scalar(void *instance, const char *name, int64_t iteration, double value)
 {
 	struct dli_file_logger *self = instance;
-	char text[32];
+	char text[32], suffix[96];
 	int rc;
 
 	if (isnan(value))
@@ -224,10 +300,10 @@ static int dli_file_log_scalar(void *instance, const char *name, int64_t iterati
 		strcpy(text, value < 0 ? "-inf" : "inf");
 	else
 		snprintf(text, sizeof(text), "%.9g", value);
+	snprintf(suffix, sizeof(suffix), " \t\t\t\t iteration=%06" PRId64 " \t\t\t\t value=%s",
+		 iteration, text);
 	pthread_mutex_lock(&self->lock);
-	rc = dli_file_log_write(&self->stats, "INFO", false,
-				"%s \t\t\t\t iteration=%06" PRId64 " \t\t\t\t value=%s", name,
-				iteration, text);
+	rc = dli_file_log_write(&self->stats, "INFO", false, name, suffix);
 	pthread_mutex_unlock(&self->lock);
 	return rc;
 }
@@ -241,7 +317,7 @@ static int dli_file_log_text(void *instance, enum dli_log_level level, const cha
 	if ((unsigned)level >= sizeof(dli_file_levels) / sizeof(dli_file_levels[0]))
 		return -EINVAL;
 	pthread_mutex_lock(&self->lock);
-	rc = dli_file_log_write(&self->messages, dli_file_levels[level], true, "%s", text);
+	rc = dli_file_log_write(&self->messages, dli_file_levels[level], true, text, "");
 	pthread_mutex_unlock(&self->lock);
 	return rc;
 }

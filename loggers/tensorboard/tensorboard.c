@@ -17,6 +17,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "../../core/escape-private.h"
+
 #include "../log-env.h"
 #include "crc32c.h"
 #include "event.pb-c.h"
@@ -410,27 +412,48 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 	return 0;
 }
 
-/* Tags are the statistic names as they are, `{layer}_{tensor}_{stat}`: the same as the file
- * logger's, so the two logs agree line for line. */
+/* Tags are the statistic names, `{layer}_{tensor}_{stat}`, escaped as the file logger escapes them
+ * (core/escape-private.h), so the two logs agree line for line: the format takes any UTF-8, but a
+ * newline in a tag would break every line-oriented listing of tags. Returns `name` itself, or its
+ * escaped copy in *owned (free it); NULL when out of memory. */
+static const char *dli_tb_tag(const char *name, char **owned)
+{
+	size_t n;
+
+	*owned = NULL;
+	if (!dli_escape_needed(name))
+		return name;
+	n = dli_escape(NULL, 0, name);
+	if (!(*owned = malloc(n + 1)))
+		return NULL;
+	dli_escape(*owned, n + 1, name);
+	return *owned;
+}
+
 static int dli_tb_log_scalar(void *instance, const char *name, int64_t iteration, double value)
 {
 	struct dli_tb_logger *self = instance;
 	DliTb__SummaryMetadata__PluginData plugin = DLI_TB__SUMMARY_METADATA__PLUGIN_DATA__INIT;
 	DliTb__SummaryMetadata metadata = DLI_TB__SUMMARY_METADATA__INIT;
 	DliTb__Summary__Value v = DLI_TB__SUMMARY__VALUE__INIT;
+	const char *tag;
+	char *owned;
 	int rc;
 
 	if (!self->writes)
 		return 0;
+	if (!(tag = dli_tb_tag(name, &owned)))
+		return -ENOMEM;
 	plugin.plugin_name = "scalars";
 	metadata.plugin_data = &plugin;
-	v.tag = (char *)name; /* protobuf-c's fields are not const; packing only reads them */
+	v.tag = (char *)tag; /* protobuf-c's fields are not const; packing only reads them */
 	v.metadata = &metadata;
 	v.value_case = DLI_TB__SUMMARY__VALUE__VALUE_SIMPLE_VALUE;
 	v.simple_value = (float)value; /* what TensorBoard stores */
 	pthread_mutex_lock(&self->lock);
 	rc = dli_tb_add_value(self, iteration, &v);
 	pthread_mutex_unlock(&self->lock);
+	free(owned);
 	return rc;
 }
 
@@ -440,12 +463,16 @@ static int dli_tb_log_histogram(void *instance, const char *name, int64_t iterat
 	struct dli_tb_logger *self = instance;
 	DliTb__HistogramProto histo = DLI_TB__HISTOGRAM_PROTO__INIT;
 	DliTb__Summary__Value v = DLI_TB__SUMMARY__VALUE__INIT;
+	const char *tag;
+	char *owned;
 	int rc;
 
 	if (!self->writes || !self->histograms)
 		return 0;
 	if (!h || (h->n_buckets && (!h->bucket_limit || !h->bucket)))
 		return -EINVAL;
+	if (!(tag = dli_tb_tag(name, &owned)))
+		return -ENOMEM;
 	histo.min = h->min;
 	histo.max = h->max;
 	histo.num = h->num;
@@ -454,12 +481,13 @@ static int dli_tb_log_histogram(void *instance, const char *name, int64_t iterat
 	histo.n_bucket_limit = histo.n_bucket = h->n_buckets;
 	histo.bucket_limit = (double *)h->bucket_limit;
 	histo.bucket = (double *)h->bucket;
-	v.tag = (char *)name;
+	v.tag = (char *)tag;
 	v.value_case = DLI_TB__SUMMARY__VALUE__VALUE_HISTO;
 	v.histo = &histo;
 	pthread_mutex_lock(&self->lock);
 	rc = dli_tb_add_value(self, iteration, &v);
 	pthread_mutex_unlock(&self->lock);
+	free(owned);
 	return rc;
 }
 

@@ -394,7 +394,7 @@ static void test_file_layout(const char *tmp)
 		check_text_line(lines[0], "WARNING", "first message");
 		check_text_line(lines[1], "ERROR", "an error: 50% done");
 		check_text_line(lines[2], "INFO", "info");
-		check_text_line(lines[3], "DEBUG", "debug\twith tab");
+		check_text_line(lines[3], "DEBUG", "debug\\twith tab"); /* escaped, as every control */
 	}
 	free(buf);
 	file_logger->ops->destroy(log);
@@ -679,11 +679,119 @@ static void test_file_disk_full(const char *tmp)
 	for (int i = 0; i < 100 && later == 0; i++)
 		later = file_logger->ops->log_text(log, DLI_LOG_ERROR, "the disk is full");
 	CHECK_INT(later, -EFBIG);
-	CHECK_INT(file_logger->ops->log_text(log, DLI_LOG_ERROR, "still full"), -EFBIG);
+	/* The cut line was taken back: the file is as before, and the same line fails the same way. */
+	CHECK_INT(file_logger->ops->log_text(log, DLI_LOG_ERROR, "the disk is full"), -EFBIG);
 
 	CHECK_INT(setrlimit(RLIMIT_FSIZE, &old), 0);
 	file_logger->ops->destroy(log);
 	signal(SIGXFSZ, SIG_DFL);
+
+	/* Whole lines or nothing: both files end on a newline and hold only whole records. */
+	char *lines[64], *buf;
+	size_t n;
+	buf = read_lines(dir, STATS_FILE, lines, 64, &n);
+	CHECK(n > 0 && n <= 64);
+	for (size_t i = 0; buf && i < n && i < 64; i++) {
+		regmatch_t m[5];
+		CHECK_INT(regexec(&scalar_re, lines[i], 5, m, 0), 0);
+	}
+	free(buf);
+	buf = read_lines(dir, MESSAGES_FILE, lines, 64, &n);
+	CHECK(n > 0 && n <= 64);
+	for (size_t i = 0; buf && i < n && i < 64; i++)
+		CHECK(strstr(lines[i], " - ERROR - the disk is full") &&
+		      !strcmp(strstr(lines[i], " - ERROR - "), " - ERROR - the disk is full"));
+	free(buf);
+}
+
+/* A symbolic link planted at a log file's path is refused, naming the path, and what it points to
+ * is neither emptied (overwrite) nor appended to; one planted after create fails the write. */
+static void test_file_symlink(const char *tmp)
+{
+	char dir[4096], sub[4200], victim[4200], link[4300], want[4600], content[64] = {0};
+	struct dli_logger_create_args args = {
+		.size = sizeof(args), .host = &test_host, .log_dir = dir, .rank = 3, .world_size = 8,
+	};
+	struct dli_error err = {0};
+	void *log = NULL;
+	FILE *fp;
+
+	snprintf(dir, sizeof(dir), "%s/symlink", tmp);
+	snprintf(sub, sizeof(sub), "%s/nvdlfw_inspect_statistics_logs", dir);
+	snprintf(victim, sizeof(victim), "%s/victim", tmp);
+	snprintf(link, sizeof(link), "%s/%s", dir, STATS_FILE);
+	CHECK_INT(dli_make_dirs(sub), 0);
+	fp = fopen(victim, "w");
+	CHECK(fp != NULL);
+	if (!fp)
+		return;
+	fputs("precious\n", fp);
+	fclose(fp);
+	CHECK_INT(symlink(victim, link), 0);
+
+	CHECK_INT(file_logger->ops->create(&args, &log, &err), -ELOOP);
+	CHECK(log == NULL);
+	snprintf(want, sizeof(want),
+		 "log file '%s' is a symbolic link: dlinspect does not follow links to its log files",
+		 link);
+	CHECK_CONTAINS(err.message, want);
+
+	/* Planted between create and the first write. */
+	CHECK_INT(unlink(link), 0);
+	log = logger_create(dir);
+	CHECK_INT(symlink(victim, link), 0);
+	int rc = file_logger->ops->log_scalar(log, "x", 1, 1.0);
+	if (rc == 0)
+		rc = file_logger->ops->flush(log);
+	CHECK_INT(rc, -ELOOP);
+	file_logger->ops->destroy(log);
+
+	fp = fopen(victim, "r");
+	CHECK(fp && fread(content, 1, sizeof(content) - 1, fp) == 9);
+	if (fp)
+		fclose(fp);
+	CHECK_STR(content, "precious\n");
+	/* A FIFO would block the first write: refused at create, and at open if it comes later. */
+	CHECK_INT(unlink(link), 0);
+	CHECK_INT(mkfifo(link, 0600), 0);
+	CHECK_INT(file_logger->ops->create(&args, &log, &err), -EINVAL);
+	snprintf(want, sizeof(want), "log file '%s' exists and is not a regular file", link);
+	CHECK_CONTAINS(err.message, want);
+	CHECK_INT(unlink(link), 0);
+	log = logger_create(dir);
+	CHECK_INT(mkfifo(link, 0600), 0);
+	CHECK_INT(file_logger->ops->log_scalar(log, "x", 1, 1.0), -EINVAL);
+	file_logger->ops->destroy(log);
+	CHECK_INT(unlink(link), 0);
+}
+
+/* A name or message holding newlines and tabs stays on one line, escaped (\n, \t, \xNN, \\). */
+static void test_file_escapes(const char *tmp)
+{
+	char dir[4096], *lines[4], *buf;
+	size_t n;
+	void *log;
+
+	snprintf(dir, sizeof(dir), "%s/escape", tmp);
+	log = logger_create(dir);
+	CHECK_INT(file_logger->ops->log_scalar(
+			  log, "a\nb \t\t\t\t iteration=000001 \t\t\t\t value=1\\\x7f", 5, 2.0),
+		  0);
+	CHECK_INT(file_logger->ops->log_text(log, DLI_LOG_WARNING, "one\ntwo\r\x01"), 0);
+	file_logger->ops->destroy(log);
+	buf = read_lines(dir, STATS_FILE, lines, 4, &n);
+	CHECK_INT(n, 1);
+	if (n == 1)
+		check_scalar_line(lines[0],
+				  "a\\nb \\t\\t\\t\\t iteration=000001 \\t\\t\\t\\t value=1"
+				  "\\\\\\x7f",
+				  "000005", 2.0);
+	free(buf);
+	buf = read_lines(dir, MESSAGES_FILE, lines, 4, &n);
+	CHECK_INT(n, 1);
+	if (n == 1)
+		check_text_line(lines[0], "WARNING", "one\\ntwo\\r\\x01");
+	free(buf);
 }
 
 static void test_file_logger(void)
@@ -713,6 +821,8 @@ static void test_file_logger(void)
 	test_file_reuse(tmp);
 	test_file_bad_dir(tmp);
 	test_file_disk_full(tmp);
+	test_file_symlink(tmp);
+	test_file_escapes(tmp);
 
 	regfree(&scalar_re);
 	regfree(&text_re);

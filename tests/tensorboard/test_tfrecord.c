@@ -656,6 +656,28 @@ static void test_threads(void)
 	tb->ops->destroy(log);
 }
 
+/* Tags are escaped as the file logger escapes names: a newline in a layer name stays "\\n". */
+static void test_tag_escaped(void)
+{
+	char dir[4200];
+	struct tb_params p;
+	struct tb_file f;
+	void *log;
+
+	snprintf(dir, sizeof(dir), "%s/escape", tmp);
+	p = (struct tb_params){.dir = dir};
+	log = tb_open(&p);
+	CHECK_INT(tb->ops->log_scalar(log, "a\nb\t\\_activation_max", 1, 1.0), 0);
+	CHECK_INT(tb->ops->flush(log), 0);
+	if (read_only_file(dir, &f, NULL)) {
+		CHECK_INT(f.n, 2);
+		if (f.n == 2)
+			check_scalar(f.events[1], "a\\nb\\t\\\\_activation_max", 1, 1.0);
+		tb_file_free(&f);
+	}
+	tb->ops->destroy(log);
+}
+
 int main(void)
 {
 	test_crc32c_vectors();
@@ -687,6 +709,7 @@ int main(void)
 	test_bad_dir();
 	test_disk_full();
 	test_removed_file();
+	test_tag_escaped();
 	test_threads();
 
 	if (check_failures == 0) {
