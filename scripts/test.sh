@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds dlinspect twice (plain, and with AddressSanitizer and
-# UndefinedBehaviorSanitizer), runs every test in both, runs each libFuzzer target for a short
-# budget (scripts/fuzz.sh, with clang), and ends with "N passed, N failed".
+# UndefinedBehaviorSanitizer), runs every test in both, the threads test under ThreadSanitizer, each
+# libFuzzer target for a short budget (scripts/fuzz.sh, with clang), and ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --sanitize || { echo "0 passed, 1 failed"; exit 1; }
@@ -12,12 +12,29 @@ for dir in build build-asan; do
 	meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
 
+# ThreadSanitizer over the multi-threaded test (docs/plugins.md, "Threads"): just that test and the
+# modules it loads, in build-tsan/.
+echo "== tests in build-tsan (ThreadSanitizer: the threads test)"
+tsan_log=build-tsan.log
+if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debug -Db_sanitize=thread \
+	-Db_lundef=false -Dcuda=disabled >"$tsan_log" 2>&1; } &&
+	ninja -C build-tsan tests/unit/test_threads tests/unit/probe.so $(ninja -C build-tsan -t targets all |
+		grep -E '^(features|loggers)/[^:]*\.so:' | cut -d: -f1) >"$tsan_log" 2>&1; then
+	meson test -C build-tsan --no-rebuild --print-errorlogs threads || status=1
+else
+	tail -n 30 "$tsan_log"
+	rm -f build-tsan/meson-logs/testlog.json # counted as a failure below
+	status=1
+fi
+rm -f "$tsan_log"
+
 echo "== fuzzing, ${DLI_FUZZ_SECONDS:-15} s a target"
 bash scripts/fuzz.sh "${DLI_FUZZ_SECONDS:-15}"
 fuzz=$?
 [ $fuzz = 0 ] || [ $fuzz = 77 ] || status=1
 
-python3 - $fuzz build/meson-logs/testlog.json build-asan/meson-logs/testlog.json <<'PY'
+python3 - $fuzz build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
+	build-tsan/meson-logs/testlog.json <<'PY'
 import json, sys
 passed = failed = skipped = 0
 fuzz = int(sys.argv[1])
