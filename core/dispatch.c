@@ -60,10 +60,12 @@ static int slot_fill(struct dli_layer *l, struct dli_slot *s, enum call_kind kin
 	return 0;
 }
 
-/* Answers of empty slots never change: cache them for good. */
+/* Every slot starts uncached, empty ones too: the first answer goes through slot_ask, which notes
+ * what the host asked (core/diagnose.c), and caches an empty slot's default for good. */
 static void slot_reset(struct dli_slot *s, bool dflt)
 {
-	atomic_store_explicit(&s->cache, s->n ? 0 : cache_word(dflt, DLI_NEVER), memory_order_relaxed);
+	(void)dflt;
+	atomic_store_explicit(&s->cache, 0, memory_order_relaxed);
 }
 
 static void layer_reset(struct dli_layer *l)
@@ -212,6 +214,32 @@ void dli_layer_destroy(struct dli_layer *l)
 
 /* ---- Answers ---- */
 
+/* What the host asked, for the silent no-op warnings: a read before each write keeps the line
+ * shared once the bits are set. Off the hot path (first answers, actions, evaluation passes). */
+static void note_asked(struct dli_layer *l, int gemm, int tensor)
+{
+	if (gemm >= 0 && !(atomic_load_explicit(&l->gemms_asked, memory_order_relaxed) >> gemm & 1u))
+		atomic_fetch_or_explicit(&l->gemms_asked, 1u << gemm, memory_order_relaxed);
+	if (tensor >= 0 &&
+	    !(atomic_load_explicit(&l->tensors_asked, memory_order_relaxed) >> tensor & 1u))
+		atomic_fetch_or_explicit(&l->tensors_asked, 1ull << tensor, memory_order_relaxed);
+}
+
+static void note_binding(const struct dli_binding *b)
+{
+	struct dli_binding *w = (struct dli_binding *)b;
+	if (!atomic_load_explicit(&w->asked, memory_order_relaxed))
+		atomic_store_explicit(&w->asked, true, memory_order_relaxed);
+}
+
+static void note_slot(struct dli_layer *l, const struct dli_slot *s, enum call_kind kind, int gemm,
+		      int tensor)
+{
+	note_asked(l, gemm, tensor);
+	for (uint32_t i = 0; i < s->n; i++)
+		note_binding(s->bindings[i]);
+}
+
 /* One feature's answer; a feature without the *_enabled method is always on. */
 static bool ask(const struct dli_binding *b, enum call_kind kind, int gemm, int tensor, int64_t it,
 		int64_t *next)
@@ -245,6 +273,7 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 {
 	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
 	bool answer = kind == CALL_FP8;
+	note_slot(l, s, kind, gemm, tensor);
 	for (uint32_t i = 0; i < s->n; i++) {
 		int64_t nx;
 		bool a = ask(s->bindings[i], kind, gemm, tensor, it, &nx);
@@ -278,6 +307,35 @@ static inline bool answer_default(bool dflt, int64_t *next)
 	return dflt;
 }
 
+/* ---- Evaluation passes (dli_mode_set): nothing is inspected, only `in_eval` features modify ----
+ * Rare next to training calls, so not cached: the slot caches hold training answers only. */
+
+static bool eval_answer(struct dli_layer *l, struct dli_slot *s, enum call_kind kind, int gemm,
+			int tensor, int64_t *next)
+{
+	note_slot(l, s, kind, gemm, tensor);
+	if (kind == CALL_FP8)
+		return slot_answer(l, s, kind, gemm, tensor, next);
+	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
+	bool answer = false;
+	for (uint32_t i = 0; kind == CALL_MODIFY && i < s->n; i++) {
+		int64_t nx;
+		if (!s->bindings[i]->instance->target->in_eval)
+			continue;
+		answer = ask(s->bindings[i], kind, gemm, tensor, it, &nx) || answer;
+		if (nx < soonest)
+			soonest = nx;
+	}
+	if (next)
+		*next = soonest > it ? soonest : it + 1;
+	return answer;
+}
+
+static inline bool in_eval(const struct dli_layer *l)
+{
+	return l->ctx->mode != DLI_MODE_TRAIN;
+}
+
 static inline bool tensor_ok(const struct dli_layer *l, int tensor)
 {
 	return tensor >= 0 && (size_t)tensor < l->ctx->n_tensors;
@@ -294,14 +352,18 @@ bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tens
 {
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
-	return slot_answer(l, &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_MODIFY, gemm,
-			   tensor, next);
+	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
+	if (in_eval(l))
+		return eval_answer(l, s, CALL_MODIFY, gemm, tensor, next);
+	return slot_answer(l, s, CALL_MODIFY, gemm, tensor, next);
 }
 
 bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 {
 	if (!l->slots || !tensor_ok(l, tensor))
 		return answer_default(false, next);
+	if (in_eval(l))
+		return eval_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 }
 
@@ -310,8 +372,10 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 {
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
-	return slot_answer(l, &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_POSTQ, gemm,
-			   tensor, next);
+	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
+	if (in_eval(l))
+		return eval_answer(l, s, CALL_POSTQ, gemm, tensor, next);
+	return slot_answer(l, s, CALL_POSTQ, gemm, tensor, next);
 }
 
 /* ---- Actions: only features whose answer is "on" at this iteration act. ---- */
@@ -319,20 +383,30 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const struct dli_tensor *in,
 		      const struct dli_quantizer *quantizer, struct dli_tensor *out)
 {
-	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return -ENOENT;
-	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
 	int64_t it = l->ctx->iteration, nx;
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor)) {
+		dli_modify_failed(l, NULL, gemm, tensor, it, -ENOENT, in, out);
+		return -ENOENT;
+	}
+	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
+	const struct dli_binding *acting = NULL;
+	bool eval = in_eval(l);
 	int r = -ENOENT;
 	CALL_ENTER(l->ctx);
+	note_slot(l, s, CALL_MODIFY, gemm, tensor);
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct dli_binding *b = s->bindings[i];
+		if (eval && !b->instance->target->in_eval)
+			continue;
 		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
+			acting = b;
 			r = b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out);
 			break;
 		}
 	}
 	CALL_LEAVE(l->ctx);
+	if (r)
+		dli_modify_failed(l, acting, gemm, tensor, it, r, in, out);
 	return r;
 }
 
@@ -343,19 +417,22 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 			int gemm, int tensor, int64_t iteration, int rc)
 {
 	struct dli_context *ctx = l->ctx;
-	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
-		return;
 	const struct dli_target *t = b->instance->target;
 	const char *tname = ctx->host.tensor_name(ctx, tensor);
-	char gemm_text[32] = "";
+	char gemm_text[32] = "", text[1024];
 	if (gemm >= 0)
 		snprintf(gemm_text, sizeof gemm_text, ", gemm %s", ctx->host.gemm_name(gemm));
+	snprintf(text, sizeof text,
+		 "%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
+		 "%s): %s (%d)",
+		 call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
+		 t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
+		 rc);
+	dli_last_error_set(ctx, text);
+	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
+		return;
 	dli_log(ctx, DLI_LOG_ERROR,
-		"%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
-		"%s): %s (%d); training continues, later failures are counted and reported at the end",
-		call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
-		t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
-		rc);
+		"%s; training continues, later failures are counted and reported at the end", text);
 }
 
 int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
@@ -365,6 +442,9 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	if (!l->slots || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->inspect[tensor];
+	note_slot(l, s, CALL_INSPECT, -1, tensor);
+	if (in_eval(l))
+		return 0;
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
@@ -388,6 +468,9 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
+	note_slot(l, s, CALL_POSTQ, gemm, tensor);
+	if (in_eval(l))
+		return 0;
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
@@ -409,6 +492,7 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 {
 	if (!l || !name || !dli_registry_has_call(&l->ctx->registry, name))
 		return -ENOSYS;
+	bool eval = in_eval(l);
 	CALL_ENTER(l->ctx);
 	int r = 0;
 	for (size_t i = 0; i < l->n_bindings && !r; i++) {
@@ -416,7 +500,10 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 		const char *const *calls = b->instance->target->feature->desc->calls;
 		for (size_t k = 0; calls && calls[k]; k++) {
 			if (!strcmp(calls[k], name) && HAS_OP(b->ops, call)) {
-				r = b->ops->call(&b->call, name, args);
+				note_binding(b);
+				/* Evaluation passes feed no statistics (dli_mode_set). */
+				if (!eval)
+					r = b->ops->call(&b->call, name, args);
 				break;
 			}
 		}
