@@ -28,6 +28,7 @@ struct dli_binding {
 	const struct dli_instance *instance;
 	const struct dli_feature_ops *ops;
 	atomic_bool asked; /* the host asked a call this binding serves (core/diagnose.c) */
+	atomic_bool planned_on; /* a dli_layer_plan found it on: the host should act on it */
 };
 
 /* The features answering one (call, gemm, tensor) of a layer, and the cached combined answer:
@@ -54,6 +55,7 @@ struct dli_layer {
 	 * actions): bit g per GEMM, bit t per tensor. */
 	_Atomic uint32_t gemms_asked;
 	_Atomic uint64_t tensors_asked;
+	atomic_bool planned; /* the host took dli_layer_plan of this layer */
 };
 
 struct dli_logger_instance {
@@ -117,6 +119,9 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gemm, int tensor,
 		       int64_t iteration, int rc, const struct dli_tensor *in,
 		       const struct dli_tensor *out);
+
+/* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
+extern _Thread_local bool dli_planning;
 
 /* Stores `text` as this thread's dli_last_error for `ctx` (core/diagnose.c). */
 void dli_last_error_set(const struct dli_context *ctx, const char *text);

@@ -86,9 +86,13 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 
 static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 
-/* "[fprop, wgrad]" from a bit mask; "[]" when empty. */
+/* "[fprop, wgrad]" from a bit mask; "(none)" when empty. */
 static void gemm_list(char *buf, size_t size, uint32_t mask)
 {
+	if (!mask) {
+		snprintf(buf, size, "(none)");
+		return;
+	}
 	size_t off = (size_t)snprintf(buf, size, "[");
 	for (int g = 0; g < DLI_GEMM_COUNT && off < size; g++)
 		if (mask >> g & 1u)
@@ -100,6 +104,10 @@ static void gemm_list(char *buf, size_t size, uint32_t mask)
 
 static void tensor_list(struct dli_context *ctx, char *buf, size_t size, uint64_t mask)
 {
+	if (!mask) {
+		snprintf(buf, size, "(none)");
+		return;
+	}
 	size_t off = (size_t)snprintf(buf, size, "[");
 	for (size_t t = 0; t < ctx->n_tensors && off < size; t++)
 		if (mask >> t & 1u)
@@ -183,8 +191,12 @@ void dli_report_silent_noops(struct dli_context *ctx)
 		const struct dli_layer *l = ctx->layer_list[k];
 		for (size_t b = 0; b < l->n_bindings; b++) {
 			size_t i = (size_t)(l->bindings[b].instance - ctx->instances);
+			const struct dli_binding *bd = &l->bindings[b];
 			bound[i] = true;
-			asked[i] = asked[i] || atomic_load(&l->bindings[b].asked);
+			/* On a layer the host plans, a feature no plan turned on is not judged: the
+			 * host had no reason to act on it yet. */
+			asked[i] = asked[i] || atomic_load(&bd->asked) ||
+				   (atomic_load(&l->planned) && !atomic_load(&bd->planned_on));
 			gemms[i] |= atomic_load(&l->gemms_asked);
 			tensors[i] |= atomic_load(&l->tensors_asked);
 		}

@@ -232,9 +232,15 @@ static void note_binding(const struct dli_binding *b)
 		atomic_store_explicit(&w->asked, true, memory_order_relaxed);
 }
 
+_Thread_local bool dli_planning;
+
+/* A plan asks every slot, so its questions say nothing about what the host uses: the host's
+ * actions do (and slot_ask notes which features a plan turned on). */
 static void note_slot(struct dli_layer *l, const struct dli_slot *s, enum call_kind kind, int gemm,
 		      int tensor)
 {
+	if (dli_planning)
+		return;
 	note_asked(l, gemm, tensor);
 	for (uint32_t i = 0; i < s->n; i++)
 		note_binding(s->bindings[i]);
@@ -278,6 +284,13 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 		int64_t nx;
 		bool a = ask(s->bindings[i], kind, gemm, tensor, it, &nx);
 		answer = kind == CALL_FP8 ? answer && a : answer || a;
+		/* A plan's FP8 answer is what the host uses; its other answers are acted on, and
+		 * so are a modifying feature's (FakeQuant's FP8 answer follows its modify one). */
+		if (dli_planning && kind == CALL_FP8 &&
+		    !(s->bindings[i]->instance->target->feature->desc->flags & DLI_FEATURE_MODIFIES))
+			note_binding(s->bindings[i]);
+		else if (dli_planning && a)
+			atomic_store_explicit(&s->bindings[i]->planned_on, true, memory_order_relaxed);
 		if (nx < soonest)
 			soonest = nx;
 	}

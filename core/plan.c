@@ -33,6 +33,9 @@ int dli_layer_plan(struct dli_layer *l, struct dli_layer_plan *plan)
 	if (!l || !plan || plan->size < PLAN_SIZE_1)
 		return -EINVAL;
 	uint32_t size = plan->size;
+	if (!atomic_load_explicit(&l->planned, memory_order_relaxed))
+		atomic_store_explicit(&l->planned, true, memory_order_relaxed);
+	dli_planning = true;
 	memset(plan, 0, PLAN_SIZE_1);
 	plan->size = size;
 	plan->iteration = l->ctx->iteration;
@@ -56,6 +59,7 @@ int dli_layer_plan(struct dli_layer *l, struct dli_layer_plan *plan)
 			plan->inspect |= 1ull << t;
 		earliest(&soonest, nx);
 	}
+	dli_planning = false;
 	plan->next = soonest;
 	plan->any = plan->inspect != 0;
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)

@@ -211,14 +211,39 @@ static void host_fprop_only(struct dli_context *ctx, int steps)
 	}
 }
 
-static void check_noop_warnings(const char *when)
+/* The same host following plans: it acts on fprop only, though the plan says more. */
+static void host_plans_fprop_only(struct dli_context *ctx, int steps)
 {
+	float x[2] = {1, 2}, y[2];
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2), out = tensor(y, DLI_DTYPE_F32, 2);
+	for (int s = 0; s < steps; s++) {
+		for (int i = 0; i < 2; i++) {
+			char name[64];
+			snprintf(name, sizeof name, "model.layers.%d.fc1", i);
+			struct dli_layer *l = layer(ctx, name);
+			struct dli_layer_plan plan = {.size = sizeof plan};
+			CHECK_INT(dli_layer_plan(l, &plan), 0);
+			CHECK(plan.modify[DLI_GEMM_WGRAD] >> DLI_TENSOR_ACTIVATION & 1u);
+			if (plan.modify[DLI_GEMM_FPROP] >> DLI_TENSOR_ACTIVATION & 1u)
+				dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &t, NULL,
+						  &out);
+			if (plan.inspect >> DLI_TENSOR_ACTIVATION & 1u)
+				dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL);
+		}
+		dli_step(ctx);
+	}
+}
+
+static void check_noop_warnings(const char *when, const char *gemms_asked)
+{
+	char asked[512];
 	const char *section = "section 'wrong' (<string>:1:1) selected none of the 2 layers the host "
 			      "asked for (e.g. 'model.layers.0.fc1')";
 	const char *feature = "FakeQuant in section 'fq' (<string>:";
-	const char *asked = "configured for gemms [wgrad] tensors [activation], never acted: on the "
-			    "layers it selects the host asked only about gemms [fprop] and tensors "
-			    "[activation]";
+	snprintf(asked, sizeof asked,
+		 "configured for gemms [wgrad] tensors [activation], never acted: on the layers it "
+		 "selects the host asked only about gemms %s and tensors [activation]",
+		 gemms_asked);
 	CHECK_INT(count_lines(MESSAGE_LOG, section), 1);
 	CHECK_INT(count_lines(MESSAGE_LOG, feature), 1);
 	CHECK_INT(count_lines(MESSAGE_LOG, asked), 1);
@@ -242,7 +267,7 @@ static void test_silent_noops_warn_once(void)
 	host_fprop_only(ctx, 3);
 	dli_destroy(ctx);
 	capture_end();
-	check_noop_warnings("after the first step");
+	check_noop_warnings("after the first step", "[fprop]");
 
 	/* At dli_destroy when no step ran. */
 	ctx = open_yaml(noop_yaml, NULL);
@@ -254,7 +279,19 @@ static void test_silent_noops_warn_once(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 0);
 	dli_destroy(ctx);
 	capture_end();
-	check_noop_warnings("at dli_destroy");
+	check_noop_warnings("at dli_destroy", "[fprop]");
+
+	/* A host that plans: the same warnings, from what it acted on. */
+	ctx = open_yaml(noop_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	capture_start();
+	host_plans_fprop_only(ctx, 2);
+	dli_destroy(ctx);
+	capture_end();
+	/* It acted on no GEMM (nothing of fprop was on), only inspected the activation. */
+	check_noop_warnings("with plans", "(none)");
 
 	/* A host that asks what the config names hears nothing. */
 	ctx = open_yaml(
