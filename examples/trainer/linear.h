@@ -64,7 +64,7 @@ struct dlt_linear {
 	const float *x;          /* the last forward's input, borrowed until its backward */
 	int rows;
 	float *scratch;          /* modify_tensor of an output (output, dgrad, wgrad) */
-	/* The plan from the last queries: valid until next_query. */
+	/* The plan from the last dli_layer_plan: valid until next_query. */
 	int64_t next_query;
 	bool fp8[DLI_GEMM_COUNT];
 	bool inspect[DLI_TENSOR_STANDARD_COUNT];
