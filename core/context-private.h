@@ -120,6 +120,11 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 		       int64_t iteration, int rc, const struct dli_tensor *in,
 		       const struct dli_tensor *out);
 
+/* The layer and tensor of the inspect call this thread is in, for messages of code that only sees
+ * a tensor (statistics refusals): writes " (layer 'x', tensor 'y')" into buf, or "" outside such a
+ * call (core/dispatch.c). */
+void dli_call_site(char *buf, size_t size);
+
 /* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
 extern _Thread_local bool dli_planning;
 

@@ -448,6 +448,23 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 		"%s; training continues, later failures are counted and reported at the end", text);
 }
 
+/* The inspect call this thread is in: set around the features' inspect methods only (a thread-local
+ * store each), so that a statistics refusal can name what it refused. */
+static _Thread_local const struct dli_layer *site_layer;
+static _Thread_local int site_tensor;
+
+void dli_call_site(char *buf, size_t size)
+{
+	const char *tname = site_layer ? site_layer->ctx->host.tensor_name(site_layer->ctx,
+									     site_tensor)
+				       : NULL;
+	if (site_layer)
+		snprintf(buf, size, " (layer '%s', tensor '%s')", site_layer->name,
+			 tname ? tname : "?");
+	else if (size)
+		buf[0] = 0;
+}
+
 int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise)
@@ -465,7 +482,10 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
+		site_layer = l;
+		site_tensor = tensor;
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
 		if (r && !first)
@@ -491,7 +511,10 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_POSTQ, gemm, tensor, it, &nx))
 			continue;
+		site_layer = l;
+		site_tensor = tensor;
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
 		if (r && !first)

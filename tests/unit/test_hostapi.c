@@ -450,6 +450,44 @@ static void test_plan_agrees_with_individual_calls(void)
 	dli_destroy(ctx);
 }
 
+/* ---- Tensor descriptors ---- */
+
+/* The constructors give readable tensors; a refused one is named by layer and tensor. */
+static void test_tensor_constructors(void)
+{
+	float x[6] = {1, 2, 3, 4, 5, 6};
+	int64_t shape[3] = {1, 2, 3};
+	struct dli_tensor a = dli_tensor_make(x, DLI_DTYPE_F32, 3, shape);
+	CHECK(a.contiguous && a.data == x && a.dtype == DLI_DTYPE_F32 && a.ndim == 3);
+	CHECK(a.device.type == DLI_DEVICE_CPU && a.device.stream == NULL);
+	CHECK_INT(dli_tensor_numel(&a), 6);
+	struct dli_tensor b = dli_tensor_2d(x, DLI_DTYPE_F32, 3, 2);
+	CHECK(b.contiguous && b.ndim == 2 && b.shape[0] == 3 && b.shape[1] == 2);
+	struct dli_tensor s = dli_tensor_make(x, DLI_DTYPE_F32, 0, NULL);
+	CHECK_INT(dli_tensor_numel(&s), 1);
+	CHECK_INT(dli_tensor_make(x, DLI_DTYPE_F32, 9, shape).ndim, -1);
+
+	struct dli_context *ctx = open_yaml(stats_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), 0);
+	b.contiguous = false;
+	capture_start();
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), -EINVAL);
+	capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "statistics (layer 'model.layers.0.fc1', tensor "
+					   "'activation'): cannot read a non-contiguous f32 tensor"),
+		  1);
+	CHECK_CONTAINS(dli_last_error(ctx), "inspect_tensor failed on layer 'model.layers.0.fc1', "
+					    "tensor 'activation', iteration 0");
+	dli_step(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(count_lines(STATS_LOG, "model.layers.0.fc1_activation_max"), 1);
+	CHECK_INT(count_lines(STATS_LOG, "value=6\n"), 1);
+}
+
 int main(void)
 {
 	test_eval_pass_leaves_training_statistics_unchanged();
@@ -457,6 +495,7 @@ int main(void)
 	test_silent_noops_warn_once();
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
+	test_tensor_constructors();
 	remove_log_dir();
 	return check_exit();
 }
