@@ -2,7 +2,8 @@
  *
  * Hot-path rule: a call through a handle does no string work, takes no lock and allocates nothing.
  * A layer no section selects answers after one pointer check; a selected layer between its
- * scheduled steps answers from its slot cache (one relaxed atomic load and a compare). */
+ * scheduled steps answers from its slot cache (one relaxed atomic load and a compare, after the check
+ * of the pass mode: core/plan.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,9 +63,8 @@ static int slot_fill(struct dli_layer *l, struct dli_slot *s, enum call_kind kin
 
 /* Every slot starts uncached, empty ones too: the first answer goes through slot_ask, which notes
  * what the host asked (core/diagnose.c), and caches an empty slot's default for good. */
-static void slot_reset(struct dli_slot *s, bool dflt)
+static void slot_reset(struct dli_slot *s)
 {
-	(void)dflt;
 	atomic_store_explicit(&s->cache, 0, memory_order_relaxed);
 }
 
@@ -72,13 +72,13 @@ static void layer_reset(struct dli_layer *l)
 {
 	size_t nt = l->ctx->n_tensors;
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		slot_reset(&l->fp8[g], true);
+		slot_reset(&l->fp8[g]);
 	for (size_t i = 0; i < DLI_GEMM_COUNT * nt; i++) {
-		slot_reset(&l->modify[i], false);
-		slot_reset(&l->postq[i], false);
+		slot_reset(&l->modify[i]);
+		slot_reset(&l->postq[i]);
 	}
 	for (size_t t = 0; t < nt; t++)
-		slot_reset(&l->inspect[t], false);
+		slot_reset(&l->inspect[t]);
 }
 
 void dli_layer_forget(struct dli_layer *l)
@@ -321,14 +321,13 @@ static inline bool answer_default(bool dflt, int64_t *next)
 }
 
 /* ---- Evaluation passes (dli_mode_set): nothing is inspected, only `in_eval` features modify ----
- * Rare next to training calls, so not cached: the slot caches hold training answers only. */
+ * Rare next to training calls, so not cached: the slot caches hold training answers only. FP8
+ * answers do not depend on the pass and never come here. */
 
 static bool eval_answer(struct dli_layer *l, struct dli_slot *s, enum call_kind kind, int gemm,
 			int tensor, int64_t *next)
 {
 	note_slot(l, s, kind, gemm, tensor);
-	if (kind == CALL_FP8)
-		return slot_answer(l, s, kind, gemm, tensor, next);
 	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
 	bool answer = false;
 	for (uint32_t i = 0; kind == CALL_MODIFY && i < s->n; i++) {
