@@ -75,6 +75,9 @@ struct dli_layer_table {
 struct dli_context {
 	struct dli_host host;
 	int64_t iteration;
+	/* enum dli_mode; changed only between calls (dli_mode_set). Beside `iteration`: the hot path
+	 * reads both, from one cache line. */
+	int mode;
 	int rank, world_size;
 	int log_level;
 	char *log_dir;
@@ -101,7 +104,6 @@ struct dli_context {
 	atomic_ullong inspect_failures;
 	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
 
-	int mode; /* enum dli_mode; changed only between calls (dli_mode_set) */
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
 
 #ifdef DLI_DEBUG_CHECKS

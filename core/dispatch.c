@@ -324,8 +324,10 @@ static inline bool answer_default(bool dflt, int64_t *next)
  * Rare next to training calls, so not cached: the slot caches hold training answers only. FP8
  * answers do not depend on the pass and never come here. */
 
-static bool eval_answer(struct dli_layer *l, struct dli_slot *s, enum call_kind kind, int gemm,
-			int tensor, int64_t *next)
+/* Out of line, as slot_ask: inlined, it would give the cached path a stack frame. */
+__attribute__((noinline)) static bool eval_answer(struct dli_layer *l, struct dli_slot *s,
+						  enum call_kind kind, int gemm, int tensor,
+						  int64_t *next)
 {
 	note_slot(l, s, kind, gemm, tensor);
 	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
