@@ -118,6 +118,34 @@ static void test_eval_pass_leaves_training_statistics_unchanged(void)
 	free(with_eval);
 }
 
+/* The base namespace's LogTensorStats logs at the call: in an evaluation pass it logs nothing. */
+static void test_generic_call_silent_in_eval(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+		"  LogTensorStats: {enabled: true, tensors: [probs], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	float x[2] = {1, 2}, e[2] = {50, 60};
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, (int64_t[]){2});
+	struct dli_tensor te = dli_tensor_make(e, DLI_DTYPE_F32, 1, (int64_t[]){2});
+	struct dli_log_tensor_stats_args a = {.size = sizeof a, .tensor_name = "probs", .tensor = &t,
+					      .iteration = -1};
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &a), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	a.tensor = &te;
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &a), 0);
+	CHECK_INT(dli_call(l, "no_such_call", NULL), -ENOSYS);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	dli_step(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(count_lines(STATS_LOG, "model.layers.0.fc1_probs_max"), 1);
+	CHECK_INT(count_lines(STATS_LOG, "value=60"), 0);
+}
+
 /* FakeQuant acts in training, not in evaluation unless its block says `in_eval: true`. */
 static void check_fake_quant_in_eval(bool in_eval)
 {
@@ -491,6 +519,7 @@ static void test_tensor_constructors(void)
 int main(void)
 {
 	test_eval_pass_leaves_training_statistics_unchanged();
+	test_generic_call_silent_in_eval();
 	test_fake_quant_off_in_eval_by_default();
 	test_silent_noops_warn_once();
 	test_modify_failures_are_said();
