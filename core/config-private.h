@@ -43,6 +43,7 @@ struct dli_target {
 	uint64_t tensors; /* always set: all ids for features without DLI_FEATURE_TENSORS */
 	struct dli_value *params; /* feature->desc->n_params values, in schema order */
 	struct dli_schedule schedule;
+	bool in_eval; /* DLI_FEATURE_MODIFIES only: acts in DLI_MODE_EVAL too (docs/config.md) */
 };
 
 struct dli_section {

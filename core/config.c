@@ -1209,6 +1209,7 @@ struct block {
 	/* Given by this block itself, not inherited: an entry's start_end_list replaces the block's
 	 * start_step/end_step and the other way round; both in one block is an error. */
 	bool steps_here, ranges_here, sched_here;
+	bool in_eval; /* a modifying feature's `in_eval`: act during evaluation passes too */
 };
 
 /* One key of a feature block or struct entry. `entry_key` is "gemm" or "tensor" inside struct
@@ -1294,6 +1295,8 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		if (!b->sched_here)
 			b->first_sched_key = key;
 		b->sched_here = true;
+	} else if ((d->flags & DLI_FEATURE_MODIFIES) && !strcmp(k, "in_eval")) {
+		r = want_bool(rs, v, &b->in_eval);
 	} else {
 		int idx = schema_find(d->params, d->n_params, k);
 		if (idx >= 0) {
@@ -1324,6 +1327,8 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		if (d->flags & DLI_FEATURE_SCHEDULED)
 			for (size_t i = 0; i < N_SCHEDULE_KEYS; i++)
 				cands[nc++] = schedule_keys[i];
+		if (d->flags & DLI_FEATURE_MODIFIES)
+			cands[nc++] = "in_eval";
 		for (size_t i = 0; i < d->n_params && nc < 62; i++) {
 			cands[nc++] = d->params[i].key;
 			if (d->params[i].alias)
@@ -1409,6 +1414,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	t->gemms = (d->flags & DLI_FEATURE_GEMMS) ? b->gemms : (1u << DLI_GEMM_COUNT) - 1;
 	t->tensors = (d->flags & DLI_FEATURE_TENSORS) ? b->tensors : ~0ull;
 	t->params = b->params;
+	t->in_eval = b->in_eval;
 	t->schedule.freq = b->sched_set[0] ? b->sched[0] : 1;
 	t->schedule.start_step = b->sched_set[1] ? b->sched[1] : 0;
 	t->schedule.end_step = b->sched_set[2] && b->sched[2] != -1 ? b->sched[2] : DLI_NEVER;

@@ -27,6 +27,8 @@ struct dli_binding {
 	struct dli_feature_call call;
 	const struct dli_instance *instance;
 	const struct dli_feature_ops *ops;
+	atomic_bool asked; /* the host asked a call this binding serves (core/diagnose.c) */
+	atomic_bool planned_on; /* a dli_layer_plan found it on: the host should act on it */
 };
 
 /* The features answering one (call, gemm, tensor) of a layer, and the cached combined answer:
@@ -49,6 +51,11 @@ struct dli_layer {
 	struct dli_slot *postq;   /* [gemm * n_tensors + tensor] */
 	struct dli_binding *bindings; /* every attached instance, for step_end and dli_call */
 	size_t n_bindings;
+	/* What the host asked about this layer, set off the hot path (a slot's first answer, and
+	 * actions): bit g per GEMM, bit t per tensor. */
+	_Atomic uint32_t gemms_asked;
+	_Atomic uint64_t tensors_asked;
+	atomic_bool planned; /* the host took dli_layer_plan of this layer */
 };
 
 struct dli_logger_instance {
@@ -68,6 +75,9 @@ struct dli_layer_table {
 struct dli_context {
 	struct dli_host host;
 	int64_t iteration;
+	/* enum dli_mode; changed only between calls (dli_mode_set). Beside `iteration`: the hot path
+	 * reads both, from one cache line. */
+	int mode;
 	int rank, world_size;
 	int log_level;
 	char *log_dir;
@@ -92,6 +102,9 @@ struct dli_context {
 	/* Failed inspect calls of features: the first is reported when it happens, the count at
 	 * dli_destroy (core/dispatch.c). */
 	atomic_ullong inspect_failures;
+	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
+
+	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
 
 #ifdef DLI_DEBUG_CHECKS
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
@@ -102,6 +115,32 @@ struct dli_context {
  * stderr) naming layer, tensor, iteration and feature; every one counted. */
 void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const char *call,
 			int gemm, int tensor, int64_t iteration, int rc);
+
+/* Reports a failed dli_modify_tensor (`b` NULL when no feature modifies at this iteration):
+ * every one in the message log and dli_last_error, the first also on stderr. */
+void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gemm, int tensor,
+		       int64_t iteration, int rc, const struct dli_tensor *in,
+		       const struct dli_tensor *out);
+
+/* The layer and tensor of the inspect call this thread is in, for messages of code that only sees
+ * a tensor (statistics refusals): writes " (layer 'x', tensor 'y')" into buf, or "" outside such a
+ * call (core/dispatch.c). */
+void dli_call_site(char *buf, size_t size);
+
+/* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
+extern _Thread_local bool dli_planning;
+
+/* Stores `text` as this thread's dli_last_error for `ctx` (core/diagnose.c). */
+void dli_last_error_set(const struct dli_context *ctx, const char *text);
+
+/* Warns once about config that the host's calls never reached: sections that selected none of the
+ * layers the host asked for, features configured for GEMMs or tensors the host never asked about.
+ * Called at the end of the first step, or at dli_destroy when no step ran (core/diagnose.c). */
+void dli_report_silent_noops(struct dli_context *ctx);
+
+/* dli_log for messages that go only to the message logs, never to stderr, whatever the level. */
+void dli_log_quiet(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* The host table every module gets (each context copies it). Entries may look at it before any
  * context exists, e.g. for `dlinspect plugins`. */

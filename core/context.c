@@ -43,7 +43,8 @@ static void stderr_line(const char *what, const char *text)
 	fprintf(stderr, "dlinspect: %s%s%s\n", what ? what : "", what ? ": " : "", line);
 }
 
-static void log_va(struct dli_context *ctx, enum dli_log_level level, const char *fmt, va_list ap)
+static void log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, const char *fmt,
+		   va_list ap)
 {
 	if (!ctx || !fmt || (int)level < 0 || (int)level > ctx->log_level)
 		return;
@@ -58,7 +59,7 @@ static void log_va(struct dli_context *ctx, enum dli_log_level level, const char
 		}
 	}
 	/* Errors always reach the terminal too; other messages only when no logger took them. */
-	if (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING))
+	if (!quiet && (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING)))
 		stderr_line(level_names[level], text);
 }
 
@@ -66,7 +67,15 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 {
 	va_list ap;
 	va_start(ap, fmt);
-	log_va(ctx, level, fmt, ap);
+	log_va(ctx, level, false, fmt, ap);
+	va_end(ap);
+}
+
+void dli_log_quiet(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	log_va(ctx, level, true, fmt, ap);
 	va_end(ap);
 }
 
@@ -121,7 +130,7 @@ static void host_log(struct dli_context *ctx, enum dli_log_level level, const ch
 {
 	va_list ap;
 	va_start(ap, fmt);
-	log_va(ctx, level, fmt, ap);
+	log_va(ctx, level, false, fmt, ap);
 	va_end(ap);
 }
 
@@ -367,6 +376,10 @@ int dli_step(struct dli_context *ctx)
 		}
 	}
 	pthread_mutex_unlock(&ctx->layers_lock);
+	if (!ctx->stepped) {
+		dli_report_silent_noops(ctx);
+		ctx->stepped = true;
+	}
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
@@ -768,6 +781,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = create_instances(ctx, err)))
 		goto fail;
 	log_start(ctx);
+	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
 	for (size_t i = 0; i < ctx->config->n_warnings; i++) {
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 		/* A tensor name nobody declared is invisible in a run: say so where people look. */
@@ -781,6 +795,7 @@ fail:
 	dli_search_dirs_free(dirs, n_dirs);
 	if (err && !err->code)
 		err->code = r;
+	ctx->stepped = true; /* nothing ran: no silent no-op to report */
 	dli_destroy(ctx);
 	return r;
 }
@@ -789,6 +804,8 @@ void dli_destroy(struct dli_context *ctx)
 {
 	if (!ctx)
 		return;
+	if (!ctx->stepped)
+		dli_report_silent_noops(ctx);
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);
@@ -805,6 +822,12 @@ void dli_destroy(struct dli_context *ctx)
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,
 			"%llu inspect calls of features failed in this run (the first is reported above)",
+			failures);
+	failures = atomic_load(&ctx->modify_failures);
+	if (failures > 1)
+		dli_log(ctx, DLI_LOG_ERROR,
+			"%llu dli_modify_tensor calls failed in this run (each is in the message log; "
+			"the first is reported above)",
 			failures);
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];

@@ -2,7 +2,8 @@
  *
  * Hot-path rule: a call through a handle does no string work, takes no lock and allocates nothing.
  * A layer no section selects answers after one pointer check; a selected layer between its
- * scheduled steps answers from its slot cache (one relaxed atomic load and a compare). */
+ * scheduled steps answers from its slot cache (one relaxed atomic load and a compare, after the check
+ * of the pass mode: core/plan.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,23 +61,24 @@ static int slot_fill(struct dli_layer *l, struct dli_slot *s, enum call_kind kin
 	return 0;
 }
 
-/* Answers of empty slots never change: cache them for good. */
-static void slot_reset(struct dli_slot *s, bool dflt)
+/* Every slot starts uncached, empty ones too: the first answer goes through slot_ask, which notes
+ * what the host asked (core/diagnose.c), and caches an empty slot's default for good. */
+static void slot_reset(struct dli_slot *s)
 {
-	atomic_store_explicit(&s->cache, s->n ? 0 : cache_word(dflt, DLI_NEVER), memory_order_relaxed);
+	atomic_store_explicit(&s->cache, 0, memory_order_relaxed);
 }
 
 static void layer_reset(struct dli_layer *l)
 {
 	size_t nt = l->ctx->n_tensors;
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		slot_reset(&l->fp8[g], true);
+		slot_reset(&l->fp8[g]);
 	for (size_t i = 0; i < DLI_GEMM_COUNT * nt; i++) {
-		slot_reset(&l->modify[i], false);
-		slot_reset(&l->postq[i], false);
+		slot_reset(&l->modify[i]);
+		slot_reset(&l->postq[i]);
 	}
 	for (size_t t = 0; t < nt; t++)
-		slot_reset(&l->inspect[t], false);
+		slot_reset(&l->inspect[t]);
 }
 
 void dli_layer_forget(struct dli_layer *l)
@@ -223,6 +225,38 @@ void dli_layer_destroy(struct dli_layer *l)
 
 /* ---- Answers ---- */
 
+/* What the host asked, for the silent no-op warnings: a read before each write keeps the line
+ * shared once the bits are set. Off the hot path (first answers, actions, evaluation passes). */
+static void note_asked(struct dli_layer *l, int gemm, int tensor)
+{
+	if (gemm >= 0 && !(atomic_load_explicit(&l->gemms_asked, memory_order_relaxed) >> gemm & 1u))
+		atomic_fetch_or_explicit(&l->gemms_asked, 1u << gemm, memory_order_relaxed);
+	if (tensor >= 0 &&
+	    !(atomic_load_explicit(&l->tensors_asked, memory_order_relaxed) >> tensor & 1u))
+		atomic_fetch_or_explicit(&l->tensors_asked, 1ull << tensor, memory_order_relaxed);
+}
+
+static void note_binding(const struct dli_binding *b)
+{
+	struct dli_binding *w = (struct dli_binding *)b;
+	if (!atomic_load_explicit(&w->asked, memory_order_relaxed))
+		atomic_store_explicit(&w->asked, true, memory_order_relaxed);
+}
+
+_Thread_local bool dli_planning;
+
+/* A plan asks every slot, so its questions say nothing about what the host uses: the host's
+ * actions do (and slot_ask notes which features a plan turned on). */
+static void note_slot(struct dli_layer *l, const struct dli_slot *s, enum call_kind kind, int gemm,
+		      int tensor)
+{
+	if (dli_planning)
+		return;
+	note_asked(l, gemm, tensor);
+	for (uint32_t i = 0; i < s->n; i++)
+		note_binding(s->bindings[i]);
+}
+
 /* One feature's answer; a feature without the *_enabled method is always on. */
 static bool ask(const struct dli_binding *b, enum call_kind kind, int gemm, int tensor, int64_t it,
 		int64_t *next)
@@ -256,10 +290,18 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 {
 	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
 	bool answer = kind == CALL_FP8;
+	note_slot(l, s, kind, gemm, tensor);
 	for (uint32_t i = 0; i < s->n; i++) {
 		int64_t nx;
 		bool a = ask(s->bindings[i], kind, gemm, tensor, it, &nx);
 		answer = kind == CALL_FP8 ? answer && a : answer || a;
+		/* A plan's FP8 answer is what the host uses; its other answers are acted on, and
+		 * so are a modifying feature's (FakeQuant's FP8 answer follows its modify one). */
+		if (dli_planning && kind == CALL_FP8 &&
+		    !(s->bindings[i]->instance->target->feature->desc->flags & DLI_FEATURE_MODIFIES))
+			note_binding(s->bindings[i]);
+		else if (dli_planning && a)
+			atomic_store_explicit(&s->bindings[i]->planned_on, true, memory_order_relaxed);
 		if (nx < soonest)
 			soonest = nx;
 	}
@@ -289,6 +331,36 @@ static inline bool answer_default(bool dflt, int64_t *next)
 	return dflt;
 }
 
+/* ---- Evaluation passes (dli_mode_set): nothing is inspected, only `in_eval` features modify ----
+ * Rare next to training calls, so not cached: the slot caches hold training answers only. FP8
+ * answers do not depend on the pass and never come here. */
+
+/* Out of line, as slot_ask: inlined, it would give the cached path a stack frame. */
+__attribute__((noinline)) static bool eval_answer(struct dli_layer *l, struct dli_slot *s,
+						  enum call_kind kind, int gemm, int tensor,
+						  int64_t *next)
+{
+	note_slot(l, s, kind, gemm, tensor);
+	int64_t it = l->ctx->iteration, soonest = DLI_NEVER;
+	bool answer = false;
+	for (uint32_t i = 0; kind == CALL_MODIFY && i < s->n; i++) {
+		int64_t nx;
+		if (!s->bindings[i]->instance->target->in_eval)
+			continue;
+		answer = ask(s->bindings[i], kind, gemm, tensor, it, &nx) || answer;
+		if (nx < soonest)
+			soonest = nx;
+	}
+	if (next)
+		*next = soonest > it ? soonest : it + 1;
+	return answer;
+}
+
+static inline bool in_eval(const struct dli_layer *l)
+{
+	return l->ctx->mode != DLI_MODE_TRAIN;
+}
+
 static inline bool tensor_ok(const struct dli_layer *l, int tensor)
 {
 	return tensor >= 0 && (size_t)tensor < l->ctx->n_tensors;
@@ -305,14 +377,18 @@ bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tens
 {
 	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
-	return slot_answer(l, &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_MODIFY, gemm,
-			   tensor, next);
+	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
+	if (in_eval(l))
+		return eval_answer(l, s, CALL_MODIFY, gemm, tensor, next);
+	return slot_answer(l, s, CALL_MODIFY, gemm, tensor, next);
 }
 
 bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 {
 	if (!l || !l->slots || !tensor_ok(l, tensor))
 		return answer_default(false, next);
+	if (in_eval(l))
+		return eval_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 }
 
@@ -321,8 +397,10 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 {
 	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return answer_default(false, next);
-	return slot_answer(l, &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor], CALL_POSTQ, gemm,
-			   tensor, next);
+	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
+	if (in_eval(l))
+		return eval_answer(l, s, CALL_POSTQ, gemm, tensor, next);
+	return slot_answer(l, s, CALL_POSTQ, gemm, tensor, next);
 }
 
 /* ---- Actions: only features whose answer is "on" at this iteration act. ---- */
@@ -332,21 +410,31 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 {
 	if (!l)
 		return -EINVAL;
-	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return -ENOENT;
-	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
 	int64_t it = l->ctx->iteration, nx;
+	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor)) {
+		dli_modify_failed(l, NULL, gemm, tensor, it, -ENOENT, in, out);
+		return -ENOENT;
+	}
+	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
+	const struct dli_binding *acting = NULL;
+	bool eval = in_eval(l);
 	int r = -ENOENT;
 	CALL_ENTER(l->ctx);
+	note_slot(l, s, CALL_MODIFY, gemm, tensor);
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct dli_binding *b = s->bindings[i];
+		if (eval && !b->instance->target->in_eval)
+			continue;
 		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
+			acting = b;
 			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
 				      : -EINVAL;
 			break;
 		}
 	}
 	CALL_LEAVE(l->ctx);
+	if (r)
+		dli_modify_failed(l, acting, gemm, tensor, it, r, in, out);
 	return r;
 }
 
@@ -357,19 +445,39 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 			int gemm, int tensor, int64_t iteration, int rc)
 {
 	struct dli_context *ctx = l->ctx;
-	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
-		return;
 	const struct dli_target *t = b->instance->target;
 	const char *tname = ctx->host.tensor_name(ctx, tensor);
-	char gemm_text[32] = "";
+	char gemm_text[32] = "", text[1024];
 	if (gemm >= 0)
 		snprintf(gemm_text, sizeof gemm_text, ", gemm %s", ctx->host.gemm_name(gemm));
+	snprintf(text, sizeof text,
+		 "%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
+		 "%s): %s (%d)",
+		 call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
+		 t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
+		 rc);
+	dli_last_error_set(ctx, text);
+	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
+		return;
 	dli_log(ctx, DLI_LOG_ERROR,
-		"%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
-		"%s): %s (%d); training continues, later failures are counted and reported at the end",
-		call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
-		t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
-		rc);
+		"%s; training continues, later failures are counted and reported at the end", text);
+}
+
+/* The inspect call this thread is in: set around the features' inspect methods only (a thread-local
+ * store each), so that a statistics refusal can name what it refused. */
+static _Thread_local const struct dli_layer *site_layer;
+static _Thread_local int site_tensor;
+
+void dli_call_site(char *buf, size_t size)
+{
+	const char *tname = site_layer ? site_layer->ctx->host.tensor_name(site_layer->ctx,
+									     site_tensor)
+				       : NULL;
+	if (site_layer)
+		snprintf(buf, size, " (layer '%s', tensor '%s')", site_layer->name,
+			 tname ? tname : "?");
+	else if (size)
+		buf[0] = 0;
 }
 
 int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
@@ -381,6 +489,9 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	if (!l->slots || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->inspect[tensor];
+	note_slot(l, s, CALL_INSPECT, -1, tensor);
+	if (in_eval(l))
+		return 0;
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
@@ -388,7 +499,10 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
+		site_layer = l;
+		site_tensor = tensor;
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
 		if (r && !first)
@@ -406,6 +520,9 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 	if (!l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
 		return 0;
 	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
+	note_slot(l, s, CALL_POSTQ, gemm, tensor);
+	if (in_eval(l))
+		return 0;
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
@@ -413,7 +530,10 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_POSTQ, gemm, tensor, it, &nx))
 			continue;
+		site_layer = l;
+		site_tensor = tensor;
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
 		if (r && !first)
@@ -429,6 +549,7 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 		return -EINVAL;
 	if (!dli_registry_has_call(&l->ctx->registry, name))
 		return -ENOSYS;
+	bool eval = in_eval(l);
 	CALL_ENTER(l->ctx);
 	int r = 0;
 	for (size_t i = 0; i < l->n_bindings && !r; i++) {
@@ -436,7 +557,10 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 		const char *const *calls = b->instance->target->feature->desc->calls;
 		for (size_t k = 0; calls && calls[k]; k++) {
 			if (!strcmp(calls[k], name) && HAS_OP(b->ops, call)) {
-				r = b->ops->call(&b->call, name, args);
+				note_binding(b);
+				/* Evaluation passes feed no statistics (dli_mode_set). */
+				if (!eval)
+					r = b->ops->call(&b->call, name, args);
 				break;
 			}
 		}

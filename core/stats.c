@@ -186,14 +186,15 @@ static int refuse(struct dli_stats_acc *acc, const char *fmt, ...) __attribute__
 static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
 {
 	if (!atomic_exchange(&acc->warned, true)) {
-		char text[384];
+		char text[384], site[256];
 		va_list ap;
 		va_start(ap, fmt);
 		vsnprintf(text, sizeof text, fmt, ap);
 		va_end(ap);
+		dli_call_site(site, sizeof site);
 		dli_log(acc->ctx, DLI_LOG_ERROR,
-			"statistics: %s; the tensor is skipped (further refusals for this tensor are "
-			"not reported)", text);
+			"statistics%s: %s; the tensor is skipped (further refusals for this tensor are "
+			"not reported)", site, text);
 	}
 	return -EINVAL;
 }

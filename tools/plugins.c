@@ -64,6 +64,10 @@ static void print_common_keys(uint32_t flags)
 		       "start/end\n",
 		       "start_end_list", "list of [start, end]");
 	}
+	if (flags & DLI_FEATURE_MODIFIES)
+		printf("        %-16s %-20s default false  act in evaluation passes too "
+		       "(dli_mode_set)\n",
+		       "in_eval", "bool");
 }
 
 int dli_cmd_plugins(int argc, char **argv)

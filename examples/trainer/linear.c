@@ -104,45 +104,26 @@ void dlt_linear_finish(struct dlt_linear *l)
 	memset(l, 0, sizeof *l);
 }
 
-static void take_next(int64_t *next, int64_t n)
-{
-	if (n < *next)
-		*next = n;
-}
-
-/* Step 1 of TransformerEngine's call pattern: every answer, and the earliest iteration at which
- * one of them may change. */
+/* Step 1 of TransformerEngine's call pattern, in one call: every answer of the layer, and the
+ * earliest iteration at which one of them may change. */
 static void query(struct dlt_linear *l, struct dlt_run *run)
 {
-	int64_t next = DLI_NEVER, n;
+	struct dli_layer_plan plan = {.size = sizeof plan};
 	if (run->trace)
 		fprintf(run->trace, "%" PRId64 " %s\n", run->step, l->name);
+	run->queries++;
+	if (dli_layer_plan(l->layer, &plan)) {
+		l->next_query = run->step + 1; /* cannot happen with a valid handle: ask again */
+		return;
+	}
 	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++) {
-		l->inspect[t] = dli_inspect_tensor_enabled(l->layer, t, &n);
-		take_next(&next, n);
-		run->queries++;
+		l->inspect[t] = plan.inspect >> t & 1u;
+		for (int g = 0; g < DLI_GEMM_COUNT; g++)
+			l->modify[g][t] = plan.modify[g] >> t & 1u;
 	}
-	/* modify_tensor for each GEMM an input tensor feeds, and for each GEMM's output. */
-	memset(l->modify, 0, sizeof l->modify);
-	for (int t = 0; t < DLT_N_OPERANDS; t++)
-		for (int k = 0; k < 2; k++) {
-			enum dli_gemm g = feeds[t][k];
-			l->modify[g][t] = dli_modify_tensor_enabled(l->layer, g, t, &n);
-			take_next(&next, n);
-			run->queries++;
-		}
-	static const int results[DLI_GEMM_COUNT] = {
-		[DLI_GEMM_FPROP] = DLI_TENSOR_OUTPUT, [DLI_GEMM_DGRAD] = DLI_TENSOR_DGRAD,
-		[DLI_GEMM_WGRAD] = DLI_TENSOR_WGRAD,
-	};
-	for (int g = 0; g < DLI_GEMM_COUNT; g++) {
-		l->modify[g][results[g]] = dli_modify_tensor_enabled(l->layer, g, results[g], &n);
-		take_next(&next, n);
-		l->fp8[g] = dli_fp8_gemm_enabled(l->layer, g, &n);
-		take_next(&next, n);
-		run->queries += 2;
-	}
-	l->next_query = next;
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		l->fp8[g] = plan.fp8[g];
+	l->next_query = plan.next;
 }
 
 static struct dli_tensor view(const float *data, int rows, int cols)

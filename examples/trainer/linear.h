@@ -1,6 +1,6 @@
 /* A Linear layer (y = x . W^T, W out x in, no bias) whose three GEMMs run and consult dlinspect the
- * way TransformerEngine's Linear does (REFERENCE.md): *_enabled queries cached until the
- * next-iteration answer, fp8_gemm_enabled per GEMM, modify_tensor where a feature asks,
+ * way TransformerEngine's Linear does (REFERENCE.md): the *_enabled answers, taken at once with
+ * dli_layer_plan, cached until the plan's next iteration, fp8_gemm_enabled per GEMM, modify_tensor where a feature asks,
  * inspect_tensor on activation, weight, gradient, output, dgrad and wgrad. */
 #ifndef DLT_LINEAR_H
 #define DLT_LINEAR_H
@@ -64,7 +64,7 @@ struct dlt_linear {
 	const float *x;          /* the last forward's input, borrowed until its backward */
 	int rows;
 	float *scratch;          /* modify_tensor of an output (output, dgrad, wgrad) */
-	/* The plan from the last queries: valid until next_query. */
+	/* The plan from the last dli_layer_plan: valid until next_query. */
 	int64_t next_query;
 	bool fp8[DLI_GEMM_COUNT];
 	bool inspect[DLI_TENSOR_STANDARD_COUNT];

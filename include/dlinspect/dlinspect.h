@@ -227,6 +227,56 @@ int64_t dli_iteration_get(const struct dli_context *ctx);
  * threading rule as dli_step. */
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
 
+/* ---- Evaluation passes (docs/config.md, "Evaluation passes") ----
+ * Validation batches run inside a training iteration must neither merge into that step's
+ * statistics nor, unless configured, be modified: the host says which pass it is running. */
+enum dli_mode {
+	DLI_MODE_TRAIN = 0, /* the default */
+	DLI_MODE_EVAL,
+};
+
+/* Sets the mode of the calls that follow on `ctx`. In DLI_MODE_EVAL: inspect_tensor_enabled and
+ * inspect_tensor_postquantize_enabled answer false (next DLI_NEVER), dli_inspect_tensor*,
+ * dli_inspect_tensor_by_name and dli_call do nothing and return 0, so no statistic of an
+ * evaluation pass reaches the step's records; modify_tensor_enabled answers true only for a
+ * modifying feature configured with `in_eval: true` (and dli_modify_tensor runs only those);
+ * fp8_gemm_enabled answers as in training (the model evaluated is the model trained).
+ * Answers and their `next` hold for the mode they were asked in: a host that caches them (or a
+ * struct dli_layer_plan) asks again after switching. Same threading rule as dli_step: not
+ * concurrently with other calls on the context. Returns 0, or -EINVAL for another value. */
+int dli_mode_set(struct dli_context *ctx, enum dli_mode mode);
+enum dli_mode dli_mode_get(const struct dli_context *ctx);
+
+/* ---- A layer's plan in one call ---- */
+
+/* Everything a layer's *_enabled calls answer at the current iteration and mode. Tensor sets are
+ * bit masks, bit t for tensor id t (ids are below 64: docs/config.md, "Tensor names"). */
+struct dli_layer_plan {
+	uint32_t size;      /* sizeof(struct dli_layer_plan): set by the caller */
+	int64_t iteration;  /* the iteration the plan is for */
+	int64_t next;       /* the first iteration at which any answer below may differ, or DLI_NEVER */
+	bool fp8[DLI_GEMM_COUNT];             /* dli_fp8_gemm_enabled */
+	uint64_t inspect;                     /* dli_inspect_tensor_enabled */
+	uint64_t modify[DLI_GEMM_COUNT];      /* dli_modify_tensor_enabled, per GEMM */
+	uint64_t postquantize[DLI_GEMM_COUNT]; /* dli_inspect_tensor_postquantize_enabled, per GEMM */
+	bool any; /* some tensor is inspected or modified: false = no debug call needed until next */
+};
+
+/* Fills `plan` (caller memory, `size` set) with the answers of every *_enabled call of `layer`
+ * for every GEMM and tensor id, exactly as the individual calls give them now, and their earliest
+ * `next`: a host calls it once per layer and makes no debug call until plan->next (or a mode
+ * switch). Returns 0, or -EINVAL when plan is NULL or its size is smaller than this version's
+ * first one. Thread-safe like the individual calls; no allocation. */
+int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
+
+/* ---- Errors of calls that return a code ----
+ * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,
+ * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why), or "" when none failed.
+ * Borrowed: thread-local, valid until the next failing call on this thread; successful calls do
+ * not clear it (as errno). Every failing call also leaves the text in the message log; the first
+ * failure of a kind is also written to stderr. */
+const char *dli_last_error(const struct dli_context *ctx);
+
 /* ---- FP8 casts (docs/statistics.md), for hosts and features without their own ----
  * Casting is round-to-nearest-even of x * scale, saturating to the format's finite max; NaN stays
  * NaN; -0 stays -0. */

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -78,6 +79,38 @@ static inline size_t dli_dtype_size(enum dli_dtype dtype)
 	case DLI_DTYPE_F64: case DLI_DTYPE_I64: return 8;
 	default: return 0;
 	}
+}
+
+/* A contiguous tensor in host memory: `data` (borrowed by the calls the tensor is passed to), its
+ * dtype, and `ndim` sizes copied from `shape` (which may be NULL for ndim 0). A descriptor built
+ * field by field starts with contiguous = false, which every statistic refuses: start from this (or
+ * dli_tensor_2d) and change device or layout afterwards. An ndim outside 0..DLI_TENSOR_MAX_DIMS
+ * gives an ndim of -1, which every call refuses as an invalid shape. */
+static inline struct dli_tensor dli_tensor_make(void *data, enum dli_dtype dtype, int ndim,
+						const int64_t *shape)
+{
+	struct dli_tensor t;
+	int i;
+	memset(&t, 0, sizeof t);
+	t.data = data;
+	t.dtype = dtype;
+	t.device.type = DLI_DEVICE_CPU;
+	t.contiguous = true;
+	t.ndim = ndim >= 0 && ndim <= DLI_TENSOR_MAX_DIMS ? ndim : -1;
+	for (i = 0; i < t.ndim && shape; i++)
+		t.shape[i] = shape[i];
+	return t;
+}
+
+/* A contiguous rows x cols matrix in host memory, row-major (the common case of a Linear's
+ * activation, weight and gradients). */
+static inline struct dli_tensor dli_tensor_2d(void *data, enum dli_dtype dtype, int64_t rows,
+					      int64_t cols)
+{
+	int64_t shape[2];
+	shape[0] = rows;
+	shape[1] = cols;
+	return dli_tensor_make(data, dtype, 2, shape);
 }
 
 /* Number of elements (product of the shape; 1 for ndim 0). */

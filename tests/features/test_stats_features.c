@@ -761,7 +761,9 @@ static void test_refused_tensor(void)
 	dli_step(ctx);
 	dli_destroy(ctx);
 	CHECK_INT(read_stats(), 0);
-	CHECK_INT(count_lines(MESSAGE_LOG, "statistics: cannot read a tensor of dtype i32"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "statistics (layer 'fc1', tensor 'activation'): cannot "
+					   "read a tensor of dtype i32"),
+		  1);
 	CHECK_INT(count_lines(MESSAGE_LOG, "non-contiguous"), 0);
 }
 

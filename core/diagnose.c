@@ -1,0 +1,215 @@
+/* Telling the host about calls that do nothing: config its calls never reach (warned once, after the
+ * first step), failing dli_modify_tensor calls (each in the message log), and dli_last_error. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "context-private.h"
+#include "escape-private.h"
+
+/* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ---- */
+
+static _Thread_local struct {
+	const struct dli_context *ctx;
+	char text[1024];
+} last_error;
+
+void dli_last_error_set(const struct dli_context *ctx, const char *text)
+{
+	last_error.ctx = ctx;
+	snprintf(last_error.text, sizeof last_error.text, "%s", text);
+}
+
+const char *dli_last_error(const struct dli_context *ctx)
+{
+	return ctx && last_error.ctx == ctx ? last_error.text : "";
+}
+
+/* ---- Failing dli_modify_tensor ---- */
+
+static const char *const dtype_names[DLI_DTYPE_COUNT] = {
+	"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "f64", "i8", "u8", "i32", "i64",
+};
+
+/* "bf16[4x8] cuda:0 non-contiguous": what a host checks first when a feature refuses a tensor. */
+static void describe(char *buf, size_t size, const struct dli_tensor *t)
+{
+	if (!t) {
+		snprintf(buf, size, "NULL");
+		return;
+	}
+	size_t off = (size_t)snprintf(buf, size, "%s[",
+				      (unsigned)t->dtype < DLI_DTYPE_COUNT ? dtype_names[t->dtype] : "?");
+	for (int i = 0; i < t->ndim && i < DLI_TENSOR_MAX_DIMS && off < size; i++)
+		off += (size_t)snprintf(buf + off, size - off, "%s%lld", i ? "x" : "",
+					(long long)t->shape[i]);
+	if (off < size)
+		snprintf(buf + off, size - off, "] %s:%d%s",
+			 t->device.type == DLI_DEVICE_CPU ? "cpu" : "cuda", t->device.index,
+			 t->contiguous ? "" : " non-contiguous");
+}
+
+void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gemm, int tensor,
+		       int64_t iteration, int rc, const struct dli_tensor *in,
+		       const struct dli_tensor *out)
+{
+	struct dli_context *ctx = l->ctx;
+	const char *tname = ctx->host.tensor_name(ctx, tensor);
+	const char *gname = ctx->host.gemm_name((enum dli_gemm)gemm);
+	char why[512], tin[128], tout[128], text[1024];
+	if (b) {
+		const struct dli_target *t = b->instance->target;
+		describe(tin, sizeof tin, in);
+		describe(tout, sizeof tout, out);
+		snprintf(why, sizeof why, "feature %s (section '%s', %s) refused: %s (%d); in: %s, out: %s",
+			 t->feature->desc->name, t->section->name, t->where_text,
+			 strerror(rc < 0 ? -rc : rc), rc, tin, tout);
+	} else {
+		snprintf(why, sizeof why,
+			 "no feature modifies it at this iteration%s (%s; ask "
+			 "dli_modify_tensor_enabled or dli_layer_plan first)",
+			 ctx->mode != DLI_MODE_TRAIN ? " in an evaluation pass" : "",
+			 strerror(rc < 0 ? -rc : rc));
+	}
+	snprintf(text, sizeof text,
+		 "dli_modify_tensor failed on layer '%s', gemm %s, tensor '%s', iteration %lld: %s",
+		 l->name, gname ? gname : "?", tname ? tname : "?", (long long)iteration, why);
+	dli_last_error_set(ctx, text);
+	/* Every failure is in the message log; the terminal gets the first only. */
+	if (atomic_fetch_add(&ctx->modify_failures, 1) == 0)
+		dli_log(ctx, DLI_LOG_ERROR, "%s (later failures go to the message log only)", text);
+	else
+		dli_log_quiet(ctx, DLI_LOG_ERROR, "%s", text);
+}
+
+/* ---- Config the host's calls never reached ---- */
+
+static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
+
+/* "[fprop, wgrad]" from a bit mask; "(none)" when empty. */
+static void gemm_list(char *buf, size_t size, uint32_t mask)
+{
+	if (!mask) {
+		snprintf(buf, size, "(none)");
+		return;
+	}
+	size_t off = (size_t)snprintf(buf, size, "[");
+	for (int g = 0; g < DLI_GEMM_COUNT && off < size; g++)
+		if (mask >> g & 1u)
+			off += (size_t)snprintf(buf + off, size - off, "%s%s", off > 1 ? ", " : "",
+						gemm_names[g]);
+	if (off < size)
+		snprintf(buf + off, size - off, "]");
+}
+
+static void tensor_list(struct dli_context *ctx, char *buf, size_t size, uint64_t mask)
+{
+	if (!mask) {
+		snprintf(buf, size, "(none)");
+		return;
+	}
+	size_t off = (size_t)snprintf(buf, size, "[");
+	for (size_t t = 0; t < ctx->n_tensors && off < size; t++)
+		if (mask >> t & 1u)
+			off += (size_t)snprintf(buf + off, size - off, "%s%s", off > 1 ? ", " : "",
+						ctx->host.tensor_name(ctx, (int)t));
+	if (off < size)
+		snprintf(buf + off, size - off, "]");
+}
+
+static void warn(struct dli_context *ctx, const char *text)
+{
+	/* A mistake that makes the whole config do nothing: said where people look, as the
+	 * config's loud warnings are. */
+	char line[4096];
+	dli_log_quiet(ctx, DLI_LOG_WARNING, "%s", text);
+	dli_escape(line, sizeof line, text); /* layer names are the host's: one line whatever they hold */
+	fprintf(stderr, "dlinspect: warning: %s\n", line);
+}
+
+/* Sections that selected none of the layers the host asked for. */
+static void report_sections(struct dli_context *ctx, const bool *bound)
+{
+	const struct dli_config *cfg = ctx->config;
+	char text[1024];
+	for (size_t s = 0; s < cfg->n_sections; s++) {
+		const struct dli_section *sec = &cfg->sections[s];
+		bool used = false;
+		for (size_t i = sec->first_target; i < sec->first_target + sec->n_targets; i++)
+			used = used || bound[i];
+		if (!sec->enabled || !sec->n_targets || used)
+			continue;
+		snprintf(text, sizeof text,
+			 "section '%s' (%s:%d:%d) selected none of the %zu layers the host asked for "
+			 "(e.g. '%s'): its features never act; check its 'layers:' block",
+			 sec->name, cfg->path, sec->where.line, sec->where.column, ctx->n_layers,
+			 ctx->layer_list[0]->name);
+		warn(ctx, text);
+	}
+}
+
+/* Features bound to layers on which the host never asked a call they serve. */
+static void report_targets(struct dli_context *ctx, const bool *bound, const bool *asked,
+			   const uint32_t *gemms, const uint64_t *tensors)
+{
+	const struct dli_config *cfg = ctx->config;
+	char text[2048], want_g[64], want_t[384], got_g[64], got_t[384];
+	for (size_t i = 0; i < ctx->n_instances; i++) {
+		if (!bound[i] || asked[i])
+			continue;
+		const struct dli_target *t = &cfg->targets[i];
+		const struct dli_feature_desc *d = t->feature->desc;
+		gemm_list(want_g, sizeof want_g, t->gemms);
+		tensor_list(ctx, want_t, sizeof want_t, t->tensors);
+		gemm_list(got_g, sizeof got_g, gemms[i]);
+		tensor_list(ctx, got_t, sizeof got_t, tensors[i]);
+		snprintf(text, sizeof text,
+			 "%s in section '%s' (%s), configured for%s%s%s%s, never acted: on the layers "
+			 "it selects the host asked only about gemms %s and tensors %s",
+			 d->name, t->section->name, t->where_text,
+			 (d->flags & DLI_FEATURE_GEMMS) ? " gemms " : "",
+			 (d->flags & DLI_FEATURE_GEMMS) ? want_g : "",
+			 (d->flags & DLI_FEATURE_TENSORS) ? " tensors " : "",
+			 (d->flags & DLI_FEATURE_TENSORS) ? want_t
+			 : (d->flags & DLI_FEATURE_GEMMS) ? "" : " its calls",
+			 got_g, got_t);
+		warn(ctx, text);
+	}
+}
+
+void dli_report_silent_noops(struct dli_context *ctx)
+{
+	/* No layer asked at all (a tool, an init-and-destroy): nothing to compare the config with. */
+	if (!ctx->config || !ctx->n_layers || !ctx->n_instances)
+		return;
+	size_t n = ctx->n_instances;
+	bool *bound = calloc(n, sizeof *bound), *asked = calloc(n, sizeof *asked);
+	uint32_t *gemms = calloc(n, sizeof *gemms);
+	uint64_t *tensors = calloc(n, sizeof *tensors);
+	if (!bound || !asked || !gemms || !tensors)
+		goto done;
+	pthread_mutex_lock(&ctx->layers_lock);
+	for (size_t k = 0; k < ctx->n_layers; k++) {
+		const struct dli_layer *l = ctx->layer_list[k];
+		for (size_t b = 0; b < l->n_bindings; b++) {
+			size_t i = (size_t)(l->bindings[b].instance - ctx->instances);
+			const struct dli_binding *bd = &l->bindings[b];
+			bound[i] = true;
+			/* On a layer the host plans, a feature no plan turned on is not judged: the
+			 * host had no reason to act on it yet. */
+			asked[i] = asked[i] || atomic_load(&bd->asked) ||
+				   (atomic_load(&l->planned) && !atomic_load(&bd->planned_on));
+			gemms[i] |= atomic_load(&l->gemms_asked);
+			tensors[i] |= atomic_load(&l->tensors_asked);
+		}
+	}
+	report_sections(ctx, bound);
+	report_targets(ctx, bound, asked, gemms, tensors);
+	pthread_mutex_unlock(&ctx->layers_lock);
+done:
+	free(bound);
+	free(asked);
+	free(gemms);
+	free(tensors);
+}

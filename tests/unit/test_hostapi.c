@@ -1,0 +1,530 @@
+/* The host API as a trainer meets it (issue 11): evaluation passes, config the host's calls never
+ * reach warned once, failing dli_modify_tensor calls said and kept for dli_last_error, a layer's plan
+ * in one call, tensor constructors. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <dlinspect/dlinspect.h>
+
+#include "check.h"
+#include "dli-test.h"
+
+/* ---- stderr capture into the log dir ---- */
+
+static int saved_stderr = -1;
+static FILE *capture;
+
+static void capture_start(void)
+{
+	char path[300];
+	snprintf(path, sizeof path, "%s/stderr.txt", log_dir);
+	fflush(stderr);
+	saved_stderr = dup(2);
+	capture = fopen(path, "w");
+	CHECK(capture && saved_stderr >= 0);
+	if (capture)
+		dup2(fileno(capture), 2);
+}
+
+static void capture_end(void)
+{
+	fflush(stderr);
+	if (saved_stderr >= 0) {
+		dup2(saved_stderr, 2);
+		close(saved_stderr);
+	}
+	if (capture)
+		fclose(capture);
+	saved_stderr = -1;
+	capture = NULL;
+}
+
+/* The statistics log without its timestamps: what two runs must agree on. */
+static char *stats_text(void)
+{
+	static char text[1 << 16];
+	char line[1024];
+	size_t off = 0;
+	text[0] = 0;
+	FILE *f = open_log(STATS_LOG);
+	while (f && fgets(line, sizeof line, f)) {
+		const char *body = strstr(line, " - INFO - ");
+		off += (size_t)snprintf(text + off, sizeof text - off, "%s", body ? body : line);
+	}
+	if (f)
+		fclose(f);
+	return strdup(text);
+}
+
+/* ---- Evaluation passes ---- */
+
+static const char *const stats_yaml =
+	"s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+	"  transformer_engine:\n"
+	"    LogTensorStats: {enabled: true, tensors: [activation], "
+	"stats: [min, max, mean, std, l1_norm]}\n";
+
+/* Three training iterations, each (when `with_eval`) followed by an evaluation pass over other
+ * data in the same iteration, as a trainer's validation batches run. */
+static char *run_with_eval(bool with_eval)
+{
+	struct dli_context *ctx = open_yaml(stats_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return strdup("");
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	float train[4], eval[4];
+	struct dli_tensor t = tensor(train, DLI_DTYPE_F32, 4), e = tensor(eval, DLI_DTYPE_F32, 4);
+	for (int it = 0; it < 3; it++) {
+		for (int i = 0; i < 4; i++) {
+			train[i] = (float)(it + i);
+			eval[i] = 100.0f * (float)(i + 1);
+		}
+		CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, NULL));
+		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+		if (with_eval) {
+			CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+			CHECK_INT(dli_mode_get(ctx), DLI_MODE_EVAL);
+			int64_t next = 0;
+			CHECK(!dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, &next));
+			CHECK(next == DLI_NEVER);
+			struct dli_layer_plan plan = {.size = sizeof plan};
+			CHECK_INT(dli_layer_plan(l, &plan), 0);
+			CHECK(plan.inspect == 0 && !plan.any);
+			/* A host that inspects anyway: nothing merges. */
+			CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &e, NULL, NULL), 0);
+			CHECK_INT(dli_inspect_tensor_by_name(ctx, "model.layers.0.fc1", "activation", &e),
+				  0);
+			CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+			CHECK(dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, NULL));
+		}
+		dli_step(ctx);
+	}
+	CHECK_INT(dli_mode_set(ctx, (enum dli_mode)7), -EINVAL);
+	dli_destroy(ctx);
+	return stats_text();
+}
+
+static void test_eval_pass_leaves_training_statistics_unchanged(void)
+{
+	char *plain = run_with_eval(false), *with_eval = run_with_eval(true);
+	CHECK(strstr(plain, "model.layers.0.fc1_activation_l1_norm") != NULL);
+	CHECK_STR(with_eval, plain);
+	free(plain);
+	free(with_eval);
+}
+
+/* The base namespace's LogTensorStats logs at the call: in an evaluation pass it logs nothing. */
+static void test_generic_call_silent_in_eval(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+		"  LogTensorStats: {enabled: true, tensors: [probs], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	float x[2] = {1, 2}, e[2] = {50, 60};
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, (int64_t[]){2});
+	struct dli_tensor te = dli_tensor_make(e, DLI_DTYPE_F32, 1, (int64_t[]){2});
+	struct dli_log_tensor_stats_args a = {.size = sizeof a, .tensor_name = "probs", .tensor = &t,
+					      .iteration = -1};
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &a), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	a.tensor = &te;
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &a), 0);
+	CHECK_INT(dli_call(l, "no_such_call", NULL), -ENOSYS);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	dli_step(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(count_lines(STATS_LOG, "model.layers.0.fc1_probs_max"), 1);
+	CHECK_INT(count_lines(STATS_LOG, "value=60"), 0);
+}
+
+/* FakeQuant acts in training, not in evaluation unless its block says `in_eval: true`. */
+static void check_fake_quant_in_eval(bool in_eval)
+{
+	char yaml[512];
+	snprintf(yaml, sizeof yaml,
+		 "s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+		 "  transformer_engine:\n"
+		 "    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], "
+		 "quant_format: FP8E4M3%s}\n",
+		 in_eval ? ", in_eval: true" : "");
+	struct dli_context *ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	float x[2] = {0.3f, 1000.0f}, y[2] = {-1, -1};
+	struct dli_tensor in = tensor(x, DLI_DTYPE_F32, 2), out = tensor(y, DLI_DTYPE_F32, 2);
+	CHECK(dli_modify_tensor_enabled(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, NULL));
+	bool fp8_train = dli_fp8_gemm_enabled(l, DLI_GEMM_FPROP, NULL);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_modify_tensor_enabled(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, NULL), in_eval);
+	struct dli_layer_plan plan = {.size = sizeof plan};
+	CHECK_INT(dli_layer_plan(l, &plan), 0);
+	CHECK_INT(plan.modify[DLI_GEMM_FPROP] == 1ull << DLI_TENSOR_ACTIVATION, in_eval);
+	/* FP8 answers do not depend on the pass (FakeQuant runs its GEMM in high precision). */
+	CHECK_INT(plan.fp8[DLI_GEMM_FPROP], fp8_train);
+	CHECK(!fp8_train && plan.fp8[DLI_GEMM_DGRAD] && plan.fp8[DLI_GEMM_WGRAD]);
+	if (!in_eval)
+		capture_start();
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out),
+		  in_eval ? 0 : -ENOENT);
+	if (!in_eval) {
+		capture_end();
+		CHECK(y[0] == -1 && y[1] == -1); /* untouched */
+		CHECK_CONTAINS(dli_last_error(ctx), "in an evaluation pass");
+	} else {
+		CHECK(y[0] != -1 && y[0] != x[0]); /* 0.3 is no E4M3 value at that scale */
+	}
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out), 0);
+	CHECK(y[0] != -1);
+	dli_destroy(ctx);
+}
+
+static void test_fake_quant_off_in_eval_by_default(void)
+{
+	check_fake_quant_in_eval(false);
+	check_fake_quant_in_eval(true);
+	/* in_eval is for modifying features only. */
+	struct dli_error err;
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], in_eval: true}\n",
+		&err);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "unknown key 'in_eval' for LogTensorStats");
+	dli_destroy(ctx);
+}
+
+/* ---- Config the host's calls never reach: warned once, with names ---- */
+
+static const char *const noop_yaml =
+	"wrong:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'decoder\\.layers'}\n"
+	"  transformer_engine:\n"
+	"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n"
+	"fq:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'model\\.layers'}\n"
+	"  transformer_engine:\n"
+	"    FakeQuant: {enabled: true, gemms: [wgrad], tensors: [activation], "
+	"quant_format: FP8E4M3}\n"
+	"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+
+/* The host asks only fprop questions about the activation of model.layers.{0,1}.fc1, for `steps`
+ * steps; with 0, it asks once and does not step. */
+static void host_fprop_only(struct dli_context *ctx, int steps)
+{
+	float x[2] = {1, 2};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2);
+	for (int s = 0; s < (steps ? steps : 1); s++) {
+		for (int i = 0; i < 2; i++) {
+			char name[64];
+			snprintf(name, sizeof name, "model.layers.%d.fc1", i);
+			struct dli_layer *l = layer(ctx, name);
+			dli_fp8_gemm_enabled(l, DLI_GEMM_FPROP, NULL);
+			dli_modify_tensor_enabled(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, NULL);
+			if (dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, NULL))
+				dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL);
+		}
+		if (steps)
+			dli_step(ctx);
+	}
+}
+
+/* The same host following plans: it acts on fprop only, though the plan says more. */
+static void host_plans_fprop_only(struct dli_context *ctx, int steps)
+{
+	float x[2] = {1, 2}, y[2];
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2), out = tensor(y, DLI_DTYPE_F32, 2);
+	for (int s = 0; s < steps; s++) {
+		for (int i = 0; i < 2; i++) {
+			char name[64];
+			snprintf(name, sizeof name, "model.layers.%d.fc1", i);
+			struct dli_layer *l = layer(ctx, name);
+			struct dli_layer_plan plan = {.size = sizeof plan};
+			CHECK_INT(dli_layer_plan(l, &plan), 0);
+			CHECK(plan.modify[DLI_GEMM_WGRAD] >> DLI_TENSOR_ACTIVATION & 1u);
+			if (plan.modify[DLI_GEMM_FPROP] >> DLI_TENSOR_ACTIVATION & 1u)
+				dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &t, NULL,
+						  &out);
+			if (plan.inspect >> DLI_TENSOR_ACTIVATION & 1u)
+				dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL);
+		}
+		dli_step(ctx);
+	}
+}
+
+static void check_noop_warnings(const char *when, const char *gemms_asked)
+{
+	char asked[512];
+	const char *section = "section 'wrong' (<string>:1:1) selected none of the 2 layers the host "
+			      "asked for (e.g. 'model.layers.0.fc1')";
+	const char *feature = "FakeQuant in section 'fq' (<string>:";
+	snprintf(asked, sizeof asked,
+		 "configured for gemms [wgrad] tensors [activation], never acted: on the layers it "
+		 "selects the host asked only about gemms %s and tensors [activation]",
+		 gemms_asked);
+	CHECK_INT(count_lines(MESSAGE_LOG, section), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, feature), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, asked), 1);
+	CHECK_INT(count_lines("stderr.txt", section), 1);
+	CHECK_INT(count_lines("stderr.txt", asked), 1);
+	/* What the host did reach is not warned about. */
+	CHECK_INT(count_lines(MESSAGE_LOG, "LogTensorStats in section 'fq'"), 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 1);
+	if (count_lines(MESSAGE_LOG, section) != 1)
+		fprintf(stderr, "(when: %s)\n", when);
+}
+
+static void test_silent_noops_warn_once(void)
+{
+	/* At the end of the first step, once, though the run goes on for three. */
+	struct dli_context *ctx = open_yaml(noop_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	capture_start();
+	host_fprop_only(ctx, 3);
+	dli_destroy(ctx);
+	capture_end();
+	check_noop_warnings("after the first step", "[fprop]");
+
+	/* At dli_destroy when no step ran. */
+	ctx = open_yaml(noop_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	capture_start();
+	host_fprop_only(ctx, 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 0);
+	dli_destroy(ctx);
+	capture_end();
+	check_noop_warnings("at dli_destroy", "[fprop]");
+
+	/* A host that plans: the same warnings, from what it acted on. */
+	ctx = open_yaml(noop_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	capture_start();
+	host_plans_fprop_only(ctx, 2);
+	dli_destroy(ctx);
+	capture_end();
+	/* It acted on no GEMM (nothing of fprop was on), only inspected the activation. */
+	check_noop_warnings("with plans", "(none)");
+
+	/* A host that asks what the config names hears nothing. */
+	ctx = open_yaml(
+		"fq:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'model\\.layers'}\n"
+		"  transformer_engine:\n"
+		"    FakeQuant: {enabled: true, gemms: [fprop], tensors: [activation], "
+		"quant_format: FP8E4M3}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	capture_start();
+	host_fprop_only(ctx, 2);
+	dli_destroy(ctx);
+	capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "never acted"), 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 0);
+	CHECK_INT(count_lines("stderr.txt", "warning"), 0);
+}
+
+/* ---- Failing dli_modify_tensor: every call in the message log, the first on stderr ---- */
+
+static void *other_thread_error(void *ctx)
+{
+	return (void *)dli_last_error(ctx);
+}
+
+static void test_modify_failures_are_said(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"fq:\n  enabled: true\n  layers: {layer_types: [fc2]}\n"
+		"  transformer_engine:\n"
+		"    FakeQuant: {enabled: true, gemms: [fprop], tensors: [weight], "
+		"quant_format: FP8E4M3}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.3.fc2");
+	CHECK_STR(dli_last_error(ctx), "");
+	uint16_t bad[2] = {0, 0};
+	float x[2] = {1, 2};
+	struct dli_tensor in = tensor(x, DLI_DTYPE_F32, 2), out = tensor(bad, DLI_DTYPE_BF16, 2);
+	capture_start();
+	dli_step(ctx);
+	dli_step(ctx); /* iteration 2 */
+	for (int i = 0; i < 3; i++)
+		CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_WEIGHT, &in, NULL, &out),
+			  -EINVAL);
+	const char *want = "dli_modify_tensor failed on layer 'model.layers.3.fc2', gemm fprop, "
+			   "tensor 'weight', iteration 2: feature FakeQuant (section 'fq', <string>:";
+	CHECK_CONTAINS(dli_last_error(ctx), want);
+	CHECK_CONTAINS(dli_last_error(ctx), "in: f32[2] cpu:0, out: bf16[2] cpu:0");
+	/* Thread-local: another thread's last error is its own. */
+	pthread_t th;
+	void *other = NULL;
+	pthread_create(&th, NULL, other_thread_error, ctx);
+	pthread_join(th, &other);
+	CHECK_STR((const char *)other, "");
+	/* Nothing modifies dgrad: said too, with why. */
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, &in, NULL, &out), -ENOENT);
+	CHECK_CONTAINS(dli_last_error(ctx), "gemm dgrad, tensor 'weight', iteration 2: no feature "
+					    "modifies it at this iteration");
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_modify_tensor failed"), 4);
+	dli_destroy(ctx);
+	capture_end();
+	CHECK_INT(count_lines("stderr.txt", "dli_modify_tensor failed"), 1);
+	CHECK_INT(count_lines("stderr.txt", want), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "4 dli_modify_tensor calls failed in this run"), 1);
+}
+
+/* ---- A layer's plan ---- */
+
+static const char *const plan_yaml =
+	"a:\n  enabled: true\n  layers: {layer_types: [fc1]}\n"
+	"  Probe: {enabled: true, tensors: [activation], freq: 7, start_step: 20, end_step: 800}\n"
+	"  ProbeB: {enabled: true, tensors: [activation, weight], freq: 4, "
+	"start_end_list: [[100, 150], [400, 420]]}\n"
+	"  probe_ns:\n    ProbeGemm: {enabled: true, gemms: [dgrad], freq: 9, start_step: 3}\n"
+	"  ProbeModify: {enabled: true, gemms: [wgrad], tensors: [gradient]}\n"
+	"  transformer_engine:\n"
+	"    LogTensorStats: {enabled: true, tensors: [gradient], stats: [max], freq: 5, "
+	"end_step: 600}\n"
+	"    FakeQuant: {enabled: true, gemms: [fprop], tensors: [weight], quant_format: FP8E4M3}\n";
+
+/* One context answers through plans, taken only when the last plan's `next` says so (as a host
+ * does); a second one answers every individual call at every iteration: they must agree. */
+static void test_plan_agrees_with_individual_calls(void)
+{
+	struct dli_context *planned = open_yaml(plan_yaml, NULL);
+	char planned_dir[sizeof log_dir];
+	memcpy(planned_dir, log_dir, sizeof log_dir);
+	log_dir[0] = 0; /* keep it: open_yaml removes the previous dir */
+	struct dli_context *single = open_yaml(plan_yaml, NULL);
+	CHECK(planned && single);
+	if (!planned || !single)
+		return;
+	struct dli_layer *lp = layer(planned, "model.layers.1.fc1");
+	struct dli_layer *ls = layer(single, "model.layers.1.fc1");
+	struct dli_layer_plan plan = {.size = sizeof plan};
+	int plans = 0, changes = 0;
+	uint64_t last_inspect = 0;
+	for (int it = 0; it < 1000; it++) {
+		if (it == 0 || it >= plan.next) {
+			CHECK_INT(dli_layer_plan(lp, &plan), 0);
+			CHECK_INT(plan.iteration, it);
+			CHECK(plan.next > it);
+			plans++;
+		}
+		bool any = false;
+		for (int g = 0; g < DLI_GEMM_COUNT; g++) {
+			CHECK_INT(dli_fp8_gemm_enabled(ls, (enum dli_gemm)g, NULL), plan.fp8[g]);
+			for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++) {
+				bool m = dli_modify_tensor_enabled(ls, (enum dli_gemm)g, t, NULL);
+				bool p = dli_inspect_tensor_postquantize_enabled(ls, (enum dli_gemm)g, t,
+										 NULL);
+				CHECK_INT(m, (int)(plan.modify[g] >> t & 1u));
+				CHECK_INT(p, (int)(plan.postquantize[g] >> t & 1u));
+				any = any || m || p;
+			}
+		}
+		uint64_t inspect = 0;
+		for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
+			if (dli_inspect_tensor_enabled(ls, t, NULL))
+				inspect |= 1ull << t;
+		CHECK(inspect == plan.inspect);
+		CHECK_INT(plan.any, any || inspect);
+		changes += inspect != last_inspect;
+		last_inspect = inspect;
+		dli_step(planned);
+		dli_step(single);
+	}
+	/* The schedules do change the answers, and the plan is not taken at every iteration. */
+	CHECK(changes > 50);
+	CHECK(plans < 1000);
+	dli_destroy(planned);
+	dli_destroy(single);
+	remove_log_dir();
+	memcpy(log_dir, planned_dir, sizeof log_dir);
+	remove_log_dir();
+
+	/* A layer no section selects: the defaults, never changing. */
+	struct dli_options o;
+	dli_options_init(&o);
+	struct dli_context *ctx;
+	struct dli_error err;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	struct dli_layer *l = layer(ctx, "x.fc1");
+	struct dli_layer_plan p = {.size = sizeof p};
+	CHECK_INT(dli_layer_plan(l, &p), 0);
+	CHECK(p.fp8[0] && p.fp8[1] && p.fp8[2] && !p.any && p.inspect == 0);
+	CHECK(p.next == DLI_NEVER);
+	struct dli_layer_plan small = {.size = 4};
+	CHECK_INT(dli_layer_plan(l, &small), -EINVAL);
+	CHECK_INT(dli_layer_plan(l, NULL), -EINVAL);
+	dli_destroy(ctx);
+}
+
+/* ---- Tensor descriptors ---- */
+
+/* The constructors give readable tensors; a refused one is named by layer and tensor. */
+static void test_tensor_constructors(void)
+{
+	float x[6] = {1, 2, 3, 4, 5, 6};
+	int64_t shape[3] = {1, 2, 3};
+	struct dli_tensor a = dli_tensor_make(x, DLI_DTYPE_F32, 3, shape);
+	CHECK(a.contiguous && a.data == x && a.dtype == DLI_DTYPE_F32 && a.ndim == 3);
+	CHECK(a.device.type == DLI_DEVICE_CPU && a.device.stream == NULL);
+	CHECK_INT(dli_tensor_numel(&a), 6);
+	struct dli_tensor b = dli_tensor_2d(x, DLI_DTYPE_F32, 3, 2);
+	CHECK(b.contiguous && b.ndim == 2 && b.shape[0] == 3 && b.shape[1] == 2);
+	struct dli_tensor s = dli_tensor_make(x, DLI_DTYPE_F32, 0, NULL);
+	CHECK_INT(dli_tensor_numel(&s), 1);
+	CHECK_INT(dli_tensor_make(x, DLI_DTYPE_F32, 9, shape).ndim, -1);
+
+	struct dli_context *ctx = open_yaml(stats_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), 0);
+	b.contiguous = false;
+	capture_start();
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), -EINVAL);
+	capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "statistics (layer 'model.layers.0.fc1', tensor "
+					   "'activation'): cannot read a non-contiguous f32 tensor"),
+		  1);
+	CHECK_CONTAINS(dli_last_error(ctx), "inspect_tensor failed on layer 'model.layers.0.fc1', "
+					    "tensor 'activation', iteration 0");
+	dli_step(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(count_lines(STATS_LOG, "model.layers.0.fc1_activation_max"), 1);
+	CHECK_INT(count_lines(STATS_LOG, "value=6\n"), 1);
+}
+
+int main(void)
+{
+	test_eval_pass_leaves_training_statistics_unchanged();
+	test_generic_call_silent_in_eval();
+	test_fake_quant_off_in_eval_by_default();
+	test_silent_noops_warn_once();
+	test_modify_failures_are_said();
+	test_plan_agrees_with_individual_calls();
+	test_tensor_constructors();
+	remove_log_dir();
+	return check_exit();
+}
