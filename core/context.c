@@ -769,6 +769,13 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
 		goto fail;
 	if (DLI_HAS_MEMBER(o, struct dli_options, n_tensor_names) && o->tensor_names) {
+		for (size_t i = 0; i < o->n_tensor_names; i++)
+			if (!o->tensor_names[i] || !o->tensor_names[i][0]) {
+				r = dli_error_set(err, -EINVAL, NULL,
+						  "dli_init: options.tensor_names[%zu] is %s", i,
+						  o->tensor_names[i] ? "empty" : "NULL");
+				goto fail;
+			}
 		ctx->config->declared_tensors = o->tensor_names;
 		ctx->config->n_declared_tensors = o->n_tensor_names;
 		ctx->config->tensors_declared = true;

@@ -352,7 +352,7 @@ __attribute__((noinline)) static bool eval_answer(struct dli_layer *l, struct dl
 			soonest = nx;
 	}
 	if (next)
-		*next = soonest > it ? soonest : it + 1;
+		*next = soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER;
 	return answer;
 }
 

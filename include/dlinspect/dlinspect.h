@@ -9,7 +9,8 @@
  * = DLI_NEVER; dli_layer_name, dli_tensor_id and dli_gemm_from_name answer NULL / -1 (dli_tensor_id
  * still knows the standard names); every call returning int returns -EINVAL (dli_iteration_get
  * too); void calls do nothing (dli_destroy, dli_iteration_set, dli_log, dli_options_init). A NULL
- * out-pointer a call must fill (dli_init's `out`, dli_layer_get's `out`) is -EINVAL. Tensors are
+ * out-pointer a call must fill (dli_init's `out`, dli_layer_get's `out`, dli_layer_plan's `plan`) is
+ * -EINVAL; dli_mode_get(NULL) answers DLI_MODE_TRAIN and dli_last_error(NULL) "". Tensors are
  * checked by whoever reads them: a NULL `in`/`out` of dli_modify_tensor is -EINVAL when a feature
  * would act (else -ENOENT, nothing to do), inspect calls hand NULL tensors to the features, which
  * refuse what they need. `next` and `err` may always be NULL.
@@ -20,11 +21,13 @@
  *   dli_modify_tensor_enabled, dli_modify_tensor, dli_inspect_tensor_enabled, dli_inspect_tensor,
  *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
  *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
- *   under a lock while lookups go on without one), dli_log. Calls on one layer from several
+ *   under a lock while lookups go on without one), dli_log, dli_layer_plan, dli_last_error (its
+ *   text is the calling thread's own). Calls on one layer from several
  *   threads are fine too: features lock what they share (docs/plugins.md).
- * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set and
- *   dli_destroy (after which no call may use the context or its handles). dli_iteration_get reads
- *   the iteration these change: call it from the thread that steps, or between steps. A core
+ * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set,
+ *   dli_mode_set and dli_destroy (after which no call may use the context or its handles).
+ *   dli_iteration_get and dli_mode_get read what these change: call them from the thread that
+ *   steps, or between steps. A core
  *   built with DLI_DEBUG_CHECKS defined reports a dli_step that overlaps modify, inspect or
  *   dli_call calls.
  * - No shared state: dli_options_init, dli_gemm_from_name, dli_fp8_cast (on tensors no other thread

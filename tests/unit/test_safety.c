@@ -125,6 +125,15 @@ static void test_zeroed_options_refused(void)
 	CHECK_INT(dli_init(NULL, &ctx, &err), 0);
 	CHECK(ctx != NULL);
 	dli_destroy(ctx);
+	/* A declared tensor list with a hole is refused, naming the entry, not read through. */
+	static const char *const names[] = {"activation", NULL};
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.tensor_names = names;
+	o.n_tensor_names = 2;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "dli_init: options.tensor_names[1] is NULL");
 }
 
 /* Every public function with NULL for each pointer: no crash, the rule of dlinspect.h's top
@@ -269,6 +278,15 @@ static void test_last_iteration(void)
 		CHECK(dli_fp8_gemm_enabled(l, DLI_GEMM_WGRAD, &next));
 		CHECK_INT(next, DLI_NEVER);
 	}
+	/* An evaluation pass answers out of line: its next saturates too. */
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	next = 0;
+	CHECK(!dli_inspect_tensor_enabled(l, DLI_TENSOR_ACTIVATION, &next));
+	CHECK_INT(next, DLI_NEVER);
+	next = 0;
+	CHECK(!dli_modify_tensor_enabled(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &next));
+	CHECK_INT(next, DLI_NEVER);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
 	CHECK_INT(dli_step(ctx), -EOVERFLOW);
 	CHECK_INT(dli_iteration_get(ctx), INT64_MAX);
