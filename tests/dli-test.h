@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -108,6 +109,47 @@ static inline int count_lines(const char *file, const char *text)
 	if (f)
 		fclose(f);
 	return n;
+}
+
+/* stderr into `name` under the log dir until stderr_capture_end, so a test can read what the
+ * library said on the terminal; false when it could not redirect (stderr is left as it was). */
+struct dli_test_capture {
+	int saved;
+	FILE *file;
+};
+
+static inline struct dli_test_capture *dli_test_capture(void)
+{
+	static struct dli_test_capture c = {-1, NULL};
+	return &c;
+}
+
+static inline bool stderr_capture_begin(const char *name)
+{
+	struct dli_test_capture *c = dli_test_capture();
+	char path[512];
+	snprintf(path, sizeof path, "%s/%s", log_dir, name);
+	fflush(stderr);
+	c->saved = dup(2);
+	c->file = fopen(path, "w");
+	if (c->saved < 0 || !c->file)
+		return false;
+	dup2(fileno(c->file), 2);
+	return true;
+}
+
+static inline void stderr_capture_end(void)
+{
+	struct dli_test_capture *c = dli_test_capture();
+	fflush(stderr);
+	if (c->saved >= 0) {
+		dup2(c->saved, 2);
+		close(c->saved);
+	}
+	if (c->file)
+		fclose(c->file);
+	c->saved = -1;
+	c->file = NULL;
 }
 
 #endif

@@ -13,36 +13,6 @@
 #include "check.h"
 #include "dli-test.h"
 
-/* ---- stderr capture into the log dir ---- */
-
-static int saved_stderr = -1;
-static FILE *capture;
-
-static void capture_start(void)
-{
-	char path[300];
-	snprintf(path, sizeof path, "%s/stderr.txt", log_dir);
-	fflush(stderr);
-	saved_stderr = dup(2);
-	capture = fopen(path, "w");
-	CHECK(capture && saved_stderr >= 0);
-	if (capture)
-		dup2(fileno(capture), 2);
-}
-
-static void capture_end(void)
-{
-	fflush(stderr);
-	if (saved_stderr >= 0) {
-		dup2(saved_stderr, 2);
-		close(saved_stderr);
-	}
-	if (capture)
-		fclose(capture);
-	saved_stderr = -1;
-	capture = NULL;
-}
-
 /* The statistics log without its timestamps: what two runs must agree on. */
 static char *stats_text(void)
 {
@@ -174,11 +144,11 @@ static void check_fake_quant_in_eval(bool in_eval)
 	CHECK_INT(plan.fp8[DLI_GEMM_FPROP], fp8_train);
 	CHECK(!fp8_train && plan.fp8[DLI_GEMM_DGRAD] && plan.fp8[DLI_GEMM_WGRAD]);
 	if (!in_eval)
-		capture_start();
+		CHECK(stderr_capture_begin("stderr.txt"));
 	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out),
 		  in_eval ? 0 : -ENOENT);
 	if (!in_eval) {
-		capture_end();
+		stderr_capture_end();
 		CHECK(y[0] == -1 && y[1] == -1); /* untouched */
 		CHECK_CONTAINS(dli_last_error(ctx), "in an evaluation pass");
 	} else {
@@ -291,10 +261,10 @@ static void test_silent_noops_warn_once(void)
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	host_fprop_only(ctx, 3);
 	dli_destroy(ctx);
-	capture_end();
+	stderr_capture_end();
 	check_noop_warnings("after the first step", "[fprop]");
 
 	/* At dli_destroy when no step ran. */
@@ -302,11 +272,11 @@ static void test_silent_noops_warn_once(void)
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	host_fprop_only(ctx, 0);
 	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 0);
 	dli_destroy(ctx);
-	capture_end();
+	stderr_capture_end();
 	check_noop_warnings("at dli_destroy", "[fprop]");
 
 	/* A host that plans: the same warnings, from what it acted on. */
@@ -314,10 +284,10 @@ static void test_silent_noops_warn_once(void)
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	host_plans_fprop_only(ctx, 2);
 	dli_destroy(ctx);
-	capture_end();
+	stderr_capture_end();
 	/* It acted on no GEMM (nothing of fprop was on), only inspected the activation. */
 	check_noop_warnings("with plans", "(none)");
 
@@ -331,10 +301,10 @@ static void test_silent_noops_warn_once(void)
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	host_fprop_only(ctx, 2);
 	dli_destroy(ctx);
-	capture_end();
+	stderr_capture_end();
 	CHECK_INT(count_lines(MESSAGE_LOG, "never acted"), 0);
 	CHECK_INT(count_lines(MESSAGE_LOG, "selected none"), 0);
 	CHECK_INT(count_lines("stderr.txt", "warning"), 0);
@@ -363,7 +333,7 @@ static void test_modify_failures_are_said(void)
 	uint16_t bad[2] = {0, 0};
 	float x[2] = {1, 2};
 	struct dli_tensor in = tensor(x, DLI_DTYPE_F32, 2), out = tensor(bad, DLI_DTYPE_BF16, 2);
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	dli_step(ctx);
 	dli_step(ctx); /* iteration 2 */
 	for (int i = 0; i < 3; i++)
@@ -385,7 +355,7 @@ static void test_modify_failures_are_said(void)
 					    "modifies it at this iteration");
 	CHECK_INT(count_lines(MESSAGE_LOG, "dli_modify_tensor failed"), 4);
 	dli_destroy(ctx);
-	capture_end();
+	stderr_capture_end();
 	CHECK_INT(count_lines("stderr.txt", "dli_modify_tensor failed"), 1);
 	CHECK_INT(count_lines("stderr.txt", want), 1);
 	CHECK_INT(count_lines(MESSAGE_LOG, "4 dli_modify_tensor calls failed in this run"), 1);
@@ -502,9 +472,9 @@ static void test_tensor_constructors(void)
 	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), 0);
 	b.contiguous = false;
-	capture_start();
+	CHECK(stderr_capture_begin("stderr.txt"));
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), -EINVAL);
-	capture_end();
+	stderr_capture_end();
 	CHECK_INT(count_lines(MESSAGE_LOG, "statistics (layer 'model.layers.0.fc1', tensor "
 					   "'activation'): cannot read a non-contiguous f32 tensor"),
 		  1);

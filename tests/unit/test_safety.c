@@ -15,35 +15,6 @@
 #include "check.h"
 #include "dli-test.h"
 
-/* Redirects stderr into `name` under the log dir until stderr_restore. */
-static int saved_stderr = -1;
-static FILE *stderr_capture;
-
-static void stderr_to(const char *name)
-{
-	char path[512];
-	snprintf(path, sizeof path, "%s/%s", log_dir, name);
-	fflush(stderr);
-	saved_stderr = dup(2);
-	stderr_capture = fopen(path, "w");
-	CHECK(stderr_capture && saved_stderr >= 0);
-	if (stderr_capture)
-		dup2(fileno(stderr_capture), 2);
-}
-
-static void stderr_restore(void)
-{
-	fflush(stderr);
-	if (saved_stderr >= 0) {
-		dup2(saved_stderr, 2);
-		close(saved_stderr);
-	}
-	if (stderr_capture)
-		fclose(stderr_capture);
-	saved_stderr = -1;
-	stderr_capture = NULL;
-}
-
 /* Lines of `file` under the log dir. */
 static int line_count(const char *file)
 {
@@ -82,9 +53,9 @@ static void test_names_cannot_forge_log_lines(void)
 	float x[2] = {1, 2};
 	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2);
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
-	stderr_to("stderr.txt");
+	CHECK(stderr_capture_begin("stderr.txt"));
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, NULL, NULL, NULL), -EINVAL);
-	stderr_restore();
+	stderr_capture_end();
 	dli_step(ctx);
 	dli_destroy(ctx);
 
