@@ -792,7 +792,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	for (size_t i = 0; i < ctx->config->n_warnings; i++) {
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 		/* A tensor name nobody declared is invisible in a run: say so where people look. */
-		if (ctx->config->warnings_loud[i] && with_loggers)
+		if (ctx->config->warnings_loud[i] && with_loggers && ctx->log_level >= DLI_LOG_WARNING)
 			stderr_line(NULL, ctx->config->warnings[i]);
 	}
 	dli_search_dirs_free(dirs, n_dirs);

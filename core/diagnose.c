@@ -124,6 +124,8 @@ static void warn(struct dli_context *ctx, const char *text)
 	 * config's loud warnings are. */
 	char line[4096];
 	dli_log_quiet(ctx, DLI_LOG_WARNING, "%s", text);
+	if (ctx->log_level < DLI_LOG_WARNING)
+		return; /* the user asked for errors only (DLINSPECT_LOG_LEVEL): the terminal too */
 	dli_escape(line, sizeof line, text); /* layer names are the host's: one line whatever they hold */
 	fprintf(stderr, "dlinspect: warning: %s\n", line);
 }

@@ -291,6 +291,20 @@ static void test_silent_noops_warn_once(void)
 	/* It acted on no GEMM (nothing of fprop was on), only inspected the activation. */
 	check_noop_warnings("with plans", "(none)");
 
+	/* Errors only (DLINSPECT_LOG_LEVEL=error): not on the terminal either. */
+	setenv("DLINSPECT_LOG_LEVEL", "error", 1);
+	ctx = open_yaml(noop_yaml, NULL);
+	unsetenv("DLINSPECT_LOG_LEVEL");
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr.txt"));
+	host_fprop_only(ctx, 3);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines("stderr.txt", "selected none"), 0);
+	CHECK_INT(count_lines("stderr.txt", "never acted"), 0);
+
 	/* A host that asks what the config names hears nothing. */
 	ctx = open_yaml(
 		"fq:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'model\\.layers'}\n"
