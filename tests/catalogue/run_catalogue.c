@@ -1,7 +1,8 @@
 /* The bad-input catalogue (issue 13): every entry of catalogue.txt is one input a careless user or
  * an attacker might give, with the exact error dlinspect must answer. The driver runs each through
  * the real dli_init path (as text and as a file, which must give the same message with the file's
- * name), and through dli_layer_get for entries that fail per layer, and counts them.
+ * name), and through dli_layer_get for entries that fail per layer; `dlinspect check`'s path
+ * (dli_context_open without loggers) must refuse it with the same words; and counts them.
  *
  *   run_catalogue CATALOGUE          check every entry; prints "N entries: N as expected"
  *   run_catalogue --print CATALOGUE  print every entry with the error it gets now (to review one)
@@ -17,6 +18,7 @@
  *   <the error as "FILE:LINE:COL: message", FILE "<string>", or just "message" without a place>
  * A body line "\t" at its start is kept; "\\n" is not interpreted: write real lines. */
 #include <errno.h>
+#include <stdbool.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +26,8 @@
 #include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
+
+#include "context-private.h"
 
 enum kind { KIND_CONFIG, KIND_LAYER, KIND_OPTION, KIND_MODULE };
 
@@ -104,8 +108,31 @@ static void set_option(const char *name, struct dli_options *o)
 		o->log_level = 99;
 }
 
+/* What `dlinspect check` answers for the entry: dli_context_open without loggers, then the layer. */
+static void run_check(const struct entry *e, const struct dli_options *run_options, char *got,
+		      size_t size)
+{
+	struct dli_options o = *run_options;
+	struct dli_error err;
+	struct dli_context *ctx = NULL;
+	o.config_yaml = e->body;
+	o.config_path = NULL;
+	memset(&err, 0, sizeof err);
+	got[0] = '\0';
+	int r = dli_context_open(&o, false, &ctx, &err);
+	if (e->kind == KIND_LAYER && r == 0) {
+		struct dli_layer *layer = NULL;
+		memset(&err, 0, sizeof err);
+		r = dli_layer_get(ctx, e->layer, &layer, &err);
+	}
+	if (r != 0)
+		format_error(&err, NULL, got, size);
+	dli_destroy(ctx);
+}
+
 /* Runs one entry; writes what it got into `got` ("" when the input was accepted). */
-static void run(const struct entry *e, char *got, size_t size, char *got_file, size_t fsize)
+static void run(const struct entry *e, char *got, size_t size, char *got_file, size_t fsize,
+		char *got_check, size_t csize)
 {
 	struct dli_options o;
 	struct dli_error err;
@@ -130,6 +157,7 @@ static void run(const struct entry *e, char *got, size_t size, char *got_file, s
 		format_error(&err, NULL, got, size);
 	dli_destroy(ctx);
 	ctx = NULL;
+	run_check(e, &o, got_check, csize);
 
 	/* The same text from a file: the same message, with the file's name as the place. */
 	char path[] = "/tmp/dli-catalogue-config-XXXXXX";
@@ -238,8 +266,17 @@ int main(int argc, char **argv)
 	int n = parse(argv[argc - 1], &es), ok = 0;
 	for (int i = 0; i < n; i++) {
 		const struct entry *e = &es[i];
-		char got[4096], got_file[4096];
-		run(e, got, sizeof got, got_file, sizeof got_file);
+		char got[4096], got_file[4096], got_check[4096], want_check[4096];
+		run(e, got, sizeof got, got_file, sizeof got_file, got_check, sizeof got_check);
+		/* `dlinspect check` refuses what a run refuses, with the same words, except: loggers are
+		 * validated, not created, and the log dir (a run's matter) is not looked at. */
+		const char *create = strstr(got, ": could not create the logger: ");
+		if (create)
+			snprintf(want_check, sizeof want_check, "%.*s: invalid logger parameters: %s",
+				 (int)(create - got), got, create + strlen(": could not create the logger: "));
+		else
+			snprintf(want_check, sizeof want_check, "%s", got);
+		bool check_exempt = e->kind == KIND_OPTION || strstr(got, "log dir '");
 		if (print) {
 			static const char *const kinds[] = {"config", "layer", "option", "module"};
 			printf("=== %s %s%s%s\n%s--- error\n%s\n", kinds[e->kind], e->name,
@@ -256,6 +293,10 @@ int main(int argc, char **argv)
 		} else if (strcmp(got, e->error)) {
 			fprintf(stderr, "%s (line %d):\n  got:      %s\n  expected: %s\n", e->name, e->line,
 				got, e->error);
+			good = 0;
+		} else if (!check_exempt && strcmp(got_check, want_check)) {
+			fprintf(stderr, "%s (line %d): dlinspect check answers otherwise:\n  run:   %s\n  check: %s\n",
+				e->name, e->line, got, got_check[0] ? got_check : "(accepted)");
 			good = 0;
 		} else if (strcmp(got, got_file)) {
 			fprintf(stderr, "%s (line %d): from a file the error differs:\n  text: %s\n  file: %s\n",
