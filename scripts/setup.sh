@@ -27,9 +27,14 @@ if ((${#missing[@]})); then
 	rm -f "$log"
 fi
 
-# Progress while building; on failure, the compiler's error (scripts/build.sh).
-bash scripts/build.sh . build
+# Progress while building; on failure, the compiler's error (scripts/build.sh). The test builds
+# (--sanitize, scripts/test.sh) treat warnings as errors, so a warning cannot land; a user's build
+# (the demo) keeps them warnings.
+werror=false
+[ "${1:-}" = "--sanitize" ] && werror=true
+bash scripts/build.sh . build -Dwerror=$werror
 if [ "${1:-}" = "--sanitize" ]; then
 	# Debug build type turns on DLI_DEBUG_CHECKS (dli_step racing other calls is reported).
-	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dwerror=true
 fi
