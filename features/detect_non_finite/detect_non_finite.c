@@ -369,8 +369,8 @@ static const struct dli_param_desc dnf_params[] = {
 		"never exits) or continue",
 	 .choices = dnf_on_detect},
 	{.key = "trace_batch_nums", .type = DLI_PARAM_STRING_LIST,
-	 .doc = "iterations whose every inspected call is written to the message log with its "
-		"abs-min and abs-max, in call order, e.g. [1, 3]"},
+	 .doc = "iterations (integers >= 0) whose every inspected call is written to the message log "
+		"with its abs-min and abs-max, in call order, e.g. [1, 3]"},
 	{.key = "abort_after_batch_num", .type = DLI_PARAM_INT, .default_value = "-1",
 	 .doc = "when this iteration ends, the host's next dli_step returns -ECANCELED (-1: never)",
 	 .bounded = true, .min = -1, .max = INFINITY},
