@@ -453,6 +453,46 @@ static void test_detect_overflow(void)
 		  1);
 }
 
+/* ---- Device tensors, through the stand-in CUDA backend (host memory; tests/features/fake_cuda) ---- */
+
+static void test_device_tensors(void)
+{
+	if (!use_fake_cuda()) {
+		CHECK(!"FAKE_CUDA_DIR is not set");
+		return;
+	}
+	struct dli_context *ctx = open_yaml("s:\n  enabled: true\n" LAYERS_ALL
+					    "  DetectNonFinite: {enabled: true, tensors: [output], "
+					    "on_detect: continue}\n",
+					    NULL);
+	n_extra_dirs = 0;
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	static float x[5000];
+	for (int i = 0; i < 5000; i++)
+		x[i] = (float)(i % 50) - 20.0f;
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 5000);
+	t.device = (struct dli_device){.type = DLI_DEVICE_CUDA, .index = 0};
+	struct dli_layer *l = layer(ctx, "gpu.fc1");
+	CHECK(!dli_detect_overflow(ctx, &t, "device clean"));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_OUTPUT, &t, NULL, NULL), 0);
+	x[4321] = -INFINITY;
+	CHECK(dli_detect_overflow(ctx, &t, "device -inf"));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_OUTPUT, &t, NULL, NULL), 0);
+	dli_destroy(ctx);
+	CHECK_INT(count_lines(MESSAGE_LOG, "detect_overflow: 'device -inf' at iteration 0: "
+					   "f32[5000] cuda:0 holds 0 NaN and 1 inf of 5000 elements; "
+					   "abs-min 0, abs-max inf"),
+		  1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "frame 1/2 [iteration 0, call 1] gpu.fc1 output: abs-min 0, "
+					   "abs-max 29, NaN 0, inf 0 of 5000"),
+		  1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "first NaN/Inf at iteration 0, call 2: layer 'gpu.fc1', "
+					   "tensor 'output' holds 0 NaN and 1 inf"),
+		  1);
+}
+
 /* ---- Config errors: where and what ---- */
 
 static void expect_error(const char *block, const char *parts[], size_t n)
@@ -519,6 +559,7 @@ int main(void)
 	test_clean_run_reports_nothing();
 	test_trace_and_abort();
 	test_detect_overflow();
+	test_device_tensors();
 	test_config_errors();
 	remove_log_dir();
 	return check_exit();
