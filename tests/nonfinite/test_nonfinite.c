@@ -3,6 +3,7 @@
  * a trace this test records itself (every call, abs-min and abs-max computed here, naively). */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -453,6 +454,75 @@ static void test_detect_overflow(void)
 		  1);
 }
 
+/* ---- Threads: calls from several threads go into one frame, in the order they took ---- */
+
+enum { THREADS = 4, CALLS = 300 };
+
+struct worker {
+	struct dli_layer *l;
+	bool poison; /* this thread's last call holds a NaN */
+	float x[64];
+};
+
+static void *work(void *arg)
+{
+	struct worker *w = arg;
+	for (int i = 0; i < 64; i++)
+		w->x[i] = (float)(i + 1);
+	struct dli_tensor t = tensor(w->x, DLI_DTYPE_F32, 64);
+	for (int c = 0; c < CALLS; c++) {
+		if (w->poison && c == CALLS - 1)
+			w->x[10] = NAN;
+		dli_inspect_tensor(w->l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL);
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	struct dli_context *ctx = open_yaml("s:\n  enabled: true\n" LAYERS_ALL
+					    "  DetectNonFinite: {enabled: true, tensors: [activation], "
+					    "frame_size: 50, on_detect: stop}\n",
+					    NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	static struct worker w[THREADS];
+	pthread_t th[THREADS];
+	for (int i = 0; i < THREADS; i++) {
+		char name[32];
+		snprintf(name, sizeof name, "t%d.fc", i);
+		w[i].l = layer(ctx, name);
+		w[i].poison = i == 2;
+	}
+	CHECK(stderr_capture_begin("stderr-threads.txt"));
+	for (int i = 0; i < THREADS; i++)
+		pthread_create(&th[i], NULL, work, &w[i]);
+	for (int i = 0; i < THREADS; i++)
+		pthread_join(th[i], NULL);
+	stderr_capture_end();
+	CHECK_INT(dli_step(ctx), -ECANCELED);
+	dli_destroy(ctx);
+	/* 50 frame lines with consecutive call orders, the NaN call of t2.fc last. */
+	static char lines[64][1024];
+	int n = grep_log("DetectNonFinite: frame ", lines, 64);
+	CHECK_INT(n, 50);
+	long long prev = -1;
+	for (int i = 0; i < n; i++) {
+		struct ref_call got;
+		char tname[64], prefix[32];
+		snprintf(prefix, sizeof prefix, "frame %d/50 ", i + 1);
+		CHECK(parse_call(lines[i], prefix, &got, tname, sizeof tname));
+		CHECK(prev < 0 || got.order == prev + 1);
+		prev = got.order;
+		CHECK_INT(got.nan, i == n - 1);
+		if (i == n - 1)
+			CHECK_STR(got.layer, "t2.fc");
+	}
+	CHECK(prev >= 50 && prev <= THREADS * CALLS);
+	CHECK_INT(count_lines(MESSAGE_LOG, "DetectNonFinite: first NaN/Inf"), 1);
+}
+
 /* ---- Device tensors, through the stand-in CUDA backend (host memory; tests/features/fake_cuda) ---- */
 
 static void test_device_tensors(void)
@@ -560,6 +630,7 @@ int main(void)
 	test_trace_and_abort();
 	test_detect_overflow();
 	test_device_tensors();
+	test_threads();
 	test_config_errors();
 	remove_log_dir();
 	return check_exit();
