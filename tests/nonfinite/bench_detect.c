@@ -84,12 +84,14 @@ static double median(double *v)
 	return 0.5 * (v[ROUNDS / 2 - 1] + v[ROUNDS / 2]);
 }
 
+static char log_dir[] = "/tmp/dli-bench-detect-XXXXXX"; /* made by main; logs stay for a look */
+
 static struct dli_context *open_ctx(const char *yaml)
 {
 	struct dli_options o;
 	dli_options_init(&o);
 	o.config_yaml = yaml;
-	o.log_dir = "/tmp/dli-bench-detect";
+	o.log_dir = log_dir;
 	struct dli_context *ctx = NULL;
 	struct dli_error err;
 	if (dli_init(&o, &ctx, &err))
@@ -109,7 +111,7 @@ int main(int argc, char **argv)
 	float *x = aligned_alloc(64, (size_t)n * sizeof *x);
 	int64_t chunks = (n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
 	float *sums = calloc((size_t)chunks, sizeof *sums);
-	if (!x || !sums)
+	if (!x || !sums || !mkdtemp(log_dir))
 		return 1;
 	uint64_t r = 42;
 	for (int64_t i = 0; i < n; i++) {
