@@ -106,6 +106,12 @@ struct dli_context {
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
 
+	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.
+	 * dli_step returns -ECANCELED from then on (core/context.c). */
+	atomic_int stop_state;
+	char stop_reason[900];
+	bool stop_logged; /* the first -ECANCELED was written to the message log */
+
 #ifdef DLI_DEBUG_CHECKS
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
 #endif
@@ -129,6 +135,9 @@ void dli_call_site(char *buf, size_t size);
 
 /* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
 extern _Thread_local bool dli_planning;
+
+/* "bf16[4x8] cuda:0 non-contiguous", or "NULL" (core/diagnose.c). */
+void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t);
 
 /* Stores `text` as this thread's dli_last_error for `ctx` (core/diagnose.c). */
 void dli_last_error_set(const struct dli_context *ctx, const char *text);

@@ -166,6 +166,17 @@ static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
 	return ctx->config ? ctx->config->tensor_names[tensor] : NULL;
 }
 
+/* The first request wins; those racing it (other threads' features) are dropped, not waited for. */
+static void host_request_stop(struct dli_context *ctx, const char *reason)
+{
+	int none = 0;
+	if (!ctx || !atomic_compare_exchange_strong(&ctx->stop_state, &none, 1))
+		return;
+	snprintf(ctx->stop_reason, sizeof ctx->stop_reason, "%s",
+		 reason && reason[0] ? reason : "a feature asked the host to stop");
+	atomic_store(&ctx->stop_state, 2);
+}
+
 const struct dli_host dli_host_template = {
 	.size = sizeof(struct dli_host),
 	.abi_major = DLI_ABI_MAJOR,
@@ -199,6 +210,7 @@ const struct dli_host dli_host_template = {
 	.make_dirs = dli_make_dirs,
 	.stats_acc_read_sized = dli_stats_acc_read_sized,
 	.stats_value_sized = dli_stats_value_sized,
+	.request_stop = host_request_stop,
 };
 
 /* ---- Names ---- */
@@ -394,6 +406,19 @@ int dli_step(struct dli_context *ctx)
 				l->entry->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
+	/* dli_step runs alone, so a request made during the step is complete (state 2) by now. */
+	if (atomic_load(&ctx->stop_state) == 2) {
+		char text[1024];
+		snprintf(text, sizeof text, "dli_step: a feature asked the host to stop: %s",
+			 ctx->stop_reason);
+		dli_last_error_set(ctx, text);
+		/* The feature told the terminal already: the message log gets it once more. */
+		if (!ctx->stop_logged)
+			dli_log_quiet(ctx, DLI_LOG_ERROR, "%s (every later dli_step returns -ECANCELED)",
+				      text);
+		ctx->stop_logged = true;
+		return -ECANCELED;
+	}
 	return first;
 }
 

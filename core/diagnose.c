@@ -33,7 +33,7 @@ static const char *const dtype_names[DLI_DTYPE_COUNT] = {
 };
 
 /* "bf16[4x8] cuda:0 non-contiguous": what a host checks first when a feature refuses a tensor. */
-static void describe(char *buf, size_t size, const struct dli_tensor *t)
+void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t)
 {
 	if (!t) {
 		snprintf(buf, size, "NULL");
@@ -60,8 +60,8 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 	char why[512], tin[128], tout[128], text[1024];
 	if (b) {
 		const struct dli_target *t = b->instance->target;
-		describe(tin, sizeof tin, in);
-		describe(tout, sizeof tout, out);
+		dli_tensor_describe(tin, sizeof tin, in);
+		dli_tensor_describe(tout, sizeof tout, out);
 		snprintf(why, sizeof why, "feature %s (section '%s', %s) refused: %s (%d); in: %s, out: %s",
 			 t->feature->desc->name, t->section->name, t->where_text,
 			 strerror(rc < 0 ? -rc : rc), rc, tin, tout);

@@ -495,6 +495,9 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
+	/* Every feature here gets `hp`: one statistics pass over it serves them all. */
+	if (s->n > 1)
+		dli_stats_share_begin(hp);
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
@@ -508,6 +511,8 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		if (r && !first)
 			first = r;
 	}
+	if (s->n > 1)
+		dli_stats_share_end();
 	CALL_LEAVE(l->ctx);
 	return first;
 }

@@ -15,7 +15,7 @@ static const char usage[] =
 	"                                   --allow-tensor NAME accepts a host's own tensor;\n"
 	"                                   --allow-module-path lets `extensions` name module\n"
 	"                                   files by path (refused otherwise)\n"
-	"  plugins [--explain] [--plugin-dir DIR]...\n"
+	"  plugins [--explain [NAME]] [--plugin-dir DIR]...\n"
 	"                                   list the modules found, their features and loggers;\n"
 	"                                   --explain adds every parameter with type, default, doc\n"
 	"  stats FILE [--tensor NAME] [--stats a,b,...] [--fp8 e4m3|e5m2] [--margin N]\n"

@@ -223,7 +223,10 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * dli_step ends the current iteration: features' step_end runs (statistics are finalized and sent to
  * the loggers with the iteration that just ended), loggers flush, then the iteration increments.
  * It must not run concurrently with other calls on the same context. At iteration INT64_MAX
- * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. */
+ * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. Once a feature asked the
+ * host to stop (DetectNonFinite with `on_detect: stop`, or its `abort_after_batch_num`: see
+ * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
+ * dli_last_error naming the reason; dlinspect itself never exits. */
 int dli_step(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
@@ -305,6 +308,17 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+
+/* ---- Checking a tensor anywhere (Hugging Face's detect_overflow) ---- */
+/* Whether `t` (borrowed for the call; a dtype the statistics read: f32, f16, bf16, f8e4m3,
+ * f8e5m2, contiguous, host or CUDA memory) holds a NaN or an infinity. When it does, writes one warning line to the
+ * message log (stderr when no logger takes messages, as with no config) naming `where` (borrowed,
+ * may be NULL), the iteration, the NaN and inf counts and the finite abs-min/abs-max, and returns
+ * true. Works on any context, with or without a config; nothing in the config selects it. A CUDA
+ * tensor is read on its stream and waited for. false for a clean tensor, a NULL context or
+ * tensor, and a tensor that cannot be read (that also writes one line saying why). Thread-safe
+ * like the handle calls. Since DLINSPECT_1.2. */
+bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, const char *where);
 
 #ifdef __cplusplus
 }

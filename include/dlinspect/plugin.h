@@ -260,6 +260,14 @@ struct dli_host {
 				    size_t size);
 	/* stats_value of a record of `size` bytes; NaN for a statistic whose terms lie beyond it. */
 	double (*stats_value_sized)(const struct dli_stats_record *r, size_t size, enum dli_stat stat);
+
+	/* ---- ABI 1.2 (check DLI_HAS_MEMBER first to run on an older host) ---- */
+	/* Asks the host program to stop (a feature that found NaN/Inf, say): from then on every
+	 * dli_step of `ctx` ends its step as usual and returns -ECANCELED, with dli_last_error
+	 * naming `reason` (borrowed, copied; the first request's reason is kept, later ones are
+	 * ignored). dlinspect never exits or aborts the process: stopping is the host's decision.
+	 * Any thread, concurrently. */
+	void (*request_stop)(struct dli_context *ctx, const char *reason);
 };
 
 /* ---- Features ---- */
