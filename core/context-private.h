@@ -74,6 +74,7 @@ struct dli_layer_table {
 
 struct dli_context {
 	struct dli_host host;
+	uint64_t serial; /* unique in the process, from 1: tags this thread's dli_last_error */
 	int64_t iteration;
 	/* enum dli_mode; changed only between calls (dli_mode_set). Beside `iteration`: the hot path
 	 * reads both, from one cache line. */

@@ -1,6 +1,7 @@
 /* The context: dli_init/dli_destroy, the host table given to modules, messages and logger fan-out,
  * layer handles by name, and step counting. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -744,6 +745,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if (!ctx)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	ctx->host = dli_host_template;
+	static atomic_uint_fast64_t serials;
+	ctx->serial = atomic_fetch_add(&serials, 1) + 1;
 	ctx->rank = o->rank;
 	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
 	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;

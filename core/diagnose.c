@@ -1,6 +1,7 @@
 /* Telling the host about calls that do nothing: config its calls never reach (warned once, after the
  * first step), failing dli_modify_tensor calls (each in the message log), and dli_last_error. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,22 +9,24 @@
 #include "context-private.h"
 #include "escape-private.h"
 
-/* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ---- */
+/* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ----
+ * The tag is the context's serial number, not its address: a context created where a destroyed one
+ * was must not inherit that one's error. */
 
 static _Thread_local struct {
-	const struct dli_context *ctx;
+	uint64_t serial;
 	char text[1024];
 } last_error;
 
 void dli_last_error_set(const struct dli_context *ctx, const char *text)
 {
-	last_error.ctx = ctx;
+	last_error.serial = ctx->serial;
 	snprintf(last_error.text, sizeof last_error.text, "%s", text);
 }
 
 const char *dli_last_error(const struct dli_context *ctx)
 {
-	return ctx && last_error.ctx == ctx ? last_error.text : "";
+	return ctx && last_error.serial == ctx->serial ? last_error.text : "";
 }
 
 /* ---- Failing dli_modify_tensor ---- */
