@@ -8,7 +8,11 @@ report must say the same, tag by tag, in the same order. Also: exit statuses, to
 expected), how a run's log is found in a dir, and --plot's PNG (signature, chunk CRCs, the size of
 the inflated IDAT, pixels of both runs' colours).
 
-Standard library only. argv: the dlinspect binary, optionally a scratch directory.
+With --trainer TRAINER, the same checks on real logs instead: dlinspect-train (its file logger)
+writes an fp32 run twice and an FP8 run, and a copy of the fp32 log gets one tag changed from
+iteration k on.
+
+Standard library only. argv: the dlinspect binary, a scratch directory, optionally --trainer PATH.
 """
 import json
 import math
@@ -488,16 +492,85 @@ def test_plot(tmp):
     read_png(png)
 
 
+TRAINER_CONFIG = """\
+every_linear:
+  enabled: true
+  layers:
+    layer_name_regex_pattern: '^model\\.'
+  transformer_engine:
+    LogTensorStats:
+      enabled: true
+      tensors: [activation, gradient, weight]
+      stats: [min, max, std, cur_amax]
+      freq: 1
+"""
+
+
+def trainer_run(trainer, tmp, name, precision):
+    log_dir = tmp + "/" + name
+    r = subprocess.run([trainer, "--precision", precision, "--width", "16", "--layers", "2",
+                        "--batch", "8", "--steps", "12", "--quiet", "--config",
+                        tmp + "/config.yaml", "--log-dir", log_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       env=dict(os.environ, OPENBLAS_NUM_THREADS="1"))
+    check(r.returncode == 0, "trainer %s: %s" % (name, r.stdout.decode()))
+    return log_dir
+
+
+def test_trainer(tmp, trainer):
+    with open(tmp + "/config.yaml", "w") as f:
+        f.write(TRAINER_CONFIG)
+    fp32 = trainer_run(trainer, tmp, "fp32", "fp32")
+    again = trainer_run(trainer, tmp, "fp32_again", "fp32")
+    fp8 = trainer_run(trainer, tmp, "fp8", "fp8")
+    log = lambda d: d + "/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
+    got = check_against_reference(log(fp32), log(again), [], "trainer: fp32 twice")
+    check(not got["differ"] and len(got["tags"]) >= 50 and
+          all(t["compared"] == 12 for t in got["tags"]),
+          "trainer: two fp32 runs agree, every tag at 12 iterations")
+    rc, out, err = run(fp32, again)
+    check(rc == 0, "trainer: the log dirs compare equal (%s)" % err)
+    got = check_against_reference(log(fp32), log(fp8), [], "trainer: fp32 against fp8")
+    check(got["differ"], "trainer: fp8 differs from fp32")
+    check_against_reference(log(fp32), log(fp8), ["--rtol", "0.05", "--atol", "1e-4"],
+                            "trainer: fp32 against fp8, looser")
+    # One line of the real log edited per iteration from k on: that tag only, from k.
+    k, victim = 5, "model.layers.1.mlp.fc2_weight_std"
+    edited = tmp + "/edited.log"
+    with open(log(fp32)) as f, open(edited, "w") as out_f:
+        for text in f:
+            if (" - " + victim + " \t") in text:
+                head, value = text.rstrip("\n").rsplit("value=", 1)
+                it = int(text.split("iteration=")[1].split()[0])
+                if it >= k:
+                    text = "%svalue=%.9g\n" % (head, float(value) * 1.001)
+            out_f.write(text)
+    got = check_against_reference(log(fp32), edited, [], "trainer: edited copy")
+    differ = [(t["tag"], t["first_divergence"]["iteration"]) for t in got["tags"]
+              if t["status"] == "differ"]
+    check(differ == [(victim, k)], "trainer: edited copy differs at %s only: %s" % (victim, differ))
+    png = tmp + "/fp32_fp8.png"
+    rc, out, err = run(fp32, fp8, "--plot", png)
+    check(rc == 1, "trainer: --plot exit 1 (%s)" % err)
+    _, _, rows = read_png(png)
+    check(count_color(rows, RUN_A_COLOR) > 1000 and count_color(rows, RUN_B_COLOR) > 1000,
+          "trainer: both runs drawn")
+
+
 def main():
     tmp = sys.argv[2] if len(sys.argv) > 2 else tempfile.mkdtemp(prefix="dli-compare-")
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
     random.seed(1)
-    for test in (test_identical, test_one_tag_from_k, test_iteration_sets, test_tolerance_edges,
-                 test_random_against_reference, test_odd_tags, test_malformed, test_usage,
-                 test_dirs, test_plot):
+    tests = (test_identical, test_one_tag_from_k, test_iteration_sets, test_tolerance_edges,
+             test_random_against_reference, test_odd_tags, test_malformed, test_usage, test_dirs,
+             test_plot)
+    if len(sys.argv) > 4 and sys.argv[3] == "--trainer":
+        trainer = os.path.abspath(sys.argv[4])
+        tests = (lambda t: test_trainer(t, trainer),)
+    for test in tests:
         test(tmp)
-        print("ok", test.__name__)
+        print("ok", test.__name__ if len(tests) > 1 else "test_trainer")
     shutil.rmtree(tmp, ignore_errors=True)
     print("PASS: %d checks" % passed)
 
