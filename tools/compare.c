@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include <dirent.h>
+#include <regex.h>
 #include <sys/stat.h>
 
 #include "cmd.h"
@@ -26,12 +27,13 @@
 
 static const char usage[] =
 	"usage: dlinspect compare RUN_A RUN_B [--rtol X] [--atol X] [--rank N] [--strict]\n"
-	"                         [--json] [--plot FILE.png]\n"
+	"                         [--tags REGEX] [--json] [--plot FILE.png]\n"
 	"  RUN: a log dir, its nvdlfw_inspect_statistics_logs dir, or one statistics log file\n"
 	"  --rtol X, --atol X   a and b agree when |a-b| <= max(atol, rtol * max(|a|, |b|))\n"
 	"                       (defaults 1e-05 and 1e-08); nan agrees with nan only\n"
 	"  --rank N             the rank whose log is read in a dir (default: the lowest there)\n"
 	"  --strict             iterations and tags of one run only count as differences\n"
+	"  --tags REGEX         only the tags REGEX matches (POSIX extended, anywhere in the tag)\n"
 	"  --json               the report as one JSON object\n"
 	"  --plot FILE.png      draw the diverging tags of both runs (the first 12)\n"
 	"exit status: 0 no tag differs, 1 some do, 2 usage or input error\n";
@@ -47,6 +49,8 @@ struct options {
 	long rank; /* -1: the lowest */
 	bool strict, json;
 	const char *plot;
+	const char *tags;  /* --tags, or NULL */
+	regex_t tags_re;   /* compiled when `tags` is set */
 };
 
 /* A value waiting for its counterpart in the other file. */
@@ -445,6 +449,14 @@ static int read_value(struct reader *r, int side, struct tags *tags, const struc
 		int rc = parse_line(r, r->line, &name, &name_len, &it, &v);
 		if (rc)
 			return rc;
+		if (o->tags) {
+			char save = name[name_len];
+			name[name_len] = '\0';
+			bool match = regexec(&o->tags_re, name, 0, NULL, 0) == 0;
+			name[name_len] = save;
+			if (!match)
+				continue;
+		}
 		struct tag *t = tags_get(tags, name, name_len);
 		if (!t) {
 			report("out of memory");
@@ -648,11 +660,17 @@ static void print_text_report(struct tag **sorted, size_t n, const struct reader
 	}
 	printf("tolerance: |a-b| <= max(atol %g, rtol %g * max(|a|, |b|))%s\n", o->atol, o->rtol,
 	       o->strict ? "; --strict: iterations of one run only count" : "");
+	if (o->tags) {
+		printf("tags matching '");
+		print_text(o->tags);
+		printf("'\n");
+	}
 	printf("\n");
 	if (n_diff) {
-		printf("%zu of %zu tags differ%s beyond tolerance, by first divergence:\n", n_diff, n,
-		       n_diff == 1 ? "s" : "");
-		printf("%9s %15s %15s %15s %9s %11s %9s  %s\n", "first", "A there", "B there",
+		printf("%zu of %zu tags differ%s beyond tolerance, by first divergence (A, B: the "
+		       "values there, '-' for none):\n",
+		       n_diff, n, n_diff == 1 ? "s" : "");
+		printf("%9s %15s %15s %15s %9s %11s %9s  %s\n", "first", "A", "B",
 		       "max |a-b|", "at", "max rel", "at", "tag");
 		for (size_t i = 0; i < n_diff; i++) {
 			const struct tag *t = sorted[i];
@@ -726,16 +744,25 @@ static void json_string(const char *s)
 	putchar('"');
 }
 
-/* A number with 17 significant digits (it round-trips a double); JSON has no nan or infinity,
- * which are the strings "nan", "inf" and "-inf" (Python's float() reads both forms). */
+/* A number with the fewest significant digits (up to 17) that read back as the same double, so
+ * a value of the log reads as the log wrote it; JSON has no nan or infinity, which are the strings
+ * "nan", "inf" and "-inf" (Python's float() reads both forms). */
 static void json_number(double v)
 {
-	if (isnan(v))
+	char buf[40];
+
+	if (isnan(v)) {
 		printf("\"nan\"");
-	else if (isinf(v))
+	} else if (isinf(v)) {
 		printf(v < 0 ? "\"-inf\"" : "\"inf\"");
-	else
-		printf("%.17g", v);
+	} else {
+		for (int digits = 9; digits <= 17; digits++) {
+			snprintf(buf, sizeof buf, "%.*g", digits, v);
+			if (strtod(buf, NULL) == v)
+				break;
+		}
+		fputs(buf, stdout);
+	}
 }
 
 /* {"iteration": N, "a": x, "b": y}, a or b null for a run that lacks the iteration. */
@@ -778,8 +805,12 @@ static void print_json_report(struct tag **sorted, size_t n, const struct reader
 	json_number(o->rtol);
 	printf(", \"atol\": ");
 	json_number(o->atol);
-	printf(", \"strict\": %s, \"differ\": %s, \"tags\": [", o->strict ? "true" : "false",
-	       any ? "true" : "false");
+	printf(", \"strict\": %s, \"tags_regex\": ", o->strict ? "true" : "false");
+	if (o->tags)
+		json_string(o->tags);
+	else
+		printf("null");
+	printf(", \"differ\": %s, \"tags\": [", any ? "true" : "false");
 	for (size_t i = 0; i < n; i++) {
 		const struct tag *t = sorted[i];
 		const char *status = tag_differs(t, o)  ? "differ"
@@ -852,9 +883,22 @@ static int parse_args(int argc, char **argv, struct options *o)
 			}
 		} else if (!strcmp(a, "--plot") && has_value) {
 			o->plot = argv[++i];
+		} else if (!strcmp(a, "--tags") && has_value) {
+			if (o->tags)
+				regfree(&o->tags_re);
+			o->tags = argv[++i];
+			int rc = regcomp(&o->tags_re, o->tags, REG_EXTENDED | REG_NOSUB);
+			if (rc) {
+				char why[256];
+				regerror(rc, &o->tags_re, why, sizeof why);
+				report("--tags '%s': %s", o->tags, why);
+				o->tags = NULL;
+				return 2;
+			}
 		} else if (a[0] == '-' && a[1]) {
 			bool valued = !strcmp(a, "--rtol") || !strcmp(a, "--atol") ||
-				      !strcmp(a, "--rank") || !strcmp(a, "--plot");
+				      !strcmp(a, "--rank") || !strcmp(a, "--plot") ||
+				      !strcmp(a, "--tags");
 			report("%s '%s'", valued ? "missing value for" : "unknown option", a);
 			fputs(usage, stderr);
 			return 2;
@@ -918,20 +962,29 @@ out:
 	return status;
 }
 
+static int compare(const struct options *o);
+
 int dli_cmd_compare(int argc, char **argv)
 {
 	struct options o;
+	int status = parse_args(argc, argv, &o);
+
+	if (status == 0)
+		status = compare(&o);
+	if (o.tags)
+		regfree(&o.tags_re);
+	return status < 0 ? 0 : status;
+}
+
+static int compare(const struct options *o)
+{
 	struct reader r[2] = {{0}, {0}};
 	struct tags tags = {0};
 	struct tag **sorted = NULL;
 	char *paths[2] = {NULL, NULL};
-	int status = parse_args(argc, argv, &o);
-
-	if (status)
-		return status < 0 ? 0 : status;
-	status = 2;
+	int status = 2;
 	for (int s = 0; s < 2; s++) {
-		if (!(paths[s] = find_log(o.run[s], o.rank)))
+		if (!(paths[s] = find_log(o->run[s], o->rank)))
 			goto out;
 		r[s].path = paths[s];
 		r[s].last = INT64_MIN;
@@ -946,7 +999,7 @@ int dli_cmd_compare(int argc, char **argv)
 			: r[RUN_B].eof ? RUN_A
 			: r[RUN_B].last < r[RUN_A].last ? RUN_B
 							: RUN_A;
-		int rc = read_value(&r[s], s, &tags, &o);
+		int rc = read_value(&r[s], s, &tags, o);
 		if (rc == 2)
 			goto out;
 	}
@@ -965,18 +1018,18 @@ int dli_cmd_compare(int argc, char **argv)
 	}
 	if (tags.n)
 		memcpy(sorted, tags.list, tags.n * sizeof *sorted);
-	sort_options = &o;
+	sort_options = o;
 	if (tags.n)
 		qsort(sorted, tags.n, sizeof *sorted, tag_order);
 	size_t n_diff = 0;
-	while (n_diff < tags.n && tag_differs(sorted[n_diff], &o))
+	while (n_diff < tags.n && tag_differs(sorted[n_diff], o))
 		n_diff++;
-	if (o.json)
-		print_json_report(sorted, tags.n, r, n_tags, &o, n_diff > 0);
+	if (o->json)
+		print_json_report(sorted, tags.n, r, n_tags, o, n_diff > 0);
 	else
-		print_text_report(sorted, tags.n, r, n_tags, &o);
+		print_text_report(sorted, tags.n, r, n_tags, o);
 	status = n_diff > 0;
-	if (o.plot && write_plot(sorted, n_diff, &o))
+	if (o->plot && write_plot(sorted, n_diff, o))
 		status = 2;
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		report("writing the report: %s", strerror(errno));

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 import struct
 import subprocess
@@ -104,9 +105,12 @@ def diffs(a, b):
     return d, d / max(abs(a), abs(b))
 
 
-def reference(pa, pb, rtol=1e-5, atol=1e-8, strict=False):
+def reference(pa, pb, rtol=1e-5, atol=1e-8, strict=False, tags=None):
     """The report as a list of dicts in the report's order, and whether any tag differs."""
     A, B = read_log(pa), read_log(pb)
+    if tags is not None:
+        A = {t: v for t, v in A.items() if re.search(tags, t)}
+        B = {t: v for t, v in B.items() if re.search(tags, t)}
     out = []
     for tag in set(A) | set(B):
         a, b = A.get(tag, {}), B.get(tag, {})
@@ -155,7 +159,8 @@ def check_against_reference(pa, pb, opts, name):
     rtol = float(opts[opts.index("--rtol") + 1]) if "--rtol" in opts else 1e-5
     atol = float(opts[opts.index("--atol") + 1]) if "--atol" in opts else 1e-8
     strict = "--strict" in opts
-    want, any_diff = reference(pa, pb, rtol, atol, strict)
+    tags = opts[opts.index("--tags") + 1] if "--tags" in opts else None
+    want, any_diff = reference(pa, pb, rtol, atol, strict, tags)
     rc, out, err = run(pa, pb, "--json", *opts)
     check(rc == (1 if any_diff else 0), "%s: exit status %d, expected %d (%s)" % (
         name, rc, 1 if any_diff else 0, err))
@@ -324,7 +329,8 @@ def test_random_against_reference(tmp):
         a, b = tmp + "/rand/%d/a.log" % case, tmp + "/rand/%d/b.log" % case
         write_log(a, rows_a)
         write_log(b, rows_b)
-        for opts in ([], ["--strict"], ["--rtol", "1e-3", "--atol", "1e-6"]):
+        for opts in ([], ["--strict"], ["--rtol", "1e-3", "--atol", "1e-6"],
+                     ["--tags", "fc1_.*(max|min)$"], ["--tags", "^nothing matches$"]):
             check_against_reference(a, b, opts, "random case %d %s" % (case, opts))
 
 
@@ -396,6 +402,7 @@ def test_usage(tmp):
     expect_error([a, a, "--atol", "x"], ["--atol 'x'"], "bad atol")
     expect_error([a, a, "--rank"], ["missing value for '--rank'"], "rank without value")
     expect_error([a, a, "--frobnicate"], ["unknown option '--frobnicate'"], "unknown option")
+    expect_error([a, a, "--tags", "fc1_(max"], ["--tags 'fc1_(max': "], "bad --tags regex")
     expect_error([a, tmp + "/usage/missing"], [tmp + "/usage/missing: No such file"], "no file")
     rc, out, err = run("--help")
     check(rc == 0 and "usage: dlinspect compare" in out, "--help")
