@@ -280,8 +280,9 @@ static int series_add(struct tag *t, int side, int64_t it, double v)
 
 /* A value of tag t from file `side`: matched against the other file's waiting values, or queued.
  * The other file's waiting values before `it` will never be matched (its iterations increase): they
- * are in that run only; so is this one when the other file is already past it. */
-static int take_value(struct tag *t, int side, int64_t it, double v, const struct options *o)
+ * are in that run only; so is this one when the other file is already past it, or at its end. */
+static int take_value(struct tag *t, int side, int64_t it, double v, bool other_done,
+		      const struct options *o)
 {
 	int other = 1 - side;
 
@@ -301,6 +302,10 @@ static int take_value(struct tag *t, int side, int64_t it, double v, const struc
 	}
 	if (t->head == t->len)
 		t->head = t->len = 0;
+	if (other_done) {
+		one_sided(t, side, it, v);
+		return 0;
+	}
 	if (t->len == t->cap) {
 		if (t->head > 0) {
 			memmove(t->pending, t->pending + t->head, (t->len - t->head) * sizeof *t->pending);
@@ -412,14 +417,19 @@ static int parse_line(struct reader *r, char *line, char **tag, size_t *tag_len,
 	}
 	return 0;
 bad:
-	report("%s:%zu:%zu: expected %s, found '%s'", r->path, r->line_no, (size_t)(p - line) + 1,
-	       what, *p ? excerpt(p, found, sizeof found) : "end of line");
+	if (*p)
+		report("%s:%zu:%zu: expected %s, found '%s'", r->path, r->line_no,
+		       (size_t)(p - line) + 1, what, excerpt(p, found, sizeof found));
+	else
+		report("%s:%zu:%zu: expected %s, found the end of the line", r->path, r->line_no,
+		       (size_t)(p - line) + 1, what);
 	return 2;
 }
 
 /* Reads the next value of r into the tags. Returns 0, 1 at the end of the file, or 2 after
  * reporting an error. */
-static int read_value(struct reader *r, int side, struct tags *tags, const struct options *o)
+static int read_value(struct reader *r, int side, bool other_done, struct tags *tags,
+		      const struct options *o)
 {
 	for (;;) {
 		errno = 0;
@@ -474,7 +484,7 @@ static int read_value(struct reader *r, int side, struct tags *tags, const struc
 		t->last_line[side] = r->line_no;
 		r->values++;
 		r->last = it;
-		if (take_value(t, side, it, v, o) < 0 || (o->plot && series_add(t, side, it, v) < 0)) {
+		if (take_value(t, side, it, v, other_done, o) < 0 || (o->plot && series_add(t, side, it, v) < 0)) {
 			report("out of memory");
 			return 2;
 		}
@@ -999,7 +1009,7 @@ static int compare(const struct options *o)
 			: r[RUN_B].eof ? RUN_A
 			: r[RUN_B].last < r[RUN_A].last ? RUN_B
 							: RUN_A;
-		int rc = read_value(&r[s], s, &tags, o);
+		int rc = read_value(&r[s], s, r[1 - s].eof, &tags, o);
 		if (rc == 2)
 			goto out;
 	}
