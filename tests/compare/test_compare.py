@@ -67,7 +67,11 @@ def write_log(path, rows):
 def run(*args):
     r = subprocess.run([TOOL, "compare"] + [str(a) for a in args], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
-    return r.returncode, r.stdout.decode("utf-8"), r.stderr.decode("utf-8")
+    err = r.stderr.decode("utf-8")
+    # Under a sanitizer, a report must fail the test even where exit status 1 is expected.
+    check("Sanitizer" not in err and "runtime error" not in err,
+          "compare %s: sanitizer report:\n%s" % (" ".join(map(str, args)), err))
+    return r.returncode, r.stdout.decode("utf-8"), err
 
 
 # ---- the reference ----
