@@ -391,6 +391,21 @@ def test_malformed(tmp):
         # Either side: the error names the file it is in.
         expect_error([a, b], [where, needle], "malformed line %d" % i)
         expect_error([b, a], [where, needle], "malformed line %d as B" % i)
+    # Every prefix of a line, and lines with one byte changed: a report or a precise error, never
+    # a crash (the sanitizer build runs this too).
+    full = line("model.l_activation_max", 12, 0.5).rstrip("\n")
+    rng = random.Random(3)
+    variants = [full[:n] for n in range(len(full))]
+    for _ in range(60):
+        k = rng.randrange(len(full))
+        variants.append(full[:k] + rng.choice("\t -=x9.e\\\x7f\u00e9") + full[k + 1:])
+    for i, text in enumerate(variants):
+        a = tmp + "/bad/v%d.log" % i
+        with open(a, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+        rc, out, err = run(a, b)
+        check(rc in (0, 1) or (rc == 2 and err.startswith("dlinspect compare: %s:1:" % a)),
+              "variant %r: exit %d, %s" % (text, rc, err))
     a = tmp + "/bad/nul.log"
     with open(a, "wb") as f:
         f.write(b"\x00\x01binary\n")
