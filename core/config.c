@@ -543,6 +543,8 @@ static int want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 		*out = (int64_t)d;
 		return 0;
 	}
+	if (number && d == floor(d))
+		return fail(rs, n, "expected an integer, got '%s' (out of the 64-bit range)", n->text);
 	if (number)
 		return fail(rs, n, "expected an integer, got '%s' (a number with a fraction)",
 			    n->text);
@@ -1052,6 +1054,9 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			if (!sel->types)
 				return -ENOMEM;
 			for (size_t k = 0; k < count; k++) {
+				if (!items[k]->text[0])
+					return fail(rs, items[k], "an empty layer type would select every "
+								  "layer; write 'all' for that");
 				if (!strcmp(items[k]->text, "all"))
 					sel->types_all = true;
 				else if (!(sel->types[sel->n_types++] = strdup(items[k]->text)))
@@ -1059,7 +1064,8 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			}
 			numeric_key = key;
 		} else if (!strcmp(key->text, "layer_numbers")) {
-			if ((r = want_list(rs, v, "layer numbers or ranges 'a-b'", &items, &count)))
+			if ((r = want_list(rs, v, "layer numbers or ranges 'a-b'", &items, &count)) ||
+			    (r = listed_once(rs, items, NULL, count)))
 				return r;
 			sel->has_numbers = true;
 			sel->numbers = calloc(count, sizeof *sel->numbers);

@@ -702,6 +702,19 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	*out = NULL;
 	if (err)
 		memset(err, 0, sizeof *err);
+	/* Values no host means: refused, not clamped (a rank of -1 would name log files
+	 * "globalrank--1"). A world_size of 0 or 1 is "not said": only a larger one bounds the rank. */
+	if (o->rank < 0 || o->world_size < 0 || (o->world_size > 1 && o->rank >= o->world_size))
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.rank is %d and options.world_size %d: expected "
+				     "0 <= rank < world_size (a world_size of 0 or 1 leaves the rank "
+				     "unbounded)",
+				     o->rank, o->world_size);
+	if (o->log_level < -1 || o->log_level > DLI_LOG_DEBUG)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.log_level is %d: expected -1 (from the environment) "
+				     "or %d (error) to %d (debug)",
+				     o->log_level, DLI_LOG_ERROR, DLI_LOG_DEBUG);
 	struct dli_context *ctx = calloc(1, sizeof *ctx);
 	if (!ctx)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -728,7 +741,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	const char *nv_level = getenv("NVDLFW_INSPECT_LOG_LEVEL");
 	bool nv_level_unknown = false;
 	if (o->log_level >= 0)
-		ctx->log_level = o->log_level > DLI_LOG_DEBUG ? DLI_LOG_DEBUG : o->log_level;
+		ctx->log_level = o->log_level;
 	else if (env_level && env_level[0]) {
 		if (parse_level(env_level, &ctx->log_level)) {
 			r = dli_error_set(err, -EINVAL, NULL, "DLINSPECT_LOG_LEVEL='%s': expected "

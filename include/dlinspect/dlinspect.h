@@ -104,10 +104,10 @@ struct dli_options {
 	size_t n_plugin_dirs;
 	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
 	size_t n_extensions;
-	int rank;       /* global rank of this process (file names, logger `ranks`) */
-	int world_size;
+	int rank;       /* global rank of this process (file names, logger `ranks`); >= 0 */
+	int world_size; /* 0 or 1: one process (the rank is not bounded); else rank < world_size */
 	int64_t initial_iteration;
-	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO */
+	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO; others refused */
 	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
 	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
 	 * feature is refused with a did-you-mean; when NULL, such a name is taken as the host's and
