@@ -740,16 +740,35 @@ static void print_text_report(struct tag **sorted, size_t n, const struct reader
 
 /* ---- JSON (RFC 8259) ---- */
 
+/* The length of the valid UTF-8 sequence at p (1 to 4), or 0 (RFC 3629: no overlong forms, no
+ * surrogates, nothing above U+10FFFF). */
+static int utf8_len(const unsigned char *p)
+{
+	int n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] <= 0xdf ? 2 : (p[0] & 0xf0) == 0xe0 ? 3
+		: p[0] >= 0xf0 && p[0] <= 0xf4 ? 4 : 0;
+	for (int i = 1; i < n; i++)
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+	if ((n == 3 && ((p[0] == 0xe0 && p[1] < 0xa0) || (p[0] == 0xed && p[1] >= 0xa0))) ||
+	    (n == 4 && ((p[0] == 0xf0 && p[1] < 0x90) || (p[0] == 0xf4 && p[1] >= 0x90))))
+		return 0;
+	return n;
+}
+
+/* A JSON string. Tags hold what the host named its layers: a byte that is not part of valid
+ * UTF-8 is written as the code point of the same number (\u00NN), so the output stays JSON. */
 static void json_string(const char *s)
 {
 	putchar('"');
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+	for (const unsigned char *p = (const unsigned char *)s; *p;) {
+		int n = utf8_len(p);
 		if (*p == '"' || *p == '\\')
 			printf("\\%c", *p);
-		else if (*p < 0x20 || *p == 0x7f)
+		else if (*p < 0x20 || *p == 0x7f || n == 0)
 			printf("\\u%04x", *p);
 		else
-			putchar(*p);
+			fwrite(p, 1, (size_t)n, stdout);
+		p += n ? n : 1;
 	}
 	putchar('"');
 }

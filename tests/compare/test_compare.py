@@ -67,11 +67,11 @@ def write_log(path, rows):
 def run(*args):
     r = subprocess.run([TOOL, "compare"] + [str(a) for a in args], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE)
-    err = r.stderr.decode("utf-8")
+    err = r.stderr.decode("utf-8", "surrogateescape")
     # Under a sanitizer, a report must fail the test even where exit status 1 is expected.
     check("Sanitizer" not in err and "runtime error" not in err,
           "compare %s: sanitizer report:\n%s" % (" ".join(map(str, args)), err))
-    return r.returncode, r.stdout.decode("utf-8"), err
+    return r.returncode, r.stdout.decode("utf-8", "surrogateescape"), err
 
 
 # ---- the reference ----
@@ -350,6 +350,17 @@ def test_odd_tags(tmp):
     write_log(b, rows_b)
     got = check_against_reference(a, b, [], "odd tags")
     check(got["tags"][0]["tag"] == "space _activation_max ", "odd tags: the trailing space kept")
+    # Bytes that are not UTF-8 (a host's layer name): the JSON stays valid, each byte a \u00NN.
+    head = b"2026-11-23 22:00:00,123 - INFO - "
+    for name, path in ((b"bad\xff\xc3(\xed\xa0\x80_x_max", a), (b"bad\xff\xc3(\xed\xa0\x80_x_max", b)):
+        with open(path, "wb") as f:
+            f.write(head + name + b" \t\t\t\t iteration=000001 \t\t\t\t value=1\n")
+            f.write(head + "é_x_max".encode() + b" \t\t\t\t iteration=000001 \t\t\t\t value=2\n")
+    r = subprocess.run([TOOL, "compare", a, b, "--json"], stdout=subprocess.PIPE)
+    got = json.loads(r.stdout.decode("utf-8"))
+    check(r.returncode == 0 and sorted(t["tag"] for t in got["tags"]) ==
+          ["bad\u00ff\u00c3(\u00ed\u00a0\u0080_x_max", "é_x_max"],
+          "odd tags: bytes not UTF-8 in JSON: %s" % [t["tag"] for t in got["tags"]])
 
 
 def expect_error(args, needles, name):
