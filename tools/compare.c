@@ -669,7 +669,7 @@ static void print_text_report(struct tag **sorted, size_t n, const struct reader
 		printf(" (%zu values, %zu tags)\n", r[s].values, n_tags[s]);
 	}
 	printf("tolerance: |a-b| <= max(atol %g, rtol %g * max(|a|, |b|))%s\n", o->atol, o->rtol,
-	       o->strict ? "; --strict: iterations of one run only count" : "");
+	       o->strict ? "; --strict: iterations and tags of one run only count" : "");
 	if (o->tags) {
 		printf("tags matching '");
 		print_text(o->tags);
