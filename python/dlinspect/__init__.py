@@ -225,7 +225,8 @@ def infer_and_assign_layer_names(model):
             for child_name, child in module.named_children():
                 visit(child, f"{name}.{getattr(child, 'layer_number', child_name)}")
             return
-        if module_type is not None and not isinstance(module, module_type):
+        if (module_type is not None and not isinstance(module, module_type)
+                and not hasattr(module, "named_children")):
             inner = getattr(module, "module", None)
             if inner is None:
                 raise TypeError(f"cannot name {type(module).__name__}: not a torch.nn.Module")
