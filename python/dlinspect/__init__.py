@@ -43,8 +43,9 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-#: The plugin modules shipped with the package (a wheel, or the build tree's python/dlinspect/).
-PACKAGE_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+#: The plugin modules shipped with the package, beside the extension module: in a wheel the
+#: package's plugins/, in the build tree (and an editable install) build/python/dlinspect/plugins/.
+PACKAGE_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(_c.__file__)), "plugins")
 
 _LEVELS = {"ERROR": 0, "WARNING": 1, "INFO": 2, "DEBUG": 3}
 
