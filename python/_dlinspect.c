@@ -318,6 +318,7 @@ struct view {
 	bool has_buf;
 	void *copy;         /* the contiguous copy of a strided CPU tensor, or NULL */
 	PyObject *keep;     /* an object to release with the view (the array interface dict) */
+	PyObject *detached; /* obj.detach() of a torch tensor that requires grad */
 };
 
 static void view_release(struct view *v)
@@ -342,6 +343,7 @@ static void view_release(struct view *v)
 	}
 	Py_CLEAR(v->capsule);
 	Py_CLEAR(v->keep);
+	Py_CLEAR(v->detached);
 }
 
 static const char *const dtype_names[DLI_DTYPE_COUNT] = {
@@ -575,6 +577,28 @@ static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stre
 				cap = PyObject_CallMethodNoArgs(obj, g_str_dlpack);
 		}
 		Py_XDECREF(s);
+		if (!cap && (PyErr_ExceptionMatches(PyExc_RuntimeError) ||
+			     PyErr_ExceptionMatches(PyExc_BufferError))) {
+			/* torch exports no tensor that requires grad: read its detached view (the same
+			 * memory, no copy), which does not, so this does not recurse further. */
+			PyObject *et, *ev, *etb;
+			PyErr_Fetch(&et, &ev, &etb);
+			PyObject *rg = PyObject_GetAttrString(obj, "requires_grad");
+			int needs = rg ? PyObject_IsTrue(rg) : 0;
+			Py_XDECREF(rg);
+			PyErr_Clear();
+			PyObject *d = needs == 1 ? PyObject_CallMethod(obj, "detach", NULL) : NULL;
+			if (d) {
+				Py_XDECREF(et);
+				Py_XDECREF(ev);
+				Py_XDECREF(etb);
+				int rc = view_get(d, v, writable, stream, what);
+				v->detached = d;
+				return rc;
+			}
+			PyErr_Clear();
+			PyErr_Restore(et, ev, etb);
+		}
 		if (!cap) {
 			/* numpy refuses dtypes DLPack lacks (ml_dtypes' bfloat16, float8) with a
 			 * BufferError: the array interface below still reads them. */
