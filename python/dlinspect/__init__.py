@@ -155,9 +155,18 @@ def is_initialized():
     return _c._initialized()
 
 
-def log_message(message, layer_name=None, level="INFO"):
+_logged_once = set()
+
+
+def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None):
     """Writes a line to the message log (file logger: nvdlfw_inspect_logs/). level: "ERROR",
-    "WARNING", "INFO", "DEBUG" or a `logging` level number."""
+    "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
+    TransformerEngine passes), a message is written once per (message, layer, args) and context."""
+    if extra_cachable_args is not None:
+        key = (_c._generation(), str(message), str(layer_name), repr(extra_cachable_args))
+        if key in _logged_once:
+            return
+        _logged_once.add(key)
     if isinstance(level, int):
         lv = 0 if level >= _logging.ERROR else 1 if level >= _logging.WARNING else \
             2 if level >= _logging.INFO else 3
