@@ -202,7 +202,8 @@ def main(argv=None):
     if r["nvdlfw_inspect_ns"] is not None:
         print(f"  nvdlfw_inspect, a layer its config does not select:           {r['nvdlfw_inspect_ns']:6.1f} ns")
     else:
-        print("  nvdlfw_inspect: not importable here (its figure is left out)")
+        print("  nvdlfw_inspect: not importable here, or its log_tensor_stats call failed "
+              "(its figure is left out)")
     ratio = r["inspect_64mib_ratio"]
     print(f"inspect_tensor, {a.size_mib} MiB float32 numpy array: {r['inspect_64mib_python_gibs']:.2f} GiB/s "
           f"from Python, {r['inspect_64mib_c_gibs']:.2f} GiB/s the same pass from C: "
