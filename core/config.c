@@ -1314,8 +1314,11 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		/* Unknown: suggest among every key this feature takes here. */
 		bool in_gemm = entry_key && !strcmp(entry_key, "gemm");
 		bool in_tensor = entry_key && !strcmp(entry_key, "tensor");
-		const char *cands[64];
+		/* Every shared key (at most 5 + N_SCHEDULE_KEYS + 1) and each parameter's key and alias. */
+		const char **cands = malloc((8 + N_SCHEDULE_KEYS + 2 * d->n_params) * sizeof *cands);
 		size_t nc = 0;
+		if (!cands)
+			return -ENOMEM;
 		if (!entry_key)
 			cands[nc++] = "enabled";
 		if (d->flags & DLI_FEATURE_GEMMS) {
@@ -1335,13 +1338,14 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 				cands[nc++] = schedule_keys[i];
 		if (d->flags & DLI_FEATURE_MODIFIES)
 			cands[nc++] = "in_eval";
-		for (size_t i = 0; i < d->n_params && nc < 62; i++) {
+		for (size_t i = 0; i < d->n_params; i++) {
 			cands[nc++] = d->params[i].key;
 			if (d->params[i].alias)
 				cands[nc++] = d->params[i].alias;
 		}
 		char hint[128];
 		dli_suggest_text(hint, sizeof hint, k, cands, nc);
+		free(cands);
 		path_pop(rs, mark);
 		const char *why = "";
 		bool gemm_key = !strcmp(k, "gemms") || !strcmp(k, "gemms_struct");

@@ -1,6 +1,7 @@
 /* `dlinspect plugins [--explain [NAME]]`: the modules on the plugin search path, loaded through the same
  * loader dli_init uses, with their features, loggers and parameters. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd.h"
@@ -86,25 +87,32 @@ int dli_cmd_plugins(int argc, char **argv)
 	bool explain = false;
 	const char *only = NULL; /* --explain NAME: that feature or logger alone */
 	size_t shown = 0;
-	const char *extra[64];
+	const char **extra = calloc((size_t)argc, sizeof *extra); /* no limit on --plugin-dir */
 	size_t n_extra = 0;
+	if (!extra) {
+		fprintf(stderr, "dlinspect plugins: out of memory\n");
+		return 2;
+	}
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--explain")) {
 			explain = true;
 			if (i + 1 < argc && argv[i + 1][0] != '-')
 				only = argv[++i];
-		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc && n_extra < 64) {
+		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc) {
 			extra[n_extra++] = argv[++i];
 		} else {
 			fprintf(stderr,
 				"usage: dlinspect plugins [--explain [NAME]] [--plugin-dir DIR]...\n");
+			free(extra);
 			return 2;
 		}
 	}
 	struct dli_error err;
 	char **dirs;
 	size_t n_dirs;
-	if (dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err)) {
+	int found = dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
+	free(extra);
+	if (found) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		return 1;
 	}
