@@ -30,6 +30,7 @@ void dli_options_init(struct dli_options *o)
 	o->size = sizeof *o;
 	o->world_size = 1;
 	o->log_level = -1;
+	o->config_reload_steps = -1;
 }
 
 /* ---- Messages ---- */
@@ -380,6 +381,8 @@ int dli_step(struct dli_context *ctx)
 		dli_report_silent_noops(ctx);
 		ctx->stepped = true;
 	}
+	/* A new config comes in between this iteration's records and the flush below. */
+	dli_reload_at_step(ctx);
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
@@ -617,7 +620,7 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 	return 0;
 }
 
-static int create_instances(struct dli_context *ctx, struct dli_error *err)
+int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
@@ -652,6 +655,16 @@ static int create_instances(struct dli_context *ctx, struct dli_error *err)
 		ctx->n_instances++;
 	}
 	return 0;
+}
+
+void dli_context_destroy_instances(struct dli_context *ctx)
+{
+	for (size_t i = ctx->n_instances; i-- > 0;)
+		if (ctx->instances[i].ops->destroy)
+			ctx->instances[i].ops->destroy(ctx->instances[i].state);
+	free(ctx->instances);
+	ctx->instances = NULL;
+	ctx->n_instances = 0;
 }
 
 /* The first message log line: what this run loaded, so a log read later says how it was made. */
@@ -798,7 +811,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = ctx->config->n_tensor_names;
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
-	if ((r = create_instances(ctx, err)))
+	if ((r = dli_context_create_instances(ctx, err)))
 		goto fail;
 	log_start(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
@@ -808,6 +821,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		if (ctx->config->warnings_loud[i] && with_loggers && ctx->log_level >= DLI_LOG_WARNING)
 			stderr_line(NULL, ctx->config->warnings[i]);
 	}
+	if (with_loggers && (r = dli_reload_init(ctx, o, o->config_yaml ? NULL : path, err)))
+		goto fail;
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
 	return 0;
@@ -834,10 +849,7 @@ void dli_destroy(struct dli_context *ctx)
 		free(t->slots);
 		free(t);
 	}
-	for (size_t i = ctx->n_instances; i-- > 0;)
-		if (ctx->instances[i].ops->destroy)
-			ctx->instances[i].ops->destroy(ctx->instances[i].state);
-	free(ctx->instances);
+	dli_context_destroy_instances(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,
@@ -872,6 +884,7 @@ void dli_destroy(struct dli_context *ctx)
 	dli_registry_finish(&ctx->registry);
 	dli_loader_destroy(ctx->loader);
 	dli_config_destroy(ctx->config);
+	dli_reload_finish(ctx);
 	pthread_mutex_destroy(&ctx->layers_lock);
 	free(ctx->log_dir);
 	free(ctx);

@@ -117,17 +117,18 @@ static int check_conflicts(struct dli_layer *l, const struct dli_instance **matc
 	return 0;
 }
 
-int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
-		     struct dli_error *err)
+/* Fills l's bindings and slots from ctx's feature instances (l->ctx and l->name set, the rest
+ * zero). On failure what was built is left for layer_unbuild. */
+static int layer_build(struct dli_layer *l, struct dli_error *err)
 {
-	struct dli_layer *l = calloc(1, sizeof *l);
+	struct dli_context *ctx = l->ctx;
+	const char *name = l->name;
 	const struct dli_instance **matched = calloc(ctx->n_instances + 1, sizeof *matched);
 	int r = 0;
-	if (!l || !matched || !(l->name = strdup(name))) {
+	if (!matched) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
 		goto fail;
 	}
-	l->ctx = ctx;
 	size_t n = 0;
 	for (size_t i = 0; i < ctx->n_instances; i++) {
 		const struct dli_section *s = ctx->instances[i].target->section;
@@ -147,7 +148,6 @@ int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer
 	}
 	if (n == 0) {
 		free(matched);
-		*out = l;
 		return 0;
 	}
 	if ((r = check_conflicts(l, matched, n, err)))
@@ -197,19 +197,15 @@ int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer
 		slot_fill(l, &l->inspect[t], CALL_INSPECT, -1, (int)t, pool, &used);
 	layer_reset(l);
 	free(matched);
-	*out = l;
 	return 0;
 fail:
 	free(matched);
-	dli_layer_destroy(l);
-	*out = NULL;
 	return r;
 }
 
-void dli_layer_destroy(struct dli_layer *l)
+/* Detaches the features and frees what layer_build made; l->ctx and l->name stay. */
+static void layer_unbuild(struct dli_layer *l)
 {
-	if (!l)
-		return;
 	for (size_t i = 0; i < l->n_bindings; i++) {
 		struct dli_binding *b = &l->bindings[i];
 		if (HAS_OP(b->ops, layer_detach))
@@ -219,8 +215,79 @@ void dli_layer_destroy(struct dli_layer *l)
 		free(l->slots[0].bindings);
 	free(l->slots);
 	free(l->bindings);
+	l->slots = l->fp8 = l->modify = l->inspect = l->postq = NULL;
+	l->bindings = NULL;
+	l->n_bindings = 0;
+}
+
+int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		     struct dli_error *err)
+{
+	struct dli_layer *l = calloc(1, sizeof *l);
+	int r;
+	*out = NULL;
+	if (!l || !(l->name = strdup(name))) {
+		free(l);
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	}
+	l->ctx = ctx;
+	if ((r = layer_build(l, err))) {
+		dli_layer_destroy(l);
+		return r;
+	}
+	*out = l;
+	return 0;
+}
+
+void dli_layer_destroy(struct dli_layer *l)
+{
+	if (!l)
+		return;
+	layer_unbuild(l);
 	free(l->name);
 	free(l);
+}
+
+/* The tables a layer's handle reads, moved between a handle and a staged copy. */
+static void layer_swap_tables(struct dli_layer *a, struct dli_layer *b)
+{
+	struct dli_layer t = *a;
+	a->slots = b->slots, a->fp8 = b->fp8, a->modify = b->modify, a->inspect = b->inspect;
+	a->postq = b->postq, a->bindings = b->bindings, a->n_bindings = b->n_bindings;
+	b->slots = t.slots, b->fp8 = t.fp8, b->modify = t.modify, b->inspect = t.inspect;
+	b->postq = t.postq, b->bindings = t.bindings, b->n_bindings = t.n_bindings;
+}
+
+int dli_layer_stage(struct dli_layer *l, struct dli_layer **staged, struct dli_error *err)
+{
+	struct dli_layer *s = calloc(1, sizeof *s);
+	*staged = NULL;
+	if (!s)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	s->ctx = l->ctx;
+	s->name = l->name; /* features keep the handle's name pointer (dli_feature_call) */
+	int r = layer_build(s, err);
+	if (r) {
+		layer_unbuild(s);
+		free(s);
+		return r;
+	}
+	*staged = s;
+	return 0;
+}
+
+void dli_layer_unstage(struct dli_layer *staged)
+{
+	if (!staged)
+		return;
+	layer_unbuild(staged);
+	free(staged);
+}
+
+void dli_layer_commit(struct dli_layer *l, struct dli_layer *staged)
+{
+	layer_swap_tables(l, staged);
+	dli_layer_unstage(staged); /* now the old tables: their features detach */
 }
 
 /* ---- Answers ---- */

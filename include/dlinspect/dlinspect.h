@@ -119,6 +119,10 @@ struct dli_options {
 	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
 	 * (docs/security.md). */
 	bool allow_module_paths;
+	/* Live reload (docs/config.md, "Reloading"): every this many steps, dli_step re-reads the
+	 * config file and applies it when its content changed. 0 = never (dli_config_reload still
+	 * asks for one check); -1 (the default) = $DLINSPECT_CONFIG_RELOAD_STEPS, and if unset 0. */
+	int config_reload_steps;
 };
 
 /* Sets every field to its default. */
@@ -225,6 +229,13 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * It must not run concurrently with other calls on the same context. At iteration INT64_MAX
  * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. */
 int dli_step(struct dli_context *ctx);
+
+/* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
+ * config replaces the old one at that step boundary, an invalid one is refused (message log) and
+ * the old one stays. Only sets a flag: callable from any thread, at any time, and from a signal
+ * handler (e.g. a host's SIGHUP handler; dlinspect installs none). Returns 0, -EINVAL for NULL,
+ * -ENOENT when the context has no config file (no config, or YAML text). */
+int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
  * threading rule as dli_step. */
