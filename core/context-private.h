@@ -78,6 +78,7 @@ struct dli_context {
 	/* enum dli_mode; changed only between calls (dli_mode_set). Beside `iteration`: the hot path
 	 * reads both, from one cache line. */
 	int mode;
+	bool nvtx; /* NVTX ranges on (core/nvtx.c); set at dli_init and at a reload only */
 	int rank, world_size;
 	int log_level;
 	char *log_dir;

@@ -12,6 +12,7 @@
 #include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
+#include "nvtx-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
 
@@ -367,13 +368,22 @@ int dli_step(struct dli_context *ctx)
 			"host must not call dli_step concurrently with other calls",
 			busy);
 #endif
+	bool nvtx = DLI_NVTX_ON(ctx);
+	if (nvtx)
+		dli_nvtx_push_step(ctx->iteration);
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++) {
 		struct dli_layer *l = ctx->layer_list[i];
 		for (size_t k = 0; k < l->n_bindings; k++) {
 			const struct dli_feature_ops *ops = l->bindings[k].ops;
-			if (DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) && ops->step_end)
-				ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (!DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) || !ops->step_end)
+				continue;
+			if (nvtx)
+				dli_nvtx_push(l->bindings[k].instance->target->feature->desc->name,
+					      l->name, "step_end");
+			ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (nvtx)
+				dli_nvtx_pop();
 		}
 	}
 	pthread_mutex_unlock(&ctx->layers_lock);
@@ -389,7 +399,11 @@ int dli_step(struct dli_context *ctx)
 		const struct dli_logger_ops *ops = l->entry->desc->ops;
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) || !ops->flush)
 			continue;
+		if (nvtx)
+			dli_nvtx_push(l->entry->desc->name, "flush", NULL);
 		int r = ops->flush(l->state);
+		if (nvtx)
+			dli_nvtx_pop();
 		if (r < 0 && !first)
 			first = r;
 		if (r < 0 && !atomic_exchange(&l->failed, true))
@@ -397,6 +411,8 @@ int dli_step(struct dli_context *ctx)
 				l->entry->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
+	if (nvtx)
+		dli_nvtx_pop();
 	return first;
 }
 
@@ -812,6 +828,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
 	if ((r = dli_context_create_instances(ctx, err)))
+		goto fail;
+	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
 	log_start(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */

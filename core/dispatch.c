@@ -5,12 +5,14 @@
  * scheduled steps answers from its slot cache (one relaxed atomic load and a compare, after the check
  * of the pass mode: core/plan.c). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "context-private.h"
 #include "error-private.h"
+#include "nvtx-private.h"
 
 #define HAS_OP(ops, name) (DLI_HAS_MEMBER(ops, struct dli_feature_ops, name) && (ops)->name)
 
@@ -472,6 +474,13 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 
 /* ---- Actions: only features whose answer is "on" at this iteration act. ---- */
 
+/* The NVTX range around one feature's action (core/nvtx.c): formatting only when ranges are on. */
+static void range_push(const struct dli_layer *l, const struct dli_binding *b, int tensor)
+{
+	const char *tname = l->ctx->host.tensor_name(l->ctx, tensor);
+	dli_nvtx_push(b->instance->target->feature->desc->name, l->name, tname ? tname : "?");
+}
+
 int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const struct dli_tensor *in,
 		      const struct dli_quantizer *quantizer, struct dli_tensor *out)
 {
@@ -494,8 +503,13 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 			continue;
 		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
 			acting = b;
+			bool nvtx = DLI_NVTX_ON(l->ctx);
+			if (nvtx)
+				range_push(l, b, tensor);
 			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
 				      : -EINVAL;
+			if (nvtx)
+				dli_nvtx_pop();
 			break;
 		}
 	}
@@ -568,7 +582,12 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 			continue;
 		site_layer = l;
 		site_tensor = tensor;
+		bool nvtx = DLI_NVTX_ON(l->ctx);
+		if (nvtx)
+			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		if (nvtx)
+			dli_nvtx_pop();
 		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
@@ -599,7 +618,12 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 			continue;
 		site_layer = l;
 		site_tensor = tensor;
+		bool nvtx = DLI_NVTX_ON(l->ctx);
+		if (nvtx)
+			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		if (nvtx)
+			dli_nvtx_pop();
 		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
@@ -608,6 +632,16 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 	}
 	CALL_LEAVE(l->ctx);
 	return first;
+}
+
+/* What a dli_call range names: the tensor of a log_tensor_stats call, else the call. */
+static const char *call_what(const char *name, const void *args)
+{
+	const struct dli_log_tensor_stats_args *a = args;
+	if (a && !strcmp(name, DLI_CALL_LOG_TENSOR_STATS) &&
+	    a->size >= offsetof(struct dli_log_tensor_stats_args, tensor) && a->tensor_name)
+		return a->tensor_name;
+	return name;
 }
 
 int dli_call(struct dli_layer *l, const char *name, void *args)
@@ -626,8 +660,15 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 			if (!strcmp(calls[k], name) && HAS_OP(b->ops, call)) {
 				note_binding(b);
 				/* Evaluation passes feed no statistics (dli_mode_set). */
-				if (!eval)
-					r = b->ops->call(&b->call, name, args);
+				if (eval)
+					break;
+				bool nvtx = DLI_NVTX_ON(l->ctx);
+				if (nvtx)
+					dli_nvtx_push(b->instance->target->feature->desc->name,
+						      l->name, call_what(name, args));
+				r = b->ops->call(&b->call, name, args);
+				if (nvtx)
+					dli_nvtx_pop();
 				break;
 			}
 		}

@@ -13,6 +13,7 @@
 #include "context-private.h"
 #include "error-private.h"
 #include "loader-private.h"
+#include "nvtx-private.h"
 
 /* Larger than this is refused before parsing (the parser's own limit is checked there too). */
 #define RELOAD_MAX_BYTES (64u << 20)
@@ -341,6 +342,7 @@ void dli_reload_at_step(struct dli_context *ctx)
 	}
 	rl->hash = h;
 	rl->refused = 0;
+	dli_nvtx_setup(ctx, NULL); /* `nvtx` may have changed; takes effect after this step */
 	dli_log(ctx, DLI_LOG_INFO,
 		"config '%s' reloaded at the end of iteration %lld: %zu sections, %zu feature "
 		"instances, in force from iteration %lld",
