@@ -320,6 +320,15 @@ void dli_reload_at_step(struct dli_context *ctx)
 			      err.message);
 		return;
 	}
+	size_t blank = strspn(text, " \t\r\n");
+	if (blank == len) {
+		/* Likely an editor truncating the file before writing it again: an empty config would
+		 * turn every feature off for a step. Look again at the next check. */
+		dli_log_quiet(ctx, DLI_LOG_INFO, "config '%s' is empty: not reloaded (being written?)",
+			      rl->path);
+		free(text);
+		return;
+	}
 	uint64_t h = content_hash(text, len);
 	if (h == rl->hash || h == rl->refused) {
 		if (asked)

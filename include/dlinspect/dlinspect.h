@@ -22,7 +22,7 @@
  *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
  *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
  *   under a lock while lookups go on without one), dli_log, dli_layer_plan, dli_last_error (its
- *   text is the calling thread's own). Calls on one layer from several
+ *   text is the calling thread's own), dli_config_reload (also from a signal handler). Calls on one layer from several
  *   threads are fine too: features lock what they share (docs/plugins.md).
  * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set,
  *   dli_mode_set and dli_destroy (after which no call may use the context or its handles).

@@ -193,11 +193,17 @@ static void test_unchanged_not_reloaded(void)
 		return;
 	write_config(cfg_a); /* new inode and mtime, same content */
 	CHECK_INT(dli_step(ctx), 0);
+	write_config(""); /* an editor truncating before it writes: not a config turning all off */
+	CHECK_INT(dli_step(ctx), 0);
+	struct dli_layer *fc1 = layer(ctx, "m.0.fc1");
+	CHECK_STR(label_of(fc1), "a");
+	write_config(cfg_a);
 	CHECK_INT(dli_config_reload(ctx), 0);
 	CHECK_INT(dli_step(ctx), 0);
 	dli_destroy(ctx);
 	CHECK_INT(count_lines(MESSAGE_LOG, "reloaded at"), 0);
 	CHECK_INT(count_lines(MESSAGE_LOG, "is unchanged: not reloaded"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "is empty: not reloaded"), 1);
 }
 
 static void test_every_n_steps(void)
