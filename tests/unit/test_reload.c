@@ -2,7 +2,8 @@
  * boundary, an invalid one is refused with its file:line:col and the old one stays, an unchanged one
  * is not reloaded, handles stay valid (run under ASan), tensor ids keep, dli_config_reload from a
  * SIGHUP handler, and threads calling between steps never see a half-switched config (also under
- * TSan). Uses the "probe" fixture module and the file logger's output. */
+ * TSan). Uses the "probe" fixture module (the threads: real features) and the file logger's
+ * output. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -292,14 +293,16 @@ enum { N_THREADS = 4, N_ROUNDS = 12, N_LAYERS = 24 };
 static pthread_barrier_t barrier;
 static struct dli_context *tctx;
 
-/* Round k's config: even k inspects activations with label "even", odd k weights with "odd"; the
- * layers of the type "fc<k % 3>" only. */
+/* Round k's config: even k inspects activations and runs fprop in high precision, odd k weights
+ * and dgrad; the layers of the type "fc<k % 3>" only. Real features: the probe fixture counts
+ * without atomics, so it is no thread test's feature. */
 static void round_config(int k, char *buf, size_t size)
 {
 	snprintf(buf, size,
-		 "s:\n  enabled: true\n  layers: {layer_types: [fc%d]}\n"
-		 "  Probe: {enabled: true, tensors: [%s], label: %s%d}\n",
-		 k % 3, k % 2 ? "weight" : "activation", k % 2 ? "odd" : "even", k);
+		 "s:\n  enabled: true\n  layers: {layer_types: [fc%d]}\n  transformer_engine:\n"
+		 "    LogTensorStats: {enabled: true, tensors: [%s], stats: [max]}\n"
+		 "    DisableFP8GEMM: {enabled: true, gemms: [%s]}\n",
+		 k % 3, k % 2 ? "weight" : "activation", k % 2 ? "dgrad" : "fprop");
 }
 
 struct worker {
@@ -313,7 +316,7 @@ static void *work(void *p)
 	struct dli_layer *mine[N_LAYERS] = {0};
 	float x[4] = {1, 2, 3, 4};
 	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 4);
-	char name[64], label[32];
+	char name[64];
 	for (int k = 0; k < N_ROUNDS; k++) {
 		pthread_barrier_wait(&barrier); /* round k's config is in force */
 		for (int i = 0; i < N_LAYERS; i++) {
@@ -330,8 +333,9 @@ static void *work(void *p)
 			if (dli_inspect_tensor(l, k % 2 ? DLI_TENSOR_WEIGHT : DLI_TENSOR_ACTIVATION,
 					       &t, NULL, NULL))
 				w->wrong++;
-			snprintf(label, sizeof label, "%s%d", k % 2 ? "odd" : "even", k);
-			if (strcmp(label_of(l), selected ? label : "(none)"))
+			if (dli_fp8_gemm_enabled(l, DLI_GEMM_FPROP, NULL) == (selected && k % 2 == 0) ||
+			    dli_fp8_gemm_enabled(l, DLI_GEMM_DGRAD, NULL) == (selected && k % 2 == 1) ||
+			    !dli_fp8_gemm_enabled(l, DLI_GEMM_WGRAD, NULL))
 				w->wrong++;
 			/* A layer of this thread's own, created by name in this round. */
 			snprintf(name, sizeof name, "t%d.r%d.%d.fc%d", w->id, k, i, i % 3);
