@@ -250,14 +250,24 @@ void dli_layer_destroy(struct dli_layer *l)
 	free(l);
 }
 
-/* The tables a layer's handle reads, moved between a handle and a staged copy. */
+/* The tables a layer's handle reads, exchanged between a handle and a staged copy (field by field:
+ * the handle's other fields, atomics among them, stay). */
+#define SWAP_FIELD(a, b, f)                 \
+	do {                                \
+		__typeof__((a)->f) t_ = (a)->f; \
+		(a)->f = (b)->f;            \
+		(b)->f = t_;                \
+	} while (0)
+
 static void layer_swap_tables(struct dli_layer *a, struct dli_layer *b)
 {
-	struct dli_layer t = *a;
-	a->slots = b->slots, a->fp8 = b->fp8, a->modify = b->modify, a->inspect = b->inspect;
-	a->postq = b->postq, a->bindings = b->bindings, a->n_bindings = b->n_bindings;
-	b->slots = t.slots, b->fp8 = t.fp8, b->modify = t.modify, b->inspect = t.inspect;
-	b->postq = t.postq, b->bindings = t.bindings, b->n_bindings = t.n_bindings;
+	SWAP_FIELD(a, b, slots);
+	SWAP_FIELD(a, b, fp8);
+	SWAP_FIELD(a, b, modify);
+	SWAP_FIELD(a, b, inspect);
+	SWAP_FIELD(a, b, postq);
+	SWAP_FIELD(a, b, bindings);
+	SWAP_FIELD(a, b, n_bindings);
 }
 
 int dli_layer_stage(struct dli_layer *l, struct dli_layer **staged, struct dli_error *err)
