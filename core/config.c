@@ -890,6 +890,16 @@ static int read_loggers(struct resolver *rs, const struct dli_node *n)
 	return 0;
 }
 
+int dli_config_seed_tensors(struct dli_config *cfg, char *const *names, size_t n)
+{
+	for (size_t i = DLI_TENSOR_STANDARD_COUNT; i < n && i < DLI_MAX_TENSORS; i++) {
+		if (!(cfg->tensor_names[i] = cfg_strdup(cfg, names[i])))
+			return -ENOMEM;
+		cfg->n_tensor_names = i + 1;
+	}
+	return 0;
+}
+
 static int too_big(struct dli_error *err, const char *path)
 {
 	return dli_error_set(err, -EFBIG, NULL, "config '%s' is larger than %u MiB, the limit",
@@ -972,7 +982,8 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 	size_t n_sections = 0;
 	for (size_t i = 0; i < root->n; i++)
 		n_sections += strcmp(root->keys[i]->text, "extensions") &&
-			      strcmp(root->keys[i]->text, "loggers");
+			      strcmp(root->keys[i]->text, "loggers") &&
+			      strcmp(root->keys[i]->text, "nvtx");
 	cfg->sections = cfg_calloc(cfg, n_sections, sizeof *cfg->sections);
 	if (!cfg->sections) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -984,6 +995,12 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 			r = read_extensions(&rs, root->items[i]);
 		else if (!strcmp(key, "loggers"))
 			r = read_loggers(&rs, root->items[i]);
+		else if (!strcmp(key, "nvtx")) {
+			size_t mark = path_push(&rs, "nvtx");
+			if (!(r = want_bool(&rs, root->items[i], &cfg->nvtx)))
+				path_pop(&rs, mark);
+			cfg->nvtx_where = root->keys[i]->where;
+		}
 		else {
 			struct dli_section *s = &cfg->sections[cfg->n_sections++];
 			s->name = root->keys[i]->text;

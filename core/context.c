@@ -13,6 +13,7 @@
 #include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
+#include "nvtx-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
 
@@ -31,6 +32,7 @@ void dli_options_init(struct dli_options *o)
 	o->size = sizeof *o;
 	o->world_size = 1;
 	o->log_level = -1;
+	o->config_reload_steps = -1;
 }
 
 /* ---- Messages ---- */
@@ -379,13 +381,22 @@ int dli_step(struct dli_context *ctx)
 			"host must not call dli_step concurrently with other calls",
 			busy);
 #endif
+	bool nvtx = DLI_NVTX_ON(ctx);
+	if (nvtx)
+		dli_nvtx_push_step(ctx->iteration);
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++) {
 		struct dli_layer *l = ctx->layer_list[i];
 		for (size_t k = 0; k < l->n_bindings; k++) {
 			const struct dli_feature_ops *ops = l->bindings[k].ops;
-			if (DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) && ops->step_end)
-				ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (!DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) || !ops->step_end)
+				continue;
+			if (nvtx)
+				dli_nvtx_push(l->bindings[k].instance->target->feature->desc->name,
+					      l->name, "step_end");
+			ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (nvtx)
+				dli_nvtx_pop();
 		}
 	}
 	pthread_mutex_unlock(&ctx->layers_lock);
@@ -393,13 +404,19 @@ int dli_step(struct dli_context *ctx)
 		dli_report_silent_noops(ctx);
 		ctx->stepped = true;
 	}
+	/* A new config comes in between this iteration's records and the flush below. */
+	dli_reload_at_step(ctx);
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		const struct dli_logger_ops *ops = l->entry->desc->ops;
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) || !ops->flush)
 			continue;
+		if (nvtx)
+			dli_nvtx_push(l->entry->desc->name, "flush", NULL);
 		int r = ops->flush(l->state);
+		if (nvtx)
+			dli_nvtx_pop();
 		if (r < 0 && !first)
 			first = r;
 		if (r < 0 && !atomic_exchange(&l->failed, true))
@@ -407,6 +424,8 @@ int dli_step(struct dli_context *ctx)
 				l->entry->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
+	if (nvtx)
+		dli_nvtx_pop();
 	/* dli_step runs alone, so a request made during the step is complete (state 2) by now. */
 	if (atomic_load(&ctx->stop_state) == 2) {
 		char text[1024];
@@ -643,7 +662,7 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 	return 0;
 }
 
-static int create_instances(struct dli_context *ctx, struct dli_error *err)
+int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
@@ -678,6 +697,16 @@ static int create_instances(struct dli_context *ctx, struct dli_error *err)
 		ctx->n_instances++;
 	}
 	return 0;
+}
+
+void dli_context_destroy_instances(struct dli_context *ctx)
+{
+	for (size_t i = ctx->n_instances; i-- > 0;)
+		if (ctx->instances[i].ops->destroy)
+			ctx->instances[i].ops->destroy(ctx->instances[i].state);
+	free(ctx->instances);
+	ctx->instances = NULL;
+	ctx->n_instances = 0;
 }
 
 /* The first message log line: what this run loaded, so a log read later says how it was made. */
@@ -826,7 +855,9 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = ctx->config->n_tensor_names;
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
-	if ((r = create_instances(ctx, err)))
+	if ((r = dli_context_create_instances(ctx, err)))
+		goto fail;
+	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
 	log_start(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
@@ -836,6 +867,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		if (ctx->config->warnings_loud[i] && with_loggers && ctx->log_level >= DLI_LOG_WARNING)
 			stderr_line(NULL, ctx->config->warnings[i]);
 	}
+	if (with_loggers && (r = dli_reload_init(ctx, o, o->config_yaml ? NULL : path, err)))
+		goto fail;
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
 	return 0;
@@ -862,10 +895,7 @@ void dli_destroy(struct dli_context *ctx)
 		free(t->slots);
 		free(t);
 	}
-	for (size_t i = ctx->n_instances; i-- > 0;)
-		if (ctx->instances[i].ops->destroy)
-			ctx->instances[i].ops->destroy(ctx->instances[i].state);
-	free(ctx->instances);
+	dli_context_destroy_instances(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,
@@ -900,6 +930,7 @@ void dli_destroy(struct dli_context *ctx)
 	dli_registry_finish(&ctx->registry);
 	dli_loader_destroy(ctx->loader);
 	dli_config_destroy(ctx->config);
+	dli_reload_finish(ctx);
 	pthread_mutex_destroy(&ctx->layers_lock);
 	free(ctx->log_dir);
 	free(ctx);

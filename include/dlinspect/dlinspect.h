@@ -22,7 +22,7 @@
  *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
  *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
  *   under a lock while lookups go on without one), dli_log, dli_layer_plan, dli_last_error (its
- *   text is the calling thread's own). Calls on one layer from several
+ *   text is the calling thread's own), dli_config_reload (also from a signal handler). Calls on one layer from several
  *   threads are fine too: features lock what they share (docs/plugins.md).
  * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set,
  *   dli_mode_set and dli_destroy (after which no call may use the context or its handles).
@@ -119,6 +119,10 @@ struct dli_options {
 	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
 	 * (docs/security.md). */
 	bool allow_module_paths;
+	/* Live reload (docs/config.md, "Reloading"): every this many steps, dli_step re-reads the
+	 * config file and applies it when its content changed. 0 = never (dli_config_reload still
+	 * asks for one check); -1 (the default) = $DLINSPECT_CONFIG_RELOAD_STEPS, and if unset 0. */
+	int config_reload_steps;
 };
 
 /* Sets every field to its default. */
@@ -228,6 +232,13 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
  * dli_last_error naming the reason; dlinspect itself never exits. */
 int dli_step(struct dli_context *ctx);
+
+/* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
+ * config replaces the old one at that step boundary, an invalid one is refused (message log) and
+ * the old one stays. Only sets a flag: callable from any thread, at any time, and from a signal
+ * handler (e.g. a host's SIGHUP handler; dlinspect installs none). Returns 0, -EINVAL for NULL,
+ * -ENOENT when the context has no config file (no config, or YAML text). */
+int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
  * threading rule as dli_step. */
