@@ -354,7 +354,7 @@ class _Layer:
                 meta = self.metas[t]
                 ops.append(lay.modify_tensor(g, t, hp, quantizer=meta.quantizer()))
             else:
-                ops.append(dq if use else hp)
+                ops.append(dq if use else hp.float())
         if t in ins:
             lay.inspect_tensor(t, hp, rowwise=q if use0 else None, columnwise=q if use1 else None)
         return ops
@@ -375,13 +375,14 @@ class _Layer:
             lay, ins, mod = None, _NOTHING, _NO_MODIFY
         a_fprop, a_wgrad = self._operands("activation", x, it, fp8, mod, ins, lay)
         w_fprop, w_dgrad = self._operands("weight", weight, it, fp8, mod, ins, lay)
-        y = torch.nn.functional.linear(a_fprop, w_fprop, bias)
-        y = self._result("fprop", "output", y, mod, ins, lay)
+        y = torch.nn.functional.linear(a_fprop, w_fprop, None if bias is None else bias.float())
+        y = self._result("fprop", "output", y.to(x.dtype), mod, ins, lay)
         ctx.lay = self
         ctx.plan = (it, fp8, lay, ins, mod)
         ctx.a_wgrad = a_wgrad
         ctx.w_dgrad = w_dgrad
         ctx.has_bias = bias is not None
+        ctx.x_dtype, ctx.w_dtype = x.dtype, weight.dtype
         return y
 
     def _fp8_backward(self, ctx, dy):
@@ -392,11 +393,11 @@ class _Layer:
         g_dgrad, g_wgrad = self._operands("gradient", dy, it, fp8, mod, ins, lay)
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = self._result("dgrad", "dgrad", g_dgrad.matmul(w), mod, ins, lay)
+            dx = self._result("dgrad", "dgrad", g_dgrad.matmul(w).to(ctx.x_dtype), mod, ins, lay)
         if ctx.needs_input_grad[1]:
             n_out, n_in = w.shape
             dw = g_wgrad.reshape(-1, n_out).t().mm(a.reshape(-1, n_in))
-            dw = self._result("wgrad", "wgrad", dw, mod, ins, lay)
+            dw = self._result("wgrad", "wgrad", dw.to(ctx.w_dtype), mod, ins, lay)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.reshape(-1, dy.shape[-1]).sum(0)
         return dx, dw, db
