@@ -38,7 +38,7 @@ import torch
 import dlinspect as _dli
 
 __all__ = ["attach", "emulate_fp8", "step", "layer_names", "Attachment", "fp8_scale",
-           "fp8_quantize", "fp8_dequantize", "Fp8Tensor", "Fp8Quantizer", "E4M3", "E5M2"]
+           "fp8_quantize", "fp8_dequantize", "Fp8Quantizer", "E4M3", "E5M2"]
 
 E4M3 = torch.float8_e4m3fn
 E5M2 = torch.float8_e5m2
@@ -84,30 +84,6 @@ def fp8_dequantize(codes, scale):
     return codes.float() / scale
 
 
-class Fp8Tensor:
-    """The host's FP8 tensor, as inspect_tensor's rowwise/columnwise argument: `data` the FP8
-    codes (a torch float8 tensor), `scale_inv` a 1-element float32 tensor. The TransformerEngine
-    Float8Tensor attribute names (_data as uint8, _scale_inv, _fp8_dtype) are there too."""
-    __slots__ = ("data", "scale_inv", "fp8_dtype")
-
-    def __init__(self, data, scale_inv):
-        self.data = data
-        self.scale_inv = scale_inv
-        self.fp8_dtype = data.dtype
-
-    @property
-    def _data(self):
-        return self.data.view(torch.uint8)
-
-    @property
-    def _scale_inv(self):
-        return self.scale_inv
-
-    @property
-    def _fp8_dtype(self):
-        return self.fp8_dtype
-
-
 class Fp8Quantizer:
     """How this host casts a tensor, as modify_tensor's quantizer: format and current scale."""
     __slots__ = ("dtype", "scale", "amax")
@@ -119,7 +95,9 @@ class Fp8Quantizer:
 
 
 def _quantized(codes, scale):
-    return Fp8Tensor(codes, torch.tensor([_f32(1.0 / scale)], dtype=torch.float32))
+    """The host's FP8 tensor as inspect_tensor takes it: (codes, scale_inv), the codes a torch
+    float8 tensor, scale_inv a 1-element float32 tensor (the dequantized value is code * scale_inv)."""
+    return (codes, torch.tensor([_f32(1.0 / scale)], dtype=torch.float32))
 
 
 class _Fp8Meta:
@@ -340,6 +318,7 @@ class _Layer:
         """The two operands tensor t gives the GEMMs it feeds: a feature's modified copy, the FP8
         cast (dequantized), or hp itself; inspect_tensor gets hp and the cast when one is used."""
         g0, g1 = _FEEDS[t]
+        hp = hp.detach()  # a Parameter still requires grad inside the Function
         use0 = fp8[g0] and t not in mod[g0]
         use1 = fp8[g1] and t not in mod[g1]
         dq = q = meta = None
