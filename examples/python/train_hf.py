@@ -236,6 +236,7 @@ def bench(a):
             for _ in range(a.bench_steps):
                 r.step()
             times[k].append(time.perf_counter() - t0)
+    inside = direct_cost(runs["attach"])
     for r in runs.values():
         if r.handle is not None:
             r.handle.detach()
@@ -250,7 +251,43 @@ def bench(a):
     print(f"  attach, no config selected    {ta * 1e3:8.3f} ms/step (median round)")
     print(f"  ratio (median over rounds of attach/without): {med:.4f} ({(med - 1) * 100:+.2f}%)  "
           f"target <= 1.0100: {'met' if med <= 1.01 else 'NOT met'}")
+    print(f"  inside dlinspect (direct): {inside * 1e6:.1f} us/step = {inside / tn * 100:.3f}% of a step "
+          f"without it (the hooks' idle path for each Linear call, the root's iteration read, the step)")
     return med
+
+
+def direct_cost(run, n=20000):
+    """What attach adds to a step when nothing is scheduled, timed call by call: each attached
+    Linear's idle hook path (hooks) or its plan compare (FP8 mode, where the rest is the same
+    emulation as without dlinspect), the root's iteration read, and dlinspect.step()."""
+    import dlinspect
+    import dlinspect.torch as dt
+    h = run.handle
+    lays = h._layers
+    x = torch.zeros(1, 1)
+    lay = lays[0]
+    t0 = time.perf_counter()
+    if lay.metas is None:
+        for _ in range(n):
+            lay._pre_hook(lay.module, (x,))
+            lay._post_hook(lay.module, (x,), x)
+    else:
+        for _ in range(n):
+            if h.iteration >= lay.next:
+                lay._query()
+    per_layer = (time.perf_counter() - t0) / n
+    t0 = time.perf_counter()
+    for _ in range(n):
+        h._sync(run.model, ())
+    sync = (time.perf_counter() - t0) / n
+    it = dlinspect.iteration()
+    t0 = time.perf_counter()
+    for _ in range(n // 10):
+        dt.step()
+    stp = (time.perf_counter() - t0) / (n // 10)
+    dlinspect.initialize_training_step(it)
+    h.iteration = it
+    return per_layer * len(lays) + sync + stp
 
 
 def main(argv=None):
