@@ -318,6 +318,7 @@ struct view {
 	bool has_buf;
 	void *copy;         /* the contiguous copy of a strided CPU tensor, or NULL */
 	PyObject *keep;     /* an object to release with the view (the array interface dict) */
+	PyObject *detached; /* obj.detach() of a torch tensor that requires grad */
 };
 
 static void view_release(struct view *v)
@@ -342,6 +343,7 @@ static void view_release(struct view *v)
 	}
 	Py_CLEAR(v->capsule);
 	Py_CLEAR(v->keep);
+	Py_CLEAR(v->detached);
 }
 
 static const char *const dtype_names[DLI_DTYPE_COUNT] = {
@@ -575,6 +577,28 @@ static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stre
 				cap = PyObject_CallMethodNoArgs(obj, g_str_dlpack);
 		}
 		Py_XDECREF(s);
+		if (!cap && (PyErr_ExceptionMatches(PyExc_RuntimeError) ||
+			     PyErr_ExceptionMatches(PyExc_BufferError))) {
+			/* torch exports no tensor that requires grad: read its detached view (the same
+			 * memory, no copy), which does not, so this does not recurse further. */
+			PyObject *et, *ev, *etb;
+			PyErr_Fetch(&et, &ev, &etb);
+			PyObject *rg = PyObject_GetAttrString(obj, "requires_grad");
+			int needs = rg ? PyObject_IsTrue(rg) : 0;
+			Py_XDECREF(rg);
+			PyErr_Clear();
+			PyObject *d = needs == 1 ? PyObject_CallMethod(obj, "detach", NULL) : NULL;
+			if (d) {
+				Py_XDECREF(et);
+				Py_XDECREF(ev);
+				Py_XDECREF(etb);
+				int rc = view_get(d, v, writable, stream, what);
+				v->detached = d;
+				return rc;
+			}
+			PyErr_Clear();
+			PyErr_Restore(et, ev, etb);
+		}
 		if (!cap) {
 			/* numpy refuses dtypes DLPack lacks (ml_dtypes' bfloat16, float8) with a
 			 * BufferError: the array interface below still reads them. */
@@ -748,9 +772,41 @@ static void qview_release(struct qview *q)
 	view_release(&q->scale);
 }
 
+/* TransformerEngine's FP8 tensors (Float8Tensor: _data codes, _scale_inv, _fp8_dtype) as the
+ * tuple (codes, scale_inv, format); NULL without an exception when obj is not one. */
+static PyObject *te_fp8_tuple(PyObject *obj)
+{
+	PyObject *data = PyObject_GetAttrString(obj, "_data");
+	PyObject *si = data ? PyObject_GetAttrString(obj, "_scale_inv") : NULL;
+	PyObject *dt = si ? PyObject_GetAttrString(obj, "_fp8_dtype") : NULL;
+	PyObject *dts = dt ? PyObject_Str(dt) : NULL;
+	const char *d = dts ? PyUnicode_AsUTF8(dts) : NULL;
+	PyObject *t = NULL;
+	if (d && (strstr(d, "E4M3") || strstr(d, "e4m3")))
+		t = Py_BuildValue("(OOs)", data, si, "float8_e4m3fn");
+	else if (d && (strstr(d, "E5M2") || strstr(d, "e5m2")))
+		t = Py_BuildValue("(OOs)", data, si, "float8_e5m2");
+	Py_XDECREF(data);
+	Py_XDECREF(si);
+	Py_XDECREF(dt);
+	Py_XDECREF(dts);
+	if (!t)
+		PyErr_Clear();
+	return t;
+}
+
 static int qview_get(PyObject *obj, struct qview *q, PyObject *stream, const char *what)
 {
 	memset(q, 0, sizeof *q);
+	if (!PyTuple_Check(obj)) {
+		PyObject *t = te_fp8_tuple(obj);
+		if (t) {
+			int rc = qview_get(t, q, stream, what);
+			/* The tuple's items stay alive through obj's own attributes. */
+			Py_DECREF(t);
+			return rc;
+		}
+	}
 	if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
 		PyErr_Format(PyExc_TypeError,
 			     "dlinspect: %s must be a tuple (data, scale_inv[, format]), not %.100s", what,
@@ -1237,15 +1293,44 @@ static PyObject *mod_inspect_tensor(PyObject *m, FASTCALL_ARGS)
 	return l ? do_inspect_tensor(l, a[1], a[2], a[4], a[5], a[3], a[6]) : NULL;
 }
 
+/* TransformerEngine calls it with keywords and no gemm: the tensor's rowwise or columnwise use
+ * names it (docs/python.md). */
 static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
 {
 	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "tensor",
-					    "iteration", "stream", "tp_group", "rowwise", "columnwise"};
+					    "iteration", "stream", "tp_group", "rowwise", "tp_size"};
 	PyObject *a[9];
-	if (parse_args("inspect_tensor_postquantize", names, 4, 9, args, nargs, kwnames, a))
+	if (parse_args("inspect_tensor_postquantize", names, 1, 9, args, nargs, kwnames, a))
 		return NULL;
+	if (!a[2] || !a[3]) {
+		PyErr_Format(PyExc_TypeError, "inspect_tensor_postquantize() missing required argument '%s'",
+			     a[2] ? "tensor" : "tensor_name");
+		return NULL;
+	}
+	PyObject *gemm = a[1];
+	if (is_none(gemm)) {
+		/* rowwise / columnwise use of each input (TransformerEngine's Linear) */
+		static const int use[3][2] = {
+			[DLI_TENSOR_ACTIVATION] = {DLI_GEMM_FPROP, DLI_GEMM_WGRAD},
+			[DLI_TENSOR_GRADIENT] = {DLI_GEMM_DGRAD, DLI_GEMM_WGRAD},
+			[DLI_TENSOR_WEIGHT] = {DLI_GEMM_FPROP, DLI_GEMM_DGRAD},
+		};
+		int t = tensor_of(a[2]);
+		if (t == -2)
+			return NULL;
+		int row = is_none(a[7]) ? 1 : PyObject_IsTrue(a[7]);
+		if (row < 0)
+			return NULL;
+		if (t < 0 || t > DLI_TENSOR_WEIGHT) {
+			PyErr_Format(PyExc_ValueError,
+				     "inspect_tensor_postquantize(): pass gemm= for tensor '%U' (only "
+				     "activation, gradient and weight imply theirs)", a[2]);
+			return NULL;
+		}
+		gemm = g_gemm_str[use[t][row ? 0 : 1]];
+	}
 	LayerObject *l = layer_from(a[0]);
-	return l ? do_postquantize(l, a[1], a[2], a[3], a[4], a[5]) : NULL;
+	return l ? do_postquantize(l, gemm, a[2], a[3], a[4], a[5]) : NULL;
 }
 
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
@@ -1329,6 +1414,11 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 		Py_END_ALLOW_THREADS
 	}
 	Py_RETURN_NONE;
+}
+
+static PyObject *mod_generation(PyObject *m, PyObject *unused)
+{
+	return PyLong_FromUnsignedLongLong(g_gen);
 }
 
 static PyObject *mod_initialized(PyObject *m, PyObject *unused)
@@ -1617,6 +1707,7 @@ static PyMethodDef module_methods[] = {
 	{"_init", mod_init, METH_VARARGS, NULL},
 	{"_destroy", mod_destroy, METH_NOARGS, NULL},
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},
+	{"_generation", mod_generation, METH_NOARGS, NULL},
 	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
 	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},
 	{"initialize_training_step", mod_set_iteration, METH_O,

@@ -43,8 +43,9 @@ __all__ = [
 
 __version__ = "0.1.0"
 
-#: The plugin modules shipped with the package (a wheel, or the build tree's python/dlinspect/).
-PACKAGE_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "plugins")
+#: The plugin modules shipped with the package, beside the extension module: in a wheel the
+#: package's plugins/, in the build tree (and an editable install) build/python/dlinspect/plugins/.
+PACKAGE_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(_c.__file__)), "plugins")
 
 _LEVELS = {"ERROR": 0, "WARNING": 1, "INFO": 2, "DEBUG": 3}
 
@@ -154,9 +155,18 @@ def is_initialized():
     return _c._initialized()
 
 
-def log_message(message, layer_name=None, level="INFO"):
+_logged_once = set()
+
+
+def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None):
     """Writes a line to the message log (file logger: nvdlfw_inspect_logs/). level: "ERROR",
-    "WARNING", "INFO", "DEBUG" or a `logging` level number."""
+    "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
+    TransformerEngine passes), a message is written once per (message, layer, args) and context."""
+    if extra_cachable_args is not None:
+        key = (_c._generation(), str(message), str(layer_name), repr(extra_cachable_args))
+        if key in _logged_once:
+            return
+        _logged_once.add(key)
     if isinstance(level, int):
         lv = 0 if level >= _logging.ERROR else 1 if level >= _logging.WARNING else \
             2 if level >= _logging.INFO else 3

@@ -489,6 +489,56 @@ def test_fp8_gemm_and_fake_quant_modify():
             raise AssertionError("a strided out was accepted")
 
 
+class TEFloat8Tensor:
+    """The attributes of TransformerEngine's Float8Tensor that dlinspect reads."""
+
+    def __init__(self, codes, scale_inv, fp8_dtype):
+        self._data, self._scale_inv, self._fp8_dtype = codes, scale_inv, fp8_dtype
+
+
+def test_quantized_tensors_tuple_and_te_object():
+    cfg = {"q": {"enabled": True, "layers": {"layer_name_regex_pattern": ".*"},
+                 "transformer_engine": {"LogFp8TensorStats": {
+                     "enabled": True, "tensors": ["activation"],
+                     "stats": ["underflows%", "scale_inv_min", "scale_inv_max", "cos_sim"]}}}}
+    rng = np.random.default_rng(15)
+    x = (rng.standard_normal(4096) * np.where(rng.random(4096) < 0.3, 1e-6, 1.0)).astype(np.float32)
+    scale = np.float32(448.0) / np.abs(x).max()
+    q = (x * scale).astype(ml_dtypes.float8_e4m3fn)
+    deq = q.astype(np.float64) / np.float64(scale)
+    ref_under = 100.0 * np.sum((x != 0) & (q.astype(np.float32) == 0)) / x.size
+    assert ref_under > 1
+    ref_cos = float(np.dot(x.astype(np.float64), deq) /
+                    (np.linalg.norm(x.astype(np.float64)) * np.linalg.norm(deq)))
+    si = np.array([1.0 / scale], np.float32)
+    forms = {
+        "tuple": (q, float(si[0])),
+        "codes": (q.view(np.uint8), si, "float8_e4m3fn"),
+        "te": TEFloat8Tensor(q.view(np.uint8), si, "DType.kFloat8E4M3"),
+    }
+    for form, qt in forms.items():
+        with Run(cfg) as r:
+            dlinspect.inspect_tensor(layer_name="l", tensor_name="activation", tensor=x,
+                                     iteration=0, rowwise_quantized_tensor=qt,
+                                     columnwise_quantized_tensor=None, quantizer=None,
+                                     tp_group=None, tp_size=1)
+            # TransformerEngine's postquantize call shape: no gemm, rowwise=...; no feature here
+            # takes it, so it only has to be accepted.
+            dlinspect.transformer_engine.inspect_tensor_postquantize(
+                layer_name="l", tensor=qt, tensor_name="activation", iteration=0, tp_group=None,
+                tp_size=1, rowwise=True)
+            dlinspect.log_message("once", layer_name="l", extra_cachable_args=("fprop",))
+            dlinspect.log_message("once", layer_name="l", extra_cachable_args=("fprop",))
+            dlinspect.step()
+        got = r.stats()
+        assert math.isclose(got[("l_activation_underflows%", 0)], ref_under, rel_tol=1e-6), (form, got)
+        assert math.isclose(got[("l_activation_scale_inv_min", 0)], float(si[0]), rel_tol=1e-7), form
+        assert math.isclose(got[("l_activation_scale_inv_max", 0)], float(si[0]), rel_tol=1e-7), form
+        assert math.isclose(got[("l_activation_cos_sim", 0)], ref_cos, rel_tol=1e-6), (form, got, ref_cos)
+        with open(os.path.join(r.dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")) as f:
+            assert f.read().count("l: once") == 1
+
+
 def test_infer_and_assign_layer_names_duck_typed():
     class M:
         def __init__(self, children):
