@@ -37,7 +37,7 @@ import torch
 
 import dlinspect as _dli
 
-__all__ = ["attach", "emulate_fp8", "step", "layer_names", "Attachment", "fp8_scale",
+__all__ = ["attach", "emulate_fp8", "step", "set_mode", "layer_names", "Attachment", "fp8_scale",
            "fp8_quantize", "fp8_dequantize", "Fp8Quantizer", "E4M3", "E5M2"]
 
 E4M3 = torch.float8_e4m3fn
@@ -270,7 +270,8 @@ class _Layer:
         new = None
         if "output" in mod["fprop"]:
             m = lay.modify_tensor("fprop", "output", out.detach())
-            new = _Replace.apply(out, m) if out.requires_grad and torch.is_grad_enabled() else m
+            if m is not None:
+                new = _Replace.apply(out, m) if out.requires_grad and torch.is_grad_enabled() else m
         y = out if new is None else new
         if "output" in ins:
             lay.inspect_tensor("output", y.detach())
@@ -287,7 +288,7 @@ class _Layer:
         new = None
         if "dgrad" in self.modify["dgrad"]:
             new = lay.modify_tensor("dgrad", "dgrad", g)
-            g = new
+            g = g if new is None else new
         if "dgrad" in self.inspect:
             lay.inspect_tensor("dgrad", g)
         return new
@@ -301,8 +302,10 @@ class _Layer:
             return
         lay = self.layer
         if "wgrad" in self.modify["wgrad"]:
-            with torch.no_grad():
-                g.copy_(lay.modify_tensor("wgrad", "wgrad", g))
+            m = lay.modify_tensor("wgrad", "wgrad", g)
+            if m is not None:
+                with torch.no_grad():
+                    g.copy_(m)
         if "wgrad" in self.inspect:
             lay.inspect_tensor("wgrad", g)
 
@@ -329,18 +332,20 @@ class _Layer:
                 q = _quantized(codes, scale)
         ops = []
         for g, use in ((g0, use0), (g1, use1)):
+            op = None
             if t in mod[g]:
-                meta = self.metas[t]
-                ops.append(lay.modify_tensor(g, t, hp, quantizer=meta.quantizer()))
-            else:
-                ops.append(dq if use else hp.float())
+                op = lay.modify_tensor(g, t, hp, quantizer=self.metas[t].quantizer())
+                if op is None:  # no feature modifies it now after all: the unmodified high precision
+                    op = hp.float()
+            ops.append(op if op is not None else dq if use else hp.float())
         if t in ins:
             lay.inspect_tensor(t, hp, rowwise=q if use0 else None, columnwise=q if use1 else None)
         return ops
 
     def _result(self, gemm, t, y, mod, ins, lay):
         if t in mod[gemm]:
-            y = lay.modify_tensor(gemm, t, y)
+            m = lay.modify_tensor(gemm, t, y)
+            y = y if m is None else m
         if t in ins:
             lay.inspect_tensor(t, y)
         return y
@@ -503,6 +508,16 @@ def emulate_fp8(model, fp8="delayed", module_types=(torch.nn.Linear,), names=Non
         raise ValueError("dlinspect.torch.emulate_fp8: fp8 must be 'delayed' or 'current'")
     return Attachment(model, module_types, names, fp8, amax_history_len, amax_compute_algo, margin,
                       False)
+
+
+def set_mode(mode):
+    """dlinspect.set_mode("train"|"eval"), and every attached layer asks for its plan again at its
+    next call (a mode switch may change what the config selects: docs/config.md)."""
+    _dli.set_mode(mode)
+    for a in _live:
+        if a.use_dlinspect:
+            for lay in a._layers:
+                lay.next = 0
 
 
 def step():

@@ -147,7 +147,7 @@ def main():
 
     # PerTensorScaling on the activation's fprop: that operand with current scaling; the wgrad
     # operand keeps the delayed cast.
-    cfg = section("pts", "    PerTensorScaling: {enabled: true, gemms: [fprop], tensors: [activation]}")
+    cfg = cfg_pts = section("pts", "    PerTensorScaling: {enabled: true, gemms: [fprop], tensors: [activation]}")
     res, w, b, _ = run(cfg, "delayed", n)
     check_gemms(c, "PerTensorScaling fprop activation", res, w, b, delayed_scales(res, w),
                 modified={("fprop", "activation"): lambda x: qdq(x, scale_of(amax(x), E4), E4)[1]})
@@ -157,6 +157,29 @@ def main():
     res, w, b, _ = run(cfg, "delayed", n)
     check_gemms(c, "FakeQuant wgrad activation", res, w, b, delayed_scales(res, w), hp=("wgrad",),
                 modified={("wgrad", "activation"): lambda x: qdq(x, scale_of(amax(x), E5), E5)[1]})
+
+    # An evaluation pass (dlinspect.torch.set_mode): PerTensorScaling does not act without
+    # in_eval, even within an iteration whose plan the layer already holds.
+    dlinspect.initialize(config=cfg_pts, log_dir=tmpdir())
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(5, 4)
+    h = dt.attach(lin, fp8="delayed")  # iteration 0: the delayed scale is 1
+    x = steps_data(2)[1][0]
+    y_train = lin(x).detach()
+    dt.set_mode("eval")
+    with torch.no_grad():
+        y_eval = lin(x)
+    dt.set_mode("train")
+    y_again = lin(x).detach()
+    h.detach()
+    dlinspect.end_debug()
+    w, b = lin.weight.detach(), lin.bias.detach()
+    pts = F.linear(qdq(x, scale_of(amax(x), E4), E4)[1], qdq(w, 1.0, E4)[1], b)
+    plain = F.linear(qdq(x, 1.0, E4)[1], qdq(w, 1.0, E4)[1], b)
+    c.ok(not torch.equal(pts, plain), "eval: the two references differ")
+    c.ok(torch.equal(y_train, pts), "train: PerTensorScaling's operand")
+    c.ok(torch.equal(y_eval, plain), "eval (set_mode in the same iteration): PerTensorScaling does not act")
+    c.ok(torch.equal(y_again, pts), "train again: PerTensorScaling acts")
 
     # LogFp8TensorStats sees the run's own casts: scale_inv and underflows of the delayed codes.
     cfg = section("log", "    LogFp8TensorStats: {enabled: true, tensors: [activation, gradient], stats: [underflows%, scale_inv_max]}")
