@@ -76,8 +76,46 @@ def run(c, dtype, fp8):
     c.ok(seen == want, f"{tag}: logged {len(seen)} statistics, want {len(want)}: missing {sorted(want - seen)[:5]}")
 
 
+class Shared(torch.nn.Module):
+    """Two Linears reading one tensor, as Llama's q, k and v projections do."""
+
+    def __init__(self):
+        super().__init__()
+        self.q = torch.nn.Linear(4, 3)
+        self.k = torch.nn.Linear(4, 5)
+
+    def forward(self, x):
+        return self.q(x), self.k(x)
+
+
+def shared_input(c):
+    """dgrad is each layer's own share of the input's gradient (dy W), not their sum."""
+    d = tmpdir()
+    cfg = CONFIG.replace("tensors: [activation, gradient, weight, output, wgrad, dgrad]", "tensors: [dgrad]")
+    dlinspect.initialize(config=cfg, log_dir=d)
+    torch.manual_seed(2)
+    m = Shared()
+    h = dt.attach(m)
+    x = torch.randn(6, 4, requires_grad=True)
+    yq, yk = m(x)
+    yq.retain_grad()
+    yk.retain_grad()
+    (yq.square().sum() + 3 * yk.sum()).backward()
+    dt.step()
+    h.detach()
+    dlinspect.end_debug()
+    want = {"model.q": yq.grad.mm(m.q.weight.detach()), "model.k": yk.grad.mm(m.k.weight.detach())}
+    got = {(name.split("_")[0], name.split("_", 2)[2]): v for name, it, v in stats(d) if it == 0}
+    for layer, ref in want.items():
+        r = reference(ref)
+        for s in STATS:
+            c.close(got.get((layer, s), float("nan")), r[s], 2e-6, f"shared input: {layer} dgrad {s}")
+    c.ok(not torch.allclose(want["model.q"], x.grad), "shared input: the sum differs from one share")
+
+
 def main():
     c = Checker()
+    shared_input(c)
     run(c, torch.float32, None)
     run(c, torch.bfloat16, None)
     run(c, torch.float32, "current")
