@@ -51,6 +51,7 @@ def parse_args(argv=None):
     p.add_argument("--log-dir", default="./dlinspect_hf_logs")
     p.add_argument("--no-dlinspect", action="store_true", help="make no dlinspect call at all")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads")
+    p.add_argument("--losses", help="write every step's loss (repr, all digits) to this file")
     p.add_argument("--print-every", type=int, default=0)
     p.add_argument("--quiet", action="store_true")
     p.add_argument("--bench", action="store_true",
@@ -199,6 +200,9 @@ def train(a):
         if use:
             dlinspect.end_debug()  # flushes the logs
     dt = time.perf_counter() - t0
+    if a.losses:
+        with open(a.losses, "w") as f:
+            f.writelines(f"{s} {l!r}\n" for s, (l, _) in enumerate(losses))
     tail = losses[-50:]
     mean = sum(l for l, _ in tail) / len(tail)
     floor = sum(f for _, f in tail) / len(tail)
