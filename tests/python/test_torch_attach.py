@@ -104,6 +104,29 @@ def main():
     c.ok(same(ref, train(m, 6)), "fp8 detached: outputs and gradients as fp32 again")
     dlinspect.end_debug()
 
+    # names=: exactly these modules, under these names.
+    d = tmpdir()
+    cfg = """
+mine:
+  enabled: true
+  layers: {exact_layer_names: [custom.input]}
+  transformer_engine:
+    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}
+"""
+    dlinspect.initialize(config=cfg, log_dir=d)
+    m = Net()
+    h = dt.attach(m, names={m.inp: "custom.input"})
+    c.ok(list(h.layers) == ["custom.input"], f"names=: layers {list(h.layers)}")
+    x = torch.randn(4, 3)
+    m(x)
+    dt.step()  # the step's statistics are written when it ends
+    h.detach()
+    dlinspect.end_debug()
+    from torch_common import stats
+    got = stats(d)
+    c.ok([(n, it) for n, it, _ in got] == [("custom.input_activation_max", 0)], f"names=: logged {got}")
+    c.ok(bool(got) and abs(got[0][2] - x.max().item()) <= 1e-7 * abs(x.max().item()), "names=: the value")
+
     # Names: "model", attribute paths, a ModuleList child by its layer_number when it has one.
     for numbered in (False, True):
         m = Net(numbered)
