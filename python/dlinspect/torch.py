@@ -32,6 +32,7 @@ dlinspect.iteration() once per forward (one C call per model call, not per layer
 """
 import math
 import struct
+import weakref
 
 import torch
 
@@ -179,10 +180,16 @@ class _Fp8Linear(torch.autograd.Function):
         return dx, dw, db, None
 
 
+_attached = weakref.WeakKeyDictionary()  # module -> its _Layer, while attached
+
+
 class _Layer:
     """One attached module: its dlinspect layer handle, its cached plan and its hooks."""
 
     def __init__(self, att, module, name):
+        if module in _attached:
+            raise RuntimeError(f"dlinspect.torch: layer {name} is already attached (as "
+                               f"{_attached[module].name}): detach it first")
         self.att = att
         self.module = module
         self.name = name
@@ -206,13 +213,16 @@ class _Layer:
                                       att.amax_compute_algo, att.margin) for t in _FEEDS}
             if "forward" in module.__dict__:
                 raise RuntimeError(f"dlinspect.torch: layer {name}: its forward is already replaced "
-                                   "(attached twice?)")
+                                   "by something else")
             module.forward = self._emulated_forward
         else:
             self.handles.append(module.register_forward_pre_hook(self._pre_hook))
             self.handles.append(module.register_forward_hook(self._post_hook))
+        _attached[module] = self
 
     def detach(self):
+        if _attached.get(self.module) is self:
+            del _attached[self.module]
         for h in self.handles:
             h.remove()
         self.handles = []

@@ -85,6 +85,11 @@ def main():
         m.load_state_dict(state)
         h = dt.attach(m)
         c.ok(hooks_of(m) > 0, f"config {cfg is not None}: attach registered hooks")
+        try:
+            dt.attach(m)
+            c.ok(False, "attaching an attached model again is refused")
+        except RuntimeError as e:
+            c.ok("already attached" in str(e), f"attaching twice: {e}")
         got = train(m, 6, dt.step)
         c.ok(same(ref, got), f"config {cfg is not None}: outputs and gradients bit for bit as without dlinspect")
         h.detach()
