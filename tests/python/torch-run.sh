@@ -11,7 +11,8 @@
 set -u
 pydir=$1 preload=$2 base=$3 test=$4
 shift 4
-reqs="torch transformers"
+# Pinned: the README's figures were measured with these; a new version is a new venv (its key).
+reqs="torch==2.15.0 transformers==5.23.0"
 if [ "${DLINSPECT_SKIP_TORCH:-0}" = 1 ]; then
 	echo "SKIP: DLINSPECT_SKIP_TORCH=1"
 	exit 77
