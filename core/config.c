@@ -12,6 +12,7 @@
 #include <yaml.h>
 
 #include "config-private.h"
+#include "names-private.h"
 #include "registry-private.h"
 #include "strset-private.h"
 
@@ -22,10 +23,6 @@
 #define MAX_CONFIG_BYTES (16u << 20)
 #define MAX_NODES 1000000
 
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
-static const char *const standard_tensors[DLI_TENSOR_STANDARD_COUNT] = {
-	"activation", "gradient", "weight", "output", "wgrad", "dgrad",
-};
 static const char *const schedule_keys[] = {"freq", "start_step", "end_step", "start_end_list"};
 #define N_SCHEDULE_KEYS (sizeof schedule_keys / sizeof schedule_keys[0])
 
@@ -915,7 +912,7 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	cfg->path = cfg_strdup(cfg, path ? path : "<string>");
 	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
-		cfg->tensor_names[i] = (char *)standard_tensors[i];
+		cfg->tensor_names[i] = (char *)dli_standard_tensor_name((int)i);
 	cfg->n_tensor_names = DLI_TENSOR_STANDARD_COUNT;
 	char *text = NULL;
 	size_t len = 0;
@@ -1141,7 +1138,7 @@ static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 	const char *known[DLI_TENSOR_STANDARD_COUNT + 64];
 	size_t n_known = 0;
 	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
-		known[n_known++] = standard_tensors[i];
+		known[n_known++] = dli_standard_tensor_name((int)i);
 	for (size_t i = 0; i < cfg->n_declared_tensors && n_known < sizeof known / sizeof *known; i++)
 		known[n_known++] = cfg->declared_tensors[i];
 	const char *close = dli_suggest(n->text, known, n_known);
@@ -1184,11 +1181,11 @@ static int read_gemms(struct resolver *rs, const struct dli_node *n, uint32_t *m
 	const struct dli_node *first[DLI_GEMM_COUNT] = {0};
 	*mask = 0;
 	for (size_t i = 0; i < count; i++) {
-		int g = want_choice(rs, items[i], gemm_names, DLI_GEMM_COUNT, "gemm");
+		int g = want_choice(rs, items[i], dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 		if (g < 0)
 			return -EINVAL;
 		if (first[g])
-			return listed_twice(rs, items[i], gemm_names[g], first[g]);
+			return listed_twice(rs, items[i], dli_gemm_name(g), first[g]);
 		first[g] = items[i];
 		*mask |= 1u << g;
 	}
@@ -1530,7 +1527,7 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 		size_t m2 = path_push(rs, entry_key);
 		int r = want_scalar(rs, id, entry_key);
 		if (!r && !strcmp(entry_key, "gemm")) {
-			int g = want_choice(rs, id, gemm_names, DLI_GEMM_COUNT, "gemm");
+			int g = want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 			r = g < 0 ? -EINVAL : 0;
 			b.gemms = g < 0 ? 0 : 1u << g;
 			b.has_gemms = true;

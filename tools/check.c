@@ -7,16 +7,15 @@
 #include "cmd.h"
 #include "context-private.h"
 #include "loader-private.h"
+#include "names-private.h"
 #include "registry-private.h"
-
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 
 static void print_gemms(uint32_t mask)
 {
 	const char *sep = "";
 	for (int g = 0; g < DLI_GEMM_COUNT; g++) {
 		if (mask >> g & 1u) {
-			printf("%s%s", sep, gemm_names[g]);
+			printf("%s%s", sep, dli_gemm_name(g));
 			sep = ", ";
 		}
 	}
@@ -89,7 +88,7 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 	}
 	printf("  at iteration %lld:", (long long)dli_iteration_get(ctx));
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		printf(" %s %s%s", gemm_names[g],
+		printf(" %s %s%s", dli_gemm_name(g),
 		       dli_fp8_gemm_enabled(l, (enum dli_gemm)g, NULL) ? "FP8" : "high precision",
 		       g + 1 < DLI_GEMM_COUNT ? "," : "\n");
 	return 0;
