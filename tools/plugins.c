@@ -6,6 +6,7 @@
 
 #include "cmd.h"
 #include "context-private.h"
+#include "feature-keys-private.h"
 #include "loader-private.h"
 #include "registry-private.h"
 
@@ -44,31 +45,14 @@ static void print_params(const struct dli_param_desc *p, size_t n)
 	}
 }
 
-/* The keys the core handles for every feature, by flag. */
+/* The keys the core handles for every feature, by flag (core/feature-keys.c). */
 static void print_common_keys(uint32_t flags)
 {
-	printf("        %-16s %-20s required  turns the feature on or off\n", "enabled", "bool");
-	if (flags & DLI_FEATURE_GEMMS)
-		printf("        %-16s %-20s required  fprop, dgrad, wgrad (or gemms_struct: [{gemm: "
-		       "..., <overrides>}])\n",
-		       "gemms", "list of strings");
-	if (flags & DLI_FEATURE_TENSORS)
-		printf("        %-16s %-20s required  activation, gradient, weight, output, wgrad, "
-		       "dgrad or a host's own (or tensors_struct)\n",
-		       "tensors", "list of strings");
-	if (flags & DLI_FEATURE_SCHEDULED) {
-		printf("        %-16s %-20s default 1  log when step %% freq == 0\n", "freq", "int");
-		printf("        %-16s %-20s default 0  first step\n", "start_step", "int");
-		printf("        %-16s %-20s default -  last step, inclusive (absent: no end)\n",
-		       "end_step", "int");
-		printf("        %-16s %-20s default -  inclusive [start, end] ranges replacing "
-		       "start/end\n",
-		       "start_end_list", "list of [start, end]");
+	for (size_t i = 0; i < DLI_KEY_COUNT; i++) {
+		const struct dli_shared_key *k = &dli_shared_keys[i];
+		if (k->type && (!k->flag || (flags & k->flag)))
+			printf("        %-16s %-20s %s  %s\n", k->key, k->type, k->default_text, k->doc);
 	}
-	if (flags & DLI_FEATURE_MODIFIES)
-		printf("        %-16s %-20s default false  act in evaluation passes too "
-		       "(dli_mode_set)\n",
-		       "in_eval", "bool");
 }
 
 /* Whether a descriptor is called `only` (by its name or an alias); every one is when `only` is NULL. */
