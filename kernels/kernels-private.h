@@ -79,6 +79,47 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 				  int64_t n, const struct dli_cpu_options *o,
 				  struct dli_stats_record *out);
 
+/* ---- MXFP8 (kernels/cpu/mx.c; docs/block-scaling.md) ---- */
+
+/* Elements per block, along a row (row-wise copy) or down a column (column-wise copy). */
+#define DLI_MX_BLOCK 32
+
+/* float(1 / fp8_max) of an element format (E4M3, E5M2); 0 for another. */
+float dli_mx_max_rcp(enum dli_dtype format);
+/* The E8M0 code of a block of that amax (max |x| over its non-NaN elements): float(amax *
+ * float(1 / fp8_max)) rounded up to a power of two; 0 for 0 (and up to 2^-127), 0xfe for an
+ * infinite amax, 0xff for NaN. */
+uint8_t dli_mx_e8m0(float amax, enum dli_dtype format);
+/* What the block's elements are multiplied by before the FP8 cast: 2^(127 - e) as a float
+ * (2^-127 for 0xfe, NaN for 0xff). */
+float dli_mx_rcp(uint8_t e);
+/* The scale_inv a code stands for, 2^(e - 127) (NaN for 0xff): dequant = decode(q) * this. */
+double dli_mx_scale_inv(uint8_t e);
+/* The padded scale matrix of a rows x cols tensor: row-wise [roundup(rows, 128),
+ * roundup(ceil(cols / 32), 4)], column-wise [roundup(ceil(rows / 32), 4), roundup(cols, 128)]. */
+void dli_mx_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *srows,
+			int64_t *scols);
+
+/* The three passes over a rows x cols row-major matrix of f32, f16 or bf16 (a tensor's last
+ * dimension is cols, the rest rows). A block at the matrix's edge holds the elements there are
+ * (fewer than 32); nothing is padded but the scales. Threads as the FP8 passes use them; `o` may
+ * be NULL. -EINVAL for a bad dtype, format, shape or pointer, -ENOTSUP for a forced SIMD path
+ * this CPU lacks, -ENOMEM. */
+/* The FP8 terms of *out (initialized): fp8_count .. x_sq as dli_cpu_fp8_compare fills them, and
+ * scale_inv_min/max over the blocks whose code is not 0. */
+int dli_cpu_mx_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+		       enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
+		       struct dli_stats_record *out);
+/* Codes q[rows * cols] (the data's layout) and E8M0 scales[srows * scols] (dli_mx_scale_shape,
+ * row-major; the padding set to 0). */
+int dli_cpu_mx_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
+			uint8_t *q, uint8_t *scales);
+/* out[i] = decode(q[i]) * scale_inv of its block, in float (rows * cols values). */
+int dli_cpu_mx_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			     enum dli_dtype format, bool columnwise,
+			     const struct dli_cpu_options *o, float *out);
+
 /* ---- Value histograms (kernels/cpu/histogram.c) ---- */
 
 /* TensorFlow's default histogram buckets: limits -DBL_MAX, -p[773] .. -p[0], 0, p[0] .. p[773],
