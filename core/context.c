@@ -199,6 +199,8 @@ const struct dli_host dli_host_template = {
 	.make_dirs = dli_make_dirs,
 	.stats_acc_read_sized = dli_stats_acc_read_sized,
 	.stats_value_sized = dli_stats_value_sized,
+	.stats_add_block = dli_stats_add_block,
+	.block_fake_quant = dli_block_fake_quant,
 };
 
 /* ---- Names ---- */

@@ -79,6 +79,19 @@ struct dli_fp8_spec {
 	double margin;
 };
 
+/* A block-scaled quantization (docs/block-scaling.md), for the host table's stats_add_block and
+ * block_fake_quant. Sized: a caller sets `size` to its sizeof, so that the struct may grow. */
+enum dli_block_recipe {
+	DLI_BLOCK_MXFP8 = 1, /* 32 elements per E8M0 scale, TransformerEngine's MXFP8 */
+};
+
+struct dli_block_spec {
+	uint32_t size;         /* sizeof(struct dli_block_spec) of the caller */
+	int recipe;            /* enum dli_block_recipe */
+	enum dli_dtype format; /* the elements' format: DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
+	int columnwise;        /* nonzero: blocks run down the columns (the column-wise copy) */
+};
+
 #ifdef __cplusplus
 }
 #endif
