@@ -12,6 +12,7 @@
 
 #include "cpu-private.h"
 #include "fp8-private.h"
+#include "mx-private.h"
 
 static uint32_t float_bits(float f)
 {
@@ -128,28 +129,6 @@ static void table_build(void)
 	}
 }
 
-enum mx_mode { MX_COMPARE, MX_QUANTIZE, MX_FAKE };
-
-/* One pass: what it reads, and where each mode writes. */
-struct mx_pass {
-	const char *data;
-	enum dli_dtype dtype, format;
-	int64_t rows, cols;
-	bool columnwise;
-	enum mx_mode mode;
-	uint8_t *q, *scales; /* QUANTIZE: codes (rows x cols), scales (padded, row-major) */
-	int64_t scale_cols;  /* the scales' row stride */
-	float *out;          /* FAKE: dequantized values (rows x cols) */
-	struct dli_stats_record *recs; /* COMPARE: one per chunk */
-	int64_t rows_per_chunk;        /* a multiple of DLI_MX_BLOCK */
-};
-
-/* The FP8 terms of one block of m elements, x[k] at data index idx0 + k * stride. */
-struct mx_terms {
-	uint64_t count, under, over;
-	double err, dot, dqs, xs, lo, hi;
-};
-
 static inline __attribute__((always_inline)) void
 block(const struct mx_pass *ps, enum dli_dtype dtype, int64_t idx0, int64_t stride, int64_t m,
       int64_t scale_idx, struct mx_terms *t)
@@ -239,9 +218,34 @@ rows_scalar(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t 
 	}
 }
 
+void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride, int64_t m,
+			 struct mx_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		block(ps, DLI_DTYPE_F32, idx0, stride, m, 0, t);
+		break;
+	case DLI_DTYPE_F16:
+		block(ps, DLI_DTYPE_F16, idx0, stride, m, 0, t);
+		break;
+	default:
+		block(ps, DLI_DTYPE_BF16, idx0, stride, m, 0, t);
+		break;
+	}
+}
+
 /* Rows [r0, r1) (r0 a multiple of DLI_MX_BLOCK), one copy of the loop per input type. */
 static void mx_rows(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
 {
+#ifdef DLI_HAVE_X86_SIMD
+	/* The AVX2 pass does the row-wise comparison (AVX-512 machines run it too); the other
+	 * modes and the column-wise blocks are scalar. */
+	if (ps->mode == MX_COMPARE && !ps->columnwise &&
+	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
+		dli_mx_rows_avx2(ps, r0, r1, t);
+		return;
+	}
+#endif
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:
 		rows_scalar(ps, DLI_DTYPE_F32, r0, r1, t);
@@ -313,15 +317,14 @@ static int mx_run(struct mx_pass *ps, const struct dli_cpu_options *o)
 }
 
 static int mx_check(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-		    enum dli_dtype format, const struct dli_cpu_options *o)
+		    enum dli_dtype format, const struct dli_cpu_options *o, enum dli_simd *simd)
 {
 	if ((dtype != DLI_DTYPE_F32 && dtype != DLI_DTYPE_F16 && dtype != DLI_DTYPE_BF16) ||
 	    (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2) || rows < 0 || cols < 0 ||
 	    (cols && rows > INT64_MAX / cols) || (rows * cols > 0 && !data))
 		return -EINVAL;
-	/* Only the scalar path exists: a forced path this CPU lacks is still refused, as the other
-	 * passes refuse it. */
-	if (dli_cpu_simd(o) == DLI_SIMD_AUTO)
+	/* A forced path this CPU lacks is refused, as the other passes refuse it. */
+	if ((*simd = dli_cpu_simd(o)) == DLI_SIMD_AUTO)
 		return -ENOTSUP;
 	pthread_once(&table_once, table_build);
 	return 0;
@@ -337,7 +340,7 @@ int dli_cpu_mx_compare(const void *data, enum dli_dtype dtype, int64_t rows, int
 
 	if (!out)
 		return -EINVAL;
-	if ((r = mx_check(data, dtype, rows, cols, format, o)))
+	if ((r = mx_check(data, dtype, rows, cols, format, o, &ps.simd)))
 		return r;
 	dli_stats_record_init(out);
 	if (rows * cols == 0)
@@ -366,7 +369,7 @@ int dli_cpu_mx_quantize(const void *data, enum dli_dtype dtype, int64_t rows, in
 	int64_t srows, scols;
 	int r;
 
-	if ((r = mx_check(data, dtype, rows, cols, format, o)))
+	if ((r = mx_check(data, dtype, rows, cols, format, o, &ps.simd)))
 		return r;
 	if (rows * cols > 0 && (!q || !scales))
 		return -EINVAL;
@@ -387,7 +390,7 @@ int dli_cpu_mx_fake_quantize(const void *data, enum dli_dtype dtype, int64_t row
 			      .cols = cols, .columnwise = columnwise, .mode = MX_FAKE, .out = out };
 	int r;
 
-	if ((r = mx_check(data, dtype, rows, cols, format, o)))
+	if ((r = mx_check(data, dtype, rows, cols, format, o, &ps.simd)))
 		return r;
 	if (rows * cols > 0 && !out)
 		return -EINVAL;

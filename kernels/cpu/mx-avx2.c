@@ -1,0 +1,199 @@
+/* MXFP8's row-wise quantize-and-compare pass with AVX2 (8 lanes). A block of 32 finite values
+ * whose amax lies in [2^-60, 2^60] goes through vector steps: its scale is a power of two, so
+ * s = |x| * 2^(127 - e) is exact, the FP8 rounding of s is the float trick of fp8-avx2.c (add and
+ * subtract 2^(exponent + 23 - mbits), exponent clamped to the format's normals, s clamped to its
+ * max), and dq = r * 2^(e - 127) is exact too; the terms are sums of non-negative products (x and
+ * dq share their sign), summed in float lanes and widened to double every few blocks. Every other
+ * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the scalar
+ * reference. Compiled with AVX2, FMA and F16C flags. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "mx-private.h"
+
+#define INLINE static inline __attribute__((always_inline))
+/* Blocks summed in float lanes before the sums go to double: 4 terms a lane a block, so at most
+ * 64 terms a lane, and non-negative terms keep the float sums within 64 * 2^-24 of exact. */
+#define FLUSH_BLOCKS 16
+
+struct lanes {
+	__m256 err, dot, dqs, xs;
+	__m256i under, over;
+};
+
+struct consts {
+	__m256i absmask, maxbits, expmask, emin, cadd;
+};
+
+INLINE __m256d widen(__m256 v)
+{
+	return _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+			     _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+INLINE double reduce_pd(__m256d v)
+{
+	__m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+INLINE uint64_t sum_epi32(__m256i v)
+{
+	int32_t l[8];
+	uint64_t s = 0;
+
+	_mm256_storeu_si256((__m256i *)l, v);
+	for (int i = 0; i < 8; i++)
+		s += (uint32_t)l[i];
+	return s;
+}
+
+INLINE uint32_t hmax_epu32(__m256i v)
+{
+	__m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+	return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+/* The 32 magnitudes of a block as float bits, in four vectors (lane order does not matter: the
+ * block's terms are sums). */
+INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i a[4])
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		/* 16 bf16 a load: the even ones shifted up, the odd ones masked. */
+		for (int h = 0; h < 2; h++) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+			a[2 * h] = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
+			a[2 * h + 1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+		}
+		return;
+	}
+	for (int h = 0; h < 4; h++) {
+		__m256 x = dtype == DLI_DTYPE_F32
+				   ? _mm256_loadu_ps((const float *)p + 8 * h)
+				   : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + h));
+		a[h] = _mm256_and_si256(_mm256_castps_si256(x), k->absmask);
+	}
+}
+
+INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
+{
+	__m256 xa = _mm256_castsi256_ps(a);
+	__m256 s = _mm256_mul_ps(xa, rcp);
+	__m256i sb = _mm256_castps_si256(s);
+	__m256i ac = _mm256_min_epi32(sb, k->maxbits); /* saturation */
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(ac, k->expmask), k->emin); /* subnormal grid */
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->cadd));
+	__m256 r = _mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(ac), c), c);
+	__m256 dq = _mm256_mul_ps(r, si);
+	__m256 d = _mm256_sub_ps(xa, dq);
+	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+	__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+
+	l->err = _mm256_fmadd_ps(d, d, l->err);
+	l->dot = _mm256_fmadd_ps(xa, dq, l->dot);
+	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
+	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+	l->under = _mm256_sub_epi32(l->under, _mm256_andnot_si256(xz, rz));
+	l->over = _mm256_sub_epi32(l->over, _mm256_cmpgt_epi32(sb, k->maxbits));
+}
+
+INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
+{
+	acc[0] = _mm256_add_pd(acc[0], widen(l->err));
+	acc[1] = _mm256_add_pd(acc[1], widen(l->dot));
+	acc[2] = _mm256_add_pd(acc[2], widen(l->dqs));
+	acc[3] = _mm256_add_pd(acc[3], widen(l->xs));
+	t->under += sum_epi32(l->under);
+	t->over += sum_epi32(l->over);
+	l->err = l->dot = l->dqs = l->xs = _mm256_setzero_ps();
+	l->under = l->over = _mm256_setzero_si256();
+}
+
+INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
+		      struct mx_terms *t)
+{
+	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+										  : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+	};
+	const size_t sz = dli_dtype_size(dtype);
+	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	int pending = 0;
+	uint64_t count = 0;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *row = ps->data + (size_t)(r * cols) * sz;
+		for (int64_t c = 0; c < full; c += DLI_MX_BLOCK) {
+			const char *p = row + (size_t)c * sz;
+			__m256i a[4];
+			_mm_prefetch(p + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			if (sz == 4)
+				_mm_prefetch(p + DLI_PREFETCH_BYTES + 64, _MM_HINT_T0);
+			load_abs(p, dtype, &k, a);
+			uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+									 _mm256_max_epu32(a[2], a[3])));
+			if (amax_bits == 0) { /* all zeros: nothing to add but the count */
+				count += DLI_MX_BLOCK;
+				continue;
+			}
+			/* NaN or infinity (bits >= 0x7f800000), or magnitudes whose squares a
+			 * float would lose: the scalar reference, in double. */
+			if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
+				dli_mx_block_scalar(ps, r * cols + c, 1, DLI_MX_BLOCK, t);
+				continue;
+			}
+			float amax;
+			memcpy(&amax, &amax_bits, sizeof(amax));
+			uint8_t e = dli_mx_e8m0(amax, ps->format);
+			double sid = dli_mx_scale_inv(e);
+			__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
+			if (sid < t->lo)
+				t->lo = sid;
+			if (sid > t->hi)
+				t->hi = sid;
+			for (int h = 0; h < 4; h++)
+				step(a[h], rcp, si, &k, &l);
+			count += DLI_MX_BLOCK;
+			if (++pending == FLUSH_BLOCKS) {
+				flush(&l, acc, t);
+				pending = 0;
+			}
+		}
+		if (full < cols)
+			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
+	}
+	flush(&l, acc, t);
+	t->count += count;
+	t->err += reduce_pd(acc[0]);
+	t->dot += reduce_pd(acc[1]);
+	t->dqs += reduce_pd(acc[2]);
+	t->xs += reduce_pd(acc[3]);
+}
+
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		rows_avx2(ps, DLI_DTYPE_F32, r0, r1, t);
+		break;
+	case DLI_DTYPE_F16:
+		rows_avx2(ps, DLI_DTYPE_F16, r0, r1, t);
+		break;
+	default:
+		rows_avx2(ps, DLI_DTYPE_BF16, r0, r1, t);
+		break;
+	}
+}

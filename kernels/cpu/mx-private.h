@@ -1,0 +1,43 @@
+/* The MXFP8 passes' internals, shared by kernels/cpu/mx.c and its SIMD variant mx-avx2.c. Never
+ * installed. */
+#ifndef DLI_MX_PRIVATE_H
+#define DLI_MX_PRIVATE_H
+
+#include "cpu-private.h"
+
+enum mx_mode { MX_COMPARE, MX_QUANTIZE, MX_FAKE };
+
+/* One pass: what it reads, and where each mode writes. */
+struct mx_pass {
+	const char *data;
+	enum dli_dtype dtype, format;
+	int64_t rows, cols;
+	bool columnwise;
+	enum mx_mode mode;
+	enum dli_simd simd;
+	uint8_t *q, *scales; /* QUANTIZE: codes (rows x cols), scales (padded, row-major) */
+	int64_t scale_cols;  /* the scales' row stride */
+	float *out;          /* FAKE: dequantized values (rows x cols) */
+	struct dli_stats_record *recs; /* COMPARE: one per chunk */
+	int64_t rows_per_chunk;        /* a multiple of DLI_MX_BLOCK */
+};
+
+/* The FP8 terms of a run of blocks: counts, sums in double, the scale_inv range. */
+struct mx_terms {
+	uint64_t count, under, over;
+	double err, dot, dqs, xs, lo, hi;
+};
+
+/* The scalar reference's COMPARE of one block of m elements, x[k] at data index idx0 + k * stride,
+ * added into *t. */
+void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride, int64_t m,
+			 struct mx_terms *t);
+
+#ifdef DLI_HAVE_X86_SIMD
+/* COMPARE of rows [r0, r1), row-wise blocks, into *t: full blocks of finite values in a safe range
+ * with AVX2 (sums in float lanes, widened to double every few blocks), the rest by the scalar
+ * block. Compiled with AVX2 and FMA; call it only when the CPU has them. */
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t);
+#endif
+
+#endif
