@@ -24,7 +24,13 @@ struct lanes {
 
 struct consts {
 	__m256i absmask, maxbits, expmask, emin, cadd;
+	__m256 maxrcp; /* float(1 / fp8_max) */
 };
+
+/* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
+ * reciprocals and scales computed in its lanes, and each block's broadcast from there, so that
+ * no scalar work sits between two blocks. */
+#define BATCH 8
 
 INLINE __m256d widen(__m256 v)
 {
@@ -100,6 +106,93 @@ INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struc
 	l->over = _mm256_sub_epi32(l->over, _mm256_cmpgt_epi32(sb, k->maxbits));
 }
 
+/* The eight maxima of eight vectors, m[k]'s in lane k: a transpose by unpacks, max at each level. */
+INLINE __m256i hmax8(const __m256i m[8])
+{
+	__m256i t[4], u[2];
+	for (int i = 0; i < 4; i++)
+		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
+					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	for (int i = 0; i < 2; i++)
+		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+	return _mm256_max_epu32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
+				_mm256_permute2x128_si256(u[0], u[1], 0x31));
+}
+
+/* One step without the saturation and overflow count (a batch is taken only when no block's
+ * largest element scales above fp8_max) and without sum x dq (flush derives it). */
+INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
+{
+	__m256 xa = _mm256_castsi256_ps(a);
+	__m256 s = _mm256_mul_ps(xa, rcp);
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(s), k->expmask), k->emin);
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->cadd));
+	__m256 r = _mm256_sub_ps(_mm256_add_ps(s, c), c);
+	__m256 dq = _mm256_mul_ps(r, si);
+	__m256 d = _mm256_sub_ps(xa, dq);
+	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+	__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+
+	l->err = _mm256_fmadd_ps(d, d, l->err);
+	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
+	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+	/* under = (r == 0) - (x == 0): an x of 0 always gives r = 0 */
+	l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+}
+
+/* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
+ * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). */
+struct fast_sums {
+	struct lanes l;
+	__m256d err, dqs, xs;
+	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
+};
+
+/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns false,
+ * having added nothing, when a block needs the one-block path: an amax that is 0, NaN, inf or
+ * outside [2^-60, 2^60], or that scales above fp8_max. */
+INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
+		  struct fast_sums *f)
+{
+	__m256i m[BATCH];
+	for (int b = 0; b < BATCH; b++) {
+		__m256i a[4];
+		load_abs(p + b * bstride, dtype, k, a);
+		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
+	}
+	__m256i amax = hmax8(m);
+	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
+	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
+	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
+	/* the code: v = amax * float(1 / fp8_max) (a normal float here), its exponent field,
+	 * plus 1 when its mantissa is nonzero */
+	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
+	__m256i e = _mm256_srli_epi32(v, 23);
+	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
+					_mm256_setzero_si256());
+	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
+	__m256 rcp = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+	__m256 si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+	/* the largest element scaled: above fp8_max only by the rounding of v */
+	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
+	if (!_mm256_testz_si256(bad, bad))
+		return false;
+	f->emin_seen = _mm256_min_epu32(f->emin_seen, e);
+	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
+	for (int b = 0; b < BATCH; b++) {
+		__m256i a[4], idx = _mm256_set1_epi32(b);
+		__m256 rb = _mm256_permutevar8x32_ps(rcp, idx), sb = _mm256_permutevar8x32_ps(si, idx);
+		load_abs(p + b * bstride, dtype, k, a);
+		for (int h = 0; h < 4; h++)
+			step_fast(a[h], rb, sb, k, &f->l);
+	}
+	return true;
+}
+
 INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
 {
 	acc[0] = _mm256_add_pd(acc[0], widen(l->err));
@@ -110,6 +203,54 @@ INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
 	t->over += sum_epi32(l->over);
 	l->err = l->dot = l->dqs = l->xs = _mm256_setzero_ps();
 	l->under = l->over = _mm256_setzero_si256();
+}
+
+/* One full block by the one-block path: the scalar code, the vector steps with saturation and
+ * overflow counts, or nothing but its count for zeros. */
+INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char *p, int64_t idx,
+		      const struct consts *k, struct lanes *l, __m256d acc[4], int *pending,
+		      uint64_t *count, struct mx_terms *t)
+{
+	__m256i a[4];
+	load_abs(p, dtype, k, a);
+	uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+							 _mm256_max_epu32(a[2], a[3])));
+	if (amax_bits == 0) { /* all zeros: nothing to add but the count */
+		*count += DLI_MX_BLOCK;
+		return;
+	}
+	/* NaN or infinity (bits >= 0x7f800000), or magnitudes whose squares a float would lose:
+	 * the scalar reference, in double. */
+	if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
+		dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+		return;
+	}
+	float amax;
+	memcpy(&amax, &amax_bits, sizeof(amax));
+	uint8_t e = dli_mx_e8m0(amax, ps->format);
+	double sid = dli_mx_scale_inv(e);
+	__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
+	if (sid < t->lo)
+		t->lo = sid;
+	if (sid > t->hi)
+		t->hi = sid;
+	for (int h = 0; h < 4; h++)
+		step(a[h], rcp, si, k, l);
+	*count += DLI_MX_BLOCK;
+	if (++*pending == FLUSH_BLOCKS) {
+		flush(l, acc, t);
+		*pending = 0;
+	}
+}
+
+INLINE void flush_fast(struct fast_sums *f, struct mx_terms *t)
+{
+	f->err = _mm256_add_pd(f->err, widen(f->l.err));
+	f->dqs = _mm256_add_pd(f->dqs, widen(f->l.dqs));
+	f->xs = _mm256_add_pd(f->xs, widen(f->l.xs));
+	t->under += sum_epi32(f->l.under);
+	f->l.err = f->l.dqs = f->l.xs = _mm256_setzero_ps();
+	f->l.under = _mm256_setzero_si256();
 }
 
 INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
@@ -124,63 +265,64 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
 	};
-	const size_t sz = dli_dtype_size(dtype);
+	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
 	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
-	int pending = 0;
+	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0],
+			      .emin_seen = _mm256_set1_epi32(255),
+			      .emax_seen = _mm256_setzero_si256()};
+	int pending = 0, fast_pending = 0;
 	uint64_t count = 0;
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *row = ps->data + (size_t)(r * cols) * sz;
-		for (int64_t c = 0; c < full; c += DLI_MX_BLOCK) {
+		int64_t c = 0;
+		for (; c + BATCH * DLI_MX_BLOCK <= full; c += BATCH * DLI_MX_BLOCK) {
 			const char *p = row + (size_t)c * sz;
-			__m256i a[4];
-			_mm_prefetch(p + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-			if (sz == 4)
-				_mm_prefetch(p + DLI_PREFETCH_BYTES + 64, _MM_HINT_T0);
-			load_abs(p, dtype, &k, a);
-			uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
-									 _mm256_max_epu32(a[2], a[3])));
-			if (amax_bits == 0) { /* all zeros: nothing to add but the count */
-				count += DLI_MX_BLOCK;
+			for (size_t i = 0; i < BATCH * bstride; i += 64)
+				_mm_prefetch(p + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			if (batch(p, dtype, bstride, &k, &f)) {
+				count += BATCH * DLI_MX_BLOCK;
+				/* 32 terms a lane a batch: two batches, then double */
+				if (++fast_pending == 2) {
+					flush_fast(&f, t);
+					fast_pending = 0;
+				}
 				continue;
 			}
-			/* NaN or infinity (bits >= 0x7f800000), or magnitudes whose squares a
-			 * float would lose: the scalar reference, in double. */
-			if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
-				dli_mx_block_scalar(ps, r * cols + c, 1, DLI_MX_BLOCK, t);
-				continue;
-			}
-			float amax;
-			memcpy(&amax, &amax_bits, sizeof(amax));
-			uint8_t e = dli_mx_e8m0(amax, ps->format);
-			double sid = dli_mx_scale_inv(e);
-			__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
-			if (sid < t->lo)
-				t->lo = sid;
-			if (sid > t->hi)
-				t->hi = sid;
-			for (int h = 0; h < 4; h++)
-				step(a[h], rcp, si, &k, &l);
-			count += DLI_MX_BLOCK;
-			if (++pending == FLUSH_BLOCKS) {
-				flush(&l, acc, t);
-				pending = 0;
-			}
+			for (int b = 0; b < BATCH; b++)
+				one_block(ps, dtype, p + b * bstride, r * cols + c + b * DLI_MX_BLOCK,
+					  &k, &l, acc, &pending, &count, t);
 		}
+		for (; c < full; c += DLI_MX_BLOCK)
+			one_block(ps, dtype, row + (size_t)c * sz, r * cols + c, &k, &l, acc,
+				  &pending, &count, t);
 		if (full < cols)
 			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
 	}
 	flush(&l, acc, t);
+	flush_fast(&f, t);
 	t->count += count;
-	t->err += reduce_pd(acc[0]);
-	t->dot += reduce_pd(acc[1]);
-	t->dqs += reduce_pd(acc[2]);
-	t->xs += reduce_pd(acc[3]);
+	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
+	t->err += reduce_pd(acc[0]) + ferr;
+	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
+	t->dqs += reduce_pd(acc[2]) + fdqs;
+	t->xs += reduce_pd(acc[3]) + fxs;
+	uint32_t emax = hmax_epu32(f.emax_seen);
+	if (emax) { /* a fast batch ran: its codes are 1 .. 254, never 0 */
+		__m256i inv = _mm256_xor_si256(f.emin_seen, _mm256_set1_epi32(-1));
+		uint32_t emin = ~hmax_epu32(inv);
+		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
+		if (lo < t->lo)
+			t->lo = lo;
+		if (hi > t->hi)
+			t->hi = hi;
+	}
 }
 
 void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)

@@ -216,7 +216,7 @@ static void test_passes(enum dli_simd simd, double tol)
 {
 	const struct dli_cpu_options opt = {simd, 0};
 	static const int64_t shapes[][2] = {{1, 1}, {31, 33}, {33, 31}, {127, 129}, {129, 127},
-					    {64, 96}, {300, 70}};
+					    {64, 96}, {300, 70}, {40, 600}, {3, 2048}};
 	for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
 		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
 		float *x = malloc((size_t)n * sizeof *x), *dq = malloc((size_t)n * sizeof *x);
