@@ -24,7 +24,9 @@ struct lanes {
 
 struct consts {
 	__m256i absmask, maxbits, expmask, emin, cadd;
-	__m256 maxrcp; /* float(1 / fp8_max) */
+	__m256 maxrcp;   /* float(1 / fp8_max) */
+	__m256i emin_c;  /* the normals' smallest exponent plus 23 - mbits, in the exponent field */
+	__m256 half_sub; /* half the format's smallest subnormal */
 };
 
 /* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
@@ -121,24 +123,30 @@ INLINE __m256i hmax8(const __m256i m[8])
 }
 
 /* One step without the saturation and overflow count (a batch is taken only when no block's
- * largest element scales above fp8_max) and without sum x dq (flush derives it). */
-INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
+ * largest element scales above fp8_max) and without sum x dq (flush derives it). s = |x| rcp is
+ * normal or below the format's normals, and its exponent is |x|'s plus log2(rcp): the rounding
+ * constant C = 2^(max(that, emin) + 23 - mbits) comes from |x|'s bits (`delta` is log2(rcp) and
+ * the 23 - mbits in the exponent field; emin has the latter too), and s + C rounds in one FMA.
+ * When `under`, the lanes count underflows: (r == 0) - (x == 0), an x of 0 giving r = 0. */
+INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, __m256i delta, const struct consts *k,
+		      bool under, struct lanes *l)
 {
 	__m256 xa = _mm256_castsi256_ps(a);
-	__m256 s = _mm256_mul_ps(xa, rcp);
-	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(s), k->expmask), k->emin);
-	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->cadd));
-	__m256 r = _mm256_sub_ps(_mm256_add_ps(s, c), c);
+	__m256i e = _mm256_max_epi32(_mm256_add_epi32(_mm256_and_si256(a, k->expmask), delta),
+				     k->emin_c);
+	__m256 c = _mm256_castsi256_ps(e);
+	__m256 r = _mm256_sub_ps(_mm256_fmadd_ps(xa, rcp, c), c);
 	__m256 dq = _mm256_mul_ps(r, si);
-	__m256 d = _mm256_sub_ps(xa, dq);
-	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
-	__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+	__m256 d = _mm256_fnmadd_ps(r, si, xa);
 
 	l->err = _mm256_fmadd_ps(d, d, l->err);
 	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
 	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
-	/* under = (r == 0) - (x == 0): an x of 0 always gives r = 0 */
-	l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+	if (under) {
+		__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+		__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+	}
 }
 
 /* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
@@ -155,11 +163,14 @@ struct fast_sums {
 INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
 		  struct fast_sums *f)
 {
-	__m256i m[BATCH];
+	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
 	for (int b = 0; b < BATCH; b++) {
 		__m256i a[4];
 		load_abs(p + b * bstride, dtype, k, a);
 		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
+		/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+		for (int h = 0; h < 4; h++)
+			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 	}
 	__m256i amax = hmax8(m);
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
@@ -183,12 +194,35 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 		return false;
 	f->emin_seen = _mm256_min_epu32(f->emin_seen, e);
 	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
+	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
+	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
+	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
+	 * it, a tie, would round to the even 0). */
+	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
+	__m256 rcpmin = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), emax8), 23));
+	__m256i lmin = _mm256_min_epu32(lowm, _mm256_permute2x128_si256(lowm, lowm, 0x01));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0x4e));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
+	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
+	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
+	bool under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
+	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
+	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
+					 k->cadd);
 	for (int b = 0; b < BATCH; b++) {
 		__m256i a[4], idx = _mm256_set1_epi32(b);
 		__m256 rb = _mm256_permutevar8x32_ps(rcp, idx), sb = _mm256_permutevar8x32_ps(si, idx);
+		__m256i db = _mm256_permutevar8x32_epi32(delta, idx);
 		load_abs(p + b * bstride, dtype, k, a);
-		for (int h = 0; h < 4; h++)
-			step_fast(a[h], rb, sb, k, &f->l);
+		if (under)
+			for (int h = 0; h < 4; h++)
+				step_fast(a[h], rb, sb, db, k, true, &f->l);
+		else
+			for (int h = 0; h < 4; h++)
+				step_fast(a[h], rb, sb, db, k, false, &f->l);
 	}
 	return true;
 }
@@ -266,6 +300,8 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
 		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
