@@ -249,12 +249,61 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 	load_abs(p, dtype, k, a);
 	uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
 							 _mm256_max_epu32(a[2], a[3])));
+	uint32_t block_n = DLI_MX_BLOCK; /* the elements compared: the finite ones */
+	if (amax_bits >= 0x7f800000u) {
+		/* NaN or an infinity. They are left out of every term (the main pass counts them):
+		 * their lanes are zeroed, and the amax is that of the finite values, plus inf. */
+		__m256i finm = _mm256_set1_epi32(0x7f7fffff), fmax8 = _mm256_setzero_si256();
+		unsigned nonfinite = 0;
+		bool inf = false;
+		for (int h = 0; h < 4; h++) {
+			__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+			inf = inf || !_mm256_testz_si256(
+					     _mm256_cmpeq_epi32(a[h], _mm256_set1_epi32(0x7f800000)),
+					     _mm256_set1_epi32(-1));
+			nonfinite += (unsigned)__builtin_popcount(
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+			a[h] = _mm256_andnot_si256(nf, a[h]);
+			fmax8 = _mm256_max_epu32(fmax8, a[h]);
+		}
+		uint32_t fmax_bits = hmax_epu32(fmax8);
+		if (fmax_bits != 0 && (fmax_bits > 0x5d800000u || fmax_bits < 0x21800000u)) {
+			dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+			return;
+		}
+		block_n = DLI_MX_BLOCK - nonfinite;
+		if (inf) {
+			/* Code 0xfe: every finite x is scaled by 2^-127, far below the format's
+			 * subnormals from |x| <= 2^60, so each nonzero one underflows to a zero dq:
+			 * err and x^2 are both x^2. */
+			double sid = dli_mx_scale_inv(0xfe);
+			if (sid < t->lo)
+				t->lo = sid;
+			if (sid > t->hi)
+				t->hi = sid;
+			for (int h = 0; h < 4; h++) {
+				__m256 xa = _mm256_castsi256_ps(a[h]);
+				__m256i xz = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
+				l->err = _mm256_fmadd_ps(xa, xa, l->err);
+				l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+				/* nonzero finite lanes; the zeroed non-finite ones count as zeros */
+				l->under = _mm256_add_epi32(l->under, _mm256_set1_epi32(1));
+				l->under = _mm256_add_epi32(l->under, xz);
+			}
+			*count += block_n;
+			if (++*pending == FLUSH_BLOCKS) {
+				flush(l, acc, t);
+				*pending = 0;
+			}
+			return;
+		}
+		amax_bits = fmax_bits;
+	}
 	if (amax_bits == 0) { /* all zeros: nothing to add but the count */
-		*count += DLI_MX_BLOCK;
+		*count += block_n;
 		return;
 	}
-	/* NaN or infinity (bits >= 0x7f800000), or magnitudes whose squares a float would lose:
-	 * the scalar reference, in double. */
+	/* Magnitudes whose squares a float would lose: the scalar reference, in double. */
 	if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
 		dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
 		return;
@@ -270,7 +319,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		t->hi = sid;
 	for (int h = 0; h < 4; h++)
 		step(a[h], rcp, si, k, l);
-	*count += DLI_MX_BLOCK;
+	*count += block_n;
 	if (++*pending == FLUSH_BLOCKS) {
 		flush(l, acc, t);
 		*pending = 0;
