@@ -410,6 +410,143 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	}
 }
 
+/* 8 columns of one row as float magnitude bits: f32 and f16 by 8 consecutive elements; bf16 by
+ * 16, as two vectors (even and odd columns), so `wide` groups hold 16 columns. */
+INLINE void load_cols(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i *a0,
+		      __m256i *a1)
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		__m256i w = _mm256_loadu_si256((const __m256i *)p);
+		*a0 = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
+		*a1 = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+		return;
+	}
+	__m256 x = dtype == DLI_DTYPE_F32 ? _mm256_loadu_ps((const float *)p)
+					  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	*a0 = _mm256_and_si256(_mm256_castps_si256(x), k->absmask);
+	*a1 = _mm256_setzero_si256();
+}
+
+/* The codes of eight column blocks whose amaxes are in `amax`: the reciprocals and scales, and
+ * whether any lane needs the scalar path (0, NaN, inf, outside [2^-60, 2^60], or scaling above
+ * fp8_max). */
+INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m256 *si,
+			__m256i *e_out)
+{
+	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
+	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
+	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
+	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
+					_mm256_setzero_si256());
+	__m256i e = _mm256_add_epi32(_mm256_add_epi32(_mm256_srli_epi32(v, 23), mz),
+				     _mm256_set1_epi32(1));
+	*rcp = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+	*si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), *rcp));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
+	*e_out = e;
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* COMPARE of rows [r0, r1) (whole strips of 32 rows but the tensor's last), column-wise blocks:
+ * eight (bf16: sixteen) columns at a time, one column block a lane, so each lane has its own
+ * scale and nothing is broadcast. */
+INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
+		      struct mx_terms *t)
+{
+	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+										  : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+	};
+	const size_t sz = dli_dtype_size(dtype);
+	const int64_t cols = ps->cols, group = dtype == DLI_DTYPE_BF16 ? 16 : 8;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	__m256i emin_seen = _mm256_set1_epi32(255), emax_seen = _mm256_setzero_si256();
+	uint64_t count = 0;
+
+	for (int64_t r = r0; r < r1; r += DLI_MX_BLOCK) {
+		int64_t m = r1 - r < DLI_MX_BLOCK ? r1 - r : DLI_MX_BLOCK;
+		int64_t c = 0;
+		for (; m == DLI_MX_BLOCK && c + group <= cols; c += group) {
+			const char *p = ps->data + (size_t)(r * cols + c) * sz;
+			const size_t stride = (size_t)cols * sz;
+			__m256i m0 = _mm256_setzero_si256(), m1 = m0, a0, a1;
+			for (int i = 0; i < DLI_MX_BLOCK; i++) {
+				load_cols(p + i * stride, dtype, &k, &a0, &a1);
+				m0 = _mm256_max_epu32(m0, a0);
+				m1 = _mm256_max_epu32(m1, a1);
+			}
+			__m256 rcp0, si0, rcp1, si1;
+			__m256i e0, e1;
+			bool ok = lane_scales(m0, &k, &rcp0, &si0, &e0);
+			if (dtype == DLI_DTYPE_BF16)
+				ok = ok && lane_scales(m1, &k, &rcp1, &si1, &e1);
+			if (!ok) {
+				for (int64_t j = c; j < c + group; j++)
+					dli_mx_block_scalar(ps, r * cols + j, cols, DLI_MX_BLOCK, t);
+				continue;
+			}
+			emin_seen = _mm256_min_epu32(emin_seen, e0);
+			emax_seen = _mm256_max_epu32(emax_seen, e0);
+			if (dtype == DLI_DTYPE_BF16) {
+				emin_seen = _mm256_min_epu32(emin_seen, e1);
+				emax_seen = _mm256_max_epu32(emax_seen, e1);
+			}
+			for (int i = 0; i < DLI_MX_BLOCK; i++) {
+				load_cols(p + i * stride, dtype, &k, &a0, &a1);
+				step(a0, rcp0, si0, &k, &l);
+				if (dtype == DLI_DTYPE_BF16)
+					step(a1, rcp1, si1, &k, &l);
+			}
+			count += (uint64_t)(DLI_MX_BLOCK * group);
+			/* 32 (bf16: 64) terms a lane: to double now */
+			flush(&l, acc, t);
+		}
+		for (; c < cols; c++)
+			dli_mx_block_scalar(ps, r * cols + c, cols, m, t);
+	}
+	t->count += count;
+	t->err += reduce_pd(acc[0]);
+	t->dot += reduce_pd(acc[1]);
+	t->dqs += reduce_pd(acc[2]);
+	t->xs += reduce_pd(acc[3]);
+	uint32_t emax = hmax_epu32(emax_seen);
+	if (emax) { /* a vector group ran: its codes are 1 .. 254 */
+		uint32_t emin = ~hmax_epu32(_mm256_xor_si256(emin_seen, _mm256_set1_epi32(-1)));
+		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
+		if (lo < t->lo)
+			t->lo = lo;
+		if (hi > t->hi)
+			t->hi = hi;
+	}
+}
+
+void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		cols_avx2(ps, DLI_DTYPE_F32, r0, r1, t);
+		break;
+	case DLI_DTYPE_F16:
+		cols_avx2(ps, DLI_DTYPE_F16, r0, r1, t);
+		break;
+	default:
+		cols_avx2(ps, DLI_DTYPE_BF16, r0, r1, t);
+		break;
+	}
+}
+
 void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
 {
 	switch (ps->dtype) {

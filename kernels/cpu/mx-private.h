@@ -38,6 +38,10 @@ void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride,
  * with AVX2 (sums in float lanes, widened to double every few blocks), the rest by the scalar
  * block. Compiled with AVX2 and FMA; call it only when the CPU has them. */
 void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t);
+/* The same for column-wise blocks (rows [r0, r1) in whole strips of 32 but the last): eight
+ * columns a vector, one block a lane; partial strips and the columns left over to the scalar
+ * block. */
+void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t);
 #endif
 
 #endif

@@ -238,11 +238,13 @@ void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride,
 static void mx_rows(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
 {
 #ifdef DLI_HAVE_X86_SIMD
-	/* The AVX2 pass does the row-wise comparison (AVX-512 machines run it too); the other
-	 * modes and the column-wise blocks are scalar. */
-	if (ps->mode == MX_COMPARE && !ps->columnwise &&
-	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
-		dli_mx_rows_avx2(ps, r0, r1, t);
+	/* The AVX2 passes do the comparisons (AVX-512 machines run them too); the quantizer and
+	 * the fake-quantizer are scalar. */
+	if (ps->mode == MX_COMPARE && (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
+		if (ps->columnwise)
+			dli_mx_cols_avx2(ps, r0, r1, t);
+		else
+			dli_mx_rows_avx2(ps, r0, r1, t);
 		return;
 	}
 #endif
