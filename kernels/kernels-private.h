@@ -120,6 +120,26 @@ int dli_cpu_mx_fake_quantize(const void *data, enum dli_dtype dtype, int64_t row
 			     enum dli_dtype format, bool columnwise,
 			     const struct dli_cpu_options *o, float *out);
 
+/* ---- FP8 block scaling (kernels/cpu/fp8-block.c; docs/block-scaling.md) ---- */
+
+#define DLI_FP8B_BLOCK 128
+
+/* TransformerEngine's block scale from a block's amax (NaN left out): fp8_max / amax as one float
+ * division; 1 for an amax of 0, inf or NaN; the input type's largest finite value (f32, bf16, f16)
+ * when the quotient is inf; with pow2, rounded down to a power of two (mantissa cleared). */
+float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype, bool pow2);
+/* The compare pass and the fake-quantizer over a rows x cols matrix (as the MXFP8 passes view a
+ * tensor), scalar, threaded: blocks of 1 x 128 (dims 1), 128 x 1 (dims 1, columnwise: the
+ * column-wise copy) or 128 x 128 (dims 2: both copies the same), partial at the edges; x * scale
+ * cast with saturation, dequantized as decode(q) * float(1 / scale). scale_inv_min/max over every
+ * block. -EINVAL, -ENOTSUP, -ENOMEM as the MXFP8 passes. */
+int dli_cpu_fp8b_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			 enum dli_dtype format, int dims, bool columnwise, bool pow2,
+			 const struct dli_cpu_options *o, struct dli_stats_record *out);
+int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			       enum dli_dtype format, int dims, bool columnwise, bool pow2,
+			       const struct dli_cpu_options *o, float *out);
+
 /* ---- Value histograms (kernels/cpu/histogram.c) ---- */
 
 /* TensorFlow's default histogram buckets: limits -DBL_MAX, -p[773] .. -p[0], 0, p[0] .. p[773],

@@ -16,9 +16,10 @@
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
 #define DLI_LFS_DELAYED "fp8_delayed_scaling_"
 #define DLI_LFS_MX "mxfp8_"
+#define DLI_LFS_FB_PREFIX "fp8_block_scaling_"
 #define DLI_LFS_COL "_columnwise"
 #define DLI_LFS_N_BASE 7
-#define DLI_LFS_N_KNOWN (5 * DLI_LFS_N_BASE)
+#define DLI_LFS_N_KNOWN (7 * DLI_LFS_N_BASE)
 
 #define DLI_LFS_SEVEN_S(p, s) \
 	p "underflows%" s, p "overflows%" s, p "scale_inv_min" s, p "scale_inv_max" s, p "mse" s, \
@@ -30,13 +31,14 @@
 /* The stats as configs write them (TransformerEngine's `[<recipe>_]<stat>[_columnwise]`): those of
  * the host's quantized tensor, without a prefix or with the delayed-scaling one (a host quantizes
  * with its own recipe: TransformerEngine refuses fp8_delayed_scaling_ stats unless that is the
- * training recipe), then the what-ifs: current scaling, MXFP8 row-wise and column-wise. After
- * them, names create() refuses with the reason: FP8 block scaling and NVFP4 (no such formats here
- * yet) and `_columnwise` of per-tensor recipes (TransformerEngine refuses those too). */
+ * training recipe), then the what-ifs: current scaling, MXFP8 row-wise and column-wise, FP8
+ * block scaling (128 x 128 blocks, the same in both copies). After them, names create() refuses
+ * with the reason: NVFP4 (no such format here yet) and `_columnwise` of per-tensor recipes
+ * (TransformerEngine refuses those too). */
 static const char *const dli_lfs_names[] = {
 	DLI_LFS_SEVEN(""), DLI_LFS_SEVEN(DLI_LFS_DELAYED), DLI_LFS_SEVEN(DLI_LFS_PREFIX),
 	DLI_LFS_SEVEN(DLI_LFS_MX), DLI_LFS_SEVEN_S(DLI_LFS_MX, DLI_LFS_COL),
-	DLI_LFS_BLOCK("fp8_block_scaling_", ""), DLI_LFS_BLOCK("fp8_block_scaling_", "_columnwise"),
+	DLI_LFS_SEVEN(DLI_LFS_FB_PREFIX), DLI_LFS_SEVEN_S(DLI_LFS_FB_PREFIX, DLI_LFS_COL),
 	DLI_LFS_BLOCK("", "_columnwise"), DLI_LFS_BLOCK(DLI_LFS_DELAYED, "_columnwise"),
 	DLI_LFS_BLOCK(DLI_LFS_PREFIX, "_columnwise"), DLI_LFS_BLOCK("nvfp4_", ""), NULL,
 };
@@ -50,12 +52,14 @@ enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI
 
 /* What a stat is computed from, one accumulator each: the host's quantized tensor, or one
  * what-if quantization of the high-precision tensor. */
-enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_N_KINDS };
+enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_N_KINDS };
 
 static int dli_lfs_kind(int name)
 {
+	/* FP8 block scaling's what-if is TransformerEngine's default Float8BlockQuantizer: 128 x 128
+	 * blocks, so its column-wise copy has the row-wise copy's values: one accumulator. */
 	static const int kinds[] = {DLI_LFS_Q, DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW,
-				    DLI_LFS_MX_COL};
+				    DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_FB};
 	return kinds[name / DLI_LFS_N_BASE];
 }
 
@@ -97,14 +101,6 @@ static void dli_lfs_want(struct dli_lfs *self, int name)
 static bool dli_lfs_refuse(const char *stat, struct dli_error *err)
 {
 	const char *col = strstr(stat, "_columnwise");
-	if (!strncmp(stat, "fp8_block_scaling_", 18)) {
-		snprintf(err->message, sizeof(err->message),
-			 "stats: '%s' needs the FP8 block-scaling format (TransformerEngine's "
-			 "Float8BlockScaling), which dlinspect does not have yet; the per-tensor "
-			 "recipes' stats (" DLI_LFS_PREFIX "..., " DLI_LFS_DELAYED "...) and MXFP8's "
-			 "(" DLI_LFS_MX "...) work today", stat);
-		return true;
-	}
 	if (!strncmp(stat, "nvfp4_", 6)) {
 		snprintf(err->message, sizeof(err->message),
 			 "stats: '%s': NVFP4 statistics belong to TransformerEngine's "
@@ -115,7 +111,7 @@ static bool dli_lfs_refuse(const char *stat, struct dli_error *err)
 	if (col) {
 		snprintf(err->message, sizeof(err->message),
 			 "stats: '%s': column-wise statistics exist only for block-scaled recipes "
-			 "(" DLI_LFS_MX ", fp8_block_scaling_), as in TransformerEngine: with per-tensor "
+			 "(" DLI_LFS_MX ", " DLI_LFS_FB_PREFIX "), as in TransformerEngine: with per-tensor "
 			 "scaling the column-wise tensor holds the same values as the row-wise one",
 			 stat);
 		return true;
@@ -157,14 +153,14 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 			return -ENOTSUP;
 		}
 	}
-	/* MXFP8's pass is a host call added after ABI 1.1. */
-	if ((self->need[DLI_LFS_MX_ROW] || self->need[DLI_LFS_MX_COL]) &&
+	/* The block-scaled passes are a host call added after ABI 1.1. */
+	if ((self->need[DLI_LFS_MX_ROW] || self->need[DLI_LFS_MX_COL] || self->need[DLI_LFS_FB]) &&
 	    (!DLI_HAS_MEMBER(args->host, struct dli_host, stats_add_block) ||
 	     !args->host->stats_add_block)) {
 		free(self);
 		snprintf(err->message, sizeof(err->message),
-			 "stats: the " DLI_LFS_MX " statistics need a host with the MXFP8 pass "
-			 "(stats_add_block); this host is older");
+			 "stats: the " DLI_LFS_MX " and " DLI_LFS_FB_PREFIX " statistics need a host with "
+			 "the block-scaled passes (stats_add_block); this host is older");
 		return -ENOTSUP;
 	}
 	if (p[DLI_LFS_UNDERFLOWS].u.b)
@@ -278,12 +274,15 @@ static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,
 	/* MXFP8 is a what-if from hp even when the host trains in MXFP8: a quantized tensor's
 	 * descriptor holds float scale_invs, not E8M0 block scales, and the codec is bit-exact to
 	 * TransformerEngine's, so the what-if is the tensor such a host made (docs/block-scaling.md). */
-	for (int kind = DLI_LFS_MX_ROW; kind <= DLI_LFS_MX_COL && hp; kind++) {
+	for (int kind = DLI_LFS_MX_ROW; kind <= DLI_LFS_FB && hp; kind++) {
 		if (!t->acc[kind])
 			continue;
-		struct dli_block_spec spec = {.size = sizeof(spec), .recipe = DLI_BLOCK_MXFP8,
+		struct dli_block_spec spec = {.size = sizeof(spec),
+					      .recipe = kind == DLI_LFS_FB ? DLI_BLOCK_FP8_2D
+									   : DLI_BLOCK_MXFP8,
 					      .format = dli_lfs_format(self, tensor),
-					      .columnwise = kind == DLI_LFS_MX_COL};
+					      .columnwise = kind == DLI_LFS_MX_COL,
+					      .pow2_scales = 1};
 		int rb = host->stats_add_block(t->acc[kind], hp, &spec);
 		if (rb == 0)
 			atomic_store(&t->added[kind], true);
@@ -366,7 +365,8 @@ static const struct dli_param_desc dli_lfs_params[] = {
 				  DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
 				  ", of current scaling applied to the hp tensor; with " DLI_LFS_MX
 				  " (and the suffix " DLI_LFS_COL "), of MXFP8's row-wise (column-wise) "
-				  "blocks",
+				  "blocks; with " DLI_LFS_FB_PREFIX ", of FP8 block scaling (128 x 128 blocks, "
+				  "power-of-two scales)",
 			   .choices = dli_lfs_names},
 	[DLI_LFS_UNDERFLOWS] = {.key = "underflows", .type = DLI_PARAM_BOOL, .default_value = "false",
 				.doc = "older form: true adds underflows%"},

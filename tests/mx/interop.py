@@ -165,6 +165,76 @@ def check(name, raw, dt, rows, cols, tmp, modes=("quantize", "fake", "compare"),
     return n
 
 
+def fb_reference(x, fmt, fmax, kind, dt):
+    """FP8 block scaling with power-of-two scales (TransformerEngine's Float8BlockScaling): the
+    dequantized float64 values, the scaled float32 values and every block's scale_inv."""
+    R, C = x.shape
+    br, bc = {"row": (1, 128), "col": (128, 1), "2d": (128, 128)}[kind]
+    Rp, Cp = -(-R // br) * br, -(-C // bc) * bc
+    pad = np.zeros((Rp, Cp), np.float32)
+    pad[:R, :C] = x
+    blocks = pad.reshape(Rp // br, br, Cp // bc, bc)
+    amax = np.fmax.reduce(np.fmax.reduce(np.abs(blocks), axis=3, initial=np.float32(0)),
+                          axis=1, initial=np.float32(0)).astype(np.float32)
+    ok = (amax > 0) & np.isfinite(amax)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        s = np.where(ok, np.float32(fmax) / np.where(ok, amax, np.float32(1)), np.float32(1)).astype(np.float32)
+    in_max = np.float32(ml_dtypes.finfo(ml_dtypes.bfloat16).max) if dt == "bf16" else np.finfo(np.float32).max
+    s = np.where(np.isinf(s), in_max, s).astype(np.float32)
+    m, e = np.frexp(s.astype(np.float64))
+    s = np.ldexp(1.0, e - 1).astype(np.float32)  # down to a power of two
+    si = (np.float32(1) / s).astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sx = (blocks * s[:, None, :, None]).astype(np.float32)
+        q = np.clip(sx, np.float32(-fmax), np.float32(fmax)).astype(fmt)
+    dq = q.astype(np.float64) * si[:, None, :, None].astype(np.float64)
+    dq = dq.reshape(Rp, Cp)[:R, :C]
+    sx = sx.reshape(Rp, Cp)[:R, :C]
+    q = q.view(np.uint8).reshape(Rp, Cp)[:R, :C]
+    return dq, sx, q, si.ravel().astype(np.float64)
+
+
+def check_fb(name, raw, dt, rows, cols, tmp):
+    """FP8 block scaling's fake quantization bit for bit, its compare terms to 1e-12."""
+    src = os.path.join(tmp, "in.bin")
+    raw.tofile(src)
+    x = (raw.view(ml_dtypes.bfloat16).astype(np.float32) if dt == "bf16" else raw).reshape(rows, cols)
+    n = 0
+    for fname, (fmt, fmax) in FORMATS.items():
+        for kind in ("row", "col", "2d"):
+            dq_ref, s_ref, q_ref, si = fb_reference(x, fmt, fmax, kind, dt)
+            tag = f"{name} fp8-block {fname} {kind}"
+            base = [dt, fname, kind, str(rows), str(cols)]
+            fp = os.path.join(tmp, "f.bin")
+            if run(base + ["fb-fake", src, fp], tmp) is not None:
+                f = np.fromfile(fp, np.float32)
+                with np.errstate(over="ignore"):
+                    ref = dq_ref.ravel().astype(np.float32)
+                good = (f == ref) | (np.isnan(f) & np.isnan(ref))
+                if f.size != ref.size or not good.all():
+                    i = np.flatnonzero(~good)[0] if f.size == ref.size else 0
+                    fail(f"{tag}: fake quantization differs at {i}: x={x.ravel()[i]!r} got {f[i]!r} expected {ref[i]!r}")
+                n += f.size
+            out = run(base + ["fb-compare", src], tmp)
+            if out is None:
+                continue
+            with np.errstate(invalid="ignore"):
+                xf = x.astype(np.float64)
+            fin = np.isfinite(xf)
+            xs, dqs, ss, qq = xf[fin], dq_ref[fin], s_ref[fin].astype(np.float64), q_ref[fin]
+            exp = [int(fin.sum()), int(np.count_nonzero((xs != 0) & ((qq & 0x7F) == 0))),
+                   int(np.count_nonzero(np.abs(ss) > fmax)),
+                   float(np.sum((xs - dqs) ** 2)), float(np.sum(xs * dqs)),
+                   float(np.sum(dqs * dqs)), float(np.sum(xs * xs)), float(si.min()), float(si.max())]
+            for k, (g, w) in enumerate(zip(out.split(), exp)):
+                g = float(g)
+                good = g == w if k < 3 or k >= 7 else (
+                    abs(g - w) <= 1e-12 * max(abs(w), 1e-300) or (np.isinf(w) and g == w))
+                if not good:
+                    fail(f"{tag}: compare term {k} is {g!r}, expected {w!r}")
+    return n
+
+
 def bf16_blocks():
     """Every bfloat16 pattern twice: once as its block's largest magnitude (the other 31 elements
     are its bits shifted right: smaller), once beside a larger one (its exponent raised by 1 to 12,
@@ -235,6 +305,12 @@ def main():
         n += check("f32-finite", f, "f32", 1000, 1000, tmp)
         b = (f.view(np.uint32) >> 16).astype(np.uint16)
         n += check("bf16-finite", b, "bf16", 500, 2000, tmp)
+        # FP8 block scaling (1 x 128, 128 x 1, 128 x 128 blocks, power-of-two scales).
+        n += check_fb("bf16-all", raw, "bf16", raw.size // 2048, 2048, tmp)
+        n += check_fb("f32-finite", f, "f32", 1000, 1000, tmp)
+        n += check_fb("f32-random", f32_random(rng, 1_000_000), "f32", 1000, 1000, tmp)
+        for rows, cols in ((1, 1), (31, 129), (129, 31), (127, 33), (33, 127), (200, 300)):
+            n += check_fb(f"f32-{rows}x{cols}", f32_random(rng, rows * cols), "f32", rows, cols, tmp)
         e, rows, cols = f32_edges()
         n += check("f32-edges", e, "f32", rows, cols, tmp)
         # Shapes that are not whole blocks: the partial block holds what there is; the scales
@@ -243,7 +319,7 @@ def main():
             for cols in (1, 31, 33, 127, 129):
                 v = f32_random(rng, rows * cols)
                 n += check(f"f32-{rows}x{cols}", v, "f32", rows, cols, tmp)
-    print(f"mx-interop: {n} codes checked against ml_dtypes, {failures} failures")
+    print(f"mx-interop: {n} codes checked against ml_dtypes (MXFP8 and FP8 block scaling), {failures} failures")
     return 1 if failures else 0
 
 

@@ -51,8 +51,9 @@ int main(int argc, char **argv)
 	int r = 0;
 
 	if (argc < 8) {
-		fprintf(stderr, "usage: %s f32|bf16 e4m3|e5m2 row|col ROWS COLS quantize|fake|compare "
-				"IN [OUT [OUT_SCALES]] [threads]\n", argv[0]);
+		fprintf(stderr, "usage: %s f32|bf16 e4m3|e5m2 row|col|2d ROWS COLS "
+				"quantize|fake|compare|fb-fake|fb-compare IN [OUT [OUT_SCALES]] [threads]\n",
+			argv[0]);
 		return 2;
 	}
 	dt = strcmp(argv[1], "bf16") == 0 ? DLI_DTYPE_BF16 : DLI_DTYPE_F32;
@@ -82,6 +83,23 @@ int main(int argc, char **argv)
 		r = q ? dli_cpu_mx_fake_quantize(in, dt, rows, cols, format, colwise, &o, q) : -ENOMEM;
 		if (!r)
 			r = write_all(argv[8], q, (size_t)(rows * cols) * sizeof(float));
+	} else if (!strcmp(argv[6], "fb-fake") && argc >= 9) {
+		/* FP8 block scaling, power-of-two scales: row 1 x 128, col 128 x 1, 2d 128 x 128 */
+		int dims = strcmp(argv[3], "2d") ? 1 : 2;
+		q = malloc((size_t)(rows * cols) * sizeof(float) + 1);
+		r = q ? dli_cpu_fp8b_fake_quantize(in, dt, rows, cols, format, dims, colwise, true,
+						   &o, q)
+		      : -ENOMEM;
+		if (!r)
+			r = write_all(argv[8], q, (size_t)(rows * cols) * sizeof(float));
+	} else if (!strcmp(argv[6], "fb-compare")) {
+		struct dli_stats_record rec;
+		int dims = strcmp(argv[3], "2d") ? 1 : 2;
+		r = dli_cpu_fp8b_compare(in, dt, rows, cols, format, dims, colwise, true, &o, &rec);
+		if (!r)
+			printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %.17g %.17g %.17g %.17g %.17g %.17g\n",
+			       rec.fp8_count, rec.underflows, rec.overflows, rec.err_sq, rec.dot,
+			       rec.dq_sq, rec.x_sq, rec.scale_inv_min, rec.scale_inv_max);
 	} else if (!strcmp(argv[6], "compare")) {
 		struct dli_stats_record rec;
 		if (argc >= 9)

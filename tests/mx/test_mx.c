@@ -393,6 +393,82 @@ static void test_feature_stats(void)
 	}
 }
 
+/* FP8 block scaling's what-if (TransformerEngine's default Float8BlockQuantizer: 128 x 128
+ * blocks, power-of-two scales) against a naive reference: per block, fp8_max / amax in float,
+ * rounded down to a power of two by frexp. */
+static void naive_fb(const float *x, int64_t rows, int64_t cols, enum dli_dtype format,
+		     struct terms *t)
+{
+	memset(t, 0, sizeof(*t));
+	t->lo = INFINITY;
+	for (int64_t r0 = 0; r0 < rows; r0 += 128)
+		for (int64_t c0 = 0; c0 < cols; c0 += 128) {
+			float amax = 0, scale = 1;
+			for (int64_t r = r0; r < rows && r < r0 + 128; r++)
+				for (int64_t c = c0; c < cols && c < c0 + 128; c++)
+					amax = fmaxf(amax, fabsf(x[r * cols + c]));
+			if (amax > 0 && isfinite(amax)) {
+				int ex;
+				frexpf(dli_fp8_max(format) / amax, &ex);
+				scale = ldexpf(1.0f, ex - 1);
+			}
+			double si = 1.0f / scale;
+			t->lo = fmin(t->lo, si);
+			t->hi = fmax(t->hi, si);
+			for (int64_t r = r0; r < rows && r < r0 + 128; r++)
+				for (int64_t c = c0; c < cols && c < c0 + 128; c++) {
+					float xv = x[r * cols + c];
+					uint8_t q = dli_fp8_encode(xv * scale, format);
+					double d = (double)dli_fp8_decode(q, format) * si;
+					t->count++;
+					t->under += xv != 0 && (q & 0x7f) == 0;
+					t->err += (xv - d) * (xv - d);
+				}
+		}
+}
+
+static void test_feature_block_scaling(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"fb:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [fp8_block_scaling_underflows%, fp8_block_scaling_mse,\n"
+		"              fp8_block_scaling_scale_inv_min, fp8_block_scaling_scale_inv_max,\n"
+		"              fp8_block_scaling_mse_columnwise]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, FC1);
+	int64_t rows = 200, cols = 300, n = rows * cols;
+	float *x = malloc((size_t)n * sizeof *x);
+	if (!x) {
+		CHECK(false);
+		dli_destroy(ctx);
+		return;
+	}
+	/* Blocks of very different magnitudes (by column band), and spread inside each. */
+	for (int64_t i = 0; i < n; i++)
+		x[i] = ldexpf(random_value(i), (int)(i % cols / 128) * 12 - 12);
+	struct dli_tensor t = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = {rows, cols},
+			       .contiguous = true};
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	struct terms ref;
+	naive_fb(x, rows, cols, DLI_DTYPE_F8E4M3, &ref);
+	CHECK(ref.under > 0);
+	check_logged(FC1 "_activation_fp8_block_scaling_underflows%", 100.0 * (double)ref.under / (double)n);
+	check_logged(FC1 "_activation_fp8_block_scaling_mse", ref.err / (double)n);
+	check_logged(FC1 "_activation_fp8_block_scaling_mse_columnwise", ref.err / (double)n);
+	check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_min", ref.lo);
+	check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max", ref.hi);
+	free(x);
+}
+
 static void test_fake_quant(void)
 {
 	for (int fmt = 0; fmt < 2; fmt++) {
@@ -452,9 +528,8 @@ static void test_errors(void)
 			"quant_format: MXFP8E4M2}\n",
 		    (const char *const[]){"<string>:5:", "MXFP8E4M2", NULL});
 	check_error(SEC "    LogFp8TensorStats: {enabled: True, tensors: [activation], "
-			"stats: [fp8_block_scaling_mse]}\n",
-		    (const char *const[]){"<string>:5:5:", "needs the FP8 block-scaling format",
-					   NULL});
+			"stats: [nvfp4_mse]}\n",
+		    (const char *const[]){"<string>:5:5:", "LogNvfp4TensorStats", NULL});
 	check_error(SEC "    LogFp8TensorStats: {enabled: True, tensors: [activation], "
 			"stats: [mxfp8_amax]}\n",
 		    (const char *const[]){"<string>:5:", "mxfp8_amax", NULL});
@@ -470,6 +545,7 @@ int main(void)
 		printf("the AVX2 pass: skipped, this CPU has no AVX2\n");
 	test_threads();
 	test_feature_stats();
+	test_feature_block_scaling();
 	test_fake_quant();
 	test_errors();
 	remove_log_dir();
