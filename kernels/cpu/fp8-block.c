@@ -94,7 +94,9 @@ static void fb_block(const struct fb_pass *ps, int64_t r0, int64_t c0, struct dl
 				amax = a;
 		}
 	scale = dli_fp8b_scale(amax, ps->format, ps->dtype, ps->pow2);
-	si = 1.0f / scale;
+	/* TransformerEngine's 2-D kernel divides in float, its 1-D kernel in double (1.0 / scale)
+	 * then rounds to float: the same for power-of-two scales, not always otherwise. */
+	si = ps->brows == ps->bcols ? 1.0f / scale : (float)(1.0 / (double)scale);
 	for (int64_t r = r0; r < r1; r++)
 		for (int64_t c = c0; c < c1; c++) {
 			int64_t i = r * ps->cols + c;
