@@ -13,6 +13,7 @@
 
 #include "cpu-private.h"
 #include "fp8-private.h"
+#include "mx-private.h"
 
 static float bits_float(uint32_t u)
 {
@@ -73,6 +74,7 @@ struct fb_pass {
 	int64_t rows, cols;
 	int64_t brows, bcols; /* the block: 1 x 128, 128 x 1 or 128 x 128 */
 	bool pow2;
+	enum dli_simd simd;
 	float *out;                    /* fake quantization, or NULL */
 	struct dli_stats_record *recs; /* compare: one per chunk */
 	int64_t rows_per_chunk;        /* a multiple of brows */
@@ -133,6 +135,17 @@ static void fb_block(const struct fb_pass *ps, int64_t r0, int64_t c0, struct dl
 		rec->scale_inv_max = si;
 }
 
+struct fb_tile_ctx {
+	const struct fb_pass *ps;
+	struct dli_stats_record *rec;
+};
+
+static void fb_tile(void *ctx, int64_t r0, int64_t c0)
+{
+	const struct fb_tile_ctx *tc = ctx;
+	fb_block(tc->ps, r0, c0, tc->rec);
+}
+
 static void fb_chunk(void *arg, int64_t c, int worker)
 {
 	const struct fb_pass *ps = arg;
@@ -145,9 +158,32 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 #endif
 	(void)worker;
 	dli_stats_record_init(rec);
-	for (int64_t r = r0; r < r1; r += ps->brows)
-		for (int64_t col = 0; col < ps->cols; col += ps->bcols)
-			fb_block(ps, r, col, rec);
+#ifdef DLI_HAVE_X86_SIMD
+	/* 128 x 128 tiles with power-of-two scales: the AVX2 strips (AVX-512 machines too) */
+	if (!ps->out && ps->pow2 && ps->brows == DLI_FP8B_BLOCK && ps->bcols == DLI_FP8B_BLOCK &&
+	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
+		struct fb_tile_ctx tc = {ps, rec};
+		struct mx_terms t = {.lo = INFINITY};
+		for (int64_t r = r0; r < r1; r += ps->brows)
+			dli_fb_strip_avx2(ps->data, ps->dtype, ps->cols, r,
+					  r + ps->brows < r1 ? r + ps->brows : r1, ps->format, fb_tile,
+					  &tc, &t);
+		rec->fp8_count += t.count;
+		rec->underflows += t.under;
+		rec->overflows += t.over;
+		rec->err_sq += t.err;
+		rec->dot += t.dot;
+		rec->dq_sq += t.dqs;
+		rec->x_sq += t.xs;
+		if (t.lo < rec->scale_inv_min)
+			rec->scale_inv_min = t.lo;
+		if (t.hi > rec->scale_inv_max)
+			rec->scale_inv_max = t.hi;
+	} else
+#endif
+		for (int64_t r = r0; r < r1; r += ps->brows)
+			for (int64_t col = 0; col < ps->cols; col += ps->bcols)
+				fb_block(ps, r, col, rec);
 #ifdef DLI_HAVE_X86_SIMD
 	_mm_setcsr(csr);
 #endif
@@ -165,7 +201,8 @@ static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t 
 	    (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2) || (dims != 1 && dims != 2) ||
 	    rows < 0 || cols < 0 || (cols && rows > INT64_MAX / cols) || (rows * cols > 0 && !data))
 		return -EINVAL;
-	if (dli_cpu_simd(o) == DLI_SIMD_AUTO)
+	enum dli_simd simd = dli_cpu_simd(o);
+	if (simd == DLI_SIMD_AUTO)
 		return -ENOTSUP;
 	if (rec)
 		dli_stats_record_init(rec);
@@ -174,7 +211,7 @@ static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t 
 	if (!(ps = calloc(1, sizeof(*ps))))
 		return -ENOMEM;
 	*ps = (struct fb_pass){.data = data, .dtype = dtype, .format = format, .rows = rows,
-			       .cols = cols, .pow2 = pow2, .out = out};
+			       .cols = cols, .pow2 = pow2, .simd = simd, .out = out};
 	ps->brows = dims == 2 || columnwise ? DLI_FP8B_BLOCK : 1;
 	ps->bcols = dims == 2 || !columnwise ? DLI_FP8B_BLOCK : 1;
 	for (int c = 0; c < 256; c++)

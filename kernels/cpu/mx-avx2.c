@@ -547,6 +547,97 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct m
 	}
 }
 
+/* FP8 block scaling's 128 x 128 tiles with power-of-two scales: the same exact-scaling argument
+ * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). */
+static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
+		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		     struct mx_terms *t)
+{
+	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+									     : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+	};
+	const size_t sz = dli_dtype_size(dtype);
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	uint64_t count = 0;
+
+	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
+		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
+			scalar_tile(ctx, r0, c0);
+			continue;
+		}
+		__m256i m = _mm256_setzero_si256();
+		for (int64_t r = r0; r < r1; r++) {
+			const char *p = data + (size_t)(r * cols + c0) * sz;
+			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+				__m256i a[4];
+				load_abs(p + (size_t)j * sz, dtype, &k, a);
+				m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+									 _mm256_max_epu32(a[2], a[3])));
+			}
+		}
+		uint32_t amax_bits = hmax_epu32(m);
+		if (amax_bits != 0 && (amax_bits > 0x5d800000u || amax_bits < 0x21800000u)) {
+			scalar_tile(ctx, r0, c0); /* NaN, inf, or beyond the float lanes' range */
+			continue;
+		}
+		float amax;
+		memcpy(&amax, &amax_bits, sizeof(amax));
+		float scale = dli_fp8b_scale(amax, format, dtype, true), si = 1.0f / scale;
+		if (si < t->lo)
+			t->lo = si;
+		if (si > t->hi)
+			t->hi = si;
+		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK);
+		if (amax_bits == 0)
+			continue;
+		__m256 rcpv = _mm256_set1_ps(scale), siv = _mm256_set1_ps(si);
+		for (int64_t r = r0; r < r1; r++) {
+			const char *p = data + (size_t)(r * cols + c0) * sz;
+			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+				__m256i a[4];
+				load_abs(p + (size_t)j * sz, dtype, &k, a);
+				for (int h = 0; h < 4; h++)
+					step(a[h], rcpv, siv, &k, &l);
+			}
+			if ((r - r0) % 4 == 3) /* 64 terms a lane, then double */
+				flush(&l, acc, t);
+		}
+		flush(&l, acc, t);
+	}
+	t->count += count;
+	t->err += reduce_pd(acc[0]);
+	t->dot += reduce_pd(acc[1]);
+	t->dqs += reduce_pd(acc[2]);
+	t->xs += reduce_pd(acc[3]);
+}
+
+void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		       struct mx_terms *t)
+{
+	switch (dtype) {
+	case DLI_DTYPE_F32:
+		fb_strip(data, DLI_DTYPE_F32, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	case DLI_DTYPE_F16:
+		fb_strip(data, DLI_DTYPE_F16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	default:
+		fb_strip(data, DLI_DTYPE_BF16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	}
+}
+
 void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
 {
 	switch (ps->dtype) {

@@ -33,7 +33,16 @@ struct mx_terms {
 void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride, int64_t m,
 			 struct mx_terms *t);
 
+/* FP8 block scaling's scalar pass over the tile at (r0, c0), for the AVX2 strip's fallback. */
+typedef void (*dli_fb_tile_fn)(void *ctx, int64_t r0, int64_t c0);
+
 #ifdef DLI_HAVE_X86_SIMD
+/* FP8 block scaling's compare over one strip of 128 x 128 tiles (rows [r0, r1), at most 128),
+ * power-of-two scales, into *t: full tiles of finite values in a safe range by vector steps, the
+ * rest through scalar_tile(ctx, r0, c0). Compiled with AVX2 and FMA. */
+void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		       struct mx_terms *t);
 /* COMPARE of rows [r0, r1), row-wise blocks, into *t: full blocks of finite values in a safe range
  * with AVX2 (sums in float lanes, widened to double every few blocks), the rest by the scalar
  * block. Compiled with AVX2 and FMA; call it only when the CPU has them. */
