@@ -543,6 +543,8 @@ static int want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 		*out = (int64_t)d;
 		return 0;
 	}
+	if (number && d == floor(d))
+		return fail(rs, n, "expected an integer, got '%s' (out of the 64-bit range)", n->text);
 	if (number)
 		return fail(rs, n, "expected an integer, got '%s' (a number with a fraction)",
 			    n->text);
@@ -888,6 +890,16 @@ static int read_loggers(struct resolver *rs, const struct dli_node *n)
 	return 0;
 }
 
+int dli_config_seed_tensors(struct dli_config *cfg, char *const *names, size_t n)
+{
+	for (size_t i = DLI_TENSOR_STANDARD_COUNT; i < n && i < DLI_MAX_TENSORS; i++) {
+		if (!(cfg->tensor_names[i] = cfg_strdup(cfg, names[i])))
+			return -ENOMEM;
+		cfg->n_tensor_names = i + 1;
+	}
+	return 0;
+}
+
 static int too_big(struct dli_error *err, const char *path)
 {
 	return dli_error_set(err, -EFBIG, NULL, "config '%s' is larger than %u MiB, the limit",
@@ -970,7 +982,8 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 	size_t n_sections = 0;
 	for (size_t i = 0; i < root->n; i++)
 		n_sections += strcmp(root->keys[i]->text, "extensions") &&
-			      strcmp(root->keys[i]->text, "loggers");
+			      strcmp(root->keys[i]->text, "loggers") &&
+			      strcmp(root->keys[i]->text, "nvtx");
 	cfg->sections = cfg_calloc(cfg, n_sections, sizeof *cfg->sections);
 	if (!cfg->sections) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -982,6 +995,12 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 			r = read_extensions(&rs, root->items[i]);
 		else if (!strcmp(key, "loggers"))
 			r = read_loggers(&rs, root->items[i]);
+		else if (!strcmp(key, "nvtx")) {
+			size_t mark = path_push(&rs, "nvtx");
+			if (!(r = want_bool(&rs, root->items[i], &cfg->nvtx)))
+				path_pop(&rs, mark);
+			cfg->nvtx_where = root->keys[i]->where;
+		}
 		else {
 			struct dli_section *s = &cfg->sections[cfg->n_sections++];
 			s->name = root->keys[i]->text;
@@ -1052,6 +1071,9 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			if (!sel->types)
 				return -ENOMEM;
 			for (size_t k = 0; k < count; k++) {
+				if (!items[k]->text[0])
+					return fail(rs, items[k], "an empty layer type would select every "
+								  "layer; write 'all' for that");
 				if (!strcmp(items[k]->text, "all"))
 					sel->types_all = true;
 				else if (!(sel->types[sel->n_types++] = strdup(items[k]->text)))
@@ -1059,7 +1081,8 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			}
 			numeric_key = key;
 		} else if (!strcmp(key->text, "layer_numbers")) {
-			if ((r = want_list(rs, v, "layer numbers or ranges 'a-b'", &items, &count)))
+			if ((r = want_list(rs, v, "layer numbers or ranges 'a-b'", &items, &count)) ||
+			    (r = listed_once(rs, items, NULL, count)))
 				return r;
 			sel->has_numbers = true;
 			sel->numbers = calloc(count, sizeof *sel->numbers);
@@ -1308,8 +1331,11 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		/* Unknown: suggest among every key this feature takes here. */
 		bool in_gemm = entry_key && !strcmp(entry_key, "gemm");
 		bool in_tensor = entry_key && !strcmp(entry_key, "tensor");
-		const char *cands[64];
+		/* Every shared key (at most 5 + N_SCHEDULE_KEYS + 1) and each parameter's key and alias. */
+		const char **cands = malloc((8 + N_SCHEDULE_KEYS + 2 * d->n_params) * sizeof *cands);
 		size_t nc = 0;
+		if (!cands)
+			return -ENOMEM;
 		if (!entry_key)
 			cands[nc++] = "enabled";
 		if (d->flags & DLI_FEATURE_GEMMS) {
@@ -1329,13 +1355,14 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 				cands[nc++] = schedule_keys[i];
 		if (d->flags & DLI_FEATURE_MODIFIES)
 			cands[nc++] = "in_eval";
-		for (size_t i = 0; i < d->n_params && nc < 62; i++) {
+		for (size_t i = 0; i < d->n_params; i++) {
 			cands[nc++] = d->params[i].key;
 			if (d->params[i].alias)
 				cands[nc++] = d->params[i].alias;
 		}
 		char hint[128];
 		dli_suggest_text(hint, sizeof hint, k, cands, nc);
+		free(cands);
 		path_pop(rs, mark);
 		const char *why = "";
 		bool gemm_key = !strcmp(k, "gemms") || !strcmp(k, "gemms_struct");

@@ -18,6 +18,32 @@
 #include "loader-private.h"
 #include "stats-private.h"
 
+/* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and
+ * unchanged for the whole call, so the features after the first need not read it again: a
+ * LogTensorStats and a DetectNonFinite on one tensor cost one pass, not two. */
+static _Thread_local struct {
+	const struct dli_tensor *t; /* the dispatch's tensor; NULL outside one */
+	bool valid;
+	const void *data;
+	enum dli_dtype dtype;
+	int64_t n;
+	struct dli_stats_record pass;
+} shared;
+
+_Thread_local unsigned long long dli_stats_host_passes;
+
+void dli_stats_share_begin(const struct dli_tensor *t)
+{
+	shared.t = t;
+	shared.valid = false;
+}
+
+void dli_stats_share_end(void)
+{
+	shared.t = NULL;
+	shared.valid = false;
+}
+
 /* One device accumulator per CUDA device the tensors came from. */
 struct dli_stats_device {
 	int device;
@@ -305,7 +331,21 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		return (int)n; /* an empty tensor adds nothing */
 
 	struct dli_stats_record rec, cmp, pass;
-	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+	int r = 0;
+	if (shared.valid && shared.t == t && shared.data == t->data && shared.dtype == t->dtype &&
+	    shared.n == n) {
+		pass = shared.pass;
+	} else {
+		r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+		dli_stats_host_passes++;
+		if (!r && shared.t == t) {
+			shared.pass = pass;
+			shared.data = t->data;
+			shared.dtype = t->dtype;
+			shared.n = n;
+			shared.valid = true;
+		}
+	}
 	/* dli_cpu_stats promises the fields up to m2; the FP8 terms stay empty until a comparison
 	 * fills them, whatever the SIMD path left there. */
 	dli_stats_record_init(&rec);

@@ -18,9 +18,9 @@ echo "== tests in build-tsan (ThreadSanitizer: the threads test)"
 tsan_log=build-tsan.log
 if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debug -Db_sanitize=thread \
 	-Db_lundef=false -Dcuda=disabled >"$tsan_log" 2>&1; } &&
-	ninja -C build-tsan tests/unit/test_threads tests/unit/probe.so $(ninja -C build-tsan -t targets all |
+	ninja -C build-tsan tests/unit/test_threads tests/unit/test_reload tests/unit/probe.so $(ninja -C build-tsan -t targets all |
 		grep -E '^(features|loggers)/[^:]*\.so:' | cut -d: -f1) >"$tsan_log" 2>&1; then
-	meson test -C build-tsan --no-rebuild --print-errorlogs threads || status=1
+	meson test -C build-tsan --no-rebuild --print-errorlogs threads reload || status=1
 else
 	tail -n 30 "$tsan_log"
 	rm -f build-tsan/meson-logs/testlog.json # counted as a failure below

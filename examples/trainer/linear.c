@@ -308,6 +308,8 @@ int dlt_linear_forward(struct dlt_linear *l, struct dlt_run *run, const float *x
 	/* fprop: y[rows x out] = x[rows x in] . W^T */
 	if ((r = gemm(run, rows, l->out, l->in, &a, false, &w, true, y)))
 		return r;
+	if (run->step == run->inject_step && run->inject_layer && !strcmp(l->name, run->inject_layer))
+		y[(size_t)(rows / 2) * l->out + l->out / 2] = run->inject_value;
 	return result(l, run, DLI_GEMM_FPROP, DLI_TENSOR_OUTPUT, y, rows, l->out);
 }
 

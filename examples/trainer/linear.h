@@ -42,6 +42,12 @@ struct dlt_run {
 	int (*mirror)(void *state, const void *slot, struct dli_tensor *x,
 		      struct dli_quantized_tensor *q);
 	void *mirror_state;
+	/* --inject-nonfinite: at step inject_step (-1: never), the forward GEMM result of the Linear
+	 * named inject_layer gets inject_value (NaN or +inf) in one element, before dlinspect sees
+	 * it, as an overflowing matmul would leave it. */
+	int64_t inject_step;
+	const char *inject_layer;
+	float inject_value;
 };
 
 /* Per input tensor of the GEMMs (activation, gradient, weight: ids 0..2 of enum dli_tensor_kind). */

@@ -43,7 +43,7 @@ static int dli_fq_create(const struct dli_feature_create_args *args, void **inst
 	self->format = strstr(qf, "E5M2") ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
 	self->margin = args->params[DLI_FQ_MARGIN].u.f;
 	/* MXFP8's block scales have no margin (TransformerEngine's have none either): a margin
-	 * there would be silently ignored. The MXFP8 cast is a host call added after ABI 1.1. */
+	 * there would be silently ignored. The MXFP8 cast is a host call of ABI 1.2. */
 	if (self->mxfp8 && args->params[DLI_FQ_MARGIN].set && self->margin != 0) {
 		snprintf(err->message, sizeof(err->message),
 			 "margin: applies to the per-tensor formats (FP8E4M3, FP8E5M2) only; %s "

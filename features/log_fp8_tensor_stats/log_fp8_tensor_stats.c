@@ -153,7 +153,7 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 			return -ENOTSUP;
 		}
 	}
-	/* The block-scaled passes are a host call added after ABI 1.1. */
+	/* The block-scaled passes are a host call of ABI 1.2. */
 	if ((self->need[DLI_LFS_MX_ROW] || self->need[DLI_LFS_MX_COL] || self->need[DLI_LFS_FB]) &&
 	    (!DLI_HAS_MEMBER(args->host, struct dli_host, stats_add_block) ||
 	     !args->host->stats_add_block)) {

@@ -188,20 +188,25 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 		if (active && host->stats_acc_read(t->acc, &rec) == 0 && rec.count) {
 			const char *tensor = host->tensor_name(c->ctx, t->id);
 			for (size_t k = 0; k < self->n_stats; k++) {
-				char name[512];
-				snprintf(name, sizeof(name), "%s_%s_%s", c->layer_name, tensor,
-					 host->stat_name(self->stats[k]));
-				host->emit_scalar(c->ctx, name, iteration,
-						  host->stats_value(&rec, self->stats[k]));
+				struct dli_feature_tag tag;
+				const char *name = dli_feature_tag(&tag, "%s_%s_%s", c->layer_name,
+								   tensor, host->stat_name(self->stats[k]));
+				if (name)
+					host->emit_scalar(c->ctx, name, iteration,
+							  host->stats_value(&rec, self->stats[k]));
+				dli_feature_tag_free(&tag);
 			}
 			/* -ENOTSUP (CUDA tensors) was reported by the host; an all-NaN step has no
 			 * values to show. */
 			struct dli_histogram h;
 			if (self->histogram && host->stats_acc_read_histogram(t->acc, &h) == 0 &&
 			    h.num > 0) {
-				char name[512];
-				snprintf(name, sizeof(name), "%s_%s_histogram", c->layer_name, tensor);
-				host->emit_histogram(c->ctx, name, iteration, &h);
+				struct dli_feature_tag tag;
+				const char *name = dli_feature_tag(&tag, "%s_%s_histogram", c->layer_name,
+								   tensor);
+				if (name)
+					host->emit_histogram(c->ctx, name, iteration, &h);
+				dli_feature_tag_free(&tag);
 			}
 		}
 		host->stats_acc_reset(t->acc);

@@ -22,7 +22,7 @@
  *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
  *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
  *   under a lock while lookups go on without one), dli_log, dli_layer_plan, dli_last_error (its
- *   text is the calling thread's own). Calls on one layer from several
+ *   text is the calling thread's own), dli_config_reload (also from a signal handler). Calls on one layer from several
  *   threads are fine too: features lock what they share (docs/plugins.md).
  * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set,
  *   dli_mode_set and dli_destroy (after which no call may use the context or its handles).
@@ -104,10 +104,10 @@ struct dli_options {
 	size_t n_plugin_dirs;
 	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
 	size_t n_extensions;
-	int rank;       /* global rank of this process (file names, logger `ranks`) */
-	int world_size;
+	int rank;       /* global rank of this process (file names, logger `ranks`); >= 0 */
+	int world_size; /* 0 or 1: one process (the rank is not bounded); else rank < world_size */
 	int64_t initial_iteration;
-	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO */
+	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO; others refused */
 	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
 	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
 	 * feature is refused with a did-you-mean; when NULL, such a name is taken as the host's and
@@ -119,6 +119,10 @@ struct dli_options {
 	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
 	 * (docs/security.md). */
 	bool allow_module_paths;
+	/* Live reload (docs/config.md, "Reloading"): every this many steps, dli_step re-reads the
+	 * config file and applies it when its content changed. 0 = never (dli_config_reload still
+	 * asks for one check); -1 (the default) = $DLINSPECT_CONFIG_RELOAD_STEPS, and if unset 0. */
+	int config_reload_steps;
 };
 
 /* Sets every field to its default. */
@@ -223,8 +227,18 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * dli_step ends the current iteration: features' step_end runs (statistics are finalized and sent to
  * the loggers with the iteration that just ended), loggers flush, then the iteration increments.
  * It must not run concurrently with other calls on the same context. At iteration INT64_MAX
- * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. */
+ * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. Once a feature asked the
+ * host to stop (DetectNonFinite with `on_detect: stop`, or its `abort_after_batch_num`: see
+ * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
+ * dli_last_error naming the reason; dlinspect itself never exits. */
 int dli_step(struct dli_context *ctx);
+
+/* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
+ * config replaces the old one at that step boundary, an invalid one is refused (message log) and
+ * the old one stays. Only sets a flag: callable from any thread, at any time, and from a signal
+ * handler (e.g. a host's SIGHUP handler; dlinspect installs none). Returns 0, -EINVAL for NULL,
+ * -ENOENT when the context has no config file (no config, or YAML text). */
+int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
  * threading rule as dli_step. */
@@ -305,6 +319,17 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+
+/* ---- Checking a tensor anywhere (Hugging Face's detect_overflow) ---- */
+/* Whether `t` (borrowed for the call; a dtype the statistics read: f32, f16, bf16, f8e4m3,
+ * f8e5m2, contiguous, host or CUDA memory) holds a NaN or an infinity. When it does, writes one warning line to the
+ * message log (stderr when no logger takes messages, as with no config) naming `where` (borrowed,
+ * may be NULL), the iteration, the NaN and inf counts and the finite abs-min/abs-max, and returns
+ * true. Works on any context, with or without a config; nothing in the config selects it. A CUDA
+ * tensor is read on its stream and waited for. false for a clean tensor, a NULL context or
+ * tensor, and a tensor that cannot be read (that also writes one line saying why). Thread-safe
+ * like the handle calls. Since DLINSPECT_1.2. */
+bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, const char *where);
 
 #ifdef __cplusplus
 }

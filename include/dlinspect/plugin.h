@@ -261,13 +261,19 @@ struct dli_host {
 	/* stats_value of a record of `size` bytes; NaN for a statistic whose terms lie beyond it. */
 	double (*stats_value_sized)(const struct dli_stats_record *r, size_t size, enum dli_stat stat);
 
-	/* ---- Added after 1.1: check DLI_HAS_MEMBER (and non-NULL) before calling ---- */
+	/* ---- ABI 1.2 (check DLI_HAS_MEMBER first to run on an older host) ---- */
+	/* Asks the host program to stop (a feature that found NaN/Inf, say): from then on every
+	 * dli_step of `ctx` ends its step as usual and returns -ECANCELED, with dli_last_error
+	 * naming `reason` (borrowed, copied; the first request's reason is kept, later ones are
+	 * ignored). dlinspect never exits or aborts the process: stopping is the host's decision.
+	 * Any thread, concurrently. */
+	void (*request_stop)(struct dli_context *ctx, const char *reason);
 
-	/* Block-scaled formats (docs/block-scaling.md). stats_add_block: stats_add with the
-	 * quantize-and-compare terms of `spec`'s block-scaled quantization instead of a per-tensor
-	 * one (scale_inv_min/max over the blocks' scales). The tensor is viewed as rows x cols, cols
-	 * its last dimension. Host memory only for now: -ENOTSUP for a CUDA tensor; -EINVAL for a
-	 * spec it does not know (recipe, format, size). */
+	/* Block-scaled formats (docs/block-scaling.md), ABI 1.2 too. stats_add_block: stats_add
+	 * with the quantize-and-compare terms of `spec`'s block-scaled quantization instead of a
+	 * per-tensor one (scale_inv_min/max over the blocks' scales). The tensor is viewed as
+	 * rows x cols, cols its last dimension. Host memory only for now: -ENOTSUP for a CUDA
+	 * tensor; -EINVAL for a spec it does not know (recipe, format, size). */
 	int (*stats_add_block)(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			       const struct dli_block_spec *spec);
 	/* out = dequant(quant(in)) under `spec` (for modify_tensor features): in f32, f16 or bf16,

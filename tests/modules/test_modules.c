@@ -617,7 +617,8 @@ static void test_file_cut_line(const char *tmp)
 	free(buf);
 }
 
-/* A log dir under a regular file cannot be made: calls fail with an errno, keep failing, and the
+/* A log dir under a regular file cannot be made. At create that is refused at once (the run would
+ * log nothing); when the obstacle appears later, calls fail with an errno, keep failing, and the
  * instance stays usable. */
 static void test_file_bad_dir(const char *tmp)
 {
@@ -627,12 +628,31 @@ static void test_file_bad_dir(const char *tmp)
 	int rc;
 
 	snprintf(plain, sizeof(plain), "%s/plain", tmp);
+	snprintf(dir, sizeof(dir), "%s/plain/sub", tmp);
 	fp = fopen(plain, "w");
 	CHECK(fp != NULL);
 	if (fp)
 		fclose(fp);
-	snprintf(dir, sizeof(dir), "%s/plain/sub", tmp);
+	{
+		struct dli_logger_create_args args = {
+			.size = sizeof(args), .host = &test_host, .where = "test.yaml:1:1",
+			.log_dir = dir, .rank = 3, .world_size = 8,
+		};
+		struct dli_error err = {0};
+		void *instance = NULL;
+		char want[8300];
+		CHECK_INT(file_logger->ops->create(&args, &instance, &err), -ENOTDIR);
+		CHECK(instance == NULL);
+		snprintf(want, sizeof(want), "log dir '%s': '%s' is not a directory", dir, plain);
+		CHECK_STR(err.message, want);
+	}
+	CHECK_INT(unlink(plain), 0);
+
 	log = logger_create(dir);
+	fp = fopen(plain, "w"); /* the obstacle appears after create */
+	CHECK(fp != NULL);
+	if (fp)
+		fclose(fp);
 	rc = file_logger->ops->log_scalar(log, "x", 1, 1.0);
 	CHECK_INT(rc, -ENOTDIR);
 	CHECK_INT(file_logger->ops->log_scalar(log, "x", 2, 2.0), -ENOTDIR);
