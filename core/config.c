@@ -633,10 +633,21 @@ static int want_choice(struct resolver *rs, const struct dli_node *n, const char
 	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
 		if (!strcasecmp(n->text, choices[i]))
 			return (int)i;
+	/* A long list (LogFp8TensorStats' recipe-prefixed names) is not cut silently: the names that
+	 * fit, then how many there are and where to read them all. */
 	char hint[128], list[512] = "";
 	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
-	for (size_t i = 0, off = 0; i < n_choices && off < sizeof list; i++)
-		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", choices[i]);
+	size_t off = 0, shown = 0;
+	for (; shown < n_choices; shown++) {
+		size_t len = strlen(choices[shown]) + (shown ? 2 : 0);
+		if (off + len > 360)
+			break;
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", shown ? ", " : "",
+					choices[shown]);
+	}
+	if (shown < n_choices)
+		snprintf(list + off, sizeof list - off,
+			 ", ... (%zu in all; `dlinspect plugins --explain` lists every one)", n_choices);
 	fail(rs, n, "unknown %s '%s'%s; expected one of: %s", what, n->text, hint, list);
 	return -1;
 }

@@ -214,6 +214,8 @@ const struct dli_host dli_host_template = {
 	.stats_acc_read_sized = dli_stats_acc_read_sized,
 	.stats_value_sized = dli_stats_value_sized,
 	.request_stop = host_request_stop,
+	.stats_add_block = dli_stats_add_block,
+	.block_fake_quant = dli_block_fake_quant,
 };
 
 /* ---- Names ---- */

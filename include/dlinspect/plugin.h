@@ -268,6 +268,19 @@ struct dli_host {
 	 * ignored). dlinspect never exits or aborts the process: stopping is the host's decision.
 	 * Any thread, concurrently. */
 	void (*request_stop)(struct dli_context *ctx, const char *reason);
+
+	/* Block-scaled formats (docs/block-scaling.md), ABI 1.2 too. stats_add_block: stats_add
+	 * with the quantize-and-compare terms of `spec`'s block-scaled quantization instead of a
+	 * per-tensor one (scale_inv_min/max over the blocks' scales). The tensor is viewed as
+	 * rows x cols, cols its last dimension. Host memory only for now: -ENOTSUP for a CUDA
+	 * tensor; -EINVAL for a spec it does not know (recipe, format, size). */
+	int (*stats_add_block)(struct dli_stats_acc *acc, const struct dli_tensor *t,
+			       const struct dli_block_spec *spec);
+	/* out = dequant(quant(in)) under `spec` (for modify_tensor features): in f32, f16 or bf16,
+	 * out f32 of the same element count, both contiguous host memory (borrowed). 0, -EINVAL,
+	 * -ENOTSUP for device memory. */
+	int (*block_fake_quant)(const struct dli_tensor *in, struct dli_tensor *out,
+				const struct dli_block_spec *spec);
 };
 
 /* ---- Features ---- */
