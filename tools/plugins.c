@@ -5,10 +5,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "context-private.h"
-#include "feature-keys-private.h"
-#include "loader-private.h"
-#include "registry-private.h"
+#include "tools-api.h"
 
 static const char *type_name(enum dli_param_type t)
 {
@@ -40,7 +37,7 @@ static void print_params(const struct dli_param_desc *p, size_t n)
 		}
 		char range[96];
 		if ((p[i].type == DLI_PARAM_INT || p[i].type == DLI_PARAM_FLOAT) &&
-		    *dli_param_range_text(&p[i], range, sizeof range))
+		    *dli_tools_param_range_text(&p[i], range, sizeof range))
 			printf("        %-16s %s\n", "", range);
 	}
 }
@@ -94,7 +91,7 @@ int dli_cmd_plugins(int argc, char **argv)
 	struct dli_error err;
 	char **dirs;
 	size_t n_dirs;
-	int found = dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
+	int found = dli_tools_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
 	free(extra);
 	if (found) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
@@ -103,21 +100,20 @@ int dli_cmd_plugins(int argc, char **argv)
 	printf("plugin search path:\n");
 	for (size_t i = 0; i < n_dirs; i++)
 		printf("  %s\n", dirs[i]);
-	struct dli_loader *loader;
+	struct dli_tools_modules *mods;
 	int status = 0;
-	if (dli_loader_create(&dli_host_template, (const char *const *)dirs, n_dirs, &loader, &err) ||
-	    dli_loader_load_all(loader, &err)) {
+	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, &mods, &err)) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		status = 1;
-		if (!loader) {
-			dli_search_dirs_free(dirs, n_dirs);
+		if (!mods) {
+			dli_tools_search_dirs_free(dirs, n_dirs);
 			return 1;
 		}
 	}
-	size_t n = dli_loader_count(loader);
+	size_t n = dli_tools_module_count(mods);
 	printf("\n%zu module%s:\n", n, n == 1 ? "" : "s");
 	for (size_t i = 0; i < n; i++) {
-		const struct dli_module *m = dli_loader_module(loader, i);
+		const struct dli_module *m = dli_tools_module(mods, i);
 		bool has = !only;
 		for (size_t k = 0; k < m->n_features && !has; k++)
 			has = called(only, m->features[k]->name, m->features[k]->aliases);
@@ -127,7 +123,7 @@ int dli_cmd_plugins(int argc, char **argv)
 			continue;
 		printf("\n  %s%s%s%s (ABI %u.%u)  %s\n", m->name, m->ns ? " [namespace " : "",
 		       m->ns ? m->ns : "", m->ns ? "]" : "", (unsigned)m->abi_major,
-		       (unsigned)m->abi_minor, dli_loader_path(loader, i));
+		       (unsigned)m->abi_minor, dli_tools_module_path(mods, i));
 		if (m->doc)
 			printf("    %s\n", m->doc);
 		for (size_t k = 0; k < m->n_features; k++) {
@@ -164,7 +160,7 @@ int dli_cmd_plugins(int argc, char **argv)
 		fprintf(stderr, "dlinspect: no feature or logger called '%s' on the plugin path\n", only);
 		status = 1;
 	}
-	dli_loader_destroy(loader);
-	dli_search_dirs_free(dirs, n_dirs);
+	dli_tools_modules_close(mods);
+	dli_tools_search_dirs_free(dirs, n_dirs);
 	return status;
 }

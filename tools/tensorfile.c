@@ -11,9 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error-private.h"
-#include "names-private.h"
 #include "tensorfile.h"
+#include "tools-api.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the readers hand out views of little-endian data as is: a big-endian host needs byte swaps"
