@@ -129,18 +129,45 @@ static bool dli_dump_postquantize_enabled(const struct dli_feature_call *c, enum
 	return active && self->quantized;
 }
 
+/* Says, once per layer and warning bit, that `key` was not dumped and why. */
+static void refuse(const struct dli_feature_call *c, int tensor, int bit, const char *key,
+		   size_t bytes, const char *why)
+{
+	const struct dli_dump *self = c->instance;
+	const char *tname = self->host->tensor_name(c->ctx, tensor);
+
+	if (dli_dump_layer_warn_once(c->layer_state, bit))
+		self->host->log(c->ctx, DLI_LOG_ERROR,
+				"DumpTensors: layer '%s', tensor '%s', iteration %lld: '%s' (%zu bytes) "
+				"was not dumped: %s (said once per layer and tensor)",
+				c->layer_name, tname ? tname : "?",
+				(long long)self->host->iteration(c->ctx), key, bytes, why);
+}
+
 /* Copies one tensor into the layer's file under `key`; `scale` is the FP8 scale or NaN. A tensor it
  * cannot take is said once per layer and tensor id, at error level, and its error returned. */
 static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		 const struct dli_tensor *t, double scale)
 {
-	const struct dli_dump *self = c->instance;
 	struct dli_dump_layer *l = c->layer_state;
 	const char *dtype = safetensors_dtype(t->dtype);
-	const char *tname = self->host->tensor_name(c->ctx, tensor);
 	const char *why = NULL;
 	int r = 0, bit = WARN_OTHER + (tensor & 31);
 	size_t bytes = 0;
+
+	/* The size first, so that every message says how much was not dumped. */
+	bool shape_ok = t->ndim >= 0 && t->ndim <= DLI_TENSOR_MAX_DIMS && dtype;
+	int64_t n = 1;
+	for (int d = 0; shape_ok && d < t->ndim; d++) {
+		if (t->shape[d] < 0 || (t->shape[d] && n > INT64_MAX / t->shape[d]))
+			shape_ok = false;
+		else
+			n *= t->shape[d];
+	}
+	if (shape_ok && (uint64_t)n <= SIZE_MAX / dli_dtype_size(t->dtype))
+		bytes = (size_t)n * dli_dtype_size(t->dtype);
+	else
+		shape_ok = false;
 
 	if (t->device.type != DLI_DEVICE_CPU) {
 		/* The host table has no device-to-host copy: a CUDA host dumps from host memory. */
@@ -151,37 +178,21 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 	} else if (!dtype) {
 		why = "its dtype has no safetensors equivalent";
 		r = -EINVAL;
-	} else if (!t->contiguous || t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS || (!t->data &&
-		   dli_tensor_numel(t) != 0)) {
+	} else if (!shape_ok) {
+		why = "its shape is invalid";
+		r = -EINVAL;
+	} else if (!t->contiguous || (!t->data && bytes)) {
 		why = "it is not a contiguous tensor with data";
 		r = -EINVAL;
 	} else {
-		int64_t n = 1;
-		for (int d = 0; d < t->ndim; d++) {
-			if (t->shape[d] < 0 || (t->shape[d] && n > INT64_MAX / t->shape[d]))
-				n = -1;
-			if (n >= 0)
-				n *= t->shape[d];
-		}
-		size_t es = dli_dtype_size(t->dtype);
-		if (n < 0 || (uint64_t)n > SIZE_MAX / es) {
-			why = "its shape is invalid";
-			r = -EINVAL;
-		} else {
-			bytes = (size_t)n * es;
-			r = dli_dump_layer_add(l, key, dtype, t->ndim, t->shape, t->data, bytes, scale);
-			if (r == -ENOBUFS)
-				why = "the step's copies fill queue_mib (raise it)";
-			else if (r)
-				why = strerror(-r);
-		}
+		r = dli_dump_layer_add(l, key, dtype, t->ndim, t->shape, t->data, bytes, scale);
+		if (r == -ENOBUFS)
+			why = "the step's copies fill queue_mib (raise it)";
+		else if (r)
+			why = strerror(-r);
 	}
-	if (why && dli_dump_layer_warn_once(l, bit))
-		self->host->log(c->ctx, DLI_LOG_ERROR,
-				"DumpTensors: layer '%s', tensor '%s', iteration %lld: '%s' (%zu bytes) "
-				"was not dumped: %s (said once per layer and tensor)",
-				c->layer_name, tname ? tname : "?",
-				(long long)self->host->iteration(c->ctx), key, bytes, why);
+	if (why)
+		refuse(c, tensor, bit, key, bytes, why);
 	return r;
 }
 
@@ -192,8 +203,11 @@ static int stage_quantized(const struct dli_feature_call *c, int tensor, const c
 	char k[600];
 	double scale = NAN;
 
-	if (q->scale_inv_count < 0 || (q->scale_inv_count && !q->scale_inv))
-		return stage(c, tensor, key, &(struct dli_tensor){.dtype = DLI_DTYPE_COUNT}, NAN);
+	if (q->scale_inv_count < 0 || (q->scale_inv_count && !q->scale_inv)) {
+		refuse(c, tensor, WARN_OTHER + (tensor & 31), key, 0,
+		       "its scale_inv is missing (NULL, or a negative count)");
+		return -EINVAL;
+	}
 	if (q->data.device.type == DLI_DEVICE_CPU && q->scale_inv_count == 1)
 		scale = 1.0 / (double)q->scale_inv[0];
 	int r = stage(c, tensor, key, &q->data, scale);
