@@ -8,6 +8,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -218,13 +219,22 @@ static int job_write(struct dli_dump_writer *w, const struct dump_job *j, const 
 	if ((r = job_header(w, j, &h)) < 0)
 		goto out;
 	*what = "create a temp file";
-	if ((size_t)snprintf(tmp, sizeof tmp, "%s/.dump-XXXXXX.tmp", w->dir) >= sizeof tmp) {
-		r = -ENAMETOOLONG;
-		goto out;
-	}
-	if ((fd = mkstemps(tmp, 4)) < 0) {
-		r = -errno;
-		goto out;
+	/* Not mkstemp: its mode 0600 would outlive the rename; these get 0666 less the umask, as
+	 * any file the process writes. O_EXCL settles a clash with another process's name. */
+	for (unsigned tries = 0;; tries++) {
+		static atomic_ulong serial;
+		if ((size_t)snprintf(tmp, sizeof tmp, "%s/.dump-%ld-%lu.tmp", w->dir, (long)getpid(),
+				     atomic_fetch_add(&serial, 1)) >= sizeof tmp) {
+			r = -ENAMETOOLONG;
+			goto out;
+		}
+		fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+		if (fd >= 0)
+			break;
+		if (errno != EEXIST || tries > 100) {
+			r = -errno;
+			goto out;
+		}
 	}
 	made = true;
 	unsigned char len[8];

@@ -129,6 +129,10 @@ def check_files(mode, out, manifest, rank, world_size):
         if not os.path.exists(path):
             continue
         check(len(name.encode()) <= 255, "%s: file name too long: %s" % (mode, name))
+        umask = os.umask(0o022)
+        os.umask(umask)
+        check(os.stat(path).st_mode & 0o777 == 0o666 & ~umask,
+              "%s: %s has mode %o (umask %o)" % (mode, name, os.stat(path).st_mode & 0o777, umask))
         with open(path, "rb") as f:
             raw = f.read()
         got = dict(safetensors.deserialize(raw))
