@@ -149,6 +149,7 @@ static void refuse(const struct dli_feature_call *c, int tensor, int bit, const 
 static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		 const struct dli_tensor *t, double scale)
 {
+	const struct dli_dump *self = c->instance;
 	struct dli_dump_layer *l = c->layer_state;
 	const char *dtype = safetensors_dtype(t->dtype);
 	const char *why = NULL;
@@ -185,7 +186,8 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		why = "it is not a contiguous tensor with data";
 		r = -EINVAL;
 	} else {
-		r = dli_dump_layer_add(l, key, dtype, t->ndim, t->shape, t->data, bytes, scale);
+		r = dli_dump_layer_add(l, self->host->tensor_name(c->ctx, tensor), key, dtype,
+				       t->ndim, t->shape, t->data, bytes, scale);
 		if (r == -ENOBUFS)
 			why = "the step's copies fill queue_mib (raise it)";
 		else if (r)

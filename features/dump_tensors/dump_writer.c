@@ -156,6 +156,20 @@ static int job_header(const struct dli_dump_writer *w, const struct dump_job *j,
 	sb_json_pair(b, &first, "rank", num);
 	snprintf(num, sizeof num, "%d", w->world_size);
 	sb_json_pair(b, &first, "world_size", num);
+	/* The tensors the file holds, each once, in the order they came. */
+	struct sbuf names = {0};
+	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next) {
+		bool seen = false;
+		for (const struct dli_dump_blob *u = j->blobs; u != t && !seen; u = u->next)
+			seen = !strcmp(u->tensor, t->tensor);
+		if (!seen) {
+			sb_put(&names, ",", names.n ? 1 : 0);
+			sb_put(&names, t->tensor, strlen(t->tensor));
+		}
+	}
+	sb_json_pair(b, &first, "tensors", names.p ? names.p : "");
+	b->oom |= names.oom;
+	free(names.p);
 	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next) {
 		if (isnan(t->scale))
 			continue;
@@ -572,8 +586,9 @@ int dli_dump_layer_next_call(struct dli_dump_layer *l, int tensor, int gemm, int
 	return k;
 }
 
-int dli_dump_layer_add(struct dli_dump_layer *l, const char *key, const char *dtype, int ndim,
-		       const int64_t *shape, const void *data, size_t bytes, double scale)
+int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
+		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
+		       double scale)
 {
 	struct dli_dump_writer *w = l->writer;
 
@@ -603,6 +618,7 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *key, const char *dt
 	}
 	if (bytes)
 		memcpy(t->data, data, bytes);
+	t->tensor = tensor;
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (int d = 0; d < ndim; d++)

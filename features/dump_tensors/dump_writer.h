@@ -19,6 +19,7 @@ struct dli_dump_writer;
 struct dli_dump_blob {
 	struct dli_dump_blob *next;
 	char *key;          /* "activation.high_precision" */
+	const char *tensor; /* "activation": the host's name, which lives as long as the context */
 	const char *dtype;  /* safetensors dtype: "F32", "BF16", "F8_E4M3", ... */
 	int ndim;
 	int64_t shape[DLI_TENSOR_MAX_DIMS];
@@ -57,9 +58,10 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 
 /* Copies `bytes` of `data` into a new blob appended to the layer, after reserving them in the
  * budget: waits while the writer frees space; -ENOBUFS when the step's own copies fill the budget
- * (nothing queued that could free it); -ENOMEM. `key` is copied. */
-int dli_dump_layer_add(struct dli_dump_layer *l, const char *key, const char *dtype, int ndim,
-		       const int64_t *shape, const void *data, size_t bytes, double scale);
+ * (nothing queued that could free it); -ENOMEM. `key` is copied; `tensor` is the host's. */
+int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
+		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
+		       double scale);
 /* Sets bit `bit` of the layer's warned mask; true when it was clear (warn now). */
 bool dli_dump_layer_warn_once(struct dli_dump_layer *l, int bit);
 /* Takes the next microbatch index of a tensor (gemm < 0: inspect_tensor); for the weight,

@@ -160,6 +160,14 @@ def check_files(mode, out, manifest, rank, world_size):
         layer = entries[0]["layer"]
         check(meta.get("layer") == layer.decode("utf-8", errors="replace"),
               "%s: %s metadata layer %r, expected %r" % (mode, name, meta.get("layer"), layer))
+        tensors = []
+        for m in entries:
+            t = m["key"].split(".")[0]
+            if t not in tensors:
+                tensors.append(t)
+        check(meta.get("tensors") == ",".join(tensors),
+              "%s: %s metadata tensors %r, expected %r" % (mode, name, meta.get("tensors"),
+                                                           ",".join(tensors)))
         check(meta.get("iteration") == str(entries[0]["iteration"]) and
               meta.get("rank") == str(rank) and meta.get("world_size") == str(world_size),
               "%s: %s metadata %s" % (mode, name, meta))
