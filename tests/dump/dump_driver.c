@@ -1,9 +1,10 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|diskfull|queue OUT
+ *   dump_driver basic|diskfull|queue|threads OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -314,10 +315,66 @@ static int run_queue(void)
 	return 0;
 }
 
+/* ---- threads: inspect calls from 4 threads at once, into an 8 KiB queue that each step fills ---- */
+
+struct thread_job {
+	struct dli_layer *layers[2];
+	float *data[2];
+	int rc[2];
+};
+
+static void *thread_main(void *arg)
+{
+	struct thread_job *j = arg;
+	int64_t n = 256;
+	for (int i = 0; i < 2; i++) {
+		struct dli_tensor t = dli_tensor_make(j->data[i], DLI_DTYPE_F32, 1, &n);
+		j->rc[i] = dli_inspect_tensor(j->layers[i], DLI_TENSOR_ACTIVATION, &t, NULL, NULL);
+	}
+	return NULL;
+}
+
+static int run_threads(void)
+{
+	char yaml[1024];
+	snprintf(yaml, sizeof yaml, one_layer_yaml, "      queue_mib: 0.0078125\n");
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct thread_job jobs[4];
+	char names[4][2][32];
+	int64_t n = 256;
+	for (int k = 0; k < 4; k++)
+		for (int i = 0; i < 2; i++) {
+			snprintf(names[k][i], sizeof names[k][i], "t%d.layer%d", k, i);
+			jobs[k].layers[i] = layer(ctx, names[k][i]);
+		}
+	for (int64_t it = 0; it < 10; it++) {
+		pthread_t th[4];
+		for (int k = 0; k < 4; k++)
+			for (int i = 0; i < 2; i++) {
+				jobs[k].data[i] = make_data(256 * 4, DLI_DTYPE_F32);
+				expect(names[k][i], it, "activation.high_precision", "F32", 1, &n,
+				       jobs[k].data[i], 256 * 4);
+			}
+		for (int k = 0; k < 4; k++)
+			if (pthread_create(&th[k], NULL, thread_main, &jobs[k]))
+				exit(2);
+		for (int k = 0; k < 4; k++) {
+			pthread_join(th[k], NULL);
+			for (int i = 0; i < 2; i++) {
+				printf("rc inspect %d\n", jobs[k].rc[i]);
+				free(jobs[k].data[i]);
+			}
+		}
+		printf("rc step %d\n", dli_step(ctx));
+	}
+	dli_destroy(ctx);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s basic|diskfull|queue OUT\n", argv[0]);
+		fprintf(stderr, "usage: %s basic|diskfull|queue|threads OUT\n", argv[0]);
 		return 2;
 	}
 	out_dir = argv[2];
@@ -334,6 +391,7 @@ int main(int argc, char **argv)
 	int r = !strcmp(argv[1], "basic")      ? run_basic()
 		: !strcmp(argv[1], "diskfull") ? run_diskfull()
 		: !strcmp(argv[1], "queue")    ? run_queue()
+		: !strcmp(argv[1], "threads")  ? run_threads()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

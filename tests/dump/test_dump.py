@@ -5,8 +5,9 @@ expected entry in the right file (the file name computed here from the rules in 
 bit for bit through the safetensors package, with the metadata the docs promise, no other entry, no
 file outside the rank's dump directory, and `dlinspect stats` reading the files (FP8 included)
 with counts matching numpy/ml_dtypes. Then disk full (RLIMIT_FSIZE: EFBIG): one clear error, the
-other dumps intact, no temp file left, training going on; and a small queue_mib: every dump written
-(the step waited), and what cannot fit said, not dropped silently.
+other dumps intact, no temp file left, training going on; a small queue_mib: every dump written
+(the step waited), and what cannot fit said, not dropped silently; and calls from 4 threads at once
+into a queue that each step fills.
 
 argv: dump_driver, the dlinspect binary, tests/pyenv.sh, optionally a scratch directory.
 """
@@ -285,12 +286,20 @@ def test_queue(scratch):
     check("1 tensors were not dumped because queue_mib was full" in log, "queue: no total")
 
 
+def test_threads(scratch):
+    out, rcs, manifest, stderr = run_driver("threads", scratch)
+    check(len(rcs) == 90 and all(v == "0" for w, v in rcs), "threads: calls failed %s" % rcs)
+    by_file, dump_dir = check_files("threads", out, manifest, 0, 1)
+    check(len(by_file) == 80, "threads: %d files, expected 80" % len(by_file))
+
+
 def main():
     scratch = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="dli-dump-")
     try:
         test_basic(scratch)
         test_diskfull(scratch)
         test_queue(scratch)
+        test_threads(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)
