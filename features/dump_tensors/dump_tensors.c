@@ -22,13 +22,6 @@ struct dli_dump {
 	struct dli_dump_writer *writer;
 };
 
-/* Bits of a layer's warned mask above the tensor ids' (each warning is said once per layer and
- * tensor id < 32; these once per layer). */
-enum {
-	WARN_DEVICE = 0,  /* + tensor id: device memory */
-	WARN_OTHER = 32,  /* + tensor id: layout, dtype, missing tensor, full budget */
-};
-
 static const char *safetensors_dtype(enum dli_dtype d)
 {
 	switch (d) {
@@ -129,23 +122,23 @@ static bool dli_dump_postquantize_enabled(const struct dli_feature_call *c, enum
 	return active && self->quantized;
 }
 
-/* Says, once per layer and warning bit, that `key` was not dumped and why. */
-static void refuse(const struct dli_feature_call *c, int tensor, int bit, const char *key,
-		   size_t bytes, const char *why)
+/* Says, once per layer, tensor and reason, that `key` was not dumped and why. */
+static void refuse(const struct dli_feature_call *c, int tensor, enum dli_dump_warn reason,
+		   const char *key, size_t bytes, const char *why)
 {
 	const struct dli_dump *self = c->instance;
 	const char *tname = self->host->tensor_name(c->ctx, tensor);
 
-	if (dli_dump_layer_warn_once(c->layer_state, bit))
+	if (dli_dump_layer_warn_once(c->layer_state, reason, tensor))
 		self->host->log(c->ctx, DLI_LOG_ERROR,
 				"DumpTensors: layer '%s', tensor '%s', iteration %lld: '%s' (%zu bytes) "
-				"was not dumped: %s (said once per layer and tensor)",
+				"was not dumped: %s (said once per layer, tensor and reason)",
 				c->layer_name, tname ? tname : "?",
 				(long long)self->host->iteration(c->ctx), key, bytes, why);
 }
 
 /* Copies one tensor into the layer's file under `key`; `scale` is the FP8 scale or NaN. A tensor it
- * cannot take is said once per layer and tensor id, at error level, and its error returned. */
+ * cannot take is said once per layer, tensor and reason, at error level; its error is returned. */
 static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		 const struct dli_tensor *t, double scale)
 {
@@ -153,7 +146,8 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 	struct dli_dump_layer *l = c->layer_state;
 	const char *dtype = safetensors_dtype(t->dtype);
 	const char *why = NULL;
-	int r = 0, bit = WARN_OTHER + (tensor & 31);
+	int r = 0;
+	enum dli_dump_warn reason = DLI_DUMP_WARN_INVALID;
 	size_t bytes = 0;
 
 	/* The size first, so that every message says how much was not dumped. */
@@ -175,7 +169,7 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		why = "it is in device memory, and this dlinspect copies only host memory: pass a host "
 		      "copy";
 		r = -ENOTSUP;
-		bit = WARN_DEVICE + (tensor & 31);
+		reason = DLI_DUMP_WARN_DEVICE;
 	} else if (!dtype) {
 		why = "its dtype has no safetensors equivalent";
 		r = -EINVAL;
@@ -188,13 +182,14 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 	} else {
 		r = dli_dump_layer_add(l, self->host->tensor_name(c->ctx, tensor), key, dtype,
 				       t->ndim, t->shape, t->data, bytes, scale);
+		reason = DLI_DUMP_WARN_FULL;
 		if (r == -ENOBUFS)
 			why = "the step's copies fill queue_mib (raise it)";
 		else if (r)
 			why = strerror(-r);
 	}
 	if (why)
-		refuse(c, tensor, bit, key, bytes, why);
+		refuse(c, tensor, reason, key, bytes, why);
 	return r;
 }
 
@@ -206,7 +201,7 @@ static int stage_quantized(const struct dli_feature_call *c, int tensor, const c
 	double scale = NAN;
 
 	if (q->scale_inv_count < 0 || (q->scale_inv_count && !q->scale_inv)) {
-		refuse(c, tensor, WARN_OTHER + (tensor & 31), key, 0,
+		refuse(c, tensor, DLI_DUMP_WARN_INVALID, key, 0,
 		       "its scale_inv is missing (NULL, or a negative count)");
 		return -EINVAL;
 	}
@@ -227,7 +222,7 @@ static void warn_missing(const struct dli_feature_call *c, int tensor, const cha
 	const struct dli_dump *self = c->instance;
 	const char *tname = self->host->tensor_name(c->ctx, tensor);
 
-	if (dli_dump_layer_warn_once(c->layer_state, WARN_OTHER + (tensor & 31)))
+	if (dli_dump_layer_warn_once(c->layer_state, DLI_DUMP_WARN_MISSING, tensor))
 		self->host->log(c->ctx, DLI_LOG_WARNING,
 				"DumpTensors: layer '%s', tensor '%s': %s is true but the host passed "
 				"no such tensor; skipped (said once per layer and tensor)",

@@ -561,12 +561,12 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration)
 	free(l);
 }
 
-bool dli_dump_layer_warn_once(struct dli_dump_layer *l, int bit)
+bool dli_dump_layer_warn_once(struct dli_dump_layer *l, enum dli_dump_warn reason, int tensor)
 {
-	uint64_t m = 1ull << (bit & 63);
+	uint64_t m = 1ull << (tensor & 63);
 	pthread_mutex_lock(&l->writer->mu);
-	bool first = !(l->warned & m);
-	l->warned |= m;
+	bool first = !(l->warned[reason] & m);
+	l->warned[reason] |= m;
 	pthread_mutex_unlock(&l->writer->mu);
 	return first;
 }

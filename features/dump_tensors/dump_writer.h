@@ -28,6 +28,15 @@ struct dli_dump_blob {
 	double scale;       /* the FP8 scale (1 / scale_inv) of per-tensor scaled data, else NaN */
 };
 
+/* Why a tensor was not dumped: each reason is said once per layer and tensor. */
+enum dli_dump_warn {
+	DLI_DUMP_WARN_DEVICE,  /* device memory */
+	DLI_DUMP_WARN_INVALID, /* dtype, shape, layout, scale_inv */
+	DLI_DUMP_WARN_FULL,    /* queue_mib full with the step's own copies, or out of memory */
+	DLI_DUMP_WARN_MISSING, /* a tensor the config asks for was not passed */
+	DLI_DUMP_WARN_COUNT
+};
+
 /* A layer's tensors of the current step; shared by the instances attached to the layer. */
 struct dli_dump_layer {
 	struct dli_dump_layer *next;
@@ -40,7 +49,7 @@ struct dli_dump_layer {
 	uint16_t calls[64];       /* inspect_tensor calls per tensor id in this step */
 	uint16_t pq_calls[64][3]; /* inspect_tensor_postquantize calls per tensor id and gemm */
 	int64_t weight_step;      /* the step the weight was last dumped in */
-	uint64_t warned;          /* tensor ids already warned about, one bit each */
+	uint64_t warned[DLI_DUMP_WARN_COUNT]; /* per reason, one bit per tensor id (mod 64) */
 };
 
 /* The writer of `ctx`, made on first use with a budget of `budget` bytes (raised to the largest
@@ -62,8 +71,8 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale);
-/* Sets bit `bit` of the layer's warned mask; true when it was clear (warn now). */
-bool dli_dump_layer_warn_once(struct dli_dump_layer *l, int bit);
+/* True the first time `reason` is given for this layer and tensor id (say it now). */
+bool dli_dump_layer_warn_once(struct dli_dump_layer *l, enum dli_dump_warn reason, int tensor);
 /* Takes the next microbatch index of a tensor (gemm < 0: inspect_tensor); for the weight,
  * returns -1 when it was already taken in `iteration` (a weight is dumped once per step). */
 int dli_dump_layer_next_call(struct dli_dump_layer *l, int tensor, int gemm, int64_t iteration);
