@@ -226,13 +226,13 @@ static int job_write(struct dli_dump_writer *w, const struct dump_job *j, const 
 	int fd = -1, r;
 	bool made = false;
 
-	*what = "create the directory";
+	*what = "create the directory for";
 	if ((r = w->host->make_dirs(w->dir)) < 0)
 		return r;
-	*what = "encode the header";
+	*what = "encode the header of";
 	if ((r = job_header(w, j, &h)) < 0)
 		goto out;
-	*what = "create a temp file";
+	*what = "create a temp file for";
 	/* Not mkstemp: its mode 0600 would outlive the rename; these get 0666 less the umask, as
 	 * any file the process writes. O_EXCL settles a clash with another process's name. */
 	for (unsigned tries = 0;; tries++) {

@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|diskfull|queue|threads OUT
+ *   dump_driver basic|diskfull|queue|threads|nodir OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -289,6 +289,27 @@ static int run_diskfull(void)
 	return 0;
 }
 
+/* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
+
+static int run_nodir(void)
+{
+	char yaml[1024], path[4096];
+	snprintf(yaml, sizeof yaml, one_layer_yaml, "");
+	snprintf(path, sizeof path, "%s/logs", out_dir);
+	mkdir(path, 0755);
+	snprintf(path, sizeof path, "%s/logs/nvdlfw_inspect_tensor_dumps", out_dir);
+	FILE *f = fopen(path, "w");
+	if (!f || fclose(f))
+		return 2;
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	for (int64_t it = 0; it < 2; it++) {
+		dump_one(ctx, "model.fc1", it, 16, false);
+		printf("rc step %d\n", dli_step(ctx));
+	}
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- queue: a 64 KiB queue; the step waits for the writer, and says what does not fit ---- */
 
 static int run_queue(void)
@@ -374,7 +395,7 @@ static int run_threads(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s basic|diskfull|queue|threads OUT\n", argv[0]);
+		fprintf(stderr, "usage: %s basic|diskfull|queue|threads|nodir OUT\n", argv[0]);
 		return 2;
 	}
 	out_dir = argv[2];
@@ -392,6 +413,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "diskfull") ? run_diskfull()
 		: !strcmp(argv[1], "queue")    ? run_queue()
 		: !strcmp(argv[1], "threads")  ? run_threads()
+		: !strcmp(argv[1], "nodir")    ? run_nodir()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

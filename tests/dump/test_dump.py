@@ -293,6 +293,18 @@ def test_threads(scratch):
     check(len(by_file) == 80, "threads: %d files, expected 80" % len(by_file))
 
 
+def test_nodir(scratch):
+    out, rcs, manifest, stderr = run_driver("nodir", scratch)
+    check(len(rcs) == 4 and all(v == "0" for w, v in rcs), "nodir: calls failed %s" % rcs)
+    log = message_log(out)
+    check(len(re.findall(r"DumpTensors: could not create the directory for .*/rank_0/"
+                         r"model\.fc1_iter_000000\.safetensors \(layer 'model\.fc1', iteration 0\): "
+                         r"Not a directory", log)) == 1 and log.count("could not create") == 1,
+          "nodir: the failure must be said once:\n" + log[-3000:])
+    check("2 of 2 dump files could not be written" in log, "nodir: no total")
+    check(stderr.count("could not create the directory") == 1, "nodir: stderr:\n" + stderr)
+
+
 def main():
     scratch = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="dli-dump-")
     try:
@@ -300,6 +312,7 @@ def main():
         test_diskfull(scratch)
         test_queue(scratch)
         test_threads(scratch)
+        test_nodir(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)
