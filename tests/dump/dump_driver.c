@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|diskfull|queue|threads|nodir OUT
+ *   dump_driver basic|diskfull|queue|threads|nodir|reload OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -310,6 +310,50 @@ static int run_nodir(void)
 	return 0;
 }
 
+/* ---- reload: a config reload between steps keeps the writer and the layers' records ---- */
+
+static int run_reload(void)
+{
+	char path[4096], logs[4096];
+	snprintf(path, sizeof path, "%s/config.yaml", out_dir);
+	snprintf(logs, sizeof logs, "%s/logs", out_dir);
+	FILE *f = fopen(path, "w");
+	if (!f || fprintf(f, one_layer_yaml, "") < 0 || fclose(f))
+		return 2;
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_path = path;
+	o.log_dir = logs;
+	struct dli_context *ctx = NULL;
+	struct dli_error err = {0};
+	if (dli_init(&o, &ctx, &err)) {
+		fprintf(stderr, "dli_init: %s\n", err.message);
+		return 2;
+	}
+	dump_one(ctx, "model.fc1", 0, 64, true);
+	printf("rc step %d\n", dli_step(ctx));
+	/* The new config dumps the weight instead (and asks for a larger queue). */
+	char yaml[1024];
+	snprintf(yaml, sizeof yaml, one_layer_yaml, "      queue_mib: 2048\n");
+	char *at = strstr(yaml, "[activation]");
+	memcpy(at, "[weight]    ", 12);
+	if (!(f = fopen(path, "w")) || fputs(yaml, f) < 0 || fclose(f))
+		return 2;
+	printf("rc reload %d\n", dli_config_reload(ctx));
+	printf("rc step %d\n", dli_step(ctx));
+	dump_one(ctx, "model.fc1", 2, 64, false);
+	int64_t n = 32;
+	float *w = make_data(32 * 4, DLI_DTYPE_F32);
+	struct dli_tensor t = dli_tensor_make(w, DLI_DTYPE_F32, 1, &n);
+	printf("rc inspect %d\n", dli_inspect_tensor(layer(ctx, "model.fc1"), DLI_TENSOR_WEIGHT, &t,
+						     NULL, NULL));
+	expect("model.fc1", 2, "weight.high_precision", "F32", 1, &n, w, 32 * 4);
+	free(w);
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- queue: a 64 KiB queue; the step waits for the writer, and says what does not fit ---- */
 
 static int run_queue(void)
@@ -395,7 +439,7 @@ static int run_threads(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s basic|diskfull|queue|threads|nodir OUT\n", argv[0]);
+		fprintf(stderr, "usage: %s basic|diskfull|queue|threads|nodir|reload OUT\n", argv[0]);
 		return 2;
 	}
 	out_dir = argv[2];
@@ -414,6 +458,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "queue")    ? run_queue()
 		: !strcmp(argv[1], "threads")  ? run_threads()
 		: !strcmp(argv[1], "nodir")    ? run_nodir()
+		: !strcmp(argv[1], "reload")   ? run_reload()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

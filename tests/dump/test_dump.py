@@ -305,6 +305,16 @@ def test_nodir(scratch):
     check(stderr.count("could not create the directory") == 1, "nodir: stderr:\n" + stderr)
 
 
+def test_reload(scratch):
+    out, rcs, manifest, stderr = run_driver("reload", scratch)
+    check(len(rcs) == 7 and all(v == "0" for w, v in rcs), "reload: calls failed %s" % rcs)
+    # check_files wants the scratch dir to hold only what the others hold: the config goes first.
+    os.unlink(os.path.join(out, "config.yaml"))
+    by_file, dump_dir = check_files("reload", out, manifest, 0, 1)
+    check(sorted(by_file) == ["model.fc1_iter_000000.safetensors",
+                              "model.fc1_iter_000002.safetensors"], "reload: %s" % sorted(by_file))
+
+
 def main():
     scratch = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="dli-dump-")
     try:
@@ -313,6 +323,7 @@ def main():
         test_queue(scratch)
         test_threads(scratch)
         test_nodir(scratch)
+        test_reload(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)
