@@ -18,6 +18,7 @@ echo "== tests in build-tsan (ThreadSanitizer: the multi-threaded tests: threads
 tsan_log=build-tsan.log
 if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debug -Db_sanitize=thread \
 	-Db_lundef=false -Dcuda=disabled >"$tsan_log" 2>&1; } &&
+	ninja -C build-tsan build.ninja >"$tsan_log" 2>&1 && # regenerated first: the target list below reads it
 	ninja -C build-tsan tests/unit/test_threads tests/unit/test_reload tests/unit/probe.so \
 		tests/dump/dump_driver tools/dlinspect $(ninja -C build-tsan -t targets all |
 		grep -E '^(features|loggers)/[^:]*\.so:' | cut -d: -f1) >"$tsan_log" 2>&1; then
