@@ -200,9 +200,10 @@ static int operand(struct dlt_linear *l, struct dlt_run *run, int t, int k, cons
 		size_t bytes = (size_t)rows * cols * sizeof(float);
 		if (!s->modified[k] && !(s->modified[k] = malloc(bytes)))
 			return -ENOMEM;
-		/* The quantizer says how this host would cast the tensor (format, current scale). */
+		/* The quantizer says how this host would cast the tensor (format, current scale; a
+		 * block-scaled recipe has no one scale). */
 		struct dli_quantizer q = {.size = sizeof q, .format = s->meta.format,
-					  .scale = &s->meta.scale};
+					  .scale = s->cast_col ? NULL : &s->meta.scale};
 		struct dli_tensor in = view(hp, rows, cols), out = view(s->modified[k], rows, cols);
 		run->modifies++;
 		int r;
