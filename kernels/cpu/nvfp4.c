@@ -60,33 +60,22 @@ float dli_nvfp4_block_encode(uint8_t scale, float global_scale)
 	return r <= FLT_MAX ? r : FLT_MAX;
 }
 
+/* The E2M1 magnitude code of |s| (not NaN): one comparison per boundary between two codes, each
+ * boundary a midpoint that belongs to the even code (0, 1.0, 2.0, 4.0), so that the count rounds
+ * to nearest-even; everything above 5 is 6 (saturation). */
+static inline __attribute__((always_inline)) uint8_t e2m1_mag(float a)
+{
+	return (uint8_t)((a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+			 (a >= 3.5f) + (a > 5.0f));
+}
+
 uint8_t dli_nvfp4_encode(float s)
 {
-	/* Round to nearest, ties to the even code (0, 1.0, 2.0, 4.0 are the even ones), saturating
-	 * to 6; the sign kept (-0 and tiny negatives give 0x8). NaN gives 0x7 (+6). */
-	uint8_t sign = (float_bits(s) >> 28) & 0x8;
-	float a = fabsf(s);
-	uint8_t c;
-
+	/* Round to nearest, ties to the even code, saturating to 6; the sign kept (-0 and tiny
+	 * negatives give 0x8). NaN gives 0x7 (+6). */
 	if (isnan(s))
 		return 0x7;
-	if (a <= 0.25f)
-		c = 0;
-	else if (a < 0.75f)
-		c = 1;
-	else if (a <= 1.25f)
-		c = 2;
-	else if (a < 1.75f)
-		c = 3;
-	else if (a <= 2.5f)
-		c = 4;
-	else if (a < 3.5f)
-		c = 5;
-	else if (a <= 5.0f)
-		c = 6;
-	else
-		c = 7;
-	return sign | c;
+	return (uint8_t)(((float_bits(s) >> 28) & 0x8) | e2m1_mag(fabsf(s)));
 }
 
 float dli_nvfp4_decode(uint8_t code)
@@ -166,21 +155,31 @@ struct nv_terms {
 	double err, dot, dqs, xs, lo, hi;
 };
 
-/* One block: rows [r0, r0 + h), columns [c0, c0 + w) (1 x 16, 16 x 1 or 16 x 16, clipped). */
+/* One block: rows [r0, r0 + h), columns [c0, c0 + w) (1 x 16, 16 x 1 or 16 x 16, clipped). Its
+ * elements are first read into buf, in row-major order. */
 static inline __attribute__((always_inline)) void
 block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int64_t c0,
       int64_t w, struct nv_terms *t)
 {
-	int64_t cols = ps->cols;
+	int64_t cols = ps->cols, m = 0;
+	float buf[B * B];
 	float bmax = 0.0f, enc, dqs;
 	uint8_t sc;
 
-	for (int64_t r = r0; r < r0 + h; r++)
-		for (int64_t c = c0; c < c0 + w; c++) {
-			float a = fabsf(load(ps->data, dtype, r * cols + c));
-			if (a > bmax) /* NaN compares false: left out, as fmaxf leaves it */
-				bmax = a;
-		}
+	if (h == 1) {
+		const int64_t i0 = r0 * cols + c0;
+		for (int64_t k = 0; k < w; k++)
+			buf[k] = load(ps->data, dtype, i0 + k);
+		m = w;
+	} else {
+		for (int64_t r = r0; r < r0 + h; r++)
+			for (int64_t c = c0; c < c0 + w; c++)
+				buf[m++] = load(ps->data, dtype, r * cols + c);
+	}
+	for (int64_t k = 0; k < m; k++) {
+		float a = fabsf(buf[k]);
+		bmax = a > bmax ? a : bmax; /* NaN compares false: left out, as fmaxf leaves it */
+	}
 	sc = dli_nvfp4_block_scale(bmax, ps->s_enc);
 	enc = dli_nvfp4_block_encode(sc, ps->s_enc);
 	dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
@@ -192,18 +191,18 @@ block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int
 		else
 			for (int64_t r = r0; r < r0 + h; r++)
 				ps->scales[r * ps->scale_cols + c0 / B] = sc;
+		m = 0;
 		for (int64_t r = r0; r < r0 + h; r++)
 			for (int64_t c = c0; c < c0 + w; c++)
-				ps->q[r * cols + c] =
-					dli_nvfp4_encode(load(ps->data, dtype, r * cols + c) * enc);
+				ps->q[r * cols + c] = dli_nvfp4_encode(buf[m++] * enc);
 		return;
 	}
 	if (ps->mode == NV_FAKE) {
+		m = 0;
 		for (int64_t r = r0; r < r0 + h; r++)
-			for (int64_t c = c0; c < c0 + w; c++) {
-				uint8_t q = dli_nvfp4_encode(load(ps->data, dtype, r * cols + c) * enc);
-				ps->out[r * cols + c] = dli_nvfp4_decode(q) * dqs;
-			}
+			for (int64_t c = c0; c < c0 + w; c++)
+				ps->out[r * cols + c] =
+					dli_nvfp4_decode(dli_nvfp4_encode(buf[m++] * enc)) * dqs;
 		return;
 	}
 	if (sc & 0x7f) {
@@ -212,29 +211,34 @@ block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int
 		if (dqs > t->hi)
 			t->hi = dqs;
 	}
-	for (int64_t r = r0; r < r0 + h; r++)
-		for (int64_t c = c0; c < c0 + w; c++) {
-			float x = load(ps->data, dtype, r * cols + c);
-			float s;
-			uint8_t q;
-			double dq, d;
-
-			if (!isfinite(x)) /* counted by the main pass */
-				continue;
-			s = x * enc;
-			q = dli_nvfp4_encode(s);
-			t->count++;
-			if (x != 0.0f && (q & 7) == 0)
-				t->under++;
-			if (fabsf(s) > 6.0f)
-				t->over++;
-			dq = (double)(dli_nvfp4_decode(q) * dqs);
-			d = x - dq;
-			t->err += d * d;
-			t->dot += x * dq;
-			t->dqs += dq * dq;
-			t->xs += (double)x * x;
-		}
+	/* The dequantized magnitudes of the eight codes in this block. */
+	float dqv[8];
+	for (int k = 0; k < 8; k++)
+		dqv[k] = e2m1_values[k] * dqs;
+	double err = 0, dot = 0, dq2 = 0, xs = 0;
+	uint64_t count = 0, under = 0, over = 0;
+	for (int64_t k = 0; k < m; k++) {
+		float x = buf[k];
+		if (!(fabsf(x) <= FLT_MAX)) /* NaN, inf: counted by the main pass */
+			continue;
+		float s = x * enc, a = fabsf(s);
+		uint8_t c = e2m1_mag(a);
+		double dq = (double)(x < 0 || (x == 0 && signbit(x)) ? -dqv[c] : dqv[c]), d = x - dq;
+		count++;
+		under += x != 0.0f && c == 0;
+		over += a > 6.0f;
+		err += d * d;
+		dot += x * dq;
+		dq2 += dq * dq;
+		xs += (double)x * x;
+	}
+	t->count += count;
+	t->under += under;
+	t->over += over;
+	t->err += err;
+	t->dot += dot;
+	t->dqs += dq2;
+	t->xs += xs;
 }
 
 static inline __attribute__((always_inline)) void
