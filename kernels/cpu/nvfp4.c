@@ -223,7 +223,9 @@ block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int
 			continue;
 		float s = x * enc, a = fabsf(s);
 		uint8_t c = e2m1_mag(a);
-		double dq = (double)(x < 0 || (x == 0 && signbit(x)) ? -dqv[c] : dqv[c]), d = x - dq;
+		/* x's sign on the magnitude, without a branch (random signs mispredict) */
+		float dqf = bits_float(float_bits(dqv[c]) ^ (float_bits(x) & 0x80000000u));
+		double dq = dqf, d = x - dq;
 		count++;
 		under += x != 0.0f && c == 0;
 		over += a > 6.0f;
