@@ -12,6 +12,7 @@
 #endif
 
 #include "cpu-private.h"
+#include "nvfp4-private.h"
 
 #define B DLI_NVFP4_BLOCK
 
@@ -102,24 +103,6 @@ void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t 
 
 /* ---- The scalar pass ---- */
 
-enum nv_mode { NV_AMAX, NV_COMPARE, NV_QUANTIZE, NV_FAKE };
-
-struct nv_pass {
-	const char *data;
-	enum dli_dtype dtype;
-	int64_t rows, cols;
-	int dims;
-	bool columnwise;
-	enum nv_mode mode;
-	float amax, s_enc;
-	uint8_t *q, *scales;
-	int64_t scale_cols;
-	float *out;
-	struct dli_stats_record *recs; /* COMPARE: one per chunk */
-	float *amaxes;                 /* AMAX: one per chunk */
-	int64_t rows_per_chunk;        /* a multiple of B */
-};
-
 static float half_float(uint16_t h)
 {
 	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -150,10 +133,6 @@ static inline __attribute__((always_inline)) float load(const void *data, enum d
 	}
 }
 
-struct nv_terms {
-	uint64_t count, under, over;
-	double err, dot, dqs, xs, lo, hi;
-};
 
 /* One block: rows [r0, r0 + h), columns [c0, c0 + w) (1 x 16, 16 x 1 or 16 x 16, clipped). Its
  * elements are first read into buf, in row-major order. */
@@ -243,6 +222,22 @@ block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int
 	t->xs += xs;
 }
 
+void dli_nvfp4_block_scalar(const struct nv_pass *ps, int64_t r, int64_t c0, int64_t w,
+			    struct nv_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		block(ps, DLI_DTYPE_F32, r, 1, c0, w, t);
+		break;
+	case DLI_DTYPE_F16:
+		block(ps, DLI_DTYPE_F16, r, 1, c0, w, t);
+		break;
+	default:
+		block(ps, DLI_DTYPE_BF16, r, 1, c0, w, t);
+		break;
+	}
+}
+
 static inline __attribute__((always_inline)) void
 strip(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1, struct nv_terms *t,
       float *amax)
@@ -289,6 +284,13 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	_mm_setcsr(csr & ~0xe040u);
 #endif
 	(void)worker;
+#ifdef DLI_HAVE_X86_SIMD
+	/* The AVX2 pass does the row-wise comparison of f32 and bf16 (AVX-512 machines run it too). */
+	if (ps->mode == NV_COMPARE && ps->dims == 1 && !ps->columnwise &&
+	    ps->dtype != DLI_DTYPE_F16 && (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512))
+		dli_nvfp4_rows_avx2(ps, r0, r1, &t);
+	else
+#endif
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:
 		strip(ps, DLI_DTYPE_F32, r0, r1, &t, &amax);
@@ -365,13 +367,13 @@ static int nv_run(struct nv_pass *ps, const struct dli_cpu_options *o)
 }
 
 static int nv_check(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols, int dims,
-		    const struct dli_cpu_options *o)
+		    const struct dli_cpu_options *o, enum dli_simd *simd)
 {
 	if ((dtype != DLI_DTYPE_F32 && dtype != DLI_DTYPE_F16 && dtype != DLI_DTYPE_BF16) ||
 	    (dims != 1 && dims != 2) || rows < 0 || cols < 0 || (cols && rows > INT64_MAX / cols) ||
 	    (rows * cols > 0 && !data))
 		return -EINVAL;
-	if (dli_cpu_simd(o) == DLI_SIMD_AUTO)
+	if ((*simd = dli_cpu_simd(o)) == DLI_SIMD_AUTO)
 		return -ENOTSUP;
 	return 0;
 }
@@ -386,7 +388,7 @@ int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, 
 
 	if (!out)
 		return -EINVAL;
-	if ((r = nv_check(data, dtype, rows, cols, dims, o)))
+	if ((r = nv_check(data, dtype, rows, cols, dims, o, &ps.simd)))
 		return r;
 	dli_stats_record_init(out);
 	if (rows * cols == 0)
@@ -414,7 +416,7 @@ int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows,
 	int64_t srows, scols;
 	int r;
 
-	if ((r = nv_check(data, dtype, rows, cols, dims, o)))
+	if ((r = nv_check(data, dtype, rows, cols, dims, o, &ps.simd)))
 		return r;
 	if (rows * cols > 0 && (!q || !scales))
 		return -EINVAL;
@@ -440,7 +442,7 @@ int dli_cpu_nvfp4_fake_quantize(const void *data, enum dli_dtype dtype, int64_t 
 			      .dims = dims, .columnwise = columnwise, .mode = NV_FAKE, .out = out };
 	int r;
 
-	if ((r = nv_check(data, dtype, rows, cols, dims, o)))
+	if ((r = nv_check(data, dtype, rows, cols, dims, o, &ps.simd)))
 		return r;
 	if (rows * cols > 0 && !out)
 		return -EINVAL;

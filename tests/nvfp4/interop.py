@@ -107,8 +107,11 @@ def terms(x, codes, dq, s):
     return [int(f.sum()), under, over, float(e @ e), float(xd @ d), float(d @ d), float(xd @ xd)]
 
 
-def run(args):
-    p = subprocess.run([codes_bin] + args, capture_output=True, text=True)
+def run(args, simd=None):
+    env = dict(os.environ)
+    if simd:
+        env["DLINSPECT_SIMD"] = simd
+    p = subprocess.run([codes_bin] + args, capture_output=True, text=True, env=env)
     if p.returncode != 0:
         fail(f"{' '.join(args)}: exit {p.returncode}: {p.stderr.strip()}")
         return None
@@ -158,14 +161,17 @@ def check(name, raw, dt, rows, cols, tmp, kinds=("row", "col", "2d"), threads=No
                 fail(f"{tag}: {bad.size} fake-quantized values differ; first at {i}: "
                      f"x={x.flat[i]!r} ours {f.flat[i]!r} ref {dq.flat[i]!r}")
         want = terms(x, codes, dq, s)
-        for th in threads or [None]:
-            out = run([dt, kind, str(rows), str(cols), "compare", path]
-                      + ([str(th)] if th else []))
-            if out is None:
-                continue
-            got = [float(v) for v in out.split()]
-            if not all(close(g, w) for g, w in zip(got, want)):
-                fail(f"{tag} threads {th}: compare terms ours {got} ref {want}")
+        # the dispatcher's path (AVX2 where the CPU has it) and the scalar reference
+        for simd in (None, "scalar"):
+            for th in threads or [None]:
+                out = run([dt, kind, str(rows), str(cols), "compare", path]
+                          + ([str(th)] if th else []), simd)
+                if out is None:
+                    continue
+                got = [float(v) for v in out.split()]
+                if not all(close(g, w) for g, w in zip(got, want)):
+                    fail(f"{tag} threads {th} simd {simd or 'auto'}: compare terms ours {got} "
+                         f"ref {want}")
 
 
 def bf16_groups(rng):

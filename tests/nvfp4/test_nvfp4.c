@@ -185,7 +185,17 @@ static void test_passes(void)
 					(long long)rows, (long long)cols, dims,
 					(unsigned long long)r32.underflows,
 					(unsigned long long)t.under, r32.err_sq, t.err);
-			CHECK(r16.underflows == r32.underflows && r16.err_sq == r32.err_sq);
+			CHECK(r16.underflows == r32.underflows && close_to(r16.err_sq, r32.err_sq, 1e-12));
+			/* The scalar reference and the dispatcher's path (AVX2 where there is one). */
+			struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1};
+			struct dli_stats_record rs;
+			CHECK_INT(dli_cpu_nvfp4_compare(h, DLI_DTYPE_BF16, rows, cols, dims, false, &so,
+							&rs), 0);
+			CHECK(rs.fp8_count == r16.fp8_count && rs.underflows == r16.underflows &&
+			      rs.overflows == r16.overflows && close_to(rs.err_sq, r16.err_sq, 1e-12) &&
+			      close_to(rs.dot, r16.dot, 1e-12) && close_to(rs.x_sq, r16.x_sq, 1e-12) &&
+			      rs.scale_inv_min == r16.scale_inv_min &&
+			      rs.scale_inv_max == r16.scale_inv_max);
 		}
 		free(x);
 		free(h);
