@@ -39,6 +39,8 @@ void dli_nvfp4_block_scalar(const struct nv_pass *ps, int64_t r, int64_t c0, int
  * double lanes), the rest by the scalar block. Compiled with AVX2 and FMA; call it only when the
  * CPU has them. */
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct nv_terms *t);
+/* max |x| over elements [i0, i1) of f32 or bf16 data, NaN left out (0 when nothing is left). */
+float dli_nvfp4_amax_avx2(const void *data, enum dli_dtype dtype, int64_t i0, int64_t i1);
 #endif
 
 #endif

@@ -246,6 +246,13 @@ strip(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1, st
 
 	if (ps->mode == NV_AMAX) {
 		float m = 0.0f;
+#ifdef DLI_HAVE_X86_SIMD
+		if (dtype != DLI_DTYPE_F16 &&
+		    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
+			*amax = dli_nvfp4_amax_avx2(ps->data, dtype, r0 * cols, r1 * cols);
+			return;
+		}
+#endif
 		for (int64_t i = r0 * cols; i < r1 * cols; i++) {
 			float a = fabsf(load(ps->data, dtype, i));
 			if (a > m)
