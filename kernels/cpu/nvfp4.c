@@ -1,7 +1,8 @@
 /* NVFP4 on the CPU: TransformerEngine's two-level scaling (E2M1 elements, one E4M3 scale per 16
  * elements, one fp32 global scale per tensor from its amax) as a quantizer, a fake-quantizer and
  * a quantize-and-compare pass; 1 x 16 blocks (16 x 1 for the column-wise copy) or 16 x 16 tiles.
- * Scalar. The rules are in docs/block-scaling.md ("NVFP4"). */
+ * This is the scalar reference; the row-wise compare of f32 and bf16 has an AVX2 path
+ * (nvfp4-avx2.c). The rules are in docs/block-scaling.md ("NVFP4"). */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
