@@ -161,8 +161,8 @@ float dli_nvfp4_dequant_scale(uint8_t scale, float amax);
 void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *srows,
 			   int64_t *scols);
 /* The passes over a rows x cols row-major matrix of f32, f16 or bf16 (scalar but the row-wise
- * compare of f32 and bf16, which has an AVX2 path), threaded as the MXFP8 passes: dims 1 gives 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both
- * copies the same values). Blocks at the edges hold what there is. compare fills the FP8 terms
+ * compare of f32 and bf16, which has an AVX2 path), threaded as the MXFP8 passes: dims 1 gives
+ * 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both copies the same values). Blocks at the edges hold what there is. compare fills the FP8 terms
  * (fp8_count .. x_sq; scale_inv_min/max over the dequantization factors of blocks whose scale is
  * not 0); quantize writes one E2M1 code a byte (unpacked, in the data's layout), the padded
  * scales (0 in the padding) and the tensor's amax; fake writes decode(q) * factor in float.
