@@ -316,7 +316,7 @@ float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
  * `spec` (MXFP8, or FP8 block scaling in 1 x 128 / 128 x 128 blocks), `in` viewed as rows x cols
  * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 of the same element count, both
  * contiguous host memory (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
- * DLINSPECT_1.3. */
+ * DLINSPECT_1.2. */
 struct dli_block_spec; /* dlinspect/stats.h */
 int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 			 const struct dli_block_spec *spec);
