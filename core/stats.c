@@ -561,12 +561,13 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 {
 	if (!acc || !t || !spec)
 		return -EINVAL;
+	bool nvfp4 = spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D;
 	if (spec->size < sizeof(struct dli_block_spec) ||
 	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
-	     spec->recipe != DLI_BLOCK_FP8_2D) ||
-	    (spec->format != DLI_DTYPE_F8E4M3 && spec->format != DLI_DTYPE_F8E5M2))
+	     spec->recipe != DLI_BLOCK_FP8_2D && !nvfp4) ||
+	    (!nvfp4 && spec->format != DLI_DTYPE_F8E4M3 && spec->format != DLI_DTYPE_F8E5M2))
 		return refuse(acc, "cannot compare against block-scaled recipe %d with elements of "
-				   "%s: expected MXFP8 or FP8 block scaling with f8e4m3 or f8e5m2",
+				   "%s: expected MXFP8 or FP8 block scaling with f8e4m3 or f8e5m2, or NVFP4",
 			      spec->recipe, dtype_name(spec->format));
 	if (t->device.type == DLI_DEVICE_CUDA)
 		return refuse(acc, "block-scaled statistics of a CUDA tensor are not supported yet (the "
@@ -582,7 +583,11 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
-	if (!r && spec->recipe == DLI_BLOCK_MXFP8)
+	if (!r && nvfp4)
+		r = dli_cpu_nvfp4_compare(t->data, t->dtype, rows, cols,
+					  spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
+					  spec->columnwise != 0, NULL, &cmp);
+	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
 		r = dli_cpu_mx_compare(t->data, t->dtype, rows, cols, spec->format,
 				       spec->columnwise != 0, NULL, &cmp);
 	else if (!r)

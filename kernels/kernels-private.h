@@ -140,6 +140,43 @@ int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t r
 			       enum dli_dtype format, int dims, bool columnwise, bool pow2,
 			       const struct dli_cpu_options *o, float *out);
 
+/* ---- NVFP4 (kernels/cpu/nvfp4.c; docs/block-scaling.md) ---- */
+
+#define DLI_NVFP4_BLOCK 16
+
+/* TransformerEngine's rules, one step each: the global encode scale S_enc from the tensor's amax
+ * (2688 / amax as one float division; FLT_MAX for an infinite quotient; 1 for amax 0 or inf);
+ * a block's E4M3 scale code from its amax; the block's element multiplier
+ * min(1 / (scale * float(1 / S_enc)), FLT_MAX); the E2M1 code (0..15, bit 3 the sign) of a scaled
+ * value, nearest-even, saturating to 6, NaN to 0x7; its value; the dequantization factor
+ * scale * amax * float(1 / 2688). */
+float dli_nvfp4_global_scale(float amax);
+uint8_t dli_nvfp4_block_scale(float block_amax, float global_scale);
+float dli_nvfp4_block_encode(uint8_t scale, float global_scale);
+uint8_t dli_nvfp4_encode(float s);
+float dli_nvfp4_decode(uint8_t code);
+float dli_nvfp4_dequant_scale(uint8_t scale, float amax);
+/* The padded E4M3 scale matrix: [roundup(R, 128), roundup(ceil(C / 16), 4)] where R x C is the
+ * copy (rows x cols row-wise, cols x rows column-wise: the transpose). */
+void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *srows,
+			   int64_t *scols);
+/* The passes over a rows x cols row-major matrix of f32, f16 or bf16 (scalar but the row-wise
+ * compare of f32 and bf16, which has an AVX2 path), threaded as the MXFP8 passes: dims 1 gives
+ * 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both copies the same values). Blocks at the edges hold what there is. compare fills the FP8 terms
+ * (fp8_count .. x_sq; scale_inv_min/max over the dequantization factors of blocks whose scale is
+ * not 0); quantize writes one E2M1 code a byte (unpacked, in the data's layout), the padded
+ * scales (0 in the padding) and the tensor's amax; fake writes decode(q) * factor in float.
+ * -EINVAL, -ENOTSUP, -ENOMEM as the MXFP8 passes. */
+int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			  int dims, bool columnwise, const struct dli_cpu_options *o,
+			  struct dli_stats_record *out);
+int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			   int dims, bool columnwise, const struct dli_cpu_options *o, uint8_t *q,
+			   uint8_t *scales, float *amax);
+int dli_cpu_nvfp4_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows,
+				int64_t cols, int dims, bool columnwise,
+				const struct dli_cpu_options *o, float *out);
+
 /* ---- Value histograms (kernels/cpu/histogram.c) ---- */
 
 /* TensorFlow's default histogram buckets: limits -DBL_MAX, -p[773] .. -p[0], 0, p[0] .. p[773],

@@ -244,10 +244,18 @@ static int train(const struct options *o)
 		printf("dlinspect-train: %s, %d layers, width %d, batch %d, %" PRId64 " steps, seed %" PRIu64
 		       "\n", precision_names[o->precision], o->model.layers, o->model.width,
 		       o->model.batch, o->model.steps, o->model.seed);
-		if (o->precision == DLT_FP8)
+		if (o->precision == DLT_FP8 && o->recipe.scaling == DLT_SCALING_DELAYED)
 			printf("  FP8 recipe: delayed scaling, amax history %d (%s), margin %g; E4M3 "
 			       "forward, E5M2 gradients\n", o->recipe.history_len,
 			       o->recipe.algo == DLT_AMAX_MAX ? "max" : "most_recent", o->recipe.margin);
+		else if (o->precision == DLT_FP8)
+			printf("  FP8 recipe: %s; E4M3 forward, E5M2 gradients\n",
+			       o->recipe.scaling == DLT_SCALING_CURRENT ?
+				       "current scaling (per tensor, from its own amax)" :
+			       o->recipe.scaling == DLT_SCALING_MXFP8 ?
+				       "MXFP8 (32-element blocks, E8M0 scales)" :
+				       "FP8 block scaling (1 x 128 activations and gradients, "
+				       "128 x 128 weights, power-of-two fp32 scales)");
 		if (o->bad_step >= 0)
 			printf("  data: step %" PRId64 " holds one corrupted record (every feature = %g), "
 			       "masked out of the loss\n", o->bad_step, o->bad_value);
@@ -462,6 +470,8 @@ static void usage(FILE *f, const char *argv0)
 		"  --amax-history N     delayed scaling's amax history length (default 1024)\n"
 		"  --amax-algo A        max or most_recent (default max)\n"
 		"  --margin M           scale = fp8_max / amax / 2^M (default 0)\n"
+		"  --recipe R           FP8 scaling: delayed, current, mxfp8 or block (default\n"
+		"                       delayed; docs/trainer.md)\n"
 		"  --lr X               Adam's peak learning rate (default 0.002)\n"
 		"  --noise X            std of the target noise; the loss floor is X^2 (default 0.1)\n"
 		"  --bad-step N         one record of step N's batch is corrupted (every feature set\n"
@@ -531,7 +541,7 @@ int main(int argc, char **argv)
 		O_STEPS = 256, O_BATCH, O_WIDTH, O_LAYERS, O_SEED, O_PRECISION, O_CONFIG, O_LOG_DIR,
 		O_NO_DLI, O_HISTORY, O_ALGO, O_MARGIN, O_LR, O_NOISE, O_BAD_STEP, O_BAD_VALUE,
 		O_PRINT, O_TRACE, O_BENCH, O_ROUNDS, O_BSTEPS, O_QUIET, O_HELP, O_D_IN, O_D_OUT,
-		O_INJECT,
+		O_INJECT, O_RECIPE,
 	};
 	static const struct option longopts[] = {
 		{"steps", required_argument, NULL, O_STEPS},
@@ -560,6 +570,7 @@ int main(int argc, char **argv)
 		{"inputs", required_argument, NULL, O_D_IN},
 		{"outputs", required_argument, NULL, O_D_OUT},
 		{"inject-nonfinite", required_argument, NULL, O_INJECT},
+		{"recipe", required_argument, NULL, O_RECIPE},
 		{NULL, 0, NULL, 0},
 	};
 	struct options o = {
@@ -620,6 +631,14 @@ int main(int argc, char **argv)
 		case O_D_IN: ok = parse_long(optarg, 1, 1 << 14, &v); o.model.d_in = (int)v; break;
 		case O_D_OUT: ok = parse_long(optarg, 1, 1 << 14, &v); o.model.d_out = (int)v; break;
 		case O_INJECT: ok = parse_inject(optarg, &o); break;
+		case O_RECIPE:
+			ok = false;
+			for (int i = 0; i < DLT_SCALING_COUNT; i++)
+				if (!strcmp(optarg, dlt_scaling_names[i])) {
+					o.recipe.scaling = (enum dlt_scaling)i;
+					ok = true;
+				}
+			break;
 		case O_HELP: usage(stdout, argv[0]); return 0;
 		default: usage(stderr, argv[0]); return 2;
 		}
@@ -632,6 +651,12 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
 		usage(stderr, argv[0]);
+		return 2;
+	}
+	if (o.recipe.scaling != DLT_SCALING_DELAYED && o.precision != DLT_FP8) {
+		fprintf(stderr, "%s: --recipe %s needs --precision fp8 (the %s run casts nothing to "
+			"FP8)\n", argv[0], dlt_scaling_names[o.recipe.scaling],
+			precision_names[o.precision]);
 		return 2;
 	}
 	if (o.print_every < 0)

@@ -33,7 +33,7 @@
  * with its own recipe: TransformerEngine refuses fp8_delayed_scaling_ stats unless that is the
  * training recipe), then the what-ifs: current scaling, MXFP8 row-wise and column-wise, FP8
  * block scaling (128 x 128 blocks, the same in both copies). After them, names create() refuses
- * with the reason: NVFP4 (no such format here yet) and `_columnwise` of per-tensor recipes
+ * with the reason: NVFP4 (LogNvfp4TensorStats' names) and `_columnwise` of per-tensor recipes
  * (TransformerEngine refuses those too). */
 static const char *const dli_lfs_names[] = {
 	DLI_LFS_SEVEN(""), DLI_LFS_SEVEN(DLI_LFS_DELAYED), DLI_LFS_SEVEN(DLI_LFS_PREFIX),
@@ -104,7 +104,8 @@ static bool dli_lfs_refuse(const char *stat, struct dli_error *err)
 	if (!strncmp(stat, "nvfp4_", 6)) {
 		snprintf(err->message, sizeof(err->message),
 			 "stats: '%s': NVFP4 statistics belong to TransformerEngine's "
-			 "LogNvfp4TensorStats, which needs the NVFP4 format; dlinspect has neither yet",
+			 "LogNvfp4TensorStats (stats: [underflows%%, mse], logged as nvfp4_<stat>), "
+			 "not to LogFp8TensorStats",
 			 stat);
 		return true;
 	}

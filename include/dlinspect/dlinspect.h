@@ -311,6 +311,16 @@ int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_d
  * amax of 0, inf or NaN; FLT_MAX when the result is infinite. */
 float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
 
+/* Block-scaled fake quantization (docs/block-scaling.md), what the host table's block_fake_quant
+ * gives features, for hosts that emulate a block-scaled recipe: out = dequant(quant(in)) under
+ * `spec` (MXFP8, or FP8 block scaling in 1 x 128 / 128 x 128 blocks), `in` viewed as rows x cols
+ * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 of the same element count, both
+ * contiguous host memory (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
+ * DLINSPECT_1.2. */
+struct dli_block_spec; /* dlinspect/stats.h */
+int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
+			 const struct dli_block_spec *spec);
+
 /* ---- Messages ----
  * Writes a message through the loaders' message logs (file logger: nvdlfw_inspect_logs/), filtered
  * by the context's level. `fmt` is printf-style. */

@@ -87,6 +87,10 @@ enum dli_block_recipe {
 	 * column-wise copy) or 128 x 128 blocks (the same in both copies) */
 	DLI_BLOCK_FP8_1D = 2,
 	DLI_BLOCK_FP8_2D = 3,
+	/* TransformerEngine's NVFP4: E2M1 elements, an E4M3 scale per 1 x 16 block (16 x 1 for the
+	 * column-wise copy) or per 16 x 16 tile, an fp32 global scale; `format` is not read */
+	DLI_BLOCK_NVFP4 = 4,
+	DLI_BLOCK_NVFP4_2D = 5,
 };
 
 struct dli_block_spec {

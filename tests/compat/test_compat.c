@@ -70,7 +70,7 @@ static void test_configs_load(void)
 		"both_namespaces.yaml", "seed_perf.yaml", "yaml11_forms.yaml",
 		"disable_quantization.yaml", "recipe_stats.yaml", "struct_entries.yaml",
 		"dummy_feature.yaml", "mxfp8_stats.yaml", "fake_quant_mxfp8.yaml",
-		"all_recipe_stats.yaml",
+		"all_recipe_stats.yaml", "nvfp4_stats.yaml",
 	};
 	const char *dir = getenv("COMPAT_CONFIGS");
 	CHECK(dir != NULL);
