@@ -12,6 +12,8 @@
 #include <yaml.h>
 
 #include "config-private.h"
+#include "feature-keys-private.h"
+#include "names-private.h"
 #include "registry-private.h"
 #include "strset-private.h"
 
@@ -22,12 +24,6 @@
 #define MAX_CONFIG_BYTES (16u << 20)
 #define MAX_NODES 1000000
 
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
-static const char *const standard_tensors[DLI_TENSOR_STANDARD_COUNT] = {
-	"activation", "gradient", "weight", "output", "wgrad", "dgrad",
-};
-static const char *const schedule_keys[] = {"freq", "start_step", "end_step", "start_end_list"};
-#define N_SCHEDULE_KEYS (sizeof schedule_keys / sizeof schedule_keys[0])
 
 /* ---- Memory owned by the config ---- */
 
@@ -926,7 +922,7 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	cfg->path = cfg_strdup(cfg, path ? path : "<string>");
 	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
-		cfg->tensor_names[i] = (char *)standard_tensors[i];
+		cfg->tensor_names[i] = (char *)dli_standard_tensor_name((int)i);
 	cfg->n_tensor_names = DLI_TENSOR_STANDARD_COUNT;
 	char *text = NULL;
 	size_t len = 0;
@@ -1152,7 +1148,7 @@ static int tensor_id_for(struct resolver *rs, const struct dli_node *n)
 	const char *known[DLI_TENSOR_STANDARD_COUNT + 64];
 	size_t n_known = 0;
 	for (size_t i = 0; i < DLI_TENSOR_STANDARD_COUNT; i++)
-		known[n_known++] = standard_tensors[i];
+		known[n_known++] = dli_standard_tensor_name((int)i);
 	for (size_t i = 0; i < cfg->n_declared_tensors && n_known < sizeof known / sizeof *known; i++)
 		known[n_known++] = cfg->declared_tensors[i];
 	const char *close = dli_suggest(n->text, known, n_known);
@@ -1195,11 +1191,11 @@ static int read_gemms(struct resolver *rs, const struct dli_node *n, uint32_t *m
 	const struct dli_node *first[DLI_GEMM_COUNT] = {0};
 	*mask = 0;
 	for (size_t i = 0; i < count; i++) {
-		int g = want_choice(rs, items[i], gemm_names, DLI_GEMM_COUNT, "gemm");
+		int g = want_choice(rs, items[i], dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 		if (g < 0)
 			return -EINVAL;
 		if (first[g])
-			return listed_twice(rs, items[i], gemm_names[g], first[g]);
+			return listed_twice(rs, items[i], dli_gemm_name(g), first[g]);
 		first[g] = items[i];
 		*mask |= 1u << g;
 	}
@@ -1255,32 +1251,32 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 	const char *k = key->text;
 	size_t mark = path_push(rs, k);
 	int r = 0;
-	if (!strcmp(k, "enabled") && !entry_key) {
+	const struct dli_shared_key *sk = dli_shared_key_find(k);
+	enum dli_shared_key_id id = sk && dli_shared_key_applies(sk, d->flags, entry_key)
+					    ? (enum dli_shared_key_id)(sk - dli_shared_keys)
+					    : DLI_KEY_COUNT;
+	if (id == DLI_KEY_ENABLED) {
 		r = want_bool(rs, v, &b->enabled);
 		b->has_enabled = true;
-	} else if ((d->flags & DLI_FEATURE_GEMMS) && !strcmp(k, "gemms") &&
-		   !(entry_key && !strcmp(entry_key, "gemm"))) {
+	} else if (id == DLI_KEY_GEMMS) {
 		r = read_gemms(rs, v, &b->gemms);
 		b->has_gemms = true;
-	} else if ((d->flags & DLI_FEATURE_TENSORS) && !strcmp(k, "tensors") &&
-		   !(entry_key && !strcmp(entry_key, "tensor"))) {
+	} else if (id == DLI_KEY_TENSORS) {
 		r = read_tensors(rs, v, &b->tensors);
 		b->has_tensors = true;
-	} else if ((d->flags & DLI_FEATURE_GEMMS) && !strcmp(k, "gemms_struct") && !entry_key) {
+	} else if (id == DLI_KEY_GEMMS_STRUCT) {
 		if (v->kind != DLI_NODE_SEQ || v->n == 0)
 			r = fail(rs, v, "expected a list of entries like '{gemm: fprop, ...}', got %s",
 				 kind_name(v));
 		b->gemms_struct = v;
-	} else if ((d->flags & DLI_FEATURE_TENSORS) && !strcmp(k, "tensors_struct") &&
-		   (!entry_key || !strcmp(entry_key, "gemm"))) {
+	} else if (id == DLI_KEY_TENSORS_STRUCT) {
 		if (v->kind != DLI_NODE_SEQ || v->n == 0)
 			r = fail(rs, v, "expected a list of entries like '{tensor: activation, ...}', "
 					"got %s",
 				 kind_name(v));
 		b->tensors_struct = v;
-	} else if ((d->flags & DLI_FEATURE_SCHEDULED) &&
-		   (!strcmp(k, "freq") || !strcmp(k, "start_step") || !strcmp(k, "end_step"))) {
-		int i = !strcmp(k, "freq") ? 0 : !strcmp(k, "start_step") ? 1 : 2;
+	} else if (id == DLI_KEY_FREQ || id == DLI_KEY_START_STEP || id == DLI_KEY_END_STEP) {
+		int i = id == DLI_KEY_FREQ ? 0 : id == DLI_KEY_START_STEP ? 1 : 2;
 		r = want_int(rs, v, &b->sched[i]);
 		if (!r && i == 0 && b->sched[0] < 1)
 			r = fail(rs, v, "expected an integer >= 1, got %lld", (long long)b->sched[0]);
@@ -1299,7 +1295,7 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		if (!b->sched_here)
 			b->first_sched_key = key;
 		b->sched_here = true;
-	} else if ((d->flags & DLI_FEATURE_SCHEDULED) && !strcmp(k, "start_end_list")) {
+	} else if (id == DLI_KEY_START_END_LIST) {
 		static const struct dli_param_desc pairs = {.key = "start_end_list",
 							    .type = DLI_PARAM_INT_PAIRS};
 		r = parse_value(rs, &pairs, v, &b->ranges);
@@ -1329,7 +1325,7 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		if (!b->sched_here)
 			b->first_sched_key = key;
 		b->sched_here = true;
-	} else if ((d->flags & DLI_FEATURE_MODIFIES) && !strcmp(k, "in_eval")) {
+	} else if (id == DLI_KEY_IN_EVAL) {
 		r = want_bool(rs, v, &b->in_eval);
 	} else {
 		int idx = schema_find(d->params, d->n_params, k);
@@ -1342,30 +1338,14 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		/* Unknown: suggest among every key this feature takes here. */
 		bool in_gemm = entry_key && !strcmp(entry_key, "gemm");
 		bool in_tensor = entry_key && !strcmp(entry_key, "tensor");
-		/* Every shared key (at most 5 + N_SCHEDULE_KEYS + 1) and each parameter's key and alias. */
-		const char **cands = malloc((8 + N_SCHEDULE_KEYS + 2 * d->n_params) * sizeof *cands);
+		/* Every shared key it takes here, and each parameter's key and alias. */
+		const char **cands = malloc((DLI_KEY_COUNT + 2 * d->n_params) * sizeof *cands);
 		size_t nc = 0;
 		if (!cands)
 			return -ENOMEM;
-		if (!entry_key)
-			cands[nc++] = "enabled";
-		if (d->flags & DLI_FEATURE_GEMMS) {
-			if (!in_gemm)
-				cands[nc++] = "gemms";
-			if (!entry_key)
-				cands[nc++] = "gemms_struct";
-		}
-		if (d->flags & DLI_FEATURE_TENSORS) {
-			if (!in_tensor)
-				cands[nc++] = "tensors";
-			if (!in_tensor)
-				cands[nc++] = "tensors_struct";
-		}
-		if (d->flags & DLI_FEATURE_SCHEDULED)
-			for (size_t i = 0; i < N_SCHEDULE_KEYS; i++)
-				cands[nc++] = schedule_keys[i];
-		if (d->flags & DLI_FEATURE_MODIFIES)
-			cands[nc++] = "in_eval";
+		for (size_t i = 0; i < DLI_KEY_COUNT; i++)
+			if (dli_shared_key_applies(&dli_shared_keys[i], d->flags, entry_key))
+				cands[nc++] = dli_shared_keys[i].key;
 		for (size_t i = 0; i < d->n_params; i++) {
 			cands[nc++] = d->params[i].key;
 			if (d->params[i].alias)
@@ -1375,26 +1355,21 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		dli_suggest_text(hint, sizeof hint, k, cands, nc);
 		free(cands);
 		path_pop(rs, mark);
-		const char *why = "";
-		bool gemm_key = !strcmp(k, "gemms") || !strcmp(k, "gemms_struct");
-		bool tensor_key = !strcmp(k, "tensors") || !strcmp(k, "tensors_struct");
-		/* The feature may take the key, just not inside this struct entry. */
-		if (entry_key && !strcmp(k, "enabled"))
+		const char *why = "", *open = "", *close = "";
+		if (sk && entry_key && sk == &dli_shared_keys[DLI_KEY_ENABLED])
 			why = " ('enabled' belongs to the feature block, not to a struct entry)";
-		else if ((gemm_key && (d->flags & DLI_FEATURE_GEMMS)) ||
-			 (tensor_key && (d->flags & DLI_FEATURE_TENSORS)))
+		else if (sk && (d->flags & sk->flag)) /* taken, just not inside this struct entry */
 			why = in_gemm ? " (not inside a gemms_struct entry: its 'gemm:' says which GEMM)"
 			      : in_tensor ? " (not inside a tensors_struct entry: its 'tensor:' says "
 					    "which tensor)"
 					  : "";
-		else if (gemm_key)
-			why = " (this feature does not act per GEMM)";
-		else if (tensor_key)
-			why = " (this feature does not act per tensor)";
-		else if (!strcmp(k, "freq") || !strcmp(k, "start_step") || !strcmp(k, "end_step") ||
-			 !strcmp(k, "start_end_list"))
-			why = " (this feature is not scheduled)";
-		return fail(rs, key, "unknown key '%s' for %s%s%s", k, d->name, hint, why);
+		else if (sk && sk->not_taken) {
+			why = sk->not_taken;
+			open = " (";
+			close = ")";
+		}
+		return fail(rs, key, "unknown key '%s' for %s%s%s%s%s", k, d->name, hint, open, why,
+			    close);
 	}
 	path_pop(rs, mark);
 	return r;
@@ -1541,7 +1516,7 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 		size_t m2 = path_push(rs, entry_key);
 		int r = want_scalar(rs, id, entry_key);
 		if (!r && !strcmp(entry_key, "gemm")) {
-			int g = want_choice(rs, id, gemm_names, DLI_GEMM_COUNT, "gemm");
+			int g = want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 			r = g < 0 ? -EINVAL : 0;
 			b.gemms = g < 0 ? 0 : 1u << g;
 			b.has_gemms = true;

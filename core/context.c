@@ -13,6 +13,7 @@
 #include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
+#include "names-private.h"
 #include "nvtx-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
@@ -21,7 +22,6 @@
 #define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
 #endif
 
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
 void dli_options_init(struct dli_options *o)
@@ -159,7 +159,7 @@ static const char *host_log_dir(const struct dli_context *ctx)
 
 static const char *host_gemm_name(enum dli_gemm gemm)
 {
-	return (unsigned)gemm < DLI_GEMM_COUNT ? gemm_names[gemm] : NULL;
+	return dli_gemm_name(gemm);
 }
 
 static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
@@ -223,20 +223,17 @@ const struct dli_host dli_host_template = {
 int dli_gemm_from_name(const char *name)
 {
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		if (name && !strcmp(name, gemm_names[g]))
+		if (name && !strcmp(name, dli_gemm_name(g)))
 			return g;
 	return -1;
 }
 
 int dli_tensor_id(const struct dli_context *ctx, const char *name)
 {
-	static const char *const standard[DLI_TENSOR_STANDARD_COUNT] = {
-		"activation", "gradient", "weight", "output", "wgrad", "dgrad",
-	};
 	if (!name)
 		return -1;
 	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
-		if (!strcmp(name, standard[t]))
+		if (!strcmp(name, dli_standard_tensor_name(t)))
 			return t;
 	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx && ctx->config && t < ctx->n_tensors; t++)
 		if (!strcmp(name, ctx->config->tensor_names[t]))

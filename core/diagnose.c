@@ -8,6 +8,7 @@
 
 #include "context-private.h"
 #include "escape-private.h"
+#include "names-private.h"
 
 /* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ----
  * The tag is the context's serial number, not its address: a context created where a destroyed one
@@ -31,10 +32,6 @@ const char *dli_last_error(const struct dli_context *ctx)
 
 /* ---- Failing dli_modify_tensor ---- */
 
-static const char *const dtype_names[DLI_DTYPE_COUNT] = {
-	"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "f64", "i8", "u8", "i32", "i64",
-};
-
 /* "bf16[4x8] cuda:0 non-contiguous": what a host checks first when a feature refuses a tensor. */
 void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t)
 {
@@ -43,7 +40,7 @@ void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t)
 		return;
 	}
 	size_t off = (size_t)snprintf(buf, size, "%s[",
-				      (unsigned)t->dtype < DLI_DTYPE_COUNT ? dtype_names[t->dtype] : "?");
+				      dli_dtype_name(t->dtype) ? dli_dtype_name(t->dtype) : "?");
 	for (int i = 0; i < t->ndim && i < DLI_TENSOR_MAX_DIMS && off < size; i++)
 		off += (size_t)snprintf(buf + off, size - off, "%s%lld", i ? "x" : "",
 					(long long)t->shape[i]);
@@ -88,8 +85,6 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 
 /* ---- Config the host's calls never reached ---- */
 
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
-
 /* "[fprop, wgrad]" from a bit mask; "(none)" when empty. */
 static void gemm_list(char *buf, size_t size, uint32_t mask)
 {
@@ -101,7 +96,7 @@ static void gemm_list(char *buf, size_t size, uint32_t mask)
 	for (int g = 0; g < DLI_GEMM_COUNT && off < size; g++)
 		if (mask >> g & 1u)
 			off += (size_t)snprintf(buf + off, size - off, "%s%s", off > 1 ? ", " : "",
-						gemm_names[g]);
+						dli_gemm_name(g));
 	if (off < size)
 		snprintf(buf + off, size - off, "]");
 }

@@ -16,6 +16,7 @@
 #include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-private.h"
+#include "names-private.h"
 #include "stats-private.h"
 
 /* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and
@@ -68,13 +69,10 @@ struct dli_stats_acc {
 	bool hist_device;
 };
 
-static const char *const dli_dtype_names[DLI_DTYPE_COUNT] = {
-	"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "f64", "i8", "u8", "i32", "i64",
-};
-
 static const char *dtype_name(enum dli_dtype d)
 {
-	return (unsigned)d < DLI_DTYPE_COUNT ? dli_dtype_names[d] : "unknown dtype";
+	const char *name = dli_dtype_name(d);
+	return name ? name : "unknown dtype";
 }
 
 /* ---- The per-context backend ---- */

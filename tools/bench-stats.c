@@ -18,8 +18,7 @@
 #endif
 
 #include "cmd.h"
-#include "cpu/cpu-private.h"
-#include "kernels-private.h"
+#include "tools-api.h"
 
 #define REPS 10
 #define MAX_ROWS 32

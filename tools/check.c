@@ -5,18 +5,14 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "context-private.h"
-#include "loader-private.h"
-#include "registry-private.h"
-
-static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
+#include "tools-api.h"
 
 static void print_gemms(uint32_t mask)
 {
 	const char *sep = "";
 	for (int g = 0; g < DLI_GEMM_COUNT; g++) {
 		if (mask >> g & 1u) {
-			printf("%s%s", sep, gemm_names[g]);
+			printf("%s%s", sep, dli_gemm_name(g));
 			sep = ", ";
 		}
 	}
@@ -25,9 +21,9 @@ static void print_gemms(uint32_t mask)
 static void print_tensors(const struct dli_context *ctx, uint64_t mask)
 {
 	const char *sep = "";
-	for (size_t t = 0; t < ctx->n_tensors; t++) {
+	for (size_t t = 0; t < dli_tools_tensor_count(ctx); t++) {
 		if (mask >> t & 1u) {
-			printf("%s%s", sep, ctx->config->tensor_names[t]);
+			printf("%s%s", sep, dli_tools_tensor_name(ctx, t));
 			sep = ", ";
 		}
 	}
@@ -60,36 +56,38 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 		return 1;
 	}
 	printf("layer %s:\n", name);
-	if (!l->n_bindings) {
+	size_t n = dli_tools_binding_count(l);
+	if (!n) {
 		printf("  selected by no section: every GEMM in FP8, nothing inspected or modified\n");
 		return 0;
 	}
-	for (size_t i = 0; i < l->n_bindings; i++) {
-		const struct dli_target *t = l->bindings[i].instance->target;
-		const struct dli_feature_desc *d = t->feature->desc;
+	for (size_t i = 0; i < n; i++) {
+		struct dli_tools_binding b;
+		dli_tools_binding_get(l, i, &b);
+		const struct dli_feature_desc *d = b.feature;
 		/* The namespace too: the same name in two namespaces is two features. */
 		char label[128];
-		snprintf(label, sizeof label, "%s.%s", dli_feature_entry_ns(t->feature), d->name);
-		printf("  %-40s section '%s' at %s\n", label, t->section->name, t->where_text);
+		snprintf(label, sizeof label, "%s.%s", b.ns, d->name);
+		printf("  %-40s section '%s' at %s\n", label, b.section, b.where);
 		if (d->flags & DLI_FEATURE_GEMMS) {
 			printf("  %-40s gemms: ", "");
-			print_gemms(t->gemms);
+			print_gemms(b.gemms);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_TENSORS) {
 			printf("  %-40s tensors: ", "");
-			print_tensors(ctx, t->tensors);
+			print_tensors(ctx, b.tensors);
 			printf("\n");
 		}
 		if (d->flags & DLI_FEATURE_SCHEDULED) {
 			printf("  %-40s schedule: ", "");
-			print_schedule(&t->schedule);
+			print_schedule(b.schedule);
 			printf("\n");
 		}
 	}
 	printf("  at iteration %lld:", (long long)dli_iteration_get(ctx));
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		printf(" %s %s%s", gemm_names[g],
+		printf(" %s %s%s", dli_gemm_name(g),
 		       dli_fp8_gemm_enabled(l, (enum dli_gemm)g, NULL) ? "FP8" : "high precision",
 		       g + 1 < DLI_GEMM_COUNT ? "," : "\n");
 	return 0;
@@ -148,21 +146,18 @@ int dli_cmd_check(int argc, char **argv)
 	o.n_tensor_names = n_tensors;
 	struct dli_context *ctx;
 	struct dli_error err;
-	if (dli_context_open(&o, false, &ctx, &err)) {
+	if (dli_tools_open(&o, &ctx, &err)) {
 		fprintf(stderr, "%s\n", err.message);
 		status = 1;
 		goto out;
 	}
-	const struct dli_config *cfg = ctx->config;
-	for (size_t i = 0; i < cfg->n_warnings; i++)
-		fprintf(stderr, "%s\n", cfg->warnings[i]);
-	size_t enabled = 0;
-	for (size_t i = 0; i < cfg->n_sections; i++)
-		enabled += cfg->sections[i].enabled;
-	size_t n_modules = ctx->loader ? dli_loader_count(ctx->loader) : 0;
+	for (size_t i = 0; i < dli_tools_warning_count(ctx); i++)
+		fprintf(stderr, "%s\n", dli_tools_warning(ctx, i));
+	struct dli_tools_summary sum;
+	dli_tools_summarize(ctx, &sum);
 	printf("%s: valid: %zu section%s (%zu enabled), %zu feature instance%s, %zu module%s loaded\n",
-	       path, cfg->n_sections, cfg->n_sections == 1 ? "" : "s", enabled, cfg->n_targets,
-	       cfg->n_targets == 1 ? "" : "s", n_modules, n_modules == 1 ? "" : "s");
+	       path, sum.sections, sum.sections == 1 ? "" : "s", sum.enabled_sections, sum.instances,
+	       sum.instances == 1 ? "" : "s", sum.modules, sum.modules == 1 ? "" : "s");
 	status = 0;
 	for (size_t i = 0; i < n_layers; i++)
 		status |= describe_layer(ctx, layers[i]);

@@ -5,9 +5,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "context-private.h"
-#include "loader-private.h"
-#include "registry-private.h"
+#include "tools-api.h"
 
 static const char *type_name(enum dli_param_type t)
 {
@@ -39,36 +37,19 @@ static void print_params(const struct dli_param_desc *p, size_t n)
 		}
 		char range[96];
 		if ((p[i].type == DLI_PARAM_INT || p[i].type == DLI_PARAM_FLOAT) &&
-		    *dli_param_range_text(&p[i], range, sizeof range))
+		    *dli_tools_param_range_text(&p[i], range, sizeof range))
 			printf("        %-16s %s\n", "", range);
 	}
 }
 
-/* The keys the core handles for every feature, by flag. */
+/* The keys the core handles for every feature, by flag (core/feature-keys.c). */
 static void print_common_keys(uint32_t flags)
 {
-	printf("        %-16s %-20s required  turns the feature on or off\n", "enabled", "bool");
-	if (flags & DLI_FEATURE_GEMMS)
-		printf("        %-16s %-20s required  fprop, dgrad, wgrad (or gemms_struct: [{gemm: "
-		       "..., <overrides>}])\n",
-		       "gemms", "list of strings");
-	if (flags & DLI_FEATURE_TENSORS)
-		printf("        %-16s %-20s required  activation, gradient, weight, output, wgrad, "
-		       "dgrad or a host's own (or tensors_struct)\n",
-		       "tensors", "list of strings");
-	if (flags & DLI_FEATURE_SCHEDULED) {
-		printf("        %-16s %-20s default 1  log when step %% freq == 0\n", "freq", "int");
-		printf("        %-16s %-20s default 0  first step\n", "start_step", "int");
-		printf("        %-16s %-20s default -  last step, inclusive (absent: no end)\n",
-		       "end_step", "int");
-		printf("        %-16s %-20s default -  inclusive [start, end] ranges replacing "
-		       "start/end\n",
-		       "start_end_list", "list of [start, end]");
+	for (size_t i = 0; i < DLI_KEY_COUNT; i++) {
+		const struct dli_shared_key *k = &dli_shared_keys[i];
+		if (k->type && (!k->flag || (flags & k->flag)))
+			printf("        %-16s %-20s %s  %s\n", k->key, k->type, k->default_text, k->doc);
 	}
-	if (flags & DLI_FEATURE_MODIFIES)
-		printf("        %-16s %-20s default false  act in evaluation passes too "
-		       "(dli_mode_set)\n",
-		       "in_eval", "bool");
 }
 
 /* Whether a descriptor is called `only` (by its name or an alias); every one is when `only` is NULL. */
@@ -110,7 +91,7 @@ int dli_cmd_plugins(int argc, char **argv)
 	struct dli_error err;
 	char **dirs;
 	size_t n_dirs;
-	int found = dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
+	int found = dli_tools_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
 	free(extra);
 	if (found) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
@@ -119,21 +100,20 @@ int dli_cmd_plugins(int argc, char **argv)
 	printf("plugin search path:\n");
 	for (size_t i = 0; i < n_dirs; i++)
 		printf("  %s\n", dirs[i]);
-	struct dli_loader *loader;
+	struct dli_tools_modules *mods;
 	int status = 0;
-	if (dli_loader_create(&dli_host_template, (const char *const *)dirs, n_dirs, &loader, &err) ||
-	    dli_loader_load_all(loader, &err)) {
+	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, &mods, &err)) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		status = 1;
-		if (!loader) {
-			dli_search_dirs_free(dirs, n_dirs);
+		if (!mods) {
+			dli_tools_search_dirs_free(dirs, n_dirs);
 			return 1;
 		}
 	}
-	size_t n = dli_loader_count(loader);
+	size_t n = dli_tools_module_count(mods);
 	printf("\n%zu module%s:\n", n, n == 1 ? "" : "s");
 	for (size_t i = 0; i < n; i++) {
-		const struct dli_module *m = dli_loader_module(loader, i);
+		const struct dli_module *m = dli_tools_module(mods, i);
 		bool has = !only;
 		for (size_t k = 0; k < m->n_features && !has; k++)
 			has = called(only, m->features[k]->name, m->features[k]->aliases);
@@ -143,7 +123,7 @@ int dli_cmd_plugins(int argc, char **argv)
 			continue;
 		printf("\n  %s%s%s%s (ABI %u.%u)  %s\n", m->name, m->ns ? " [namespace " : "",
 		       m->ns ? m->ns : "", m->ns ? "]" : "", (unsigned)m->abi_major,
-		       (unsigned)m->abi_minor, dli_loader_path(loader, i));
+		       (unsigned)m->abi_minor, dli_tools_module_path(mods, i));
 		if (m->doc)
 			printf("    %s\n", m->doc);
 		for (size_t k = 0; k < m->n_features; k++) {
@@ -180,7 +160,7 @@ int dli_cmd_plugins(int argc, char **argv)
 		fprintf(stderr, "dlinspect: no feature or logger called '%s' on the plugin path\n", only);
 		status = 1;
 	}
-	dli_loader_destroy(loader);
-	dli_search_dirs_free(dirs, n_dirs);
+	dli_tools_modules_close(mods);
+	dli_tools_search_dirs_free(dirs, n_dirs);
 	return status;
 }

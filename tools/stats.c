@@ -23,8 +23,7 @@
 #include <string.h>
 
 #include "cmd.h"
-#include "error-private.h"
-#include "kernels-private.h"
+#include "tools-api.h"
 #include "tensorfile.h"
 
 static const char usage[] =

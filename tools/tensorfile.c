@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error-private.h"
 #include "tensorfile.h"
+#include "tools-api.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the readers hand out views of little-endian data as is: a big-endian host needs byte swaps"
@@ -23,19 +23,9 @@
 /* Deep enough for any real __metadata__, shallow enough that recursion cannot exhaust the stack. */
 #define JSON_MAX_DEPTH 64
 
-static const char *const dtype_names[] = {
-	[DLI_DTYPE_F32] = "f32",
-	[DLI_DTYPE_F16] = "f16",
-	[DLI_DTYPE_BF16] = "bf16",
-	[DLI_DTYPE_F8E4M3] = "e4m3",
-	[DLI_DTYPE_F8E5M2] = "e5m2",
-};
-
 const char *dli_tf_dtype_name(enum dli_dtype dtype)
 {
-	if ((unsigned)dtype >= sizeof dtype_names / sizeof *dtype_names)
-		return NULL;
-	return dtype_names[dtype];
+	return dli_dtype_cli_name(dtype);
 }
 
 static const struct {
@@ -71,9 +61,9 @@ static size_t elem_size(const struct dli_tf_tensor *t)
 
 int dli_tf_dtype_from_name(const char *name)
 {
-	for (size_t i = 0; i < sizeof dtype_names / sizeof *dtype_names; i++)
-		if (dtype_names[i] && !strcmp(name, dtype_names[i]))
-			return (int)i;
+	for (int i = 0; i < DLI_DTYPE_COUNT; i++)
+		if (dli_dtype_cli_name(i) && !strcmp(name, dli_dtype_cli_name(i)))
+			return i;
 	return -1;
 }
 

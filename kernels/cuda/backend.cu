@@ -22,6 +22,7 @@
 
 #include "backend.h"
 #include "convert.cuh"
+#include "names-private.h"
 #include "no-gpu.h"
 #include "passes.h"
 
@@ -114,10 +115,8 @@ struct lock_scope {
 
 const char *dtype_name(enum dli_dtype d)
 {
-	static const char *const names[DLI_DTYPE_COUNT] = {
-		"f32", "f16", "bf16", "f8e4m3", "f8e5m2", "f64", "i8", "u8", "i32", "i64",
-	};
-	return (unsigned)d < DLI_DTYPE_COUNT ? names[d] : "unknown dtype";
+	const char *name = dli_dtype_name(d);
+	return name ? name : "unknown dtype";
 }
 
 /* The element count of a device tensor on the accumulator's device, or a negative errno. */
