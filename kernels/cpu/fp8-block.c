@@ -14,13 +14,7 @@
 #include "cpu-private.h"
 #include "fp8-private.h"
 #include "mx-private.h"
-
-static float bits_float(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
+#include "load-private.h"
 
 float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype, bool pow2)
 {
@@ -41,31 +35,6 @@ float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype,
 		memcpy(&s, &u, sizeof(s));
 	}
 	return s;
-}
-
-static float half_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;
-	float f;
-
-	if (e == 0x1f)
-		u = sign | 0x7f800000 | (m << 13);
-	else if (e == 0)
-		return (sign ? -1.0f : 1.0f) * (float)m * 0x1p-24f;
-	else
-		u = sign | ((e + 112) << 23) | (m << 13);
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
-static float load(const void *data, enum dli_dtype dtype, int64_t i)
-{
-	uint16_t h;
-
-	if (dtype == DLI_DTYPE_F32)
-		return ((const float *)data)[i];
-	memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-	return dtype == DLI_DTYPE_F16 ? half_float(h) : bits_float((uint32_t)h << 16);
 }
 
 struct fb_pass {

@@ -13,6 +13,7 @@
 
 #include "cpu-private.h"
 #include "fp8-private.h"
+#include "load-private.h"
 
 /* What the cast needs to know about a format. */
 struct fp8_format {
@@ -34,20 +35,6 @@ static const struct fp8_format *fp8_format_of(enum dli_dtype format)
 	if (format == DLI_DTYPE_F8E5M2)
 		return &e5m2;
 	return NULL;
-}
-
-static uint32_t float_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static float bits_float(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
 }
 
 /* v >> shift rounded to nearest, ties to even; shift 1..31. */
@@ -178,36 +165,6 @@ int64_t dli_fp8_f32_last_le(float scale, float limit)
 }
 
 /* ---- Loading the inputs ---- */
-
-static float half_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1f;
-	uint32_t m = h & 0x3ff;
-
-	if (e == 0x1f)
-		return bits_float(sign | 0x7f800000 | (m << 13));
-	if (e == 0) /* zero or subnormal: m * 2^-24 is exact */
-		return bits_float(sign | float_bits((float)m * 0x1p-24f));
-	return bits_float(sign | ((e + 112) << 23) | (m << 13));
-}
-
-static inline __attribute__((always_inline)) float load(const void *data, enum dli_dtype dtype,
-							 int64_t i)
-{
-	uint16_t h;
-
-	switch (dtype) {
-	case DLI_DTYPE_F32:
-		return ((const float *)data)[i];
-	case DLI_DTYPE_F16:
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return half_float(h);
-	default: /* DLI_DTYPE_BF16 */
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return bits_float((uint32_t)h << 16);
-	}
-}
 
 static bool input_dtype_ok(enum dli_dtype dtype)
 {

@@ -13,20 +13,7 @@
 #include "cpu-private.h"
 #include "fp8-private.h"
 #include "mx-private.h"
-
-static uint32_t float_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static float bits_float(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
+#include "load-private.h"
 
 float dli_mx_max_rcp(enum dli_dtype format)
 {
@@ -87,36 +74,6 @@ void dli_mx_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *sr
 }
 
 /* ---- The scalar pass ---- */
-
-static float half_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1f;
-	uint32_t m = h & 0x3ff;
-
-	if (e == 0x1f)
-		return bits_float(sign | 0x7f800000 | (m << 13));
-	if (e == 0)
-		return bits_float(sign | float_bits((float)m * 0x1p-24f));
-	return bits_float(sign | ((e + 112) << 23) | (m << 13));
-}
-
-static inline __attribute__((always_inline)) float load(const void *data, enum dli_dtype dtype,
-							 int64_t i)
-{
-	uint16_t h;
-
-	switch (dtype) {
-	case DLI_DTYPE_F32:
-		return ((const float *)data)[i];
-	case DLI_DTYPE_F16:
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return half_float(h);
-	default:
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return bits_float((uint32_t)h << 16);
-	}
-}
 
 static pthread_once_t table_once = PTHREAD_ONCE_INIT;
 static float decoded[2][256];

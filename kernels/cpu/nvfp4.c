@@ -14,24 +14,11 @@
 
 #include "cpu-private.h"
 #include "nvfp4-private.h"
+#include "load-private.h"
 
 #define B DLI_NVFP4_BLOCK
 
 static const float e2m1_values[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
-
-static uint32_t float_bits(float f)
-{
-	uint32_t u;
-	memcpy(&u, &f, sizeof(u));
-	return u;
-}
-
-static float bits_float(uint32_t u)
-{
-	float f;
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
 
 float dli_nvfp4_global_scale(float amax)
 {
@@ -103,36 +90,6 @@ void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t 
 }
 
 /* ---- The scalar pass ---- */
-
-static float half_float(uint16_t h)
-{
-	uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-	uint32_t e = (h >> 10) & 0x1f;
-	uint32_t m = h & 0x3ff;
-
-	if (e == 0x1f)
-		return bits_float(sign | 0x7f800000 | (m << 13));
-	if (e == 0)
-		return bits_float(sign | float_bits((float)m * 0x1p-24f));
-	return bits_float(sign | ((e + 112) << 23) | (m << 13));
-}
-
-static inline __attribute__((always_inline)) float load(const void *data, enum dli_dtype dtype,
-							 int64_t i)
-{
-	uint16_t h;
-
-	switch (dtype) {
-	case DLI_DTYPE_F32:
-		return ((const float *)data)[i];
-	case DLI_DTYPE_F16:
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return half_float(h);
-	default:
-		memcpy(&h, (const uint16_t *)data + i, sizeof(h));
-		return bits_float((uint32_t)h << 16);
-	}
-}
 
 
 /* One block: rows [r0, r0 + h), columns [c0, c0 + w) (1 x 16, 16 x 1 or 16 x 16, clipped). Its
