@@ -12,6 +12,7 @@
 #include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
+#include "reduce-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
 
@@ -199,6 +200,8 @@ const struct dli_host dli_host_template = {
 	.make_dirs = dli_make_dirs,
 	.stats_acc_read_sized = dli_stats_acc_read_sized,
 	.stats_value_sized = dli_stats_value_sized,
+	.stats_acc_share = dli_stats_acc_share,
+	.stats_acc_scope = dli_stats_acc_scope,
 };
 
 /* ---- Names ---- */
@@ -367,6 +370,9 @@ int dli_step(struct dli_context *ctx)
 			busy);
 #endif
 	pthread_mutex_lock(&ctx->layers_lock);
+	/* Across ranks first, so that step_end reads whole tensors' statistics (core/reduce.c). */
+	if (ctx->reduce)
+		dli_reduce_step(ctx, ctx->iteration);
 	for (size_t i = 0; i < ctx->n_layers; i++) {
 		struct dli_layer *l = ctx->layer_list[i];
 		for (size_t k = 0; k < l->n_bindings; k++) {
@@ -781,6 +787,9 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
 		goto fail;
+	/* dlinspect check (no loggers) opens no communicator: it runs on one process. */
+	if (with_loggers && (r = dli_reduce_open(ctx, o, err)))
+		goto fail;
 	if (DLI_HAS_MEMBER(o, struct dli_options, n_tensor_names) && o->tensor_names) {
 		for (size_t i = 0; i < o->n_tensor_names; i++)
 			if (!o->tensor_names[i] || !o->tensor_names[i][0]) {
@@ -801,6 +810,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = create_instances(ctx, err)))
 		goto fail;
 	log_start(ctx);
+	dli_reduce_announce(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
 	for (size_t i = 0; i < ctx->config->n_warnings; i++) {
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
@@ -838,6 +848,8 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->instances[i].ops->destroy)
 			ctx->instances[i].ops->destroy(ctx->instances[i].state);
 	free(ctx->instances);
+	/* Every shared accumulator went with the layers and instances above. */
+	dli_reduce_close(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,

@@ -16,6 +16,7 @@
 #include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-private.h"
+#include "reduce-private.h"
 #include "stats-private.h"
 
 /* One device accumulator per CUDA device the tensors came from. */
@@ -40,6 +41,8 @@ struct dli_stats_acc {
 	uint64_t *hist_counts;
 	double *hist_limits, *hist_buckets;
 	bool hist_device;
+
+	bool shared; /* registered with stats_acc_share (core/reduce.c) */
 };
 
 static const char *const dli_dtype_names[DLI_DTYPE_COUNT] = {
@@ -169,6 +172,8 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 {
 	if (!acc)
 		return;
+	if (acc->shared)
+		dli_reduce_forget(acc->ctx, acc);
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].dacc)
@@ -509,4 +514,48 @@ int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram
 	}
 	pthread_mutex_unlock(&acc->lock);
 	return r;
+}
+
+/* ---- For the reduction across ranks (core/reduce.c) ---- */
+
+struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc)
+{
+	return acc->ctx;
+}
+
+bool dli_stats_acc_is_shared(const struct dli_stats_acc *acc)
+{
+	return acc->shared;
+}
+
+void dli_stats_acc_set_shared(struct dli_stats_acc *acc, bool shared)
+{
+	acc->shared = shared;
+}
+
+int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,
+			bool *has_hist)
+{
+	int r = acc_merge(acc, rec);
+	pthread_mutex_lock(&acc->lock);
+	*has_hist = acc->hist_counts != NULL;
+	if (acc->hist_counts)
+		memcpy(counts, acc->hist_counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
+	pthread_mutex_unlock(&acc->lock);
+	return r;
+}
+
+void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
+			   const uint64_t *counts)
+{
+	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	pthread_mutex_lock(&acc->lock);
+	/* The device records are in `rec` already (dli_stats_acc_local read them). */
+	for (size_t i = 0; i < acc->n_devices; i++)
+		if (acc->devices[i].dacc)
+			be->reset(acc->devices[i].dacc);
+	acc->host = *rec;
+	if (acc->hist_counts && counts)
+		memcpy(acc->hist_counts, counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
+	pthread_mutex_unlock(&acc->lock);
 }

@@ -51,6 +51,7 @@ extern "C" {
 
 struct dli_context;
 struct dli_layer;
+struct dli_comm_ops;
 
 /* "Never": the next_iteration of an answer that cannot change again. */
 #define DLI_NEVER INT64_MAX
@@ -119,6 +120,11 @@ struct dli_options {
 	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
 	 * (docs/security.md). */
 	bool allow_module_paths;
+	/* A communicator the host provides (docs/distributed.md), e.g. over torch.distributed: its
+	 * table (dlinspect/plugin.h; open and close are not called) and state, borrowed until
+	 * dli_destroy. NULL: the one DLINSPECT_COMMUNICATOR names, if any. */
+	const struct dli_comm_ops *comm_ops;
+	void *comm;
 };
 
 /* Sets every field to its default. */

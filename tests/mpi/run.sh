@@ -1,0 +1,73 @@
+#!/bin/sh
+# The MPI reduction tests (docs/distributed.md): LogTensorStats over 1, 2, 3 and 4 ranks under
+# mpirun, every rank's values compared with a reference over the concatenated shards (check.py)
+# and with the other ranks' values bit for bit; then a run whose last rank leaves a step early.
+# Skips (77) without mpirun or the mpi module.
+# argv: <reduce_rank> <module dir of exact_logger> [case...]; cases: 1 2 3 4 fault
+set -u
+prog=$1 exact_dir=$2
+shift 2
+cases=${*:-1 2 3 4 fault}
+command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
+found=
+for d in $(echo "${DLINSPECT_PLUGIN_PATH:-}" | tr ':' ' '); do [ -f "$d/mpi.so" ] && found=1; done
+[ -n "$found" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
+py=$("$DLI_PYENV" numpy) || { echo "FAIL: no Python environment with numpy (tests/pyenv.sh)"; exit 1; }
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export DLINSPECT_PLUGIN_PATH="$DLINSPECT_PLUGIN_PATH:$exact_dir"
+export DLINSPECT_COMMUNICATOR=mpi DLINSPECT_LOG_LEVEL=debug
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Containers: no ptrace-based single copy, no other hosts.
+export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
+status=0
+for c in $cases; do
+	np=$c mode=normal tp=1
+	[ "$c" = fault ] && np=4 mode=fault
+	[ "$np" = 4 ] && tp=2
+	dir=$work/$c
+	mkdir -p "$dir"
+	cat >"$dir/config.yaml" <<YAML
+loggers: {exact: {}, file: {}}
+fc1_stats:
+  enabled: true
+  layers: {layer_name_regex_pattern: '^fc1$'}
+  transformer_engine:
+    LogTensorStats:
+      enabled: true
+      tensors: [activation, gradient, weight]
+      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, nan_count, inf_count, 'zero%']
+      freq: 1
+      tensor_parallel_size: $tp
+fc2_stats:
+  enabled: true
+  layers: {layer_name_regex_pattern: '^fc2$'}
+  transformer_engine:
+    LogTensorStats:
+      enabled: true
+      tensors: [activation, gradient, weight]
+      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, nan_count, inf_count, 'zero%']
+      freq: 1
+      tensor_parallel_size: $tp
+      weight_tensor_tp_group_reduce: false
+YAML
+	extra=
+	[ "$mode" = fault ] && extra=fault
+	# A fault run's collectives wait 3 s for the rank that left; the others have no reason to.
+	timeout=60
+	[ "$mode" = fault ] && timeout=3
+	echo "== $np rank(s), $mode"
+	if ! DLINSPECT_COMM_TIMEOUT=$timeout timeout 120 mpirun --oversubscribe -np "$np" \
+		"$prog" "$dir/config.yaml" "$dir" $extra >"$dir/mpirun.log" 2>&1; then
+		echo "mpirun failed:"; cat "$dir/mpirun.log"; status=1; continue
+	fi
+	# The single-process computation over the concatenated tensors, for the 1e-12 comparison.
+	mkdir -p "$dir/pooled"
+	if ! env -u DLINSPECT_COMMUNICATOR "$prog" "$dir/config.yaml" "$dir/pooled" pooled "$np" \
+		>"$dir/pooled.log" 2>&1; then
+		echo "pooled run failed:"; cat "$dir/pooled.log"; status=1; continue
+	fi
+	"$py" "$here/check.py" "$dir" "$np" "$tp" "$mode" || { cat "$dir/mpirun.log"; status=1; }
+done
+exit $status
