@@ -3,20 +3,18 @@
 # mpirun, every rank's values compared with a reference over the concatenated shards (check.py)
 # and with the other ranks' values bit for bit; then a run whose last rank leaves a step early.
 # Skips (77) without mpirun or the mpi module.
-# argv: <reduce_rank> <module dir of exact_logger> [case...]; cases: 1 2 3 4 fault
+# argv: <reduce_rank> <dir of exact_logger.so> <dir of mpi.so> [case...]; cases: 1 2 3 4 fault
 set -u
-prog=$1 exact_dir=$2
-shift 2
+prog=$1 exact_dir=$2 comm_dir=$3
+shift 3
 cases=${*:-1 2 3 4 fault}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
-found=
-for d in $(echo "${DLINSPECT_PLUGIN_PATH:-}" | tr ':' ' '); do [ -f "$d/mpi.so" ] && found=1; done
-[ -n "$found" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
+[ -f "$comm_dir/mpi.so" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
 py=$("$DLI_PYENV" numpy) || { echo "FAIL: no Python environment with numpy (tests/pyenv.sh)"; exit 1; }
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-export DLINSPECT_PLUGIN_PATH="$DLINSPECT_PLUGIN_PATH:$exact_dir"
+export DLINSPECT_PLUGIN_PATH="$DLINSPECT_PLUGIN_PATH:$exact_dir:$comm_dir"
 export DLINSPECT_COMMUNICATOR=mpi DLINSPECT_LOG_LEVEL=debug
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # Containers: no ptrace-based single copy, no other hosts.
