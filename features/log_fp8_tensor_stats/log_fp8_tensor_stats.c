@@ -11,6 +11,7 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-reduce.h"
 #include "feature-util.h"
 
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
@@ -43,7 +44,8 @@ static const enum dli_stat dli_lfs_stats[DLI_LFS_N_BASE] = {
 };
 static const char *const dli_lfs_formats[] = {"e4m3", "e5m2", "hybrid", NULL};
 
-enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI_LFS_MARGIN };
+enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI_LFS_MARGIN,
+       DLI_LFS_REDUCE };
 
 struct dli_lfs {
 	const struct dli_host *host;
@@ -55,6 +57,7 @@ struct dli_lfs {
 	int names[DLI_LFS_N_KNOWN]; /* indexes in dli_lfs_names, in config order */
 	size_t n_names;
 	bool quantized, whatif; /* some stat needs the host's quantized tensor / current scaling */
+	struct dli_reduce_conf reduce; /* across ranks (feature-reduce.h) */
 };
 
 /* Per (layer, tensor): one accumulator per kind of comparison, for the current step. */
@@ -158,6 +161,11 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 		free(self);
 		return -ENOMEM;
 	}
+	if (dli_reduce_conf_read(&self->reduce, p, DLI_LFS_REDUCE, args->where)) {
+		free((void *)self->schedule.ranges);
+		free(self);
+		return -ENOMEM;
+	}
 	*instance = self;
 	return 0;
 }
@@ -166,8 +174,10 @@ static void dli_lfs_destroy(void *instance)
 {
 	struct dli_lfs *self = instance;
 
-	if (self)
+	if (self) {
 		free((void *)self->schedule.ranges);
+		dli_reduce_conf_free(&self->reduce);
+	}
 	free(self);
 }
 
@@ -202,6 +212,12 @@ static int dli_lfs_layer_attach(void *instance, const char *layer_name, void **l
 			goto nomem;
 		if (self->whatif && !(t->whatif = self->host->stats_acc_create(self->ctx)))
 			goto nomem;
+		if (t->q)
+			dli_reduce_share(self->host, self->ctx, &self->reduce, t->q, layer_name, id, "q",
+					 &self->schedule);
+		if (t->whatif)
+			dli_reduce_share(self->host, self->ctx, &self->reduce, t->whatif, layer_name, id,
+					 "whatif", &self->schedule);
 	}
 	*layer_state = l;
 	return 0;
@@ -295,9 +311,11 @@ static void dli_lfs_step_end(const struct dli_feature_call *c, int64_t iteration
 			bool whatif = idx >= 2 * DLI_LFS_N_BASE;
 			if (!(whatif ? have_w : have_q))
 				continue;
-			char name[512];
-			snprintf(name, sizeof(name), "%s_%s_%s", c->layer_name,
-				 host->tensor_name(c->ctx, t->id), dli_lfs_names[idx]);
+			char name[512], mark[32] = "";
+			if (dli_reduce_failed(host, whatif ? t->whatif : t->q))
+				snprintf(mark, sizeof(mark), "_rank%d", host->rank(c->ctx));
+			snprintf(name, sizeof(name), "%s_%s_%s%s", c->layer_name,
+				 host->tensor_name(c->ctx, t->id), dli_lfs_names[idx], mark);
 			host->emit_scalar(c->ctx, name, iteration,
 					  host->stats_value(whatif ? &w : &q,
 							    dli_lfs_stats[idx % DLI_LFS_N_BASE]));
@@ -337,6 +355,7 @@ static const struct dli_param_desc dli_lfs_params[] = {
 	[DLI_LFS_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
 			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin",
 			    DLI_FP8_MARGIN_RANGE},
+	DLI_REDUCE_PARAMS, /* from DLI_LFS_REDUCE on */
 };
 
 static const char *const dli_lfs_aliases[] = {"collect_fp8_tensor_stats", NULL};

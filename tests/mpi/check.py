@@ -16,6 +16,8 @@ d, P, TP, MODE = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 ITERS = 2
 STATS = ["min", "max", "mean", "std", "var", "l1_norm", "l2_norm", "cur_amax", "dynamic_range",
          "nan_count", "inf_count", "zero%"]
+FP8_STATS = ["underflows%", "overflows%", "scale_inv_min", "scale_inv_max", "mse", "cos_sim",
+             "sqnr_db"]
 EXACT = {"min", "max", "cur_amax", "nan_count", "inf_count", "zero%"}
 errors = []
 
@@ -141,6 +143,41 @@ for rank in range(P):
                         if not same:
                             err("rank %d: %s at iteration %d is %r, the single process's %r"
                                 % (rank, name, it, got, pv))
+        # LogFp8TensorStats (fc1 only): current scaling's what-if per piece, merged; held to
+        # the single process over the same pieces (exact counts and scale range, 1e-12 else).
+        for tensor in ("activation", "gradient"):
+            members, marked = group("fc1", tensor, rank, it)
+            if MODE == "fault" and it == 1 and rank == P - 1:
+                continue
+            for stat in FP8_STATS:
+                name = "fc1_%s_fp8_current_scaling_%s%s" % (tensor, stat,
+                                                          "_rank%d" % rank if marked else "")
+                key = (name, it)
+                seen.add(key)
+                empty = sum(len(x) for r in members for x in shard("fc1", tensor, it, r)) == 0
+                if empty:
+                    if key in vals:
+                        err("rank %d: %s logged for an empty tensor" % (rank, name))
+                    continue
+                if key not in vals:
+                    err("rank %d: %s at iteration %d missing" % (rank, name, it))
+                    continue
+                if marked:
+                    continue  # this rank's pieces only: the bit-identity check skips it too
+                got = float.fromhex(vals[key])
+                pv = pooled.get(("fc1_%s_fp8_current_scaling_%s" % (tensor, stat), it))
+                checked += 1
+                if pv is None:
+                    err("pooled run: %s at iteration %d missing" % (name, it))
+                    continue
+                pv = float.fromhex(pv)
+                exact = stat in ("underflows%", "overflows%", "scale_inv_min", "scale_inv_max")
+                same = got == pv if exact else math.isclose(got, pv, rel_tol=1e-12, abs_tol=0)
+                if not same:
+                    err("rank %d: %s at iteration %d is %r, the single process's %r"
+                        % (rank, name, it, got, pv))
+                if stat == "underflows%" and tensor == "activation" and not got > 0:
+                    err("rank %d: %s is %r: the data has underflows" % (rank, name, got))
     extra = set(vals) - seen
     if extra:
         err("rank %d: unexpected lines %s" % (rank, sorted(extra)[:5]))
@@ -169,7 +206,7 @@ if P > 1:
                 % (rank, len(lines), world, want_steps, lines))
         for i, m in enumerate(lines):
             c = re.search(r": (\d+) records, (\d+) collective\(s\), (\d+) bytes", m)
-            if not c or int(c.group(1)) != 4 or int(c.group(2)) != (2 if i == 0 else 1):
+            if not c or int(c.group(1)) != 6 or int(c.group(2)) != (2 if i == 0 else 1):
                 err("rank %d: unexpected reduction line: %s" % (rank, m))
 if MODE == "fault":
     for rank in range(P - 1):

@@ -38,6 +38,11 @@ fc1_stats:
       stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, nan_count, inf_count, 'zero%']
       freq: 1
       tensor_parallel_size: $tp
+    LogFp8TensorStats:
+      enabled: true
+      tensors: [activation, gradient]
+      stats: [fp8_current_scaling_underflows%, fp8_current_scaling_overflows%, fp8_current_scaling_scale_inv_min, fp8_current_scaling_scale_inv_max, fp8_current_scaling_mse, fp8_current_scaling_cos_sim, fp8_current_scaling_sqnr_db]
+      freq: 1
 fc2_stats:
   enabled: true
   layers: {layer_name_regex_pattern: '^fc2$'}
