@@ -215,7 +215,8 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 			if (self->histogram && host->stats_acc_read_histogram(t->acc, &h) == 0 &&
 			    h.num > 0) {
 				char name[512];
-				snprintf(name, sizeof(name), "%s_%s_histogram", c->layer_name, tensor);
+				snprintf(name, sizeof(name), "%s_%s_histogram%s", c->layer_name, tensor,
+					 mark);
 				host->emit_histogram(c->ctx, name, iteration, &h);
 			}
 		}

@@ -2,7 +2,9 @@
  * <log_dir>/exact-rank<R>.txt, so the MPI tests compare values bit for bit across ranks and to
  * 1e-12 with a reference (the file logger prints 9 digits). Lines:
  *     S <name> <iteration> <value as %a>
- *     M <level> <text> */
+ *     M <level> <text>
+ *     H <name> <iteration> <num> <min> <max> <n_buckets> <limit>:<count>... (sum and sum of
+ *       squares left out: they come from the merged record, whose merge order may differ) */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -20,16 +22,19 @@ static int dli_exact_create(const struct dli_logger_create_args *args, void **in
 			    struct dli_error *err)
 {
 	struct dli_exact *self = calloc(1, sizeof *self);
-	char path[8192];
-	if (!self)
+	char *path = NULL;
+	if (!self || asprintf(&path, "%s/exact-rank%d.txt", args->log_dir, args->rank) < 0) {
+		free(self);
 		return -ENOMEM;
-	snprintf(path, sizeof path, "%s/exact-rank%d.txt", args->log_dir, args->rank);
+	}
 	if (!(self->f = fopen(path, "w"))) {
 		int e = errno;
-		snprintf(err->message, sizeof err->message, "cannot open %s", path);
+		snprintf(err->message, sizeof err->message, "cannot open %.900s", path);
+		free(path);
 		free(self);
 		return -e;
 	}
+	free(path);
 	pthread_mutex_init(&self->lock, NULL);
 	*instance = self;
 	return 0;
@@ -62,6 +67,20 @@ static int dli_exact_text(void *instance, enum dli_log_level level, const char *
 	return 0;
 }
 
+static int dli_exact_histogram(void *instance, const char *name, int64_t iteration,
+			       const struct dli_histogram *h)
+{
+	struct dli_exact *self = instance;
+	pthread_mutex_lock(&self->lock);
+	fprintf(self->f, "H %s %" PRId64 " %a %a %a %zu", name, iteration, h->num, h->min, h->max,
+		h->n_buckets);
+	for (size_t i = 0; i < h->n_buckets; i++)
+		fprintf(self->f, " %a:%a", h->bucket_limit[i], h->bucket[i]);
+	fprintf(self->f, "\n");
+	pthread_mutex_unlock(&self->lock);
+	return 0;
+}
+
 static int dli_exact_flush(void *instance)
 {
 	struct dli_exact *self = instance;
@@ -78,6 +97,7 @@ static const struct dli_logger_ops dli_exact_ops = {
 	.log_scalar = dli_exact_scalar,
 	.log_text = dli_exact_text,
 	.flush = dli_exact_flush,
+	.log_histogram = dli_exact_histogram,
 };
 
 static const struct dli_logger_desc dli_exact_desc = {

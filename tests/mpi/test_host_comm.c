@@ -153,7 +153,7 @@ static const char *config =
 	"      enabled: true\n"
 	"      tensors: [activation, gradient, weight]\n"
 	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "
-	"nan_count, inf_count, 'zero%']\n"
+	"nan_count, inf_count, 'zero%', histogram]\n"
 	"      freq: 1\n";
 
 static char log_root[4096];
@@ -244,6 +244,14 @@ static void *run_rank(void *p)
 
 /* ---- The logs ---- */
 
+static unsigned long hash_text(const char *s)
+{
+	unsigned long h = 5381;
+	for (; *s; s++)
+		h = h * 33 + (unsigned char)*s;
+	return h;
+}
+
 struct line {
 	char name[256];
 	long it;
@@ -262,7 +270,14 @@ static size_t read_log(const char *dir, int rank, struct line *out, size_t cap, 
 		return 0;
 	}
 	while (fgets(buf, sizeof buf, f)) {
-		if (buf[0] == 'S' && n < cap &&
+		if (buf[0] == 'H' && n < cap && sscanf(buf, "H %255s %ld", out[n].name, &out[n].it) == 2) {
+			/* The whole line is the value: compared as text. */
+			char *nl = strchr(buf, '\n');
+			if (nl)
+				*nl = 0;
+			snprintf(out[n].hex, sizeof out[n].hex, "h%lu", hash_text(buf));
+			n++;
+		} else if (buf[0] == 'S' && n < cap &&
 		    sscanf(buf, "S %255s %ld %63s", out[n].name, &out[n].it, out[n].hex) == 3)
 			n++;
 		else if (buf[0] == 'M' && msgs && off + strlen(buf) < msgs_size) {
@@ -369,7 +384,8 @@ int main(int argc, char **argv)
 			CHECK(l0 && !strcmp(l->hex, l0->hex), "rank %d and rank 0 differ on %s: %s",
 			      r, l->name, l->hex);
 			double g = strtod(l->hex, NULL), w = strtod(ref[i].hex, NULL);
-			bool ok = exact_stat(l->name) || isnan(w)
+			bool ok = l->hex[0] == 'h' ? !strcmp(l->hex, ref[i].hex) /* a histogram */
+				  : exact_stat(l->name) || isnan(w)
 					  ? (g == w || (isnan(g) && isnan(w)))
 					  : fabs(g - w) <= 1e-12 * fabs(w);
 			CHECK(ok, "rank %d: %s at iteration %ld is %s, the single context's %s", r,
@@ -378,6 +394,9 @@ int main(int argc, char **argv)
 		}
 	}
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
+	CHECK(find(ref, n_ref, "fc1_activation_histogram", 0) &&
+		      find(ref, n_ref, "fc1_gradient_histogram", 1),
+	      "the single context logged no histograms");
 	/* Weights (tensor_parallel_size 1): each rank's own, different from one rank to the next. */
 	const struct line *w0 = find(got[0], n_got[0], "fc1_weight_mean", 0),
 			  *w2 = find(got[2], n_got[2], "fc1_weight_mean", 0);
