@@ -6,8 +6,10 @@
  * The rank comes from Open MPI's environment; the core's communicator (DLINSPECT_COMMUNICATOR=mpi)
  * must agree with it. Shard sizes are uneven, and rank 2 holds an empty shard of every activation.
  *
- * argv: <config> <dir> [fault | pooled P]. With `fault`, the last rank leaves after the first step
- * without ending the second: the others must time out naming it, and log that step per rank. */
+ * argv: <config> <dir> [fault | pooled P | hostinit]. With `fault`, the last rank leaves after the
+ * first step without ending the second: the others must time out naming it, and log that step per
+ * rank. With `hostinit`, this program initializes MPI itself before dli_init and finalizes it after
+ * dli_destroy: the communicator must neither initialize it again nor finalize it. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -16,6 +18,10 @@
 #include <string.h>
 
 #include <dlinspect/dlinspect.h>
+
+#ifdef DLI_TEST_MPI
+#include <mpi.h>
+#endif
 
 static uint64_t lcg_state;
 
@@ -95,6 +101,18 @@ int main(int argc, char **argv)
 	 * from the same pieces (so the same kernel blocks) as the ranks'. */
 	int pooled = argc > 4 && !strcmp(argv[3], "pooled") ? atoi(argv[4]) : 0;
 	int rank = env_int("OMPI_COMM_WORLD_RANK", 0), size = env_int("OMPI_COMM_WORLD_SIZE", 1);
+	bool hostinit = argc > 3 && !strcmp(argv[3], "hostinit");
+#ifdef DLI_TEST_MPI
+	if (hostinit && MPI_Init(&argc, &argv) != MPI_SUCCESS) {
+		fprintf(stderr, "rank %d: MPI_Init failed\n", rank);
+		return 1;
+	}
+#else
+	if (hostinit) {
+		fprintf(stderr, "built without MPI: no hostinit\n");
+		return 77;
+	}
+#endif
 	struct dli_options o;
 	dli_options_init(&o);
 	o.config_path = argv[1];
@@ -133,5 +151,24 @@ int main(int argc, char **argv)
 	if (r)
 		fprintf(stderr, "rank %d: failed: %s\n", rank, strerror(-r));
 	dli_destroy(ctx);
+#ifdef DLI_TEST_MPI
+	if (hostinit) {
+		int finalized = 1;
+		MPI_Finalized(&finalized);
+		if (finalized) {
+			fprintf(stderr, "rank %d: dli_destroy finalized the host's MPI\n", rank);
+			return 1;
+		}
+		/* The host's own communication still works after dlinspect is gone. */
+		int sum = 0, one = 1;
+		if (MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS ||
+		    sum != size) {
+			fprintf(stderr, "rank %d: the host's MPI_Allreduce failed after dli_destroy\n",
+				rank);
+			return 1;
+		}
+		MPI_Finalize();
+	}
+#endif
 	return r ? 1 : 0;
 }

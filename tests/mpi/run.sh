@@ -4,10 +4,11 @@
 # and with the other ranks' values bit for bit; then a run whose last rank leaves a step early.
 # Skips (77) without mpirun or the mpi module.
 # argv: <reduce_rank> <dir of exact_logger.so> <dir of mpi.so> [case...]; cases: 1 2 3 4 fault
+# hostinit (2 ranks of a host that initializes and finalizes MPI itself)
 set -u
 prog=$1 exact_dir=$2 comm_dir=$3
 shift 3
-cases=${*:-1 2 3 4 fault}
+cases=${*:-1 2 3 4 fault hostinit}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
 [ -f "$comm_dir/mpi.so" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
 py=$("$DLI_PYENV" numpy) || { echo "FAIL: no Python environment with numpy (tests/pyenv.sh)"; exit 1; }
@@ -23,6 +24,7 @@ status=0
 for c in $cases; do
 	np=$c mode=normal tp=1
 	[ "$c" = fault ] && np=4 mode=fault
+	[ "$c" = hostinit ] && np=2
 	[ "$np" = 4 ] && tp=2
 	dir=$work/$c
 	mkdir -p "$dir"
@@ -57,10 +59,11 @@ fc2_stats:
 YAML
 	extra=
 	[ "$mode" = fault ] && extra=fault
+	[ "$c" = hostinit ] && extra=hostinit
 	# A fault run's collectives wait 3 s for the rank that left; the others have no reason to.
 	timeout=60
 	[ "$mode" = fault ] && timeout=3
-	echo "== $np rank(s), $mode"
+	echo "== case $c: $np rank(s), $mode"
 	if ! DLINSPECT_COMM_TIMEOUT=$timeout timeout 120 mpirun --oversubscribe -np "$np" \
 		"$prog" "$dir/config.yaml" "$dir" $extra >"$dir/mpirun.log" 2>&1; then
 		echo "mpirun failed:"; cat "$dir/mpirun.log"; status=1; continue
