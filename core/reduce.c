@@ -73,6 +73,9 @@ struct dli_reduce {
 	struct dli_group *groups;
 	size_t n_groups;
 	uint64_t collectives, bytes; /* since the start: what the DEBUG lines add up */
+	/* Ranks that missed a collective: every later group holding one fails at once rather than
+	 * waiting out its own time limit. NULL until the first. */
+	bool *gone;
 };
 
 static uint64_t fnv1a(const char *s)
@@ -217,6 +220,7 @@ void dli_reduce_close(struct dli_context *ctx)
 	for (size_t i = 0; i < red->n_shares; i++)
 		free(red->shares[i].key);
 	free(red->shares);
+	free(red->gone);
 	if (red->owned && red->ops->close)
 		red->ops->close(red->comm);
 	pthread_mutex_destroy(&red->lock);
@@ -262,7 +266,7 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	const int *ranks = share->ranks;
 	size_t n = share->n_ranks;
 	if (!ranks || !n) {
-		if (!(world = malloc((size_t)red->size * sizeof *world)))
+		if (!(world = calloc((size_t)red->size, sizeof *world)))
 			return -ENOMEM;
 		for (int i = 0; i < red->size; i++)
 			world[i] = i;
@@ -389,6 +393,9 @@ static int gather(struct dli_context *ctx, struct dli_reduce *red, struct dli_gr
 		for (size_t i = 0; missing && i < g->n; i++)
 			any = any || missing[i];
 		g->broken = true;
+		if (any && (red->gone || (red->gone = calloc((size_t)red->size, sizeof *red->gone))))
+			for (size_t i = 0; i < g->n; i++)
+				red->gone[g->ranks[i]] = red->gone[g->ranks[i]] || missing[i];
 		dli_log(ctx, DLI_LOG_ERROR,
 			"statistics of iteration %lld were not reduced across group %s (communicator "
 			"'%s'): %s%s%s; the statistics this rank logs for this step and the later "
@@ -439,6 +446,17 @@ static void reduce_group(struct dli_context *ctx, struct dli_reduce *red, size_t
 		dli_log(ctx, DLI_LOG_WARNING,
 			"statistics of iteration %lld: group %s failed earlier; %zu statistics records "
 			"are this rank's own (per rank)", (long long)iteration, group, n_act);
+		return;
+	}
+	for (size_t k = 0; red->gone && k < g->n && !g->broken; k++) {
+		if (!red->gone[g->ranks[k]])
+			continue;
+		g->broken = true;
+		dli_log(ctx, DLI_LOG_ERROR,
+			"statistics of iteration %lld were not reduced across group %s: rank %d missed "
+			"an earlier collective, so this group is not waited for; the statistics this "
+			"rank logs for this step and the later steps of this group are its own shards' "
+			"only (per rank)", (long long)iteration, group, g->ranks[k]);
 		return;
 	}
 	if (!g->made) {
@@ -510,8 +528,9 @@ static void reduce_group(struct dli_context *ctx, struct dli_reduce *red, size_t
 	}
 	if (most > g->cap) {
 		/* Someone's records did not fit: every rank raises the capacity alike and gathers
-		 * again. Rounded up so that a slowly growing set does not pay this every step. */
-		g->cap = ((size_t)most + 4095) / 4096 * 4096;
+		 * again, with an eighth more room so that a slowly growing set does not pay this
+		 * every step. */
+		g->cap = ((size_t)most + (size_t)most / 8 + 63) / 64 * 64;
 		stride = sizeof(struct dli_wire_header) + g->cap;
 		unsigned char *bigger = realloc(send, stride);
 		if (!bigger)
