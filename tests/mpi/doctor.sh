@@ -8,6 +8,10 @@ command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bi
 [ -f "$comm_dir/mpi.so" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
 export DLINSPECT_PLUGIN_PATH="${DLINSPECT_PLUGIN_PATH:-}:$comm_dir"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitizer builds: Open MPI's own allocations are not ours to report.
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# Whole stacks (Open MPI's libraries have no frame pointers), so that the suppressions match.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 out=$(mktemp) errf=$(mktemp)
 trap 'rm -f "$out" "$errf"' EXIT

@@ -18,6 +18,10 @@ trap 'rm -rf "$work"' EXIT
 export DLINSPECT_PLUGIN_PATH="$DLINSPECT_PLUGIN_PATH:$exact_dir:$comm_dir"
 export DLINSPECT_COMMUNICATOR=mpi DLINSPECT_LOG_LEVEL=debug
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Sanitizer builds: Open MPI's own allocations are not ours to report.
+export LSAN_OPTIONS="suppressions=$(cd "$(dirname "$0")" && pwd)/lsan-mpi.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+# Whole stacks (Open MPI's libraries have no frame pointers), so that the suppressions match.
+export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}fast_unwind_on_malloc=0"
 # Containers: no ptrace-based single copy, no other hosts.
 export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_rmaps_base_oversubscribe=1
 status=0
