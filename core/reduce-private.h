@@ -37,7 +37,9 @@ int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec,
 void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
 			   const uint64_t *counts);
 struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc);
-bool dli_stats_acc_is_shared(const struct dli_stats_acc *acc);
-void dli_stats_acc_set_shared(struct dli_stats_acc *acc, bool shared);
+/* The accumulator's entry in the reduction (core/reduce.c), NULL when not shared. */
+struct dli_share;
+struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc);
+void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share);
 
 #endif

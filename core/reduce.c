@@ -44,6 +44,7 @@ struct dli_wire_entry {
 
 struct dli_share {
 	struct dli_stats_acc *acc;
+	size_t index; /* in dli_reduce.shares */
 	uint64_t hash;
 	char *key;
 	const struct dli_schedule *schedule;
@@ -68,7 +69,7 @@ struct dli_reduce {
 	double timeout_s;
 	int rank, size;
 	pthread_mutex_t lock; /* shares come from layer_attach, on any thread */
-	struct dli_share *shares;
+	struct dli_share **shares; /* each also pointed to by its accumulator */
 	size_t n_shares, cap_shares;
 	struct dli_group *groups;
 	size_t n_groups;
@@ -217,8 +218,11 @@ void dli_reduce_close(struct dli_context *ctx)
 		free(red->groups[i].ranks);
 	}
 	free(red->groups);
-	for (size_t i = 0; i < red->n_shares; i++)
-		free(red->shares[i].key);
+	for (size_t i = 0; i < red->n_shares; i++) {
+		dli_stats_acc_set_share(red->shares[i]->acc, NULL);
+		free(red->shares[i]->key);
+		free(red->shares[i]);
+	}
 	free(red->shares);
 	free(red->gone);
 	if (red->owned && red->ops->close)
@@ -260,7 +264,7 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	struct dli_reduce *red = ctx->reduce;
 	if (!red)
 		return -ENOTSUP;
-	if (dli_stats_acc_is_shared(acc))
+	if (dli_stats_acc_get_share(acc))
 		return -EEXIST;
 	int *world = NULL;
 	const int *ranks = share->ranks;
@@ -293,14 +297,14 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	int r = 0;
 	uint64_t hash = fnv1a(share->key);
 	for (size_t i = 0; i < red->n_shares && !r; i++)
-		if (red->shares[i].hash == hash)
+		if (red->shares[i]->hash == hash)
 			r = -EEXIST;
 	long g = r ? r : group_find_or_add(red, ranks, n);
 	if (g < 0)
 		r = (int)g;
 	if (!r && red->n_shares == red->cap_shares) {
 		size_t cap = red->cap_shares ? 2 * red->cap_shares : 64;
-		struct dli_share *v = realloc(red->shares, cap * sizeof *v);
+		struct dli_share **v = realloc(red->shares, cap * sizeof *v);
 		if (!v)
 			r = -ENOMEM;
 		else {
@@ -309,13 +313,18 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 		}
 	}
 	char *key = r ? NULL : strdup(share->key);
-	if (!r && !key)
+	struct dli_share *sh = r ? NULL : malloc(sizeof *sh);
+	if (!r && (!key || !sh)) {
+		free(key);
+		free(sh);
 		r = -ENOMEM;
+	}
 	if (!r) {
-		red->shares[red->n_shares++] = (struct dli_share){
-			.acc = acc, .hash = hash, .key = key, .schedule = share->schedule,
-			.group = (size_t)g, .scope = DLI_SCOPE_RANK};
-		dli_stats_acc_set_shared(acc, true);
+		*sh = (struct dli_share){.acc = acc, .index = red->n_shares, .hash = hash, .key = key,
+					 .schedule = share->schedule, .group = (size_t)g,
+					 .scope = DLI_SCOPE_RANK};
+		red->shares[red->n_shares++] = sh;
+		dli_stats_acc_set_share(acc, sh);
 	}
 	pthread_mutex_unlock(&red->lock);
 	if (r == -EEXIST)
@@ -332,12 +341,14 @@ void dli_reduce_forget(struct dli_context *ctx, struct dli_stats_acc *acc)
 	if (!red)
 		return;
 	pthread_mutex_lock(&red->lock);
-	for (size_t i = 0; i < red->n_shares; i++)
-		if (red->shares[i].acc == acc) {
-			free(red->shares[i].key);
-			red->shares[i] = red->shares[--red->n_shares];
-			break;
-		}
+	struct dli_share *sh = dli_stats_acc_get_share(acc);
+	if (sh) {
+		red->shares[sh->index] = red->shares[--red->n_shares];
+		red->shares[sh->index]->index = sh->index;
+		free(sh->key);
+		free(sh);
+		dli_stats_acc_set_share(acc, NULL);
+	}
 	pthread_mutex_unlock(&red->lock);
 }
 
@@ -350,9 +361,9 @@ int dli_stats_acc_scope(struct dli_stats_acc *acc)
 	if (!red)
 		return scope;
 	pthread_mutex_lock(&red->lock);
-	for (size_t i = 0; i < red->n_shares; i++)
-		if (red->shares[i].acc == acc)
-			scope = red->shares[i].scope;
+	const struct dli_share *sh = dli_stats_acc_get_share(acc);
+	if (sh)
+		scope = sh->scope;
 	pthread_mutex_unlock(&red->lock);
 	return scope;
 }
@@ -413,18 +424,27 @@ static int gather(struct dli_context *ctx, struct dli_reduce *red, struct dli_gr
 	return r;
 }
 
-static const struct dli_wire_entry *find_entry(const unsigned char *payload, uint64_t n, size_t limit,
-					       uint64_t hash)
+/* A rank's entries, walked in hash order alongside the local ones (both sorted). */
+struct cursor {
+	const unsigned char *payload;
+	uint64_t n, i;
+	size_t off, limit;
+};
+
+/* The entry of `hash` in c's payload, or NULL; moves past every smaller hash. Calls must come in
+ * ascending hash order. */
+static const unsigned char *cursor_find(struct cursor *c, uint64_t hash)
 {
-	size_t off = 0;
-	for (uint64_t i = 0; i < n && off + sizeof(struct dli_wire_entry) <= limit; i++) {
+	while (c->i < c->n && c->off + sizeof(struct dli_wire_entry) <= c->limit) {
 		struct dli_wire_entry e;
-		memcpy(&e, payload + off, sizeof e);
-		if (e.hash == hash)
-			return (const struct dli_wire_entry *)(payload + off);
+		memcpy(&e, c->payload + c->off, sizeof e);
 		if (e.hash > hash)
 			return NULL;
-		off += entry_size(e.flags);
+		const unsigned char *at = c->payload + c->off;
+		c->off += entry_size(e.flags);
+		c->i++;
+		if (e.hash == hash)
+			return at;
 	}
 	return NULL;
 }
@@ -544,25 +564,30 @@ static void reduce_group(struct dli_context *ctx, struct dli_reduce *red, size_t
 	}
 	/* Merge in group-rank order, the same order on every rank. */
 	uint64_t *sum = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *sum);
-	if (!sum)
+	struct cursor *cur = calloc(g->n, sizeof *cur);
+	if (!sum || !cur) {
+		free(sum);
+		free(cur);
 		goto nomem;
+	}
+	for (size_t k = 0; k < g->n; k++) {
+		struct dli_wire_header hk;
+		memcpy(&hk, recv + k * stride, sizeof hk);
+		cur[k] = (struct cursor){recv + k * stride + sizeof hk, hk.n_entries, 0, 0, g->cap};
+	}
 	for (size_t i = 0; i < n_act; i++) {
 		struct dli_stats_record merged;
 		dli_stats_record_init(&merged);
 		memset(sum, 0, DLI_HISTOGRAM_BUCKETS * sizeof *sum);
 		for (size_t k = 0; k < g->n; k++) {
-			struct dli_wire_header hk;
-			memcpy(&hk, recv + k * stride, sizeof hk);
-			const struct dli_wire_entry *e =
-				find_entry(recv + k * stride + sizeof hk, hk.n_entries, g->cap,
-					   act[i]->hash);
+			const unsigned char *e = cursor_find(&cur[k], act[i]->hash);
 			if (!e)
 				continue; /* that rank has no such accumulator: an empty shard */
 			struct dli_wire_entry ek;
 			memcpy(&ek, e, sizeof ek);
 			dli_stats_merge(&merged, &ek.rec);
 			if (ek.flags & DLI_ENTRY_HIST) {
-				const unsigned char *c = (const unsigned char *)e + sizeof ek;
+				const unsigned char *c = e + sizeof ek;
 				for (size_t b = 0; b < DLI_HISTOGRAM_BUCKETS; b++) {
 					uint64_t v;
 					memcpy(&v, c + b * sizeof v, sizeof v);
@@ -574,6 +599,7 @@ static void reduce_group(struct dli_context *ctx, struct dli_reduce *red, size_t
 		act[i]->scope = DLI_SCOPE_GROUP;
 	}
 	free(sum);
+	free(cur);
 	dli_log(ctx, DLI_LOG_DEBUG,
 		"statistics of iteration %lld reduced across group %s: %zu records, %llu "
 		"collective(s), %llu bytes gathered (run total: %llu collectives, %llu bytes)",
@@ -627,7 +653,7 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 	for (size_t oi = 0; order && oi < red->n_groups; oi++) {
 		size_t gi = order[oi], n_act = 0;
 		for (size_t i = 0; i < red->n_shares; i++) {
-			struct dli_share *s = &red->shares[i];
+			struct dli_share *s = red->shares[i];
 			if (s->group == gi && (!s->schedule || dli_schedule_active(s->schedule, iteration)))
 				act[n_act++] = s;
 		}

@@ -42,7 +42,7 @@ struct dli_stats_acc {
 	double *hist_limits, *hist_buckets;
 	bool hist_device;
 
-	bool shared; /* registered with stats_acc_share (core/reduce.c) */
+	struct dli_share *share; /* registered with stats_acc_share (core/reduce.c), or NULL */
 };
 
 static const char *const dli_dtype_names[DLI_DTYPE_COUNT] = {
@@ -172,7 +172,7 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 {
 	if (!acc)
 		return;
-	if (acc->shared)
+	if (acc->share)
 		dli_reduce_forget(acc->ctx, acc);
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	for (size_t i = 0; i < acc->n_devices; i++)
@@ -523,14 +523,14 @@ struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc)
 	return acc->ctx;
 }
 
-bool dli_stats_acc_is_shared(const struct dli_stats_acc *acc)
+struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc)
 {
-	return acc->shared;
+	return acc->share;
 }
 
-void dli_stats_acc_set_shared(struct dli_stats_acc *acc, bool shared)
+void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share)
 {
-	acc->shared = shared;
+	acc->share = share;
 }
 
 int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,
