@@ -25,7 +25,7 @@
 	{.key = "tensor_parallel_size", .type = DLI_PARAM_INT, .default_value = "1",               \
 	 .doc = "ranks per tensor-parallel group, consecutive ranks (0..n-1, n..2n-1, ...): the "    \
 		"group a weight is sharded over; activations and gradients reduce over the world", \
-	 .bounded = true, .min = 1, .max = 1 << 20}
+	 .bounded = true, .min = 1, .max = 1024}
 #define DLI_REDUCE_N_PARAMS 3
 
 struct dli_reduce_conf {
