@@ -6,11 +6,12 @@
  * The rank comes from Open MPI's environment; the core's communicator (DLINSPECT_COMMUNICATOR=mpi)
  * must agree with it. Shard sizes are uneven, and rank 2 holds an empty shard of every activation.
  *
- * argv: <config> <dir> [fault | pooled P | hostinit]. With `fault`, the last rank leaves after the
- * first step without ending the second: the others must time out naming it, and log that step per
- * rank. With `hostinit`, this program initializes MPI itself before dli_init and finalizes it after
+ * argv: <config> <dir> [fault | die | pooled P | hostinit]. With `fault`, the last rank leaves after
+ * the first step without ending the second: the others must time out naming it, and log that step
+ * per rank. With `die`, the last rank kills itself (SIGKILL) at the second step instead. With `hostinit`, this program initializes MPI itself before dli_init and finalizes it after
  * dli_destroy: the communicator must neither initialize it again nor finalize it. */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	bool fault = argc > 3 && !strcmp(argv[3], "fault");
+	bool die = argc > 3 && !strcmp(argv[3], "die");
 	/* `pooled P`: one process, no communicator, feeding the activation and gradient pieces of
 	 * all P ranks in rank order: the single-process computation over the concatenated tensors,
 	 * from the same pieces (so the same kernel blocks) as the ranks'. */
@@ -130,6 +132,8 @@ int main(int argc, char **argv)
 	for (int64_t it = 0; it < 2 && !r; it++) {
 		if (fault && it == 1 && rank == size - 1)
 			break; /* leaves without ending this step: the others must not hang */
+		if (die && it == 1 && rank == size - 1)
+			raise(SIGKILL); /* dies: what the launcher does then is its own */
 		for (int l = 0; l < 2 && !r && pooled; l++)
 			for (int p = 0; p < pooled && !r; p++)
 				for (int mb = 0; mb < 2 && !r; mb++) {
