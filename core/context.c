@@ -848,8 +848,6 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->instances[i].ops->destroy)
 			ctx->instances[i].ops->destroy(ctx->instances[i].state);
 	free(ctx->instances);
-	/* Every shared accumulator went with the layers and instances above. */
-	dli_reduce_close(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,
@@ -879,6 +877,10 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->loggers[i].entry->desc->ops->destroy)
 			ctx->loggers[i].entry->desc->ops->destroy(ctx->loggers[i].state);
 	free(ctx->loggers);
+	/* After the loggers wrote their last records (closing may finalize MPI, which a rank that
+	 * did not come can make slow), and after every shared accumulator went with the layers and
+	 * instances above. */
+	dli_reduce_close(ctx);
 	/* Every accumulator went with the layers and instances above: the backend can go. */
 	dli_stats_backend_finish(&ctx->cuda);
 	dli_registry_finish(&ctx->registry);

@@ -7,7 +7,8 @@
  * did not come are the missing ranks. Messages of one group carry one tag on a duplicate of
  * MPI_COMM_WORLD, so the host's own traffic never matches them, and MPI's non-overtaking order
  * keeps successive gathers of a group apart. After a time-out the group is broken: its buffers
- * stay with the communicator (a late message may still land in them) until close. */
+ * stay with the communicator (a late message may still land in them) until close, which then does
+ * not finalize MPI. */
 #include <dlfcn.h>
 #include <errno.h>
 #include <stdbool.h>
@@ -100,10 +101,16 @@ static void dli_mpi_close(void *comm)
 	for (size_t i = 0; i < c->n_stale; i++)
 		if (c->stale[i] != MPI_REQUEST_NULL)
 			MPI_Request_free(&c->stale[i]);
-	if (!c->n_stale)
+	if (!c->n_stale_bufs)
 		MPI_Comm_free(&c->world);
-	if (c->we_init)
+	/* After a time-out, MPI_Finalize may wait forever for the rank that did not come (its
+	 * runtime fences every process). Not finalizing is the lesser harm: the launcher may say
+	 * that this process exited without finalizing, but nothing hangs. */
+	if (c->we_init && !c->n_stale_bufs)
 		MPI_Finalize();
+	else if (c->we_init)
+		fprintf(stderr, "dlinspect: rank %d: MPI_Finalize skipped: a collective timed out, "
+				"and finalizing could wait forever for the missing ranks\n", c->rank);
 	for (size_t i = 0; i < c->n_stale_bufs; i++)
 		free(c->stale_bufs[i]);
 	free(c->stale_bufs);
