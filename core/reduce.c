@@ -207,11 +207,40 @@ void dli_reduce_announce(struct dli_context *ctx)
 			ctx->rank, ctx->world_size);
 }
 
+/* After ranks went missing: the others wait for each other (with the time limit) before they close.
+ * A communicator may not finalize after a failure, and a launcher that sees one process exit
+ * unfinalized may kill the rest, which must have written their logs by then. */
+static void survivors_barrier(struct dli_context *ctx, struct dli_reduce *red)
+{
+	int *ranks = malloc((size_t)red->size * sizeof *ranks);
+	size_t n = 0;
+	for (int i = 0; ranks && i < red->size; i++)
+		if (!red->gone[i])
+			ranks[n++] = i;
+	void *group = NULL;
+	struct dli_error err = {0};
+	bool *missing = calloc(n ? n : 1, sizeof *missing);
+	if (ranks && missing && n > 1 && !red->gone[red->rank] &&
+	    red->ops->group_create(red->comm, ranks, n, &group, &err) == 0) {
+		int r = red->ops->barrier(red->comm, group, red->timeout_s, missing, &err);
+		if (r)
+			dli_log(ctx, DLI_LOG_WARNING,
+				"the ranks that remained did not all reach dli_destroy within %g s (%s)",
+				red->timeout_s, err.message[0] ? err.message : strerror(-r));
+		if (red->ops->group_destroy)
+			red->ops->group_destroy(red->comm, group);
+	}
+	free(missing);
+	free(ranks);
+}
+
 void dli_reduce_close(struct dli_context *ctx)
 {
 	struct dli_reduce *red = ctx->reduce;
 	if (!red)
 		return;
+	if (red->gone)
+		survivors_barrier(ctx, red);
 	for (size_t i = 0; i < red->n_groups; i++) {
 		if (red->groups[i].made && red->ops->group_destroy)
 			red->ops->group_destroy(red->comm, red->groups[i].handle);

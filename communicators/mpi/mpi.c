@@ -7,10 +7,11 @@
  * did not come are the missing ranks. Messages of one group carry one tag on a duplicate of
  * MPI_COMM_WORLD, so the host's own traffic never matches them, and MPI's non-overtaking order
  * keeps successive gathers of a group apart. After a time-out the group is broken: its buffers
- * stay with the communicator (a late message may still land in them) until close, which then does
- * not finalize MPI. */
+ * stay with the communicator (a late message may still land in them) until close, which then gives
+ * MPI_Finalize the time limit and no more. */
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +27,7 @@ DLI_MODULE_NAMESPACE("communicators");
 struct dli_mpi {
 	MPI_Comm world;
 	bool we_init; /* MPI_Init was ours: MPI_Finalize is too */
+	double timeout_s; /* the last collective's time limit: how long a finalize may take */
 	int rank, size;
 	/* Left over from timed-out gathers: requests still open and the buffers they use. */
 	MPI_Request *stale;
@@ -92,6 +94,13 @@ static int dli_mpi_open(void **out, struct dli_error *err)
 	return 0;
 }
 
+static void *finalize_thread(void *arg)
+{
+	(void)arg;
+	MPI_Finalize();
+	return NULL;
+}
+
 static void dli_mpi_close(void *comm)
 {
 	struct dli_mpi *c = comm;
@@ -103,14 +112,26 @@ static void dli_mpi_close(void *comm)
 			MPI_Request_free(&c->stale[i]);
 	if (!c->n_stale_bufs)
 		MPI_Comm_free(&c->world);
-	/* After a time-out, MPI_Finalize may wait forever for the rank that did not come (its
-	 * runtime fences every process). Not finalizing is the lesser harm: the launcher may say
-	 * that this process exited without finalizing, but nothing hangs. */
-	if (c->we_init && !c->n_stale_bufs)
+	/* After a time-out, MPI_Finalize may wait forever for a rank that died (its runtime fences
+	 * every process), while a rank that left cleanly is finalizing too and then it returns (and
+	 * not finalizing can hang the launcher). So it runs in a thread of its own for at most the
+	 * time limit; then this process goes on without it. */
+	if (c->we_init && !c->n_stale_bufs) {
 		MPI_Finalize();
-	else if (c->we_init)
-		fprintf(stderr, "dlinspect: rank %d: MPI_Finalize skipped: a collective timed out, "
-				"and finalizing could wait forever for the missing ranks\n", c->rank);
+	} else if (c->we_init) {
+		pthread_t th;
+		struct timespec until;
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += (time_t)(c->timeout_s < 1 ? 1 : c->timeout_s);
+		if (pthread_create(&th, NULL, finalize_thread, NULL) != 0)
+			MPI_Finalize();
+		else if (pthread_timedjoin_np(th, NULL, &until) != 0) {
+			pthread_detach(th);
+			fprintf(stderr, "dlinspect: rank %d: MPI_Finalize did not return within %g s "
+					"(a rank that did not come may be gone): going on without it\n",
+				c->rank, c->timeout_s);
+		}
+	}
 	for (size_t i = 0; i < c->n_stale_bufs; i++)
 		free(c->stale_bufs[i]);
 	free(c->stale_bufs);
@@ -199,6 +220,7 @@ static int dli_mpi_allgather(void *comm, void *group, const void *send, size_t b
 {
 	struct dli_mpi *c = comm;
 	struct dli_mpi_group *g = group;
+	c->timeout_s = timeout_s;
 	if (g->broken) {
 		snprintf(err->message, sizeof err->message,
 			 "the group timed out or failed before: no further collectives on it");
