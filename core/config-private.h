@@ -86,6 +86,9 @@ struct dli_config {
 	struct dli_logger_config *loggers;
 	size_t n_loggers;
 
+	bool nvtx; /* top-level `nvtx: true`: NVTX ranges around dlinspect's work (core/nvtx.c) */
+	struct dli_where nvtx_where;
+
 	struct dli_section *sections;
 	size_t n_sections;
 	struct dli_target *targets;
@@ -135,6 +138,11 @@ int dli_config_params(struct dli_config *config, const struct dli_node *node,
 
 /* Whether two targets of one feature could act on the same (gemm, tensor). */
 bool dli_target_overlaps(const struct dli_target *a, const struct dli_target *b);
+
+/* Gives the host's tensor names of an earlier config (`names[0..n)`, the standard ones first) the
+ * same ids in `config`, before dli_config_resolve: a reloaded config keeps the ids a host holds.
+ * Copies the names. 0 or -ENOMEM. */
+int dli_config_seed_tensors(struct dli_config *config, char *const *names, size_t n);
 
 void dli_config_destroy(struct dli_config *config);
 

@@ -637,10 +637,21 @@ static int want_choice(struct resolver *rs, const struct dli_node *n, const char
 	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
 		if (!strcasecmp(n->text, choices[i]))
 			return (int)i;
+	/* A long list (LogFp8TensorStats' recipe-prefixed names) is not cut silently: the names that
+	 * fit, then how many there are and where to read them all. */
 	char hint[128], list[512] = "";
 	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
-	for (size_t i = 0, off = 0; i < n_choices && off < sizeof list; i++)
-		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", choices[i]);
+	size_t off = 0, shown = 0;
+	for (; shown < n_choices; shown++) {
+		size_t len = strlen(choices[shown]) + (shown ? 2 : 0);
+		if (off + len > 360)
+			break;
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", shown ? ", " : "",
+					choices[shown]);
+	}
+	if (shown < n_choices)
+		snprintf(list + off, sizeof list - off,
+			 ", ... (%zu in all; `dlinspect plugins --explain` lists every one)", n_choices);
 	fail(rs, n, "unknown %s '%s'%s; expected one of: %s", what, n->text, hint, list);
 	return -1;
 }
@@ -890,6 +901,16 @@ static int read_loggers(struct resolver *rs, const struct dli_node *n)
 	return 0;
 }
 
+int dli_config_seed_tensors(struct dli_config *cfg, char *const *names, size_t n)
+{
+	for (size_t i = DLI_TENSOR_STANDARD_COUNT; i < n && i < DLI_MAX_TENSORS; i++) {
+		if (!(cfg->tensor_names[i] = cfg_strdup(cfg, names[i])))
+			return -ENOMEM;
+		cfg->n_tensor_names = i + 1;
+	}
+	return 0;
+}
+
 static int too_big(struct dli_error *err, const char *path)
 {
 	return dli_error_set(err, -EFBIG, NULL, "config '%s' is larger than %u MiB, the limit",
@@ -972,7 +993,8 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 	size_t n_sections = 0;
 	for (size_t i = 0; i < root->n; i++)
 		n_sections += strcmp(root->keys[i]->text, "extensions") &&
-			      strcmp(root->keys[i]->text, "loggers");
+			      strcmp(root->keys[i]->text, "loggers") &&
+			      strcmp(root->keys[i]->text, "nvtx");
 	cfg->sections = cfg_calloc(cfg, n_sections, sizeof *cfg->sections);
 	if (!cfg->sections) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -984,6 +1006,12 @@ int dli_config_parse(const char *path, const char *yaml_text, struct dli_config 
 			r = read_extensions(&rs, root->items[i]);
 		else if (!strcmp(key, "loggers"))
 			r = read_loggers(&rs, root->items[i]);
+		else if (!strcmp(key, "nvtx")) {
+			size_t mark = path_push(&rs, "nvtx");
+			if (!(r = want_bool(&rs, root->items[i], &cfg->nvtx)))
+				path_pop(&rs, mark);
+			cfg->nvtx_where = root->keys[i]->where;
+		}
 		else {
 			struct dli_section *s = &cfg->sections[cfg->n_sections++];
 			s->name = root->keys[i]->text;
@@ -1314,8 +1342,11 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 		/* Unknown: suggest among every key this feature takes here. */
 		bool in_gemm = entry_key && !strcmp(entry_key, "gemm");
 		bool in_tensor = entry_key && !strcmp(entry_key, "tensor");
-		const char *cands[64];
+		/* Every shared key (at most 5 + N_SCHEDULE_KEYS + 1) and each parameter's key and alias. */
+		const char **cands = malloc((8 + N_SCHEDULE_KEYS + 2 * d->n_params) * sizeof *cands);
 		size_t nc = 0;
+		if (!cands)
+			return -ENOMEM;
 		if (!entry_key)
 			cands[nc++] = "enabled";
 		if (d->flags & DLI_FEATURE_GEMMS) {
@@ -1335,13 +1366,14 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 				cands[nc++] = schedule_keys[i];
 		if (d->flags & DLI_FEATURE_MODIFIES)
 			cands[nc++] = "in_eval";
-		for (size_t i = 0; i < d->n_params && nc < 62; i++) {
+		for (size_t i = 0; i < d->n_params; i++) {
 			cands[nc++] = d->params[i].key;
 			if (d->params[i].alias)
 				cands[nc++] = d->params[i].alias;
 		}
 		char hint[128];
 		dli_suggest_text(hint, sizeof hint, k, cands, nc);
+		free(cands);
 		path_pop(rs, mark);
 		const char *why = "";
 		bool gemm_key = !strcmp(k, "gemms") || !strcmp(k, "gemms_struct");

@@ -74,10 +74,12 @@ struct dli_layer_table {
 
 struct dli_context {
 	struct dli_host host;
+	uint64_t serial; /* unique in the process, from 1: tags this thread's dli_last_error */
 	int64_t iteration;
 	/* enum dli_mode; changed only between calls (dli_mode_set). Beside `iteration`: the hot path
 	 * reads both, from one cache line. */
 	int mode;
+	bool nvtx; /* NVTX ranges on (core/nvtx.c); set at dli_init and at a reload only */
 	int rank, world_size;
 	int log_level;
 	char *log_dir;
@@ -107,6 +109,27 @@ struct dli_context {
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
 
+	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.
+	 * dli_step returns -ECANCELED from then on (core/context.c). */
+	atomic_int stop_state;
+	char stop_reason[900];
+	bool stop_logged; /* the first -ECANCELED was written to the message log */
+	/* Live config reload (core/reload.c). */
+	struct dli_reload {
+		char *path;          /* the config file; NULL: nothing to re-read */
+		int every;           /* check every `every` steps; 0: only on dli_config_reload */
+		int since;           /* steps since the last check */
+		atomic_bool requested; /* dli_config_reload (async-signal-safe) */
+		uint64_t hash;       /* content of the config in force */
+		uint64_t refused;    /* content last refused (0: none), not parsed again */
+		bool refused_said;   /* a refusal went to stderr already */
+		bool ext_from_options; /* options.extensions replaced the config's */
+		char **declared;     /* options.tensor_names, copied (NULL when not given) */
+		size_t n_declared;
+		bool declared_given;
+	} reload;
+	int nvtx_env; /* DLINSPECT_NVTX: -1 unset, else 0/1 (wins over the config's `nvtx`) */
+
 #ifdef DLI_DEBUG_CHECKS
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
 #endif
@@ -130,6 +153,9 @@ void dli_call_site(char *buf, size_t size);
 
 /* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
 extern _Thread_local bool dli_planning;
+
+/* "bf16[4x8] cuda:0 non-contiguous", or "NULL" (core/diagnose.c). */
+void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t);
 
 /* Stores `text` as this thread's dli_last_error for `ctx` (core/diagnose.c). */
 void dli_last_error_set(const struct dli_context *ctx, const char *text);
@@ -162,6 +188,24 @@ void dli_search_dirs_free(char **dirs, size_t n);
 int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
 		     struct dli_error *err);
 void dli_layer_destroy(struct dli_layer *layer);
+/* Builds, into a new *staged, the tables `l` would have under ctx's current feature instances;
+ * dli_layer_commit swaps them into `l` (whose old tables are then detached and freed), and
+ * dli_layer_unstage drops a staged copy not committed (core/reload.c). */
+int dli_layer_stage(struct dli_layer *l, struct dli_layer **staged, struct dli_error *err);
+void dli_layer_commit(struct dli_layer *l, struct dli_layer *staged);
+void dli_layer_unstage(struct dli_layer *staged);
+
+/* Creates ctx->instances from ctx->config's targets / destroys them (core/context.c). */
+int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err);
+void dli_context_destroy_instances(struct dli_context *ctx);
+
+/* Reload state from the options and the environment, after the config is in force (0 or -EINVAL
+ * with *err set); the check dli_step makes; freeing (core/reload.c). */
+int dli_reload_init(struct dli_context *ctx, const struct dli_options *o, const char *path,
+		    struct dli_error *err);
+void dli_reload_at_step(struct dli_context *ctx);
+void dli_reload_finish(struct dli_context *ctx);
+
 /* Drops every cached answer (dli_iteration_set). */
 void dli_layer_forget(struct dli_layer *layer);
 

@@ -1,6 +1,7 @@
 /* The context: dli_init/dli_destroy, the host table given to modules, messages and logger fan-out,
  * layer handles by name, and step counting. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,7 @@
 #include "escape-private.h"
 #include "fsutil-private.h"
 #include "loader-private.h"
+#include "nvtx-private.h"
 #include "reduce-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
@@ -31,6 +33,7 @@ void dli_options_init(struct dli_options *o)
 	o->size = sizeof *o;
 	o->world_size = 1;
 	o->log_level = -1;
+	o->config_reload_steps = -1;
 }
 
 /* ---- Messages ---- */
@@ -167,6 +170,17 @@ static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
 	return ctx->config ? ctx->config->tensor_names[tensor] : NULL;
 }
 
+/* The first request wins; those racing it (other threads' features) are dropped, not waited for. */
+static void host_request_stop(struct dli_context *ctx, const char *reason)
+{
+	int none = 0;
+	if (!ctx || !atomic_compare_exchange_strong(&ctx->stop_state, &none, 1))
+		return;
+	snprintf(ctx->stop_reason, sizeof ctx->stop_reason, "%s",
+		 reason && reason[0] ? reason : "a feature asked the host to stop");
+	atomic_store(&ctx->stop_state, 2);
+}
+
 const struct dli_host dli_host_template = {
 	.size = sizeof(struct dli_host),
 	.abi_major = DLI_ABI_MAJOR,
@@ -200,6 +214,9 @@ const struct dli_host dli_host_template = {
 	.make_dirs = dli_make_dirs,
 	.stats_acc_read_sized = dli_stats_acc_read_sized,
 	.stats_value_sized = dli_stats_value_sized,
+	.request_stop = host_request_stop,
+	.stats_add_block = dli_stats_add_block,
+	.block_fake_quant = dli_block_fake_quant,
 	.stats_acc_share = dli_stats_acc_share,
 	.stats_acc_scope = dli_stats_acc_scope,
 };
@@ -369,6 +386,9 @@ int dli_step(struct dli_context *ctx)
 			"host must not call dli_step concurrently with other calls",
 			busy);
 #endif
+	bool nvtx = DLI_NVTX_ON(ctx);
+	if (nvtx)
+		dli_nvtx_push_step(ctx->iteration);
 	pthread_mutex_lock(&ctx->layers_lock);
 	/* Across ranks first, so that step_end reads whole tensors' statistics (core/reduce.c). */
 	if (ctx->reduce)
@@ -377,8 +397,14 @@ int dli_step(struct dli_context *ctx)
 		struct dli_layer *l = ctx->layer_list[i];
 		for (size_t k = 0; k < l->n_bindings; k++) {
 			const struct dli_feature_ops *ops = l->bindings[k].ops;
-			if (DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) && ops->step_end)
-				ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (!DLI_HAS_MEMBER(ops, struct dli_feature_ops, step_end) || !ops->step_end)
+				continue;
+			if (nvtx)
+				dli_nvtx_push(l->bindings[k].instance->target->feature->desc->name,
+					      l->name, "step_end");
+			ops->step_end(&l->bindings[k].call, ctx->iteration);
+			if (nvtx)
+				dli_nvtx_pop();
 		}
 	}
 	pthread_mutex_unlock(&ctx->layers_lock);
@@ -386,13 +412,19 @@ int dli_step(struct dli_context *ctx)
 		dli_report_silent_noops(ctx);
 		ctx->stepped = true;
 	}
+	/* A new config comes in between this iteration's records and the flush below. */
+	dli_reload_at_step(ctx);
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		const struct dli_logger_ops *ops = l->entry->desc->ops;
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) || !ops->flush)
 			continue;
+		if (nvtx)
+			dli_nvtx_push(l->entry->desc->name, "flush", NULL);
 		int r = ops->flush(l->state);
+		if (nvtx)
+			dli_nvtx_pop();
 		if (r < 0 && !first)
 			first = r;
 		if (r < 0 && !atomic_exchange(&l->failed, true))
@@ -400,6 +432,21 @@ int dli_step(struct dli_context *ctx)
 				l->entry->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
+	if (nvtx)
+		dli_nvtx_pop();
+	/* dli_step runs alone, so a request made during the step is complete (state 2) by now. */
+	if (atomic_load(&ctx->stop_state) == 2) {
+		char text[1024];
+		snprintf(text, sizeof text, "dli_step: a feature asked the host to stop: %s",
+			 ctx->stop_reason);
+		dli_last_error_set(ctx, text);
+		/* The feature told the terminal already: the message log gets it once more. */
+		if (!ctx->stop_logged)
+			dli_log_quiet(ctx, DLI_LOG_ERROR, "%s (every later dli_step returns -ECANCELED)",
+				      text);
+		ctx->stop_logged = true;
+		return -ECANCELED;
+	}
 	return first;
 }
 
@@ -623,7 +670,7 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 	return 0;
 }
 
-static int create_instances(struct dli_context *ctx, struct dli_error *err)
+int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
@@ -658,6 +705,16 @@ static int create_instances(struct dli_context *ctx, struct dli_error *err)
 		ctx->n_instances++;
 	}
 	return 0;
+}
+
+void dli_context_destroy_instances(struct dli_context *ctx)
+{
+	for (size_t i = ctx->n_instances; i-- > 0;)
+		if (ctx->instances[i].ops->destroy)
+			ctx->instances[i].ops->destroy(ctx->instances[i].state);
+	free(ctx->instances);
+	ctx->instances = NULL;
+	ctx->n_instances = 0;
 }
 
 /* The first message log line: what this run loaded, so a log read later says how it was made. */
@@ -725,6 +782,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if (!ctx)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	ctx->host = dli_host_template;
+	static atomic_uint_fast64_t serials;
+	ctx->serial = atomic_fetch_add(&serials, 1) + 1;
 	ctx->rank = o->rank;
 	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
 	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;
@@ -807,7 +866,9 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = ctx->config->n_tensor_names;
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
-	if ((r = create_instances(ctx, err)))
+	if ((r = dli_context_create_instances(ctx, err)))
+		goto fail;
+	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
 	log_start(ctx);
 	dli_reduce_announce(ctx);
@@ -818,6 +879,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		if (ctx->config->warnings_loud[i] && with_loggers && ctx->log_level >= DLI_LOG_WARNING)
 			stderr_line(NULL, ctx->config->warnings[i]);
 	}
+	if (with_loggers && (r = dli_reload_init(ctx, o, o->config_yaml ? NULL : path, err)))
+		goto fail;
 	dli_search_dirs_free(dirs, n_dirs);
 	*out = ctx;
 	return 0;
@@ -844,10 +907,7 @@ void dli_destroy(struct dli_context *ctx)
 		free(t->slots);
 		free(t);
 	}
-	for (size_t i = ctx->n_instances; i-- > 0;)
-		if (ctx->instances[i].ops->destroy)
-			ctx->instances[i].ops->destroy(ctx->instances[i].state);
-	free(ctx->instances);
+	dli_context_destroy_instances(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,
@@ -886,6 +946,7 @@ void dli_destroy(struct dli_context *ctx)
 	dli_registry_finish(&ctx->registry);
 	dli_loader_destroy(ctx->loader);
 	dli_config_destroy(ctx->config);
+	dli_reload_finish(ctx);
 	pthread_mutex_destroy(&ctx->layers_lock);
 	free(ctx->log_dir);
 	free(ctx);

@@ -1,6 +1,7 @@
 /* Telling the host about calls that do nothing: config its calls never reach (warned once, after the
  * first step), failing dli_modify_tensor calls (each in the message log), and dli_last_error. */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,22 +9,24 @@
 #include "context-private.h"
 #include "escape-private.h"
 
-/* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ---- */
+/* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ----
+ * The tag is the context's serial number, not its address: a context created where a destroyed one
+ * was must not inherit that one's error. */
 
 static _Thread_local struct {
-	const struct dli_context *ctx;
+	uint64_t serial;
 	char text[1024];
 } last_error;
 
 void dli_last_error_set(const struct dli_context *ctx, const char *text)
 {
-	last_error.ctx = ctx;
+	last_error.serial = ctx->serial;
 	snprintf(last_error.text, sizeof last_error.text, "%s", text);
 }
 
 const char *dli_last_error(const struct dli_context *ctx)
 {
-	return ctx && last_error.ctx == ctx ? last_error.text : "";
+	return ctx && last_error.serial == ctx->serial ? last_error.text : "";
 }
 
 /* ---- Failing dli_modify_tensor ---- */
@@ -33,7 +36,7 @@ static const char *const dtype_names[DLI_DTYPE_COUNT] = {
 };
 
 /* "bf16[4x8] cuda:0 non-contiguous": what a host checks first when a feature refuses a tensor. */
-static void describe(char *buf, size_t size, const struct dli_tensor *t)
+void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t)
 {
 	if (!t) {
 		snprintf(buf, size, "NULL");
@@ -60,8 +63,8 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 	char why[512], tin[128], tout[128], text[1024];
 	if (b) {
 		const struct dli_target *t = b->instance->target;
-		describe(tin, sizeof tin, in);
-		describe(tout, sizeof tout, out);
+		dli_tensor_describe(tin, sizeof tin, in);
+		dli_tensor_describe(tout, sizeof tout, out);
 		snprintf(why, sizeof why, "feature %s (section '%s', %s) refused: %s (%d); in: %s, out: %s",
 			 t->feature->desc->name, t->section->name, t->where_text,
 			 strerror(rc < 0 ? -rc : rc), rc, tin, tout);

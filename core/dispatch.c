@@ -5,12 +5,14 @@
  * scheduled steps answers from its slot cache (one relaxed atomic load and a compare, after the check
  * of the pass mode: core/plan.c). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "context-private.h"
 #include "error-private.h"
+#include "nvtx-private.h"
 
 #define HAS_OP(ops, name) (DLI_HAS_MEMBER(ops, struct dli_feature_ops, name) && (ops)->name)
 
@@ -117,17 +119,18 @@ static int check_conflicts(struct dli_layer *l, const struct dli_instance **matc
 	return 0;
 }
 
-int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
-		     struct dli_error *err)
+/* Fills l's bindings and slots from ctx's feature instances (l->ctx and l->name set, the rest
+ * zero). On failure what was built is left for layer_unbuild. */
+static int layer_build(struct dli_layer *l, struct dli_error *err)
 {
-	struct dli_layer *l = calloc(1, sizeof *l);
+	struct dli_context *ctx = l->ctx;
+	const char *name = l->name;
 	const struct dli_instance **matched = calloc(ctx->n_instances + 1, sizeof *matched);
 	int r = 0;
-	if (!l || !matched || !(l->name = strdup(name))) {
+	if (!matched) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
 		goto fail;
 	}
-	l->ctx = ctx;
 	size_t n = 0;
 	for (size_t i = 0; i < ctx->n_instances; i++) {
 		const struct dli_section *s = ctx->instances[i].target->section;
@@ -147,7 +150,6 @@ int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer
 	}
 	if (n == 0) {
 		free(matched);
-		*out = l;
 		return 0;
 	}
 	if ((r = check_conflicts(l, matched, n, err)))
@@ -197,19 +199,15 @@ int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer
 		slot_fill(l, &l->inspect[t], CALL_INSPECT, -1, (int)t, pool, &used);
 	layer_reset(l);
 	free(matched);
-	*out = l;
 	return 0;
 fail:
 	free(matched);
-	dli_layer_destroy(l);
-	*out = NULL;
 	return r;
 }
 
-void dli_layer_destroy(struct dli_layer *l)
+/* Detaches the features and frees what layer_build made; l->ctx and l->name stay. */
+static void layer_unbuild(struct dli_layer *l)
 {
-	if (!l)
-		return;
 	for (size_t i = 0; i < l->n_bindings; i++) {
 		struct dli_binding *b = &l->bindings[i];
 		if (HAS_OP(b->ops, layer_detach))
@@ -219,8 +217,89 @@ void dli_layer_destroy(struct dli_layer *l)
 		free(l->slots[0].bindings);
 	free(l->slots);
 	free(l->bindings);
+	l->slots = l->fp8 = l->modify = l->inspect = l->postq = NULL;
+	l->bindings = NULL;
+	l->n_bindings = 0;
+}
+
+int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
+		     struct dli_error *err)
+{
+	struct dli_layer *l = calloc(1, sizeof *l);
+	int r;
+	*out = NULL;
+	if (!l || !(l->name = strdup(name))) {
+		free(l);
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	}
+	l->ctx = ctx;
+	if ((r = layer_build(l, err))) {
+		dli_layer_destroy(l);
+		return r;
+	}
+	*out = l;
+	return 0;
+}
+
+void dli_layer_destroy(struct dli_layer *l)
+{
+	if (!l)
+		return;
+	layer_unbuild(l);
 	free(l->name);
 	free(l);
+}
+
+/* The tables a layer's handle reads, exchanged between a handle and a staged copy (field by field:
+ * the handle's other fields, atomics among them, stay). */
+#define SWAP_FIELD(a, b, f)                 \
+	do {                                \
+		__typeof__((a)->f) t_ = (a)->f; \
+		(a)->f = (b)->f;            \
+		(b)->f = t_;                \
+	} while (0)
+
+static void layer_swap_tables(struct dli_layer *a, struct dli_layer *b)
+{
+	SWAP_FIELD(a, b, slots);
+	SWAP_FIELD(a, b, fp8);
+	SWAP_FIELD(a, b, modify);
+	SWAP_FIELD(a, b, inspect);
+	SWAP_FIELD(a, b, postq);
+	SWAP_FIELD(a, b, bindings);
+	SWAP_FIELD(a, b, n_bindings);
+}
+
+int dli_layer_stage(struct dli_layer *l, struct dli_layer **staged, struct dli_error *err)
+{
+	struct dli_layer *s = calloc(1, sizeof *s);
+	*staged = NULL;
+	if (!s)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	s->ctx = l->ctx;
+	s->name = l->name; /* features keep the handle's name pointer (dli_feature_call) */
+	int r = layer_build(s, err);
+	if (r) {
+		layer_unbuild(s);
+		free(s);
+		return r;
+	}
+	*staged = s;
+	return 0;
+}
+
+void dli_layer_unstage(struct dli_layer *staged)
+{
+	if (!staged)
+		return;
+	layer_unbuild(staged);
+	free(staged);
+}
+
+void dli_layer_commit(struct dli_layer *l, struct dli_layer *staged)
+{
+	layer_swap_tables(l, staged);
+	dli_layer_unstage(staged); /* now the old tables: their features detach */
 }
 
 /* ---- Answers ---- */
@@ -405,6 +484,13 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 
 /* ---- Actions: only features whose answer is "on" at this iteration act. ---- */
 
+/* The NVTX range around one feature's action (core/nvtx.c): formatting only when ranges are on. */
+static void range_push(const struct dli_layer *l, const struct dli_binding *b, int tensor)
+{
+	const char *tname = l->ctx->host.tensor_name(l->ctx, tensor);
+	dli_nvtx_push(b->instance->target->feature->desc->name, l->name, tname ? tname : "?");
+}
+
 int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const struct dli_tensor *in,
 		      const struct dli_quantizer *quantizer, struct dli_tensor *out)
 {
@@ -427,8 +513,13 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 			continue;
 		if (ask(b, CALL_MODIFY, gemm, tensor, it, &nx)) {
 			acting = b;
+			bool nvtx = DLI_NVTX_ON(l->ctx);
+			if (nvtx)
+				range_push(l, b, tensor);
 			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
 				      : -EINVAL;
+			if (nvtx)
+				dli_nvtx_pop();
 			break;
 		}
 	}
@@ -495,19 +586,29 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
+	/* Every feature here gets `hp`: one statistics pass over it serves them all. */
+	if (s->n > 1)
+		dli_stats_share_begin(hp);
 	for (uint32_t i = 0; i < s->n; i++) {
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
 		site_layer = l;
 		site_tensor = tensor;
+		bool nvtx = DLI_NVTX_ON(l->ctx);
+		if (nvtx)
+			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		if (nvtx)
+			dli_nvtx_pop();
 		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
 		if (r && !first)
 			first = r;
 	}
+	if (s->n > 1)
+		dli_stats_share_end();
 	CALL_LEAVE(l->ctx);
 	return first;
 }
@@ -532,7 +633,12 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 			continue;
 		site_layer = l;
 		site_tensor = tensor;
+		bool nvtx = DLI_NVTX_ON(l->ctx);
+		if (nvtx)
+			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
+		if (nvtx)
+			dli_nvtx_pop();
 		site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
@@ -541,6 +647,16 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 	}
 	CALL_LEAVE(l->ctx);
 	return first;
+}
+
+/* What a dli_call range names: the tensor of a log_tensor_stats call, else the call. */
+static const char *call_what(const char *name, const void *args)
+{
+	const struct dli_log_tensor_stats_args *a = args;
+	if (a && !strcmp(name, DLI_CALL_LOG_TENSOR_STATS) &&
+	    a->size >= offsetof(struct dli_log_tensor_stats_args, tensor) && a->tensor_name)
+		return a->tensor_name;
+	return name;
 }
 
 int dli_call(struct dli_layer *l, const char *name, void *args)
@@ -559,8 +675,15 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 			if (!strcmp(calls[k], name) && HAS_OP(b->ops, call)) {
 				note_binding(b);
 				/* Evaluation passes feed no statistics (dli_mode_set). */
-				if (!eval)
-					r = b->ops->call(&b->call, name, args);
+				if (eval)
+					break;
+				bool nvtx = DLI_NVTX_ON(l->ctx);
+				if (nvtx)
+					dli_nvtx_push(b->instance->target->feature->desc->name,
+						      l->name, call_what(name, args));
+				r = b->ops->call(&b->call, name, args);
+				if (nvtx)
+					dli_nvtx_pop();
 				break;
 			}
 		}

@@ -90,3 +90,29 @@ int dli_tensor_amax(const struct dli_tensor *t, float *amax)
 	*amax = (float)rec.amax;
 	return 0;
 }
+
+int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
+			 const struct dli_block_spec *spec)
+{
+	if (!in || !out || !spec || spec->size < sizeof(struct dli_block_spec) ||
+	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
+	     spec->recipe != DLI_BLOCK_FP8_2D))
+		return -EINVAL;
+	if (in->device.type != DLI_DEVICE_CPU || out->device.type != DLI_DEVICE_CPU)
+		return -ENOTSUP;
+	if (!high_precision(in->dtype) || !in->contiguous || !out->contiguous ||
+	    out->dtype != DLI_DTYPE_F32)
+		return -EINVAL;
+	int64_t n = checked_numel(in);
+	if (n < 0 || n != checked_numel(out))
+		return -EINVAL;
+	int64_t cols = in->ndim > 0 ? in->shape[in->ndim - 1] : 1;
+	int64_t rows = cols ? n / cols : 0;
+	if (spec->recipe != DLI_BLOCK_MXFP8)
+		return dli_cpu_fp8b_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
+						  spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
+						  spec->columnwise != 0, spec->pow2_scales != 0,
+						  NULL, out->data);
+	return dli_cpu_mx_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
+					spec->columnwise != 0, NULL, out->data);
+}

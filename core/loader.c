@@ -512,7 +512,7 @@ static int dli_module_copy(struct dli_loaded *m)
 	}
 	mod->features = fv;
 	mod->loggers = lv;
-	/* Communicators (1.1, later): a module whose table ends before them has none. */
+	/* Communicators (1.2): a module whose table ends before them has none. */
 	if (!DLI_HAS_MEMBER(mod, struct dli_module, n_comms)) {
 		mod->comms = NULL;
 		mod->n_comms = 0;

@@ -40,7 +40,21 @@ double dli_stats_value_sized(const struct dli_stats_record *r, size_t size, enum
 void dli_stats_acc_reset(struct dli_stats_acc *acc);
 int dli_stats_acc_histogram(struct dli_stats_acc *acc, bool on);
 int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram *out);
+/* One read of a tensor for every feature that inspects it (core/dispatch.c brackets each
+ * dli_inspect_tensor with these): between begin and end, on the calling thread, the first
+ * statistics pass over `t` (that very descriptor) is kept, and a later stats_add of `t` merges the
+ * kept record instead of reading the tensor again. The record is the same bits either way. */
+void dli_stats_share_begin(const struct dli_tensor *t);
+void dli_stats_share_end(void);
+/* Statistics passes over host tensors that this thread made (tests count reads with it). */
+extern _Thread_local unsigned long long dli_stats_host_passes;
+
 /* The host table's tensor_amax (defined in core/fp8.c, beside the casts it serves). */
 int dli_tensor_amax(const struct dli_tensor *t, float *amax);
+/* The host table's stats_add_block and block_fake_quant (core/stats.c, core/fp8.c). */
+int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
+			const struct dli_block_spec *spec);
+int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
+			 const struct dli_block_spec *spec);
 
 #endif

@@ -19,6 +19,32 @@
 #include "reduce-private.h"
 #include "stats-private.h"
 
+/* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and
+ * unchanged for the whole call, so the features after the first need not read it again: a
+ * LogTensorStats and a DetectNonFinite on one tensor cost one pass, not two. */
+static _Thread_local struct {
+	const struct dli_tensor *t; /* the dispatch's tensor; NULL outside one */
+	bool valid;
+	const void *data;
+	enum dli_dtype dtype;
+	int64_t n;
+	struct dli_stats_record pass;
+} shared;
+
+_Thread_local unsigned long long dli_stats_host_passes;
+
+void dli_stats_share_begin(const struct dli_tensor *t)
+{
+	shared.t = t;
+	shared.valid = false;
+}
+
+void dli_stats_share_end(void)
+{
+	shared.t = NULL;
+	shared.valid = false;
+}
+
 /* One device accumulator per CUDA device the tensors came from. */
 struct dli_stats_device {
 	int device;
@@ -310,7 +336,21 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		return (int)n; /* an empty tensor adds nothing */
 
 	struct dli_stats_record rec, cmp, pass;
-	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+	int r = 0;
+	if (shared.valid && shared.t == t && shared.data == t->data && shared.dtype == t->dtype &&
+	    shared.n == n) {
+		pass = shared.pass;
+	} else {
+		r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+		dli_stats_host_passes++;
+		if (!r && shared.t == t) {
+			shared.pass = pass;
+			shared.data = t->data;
+			shared.dtype = t->dtype;
+			shared.n = n;
+			shared.valid = true;
+		}
+	}
 	/* dli_cpu_stats promises the fields up to m2; the FP8 terms stay empty until a comparison
 	 * fills them, whatever the SIMD path left there. */
 	dli_stats_record_init(&rec);
@@ -514,6 +554,57 @@ int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram
 	}
 	pthread_mutex_unlock(&acc->lock);
 	return r;
+}
+
+/* The rows x cols view block-scaled formats take: cols is the last dimension. */
+static void matrix_view(const struct dli_tensor *t, int64_t n, int64_t *rows, int64_t *cols)
+{
+	*cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+	*rows = *cols ? n / *cols : 0;
+}
+
+int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
+			const struct dli_block_spec *spec)
+{
+	if (!acc || !t || !spec)
+		return -EINVAL;
+	bool nvfp4 = spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D;
+	if (spec->size < sizeof(struct dli_block_spec) ||
+	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
+	     spec->recipe != DLI_BLOCK_FP8_2D && !nvfp4) ||
+	    (!nvfp4 && spec->format != DLI_DTYPE_F8E4M3 && spec->format != DLI_DTYPE_F8E5M2))
+		return refuse(acc, "cannot compare against block-scaled recipe %d with elements of "
+				   "%s: expected MXFP8 or FP8 block scaling with f8e4m3 or f8e5m2, or NVFP4",
+			      spec->recipe, dtype_name(spec->format));
+	if (t->device.type == DLI_DEVICE_CUDA)
+		return refuse(acc, "block-scaled statistics of a CUDA tensor are not supported yet (the "
+				   "CUDA backend has no block-scaled pass): pass a host copy");
+	if (t->device.type != DLI_DEVICE_CPU)
+		return refuse(acc, "a tensor is on an unknown device type %d", (int)t->device.type);
+	int64_t n = host_tensor_numel(acc, t, true);
+	if (n <= 0)
+		return (int)n;
+	int64_t rows, cols;
+	matrix_view(t, n, &rows, &cols);
+	struct dli_stats_record rec, cmp, pass;
+	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+	dli_stats_record_init(&rec);
+	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	if (!r && nvfp4)
+		r = dli_cpu_nvfp4_compare(t->data, t->dtype, rows, cols,
+					  spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
+					  spec->columnwise != 0, NULL, &cmp);
+	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
+		r = dli_cpu_mx_compare(t->data, t->dtype, rows, cols, spec->format,
+				       spec->columnwise != 0, NULL, &cmp);
+	else if (!r)
+		r = dli_cpu_fp8b_compare(t->data, t->dtype, rows, cols, spec->format,
+					 spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
+					 spec->columnwise != 0, spec->pow2_scales != 0, NULL, &cmp);
+	if (r)
+		return r;
+	dli_stats_merge(&rec, &cmp);
+	return merge_host_hist(acc, &rec, t, n);
 }
 
 /* ---- For the reduction across ranks (core/reduce.c) ---- */

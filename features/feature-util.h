@@ -4,6 +4,8 @@
 #define DLI_FEATURE_UTIL_H
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,6 +37,42 @@ static inline enum dli_dtype dli_feature_hybrid_format(int tensor)
 	bool backward = tensor == DLI_TENSOR_GRADIENT || tensor == DLI_TENSOR_DGRAD ||
 			tensor == DLI_TENSOR_WGRAD;
 	return backward ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
+}
+
+/* A log tag ("{layer}_{tensor}_{stat}") of any length: layer names come from the host and have no
+ * limit, and a tag cut short could make two layers' statistics one. Formatted into `t->buf` when it
+ * fits, else into memory of its own; release with dli_feature_tag_free. NULL when out of memory. */
+struct dli_feature_tag {
+	char buf[256];
+	char *heap;
+};
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static inline const char *dli_feature_tag(struct dli_feature_tag *t, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(t->buf, sizeof t->buf, fmt, ap);
+	va_end(ap);
+	t->heap = NULL;
+	if (n < 0)
+		return NULL;
+	if ((size_t)n < sizeof t->buf)
+		return t->buf;
+	if (!(t->heap = malloc((size_t)n + 1)))
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(t->heap, (size_t)n + 1, fmt, ap);
+	va_end(ap);
+	return t->heap;
+}
+
+static inline void dli_feature_tag_free(struct dli_feature_tag *t)
+{
+	free(t->heap);
+	t->heap = NULL;
 }
 
 #endif

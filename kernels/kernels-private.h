@@ -79,6 +79,104 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 				  int64_t n, const struct dli_cpu_options *o,
 				  struct dli_stats_record *out);
 
+/* ---- MXFP8 (kernels/cpu/mx.c; docs/block-scaling.md) ---- */
+
+/* Elements per block, along a row (row-wise copy) or down a column (column-wise copy). */
+#define DLI_MX_BLOCK 32
+
+/* float(1 / fp8_max) of an element format (E4M3, E5M2); 0 for another. */
+float dli_mx_max_rcp(enum dli_dtype format);
+/* The E8M0 code of a block of that amax (max |x| over its non-NaN elements): float(amax *
+ * float(1 / fp8_max)) rounded up to a power of two; 0 for 0 (and up to 2^-127), 0xfe for an
+ * infinite amax, 0xff for NaN. */
+uint8_t dli_mx_e8m0(float amax, enum dli_dtype format);
+/* What the block's elements are multiplied by before the FP8 cast: 2^(127 - e) as a float
+ * (2^-127 for 0xfe, NaN for 0xff). */
+float dli_mx_rcp(uint8_t e);
+/* The scale_inv a code stands for, 2^(e - 127) (NaN for 0xff): dequant = decode(q) * this. */
+double dli_mx_scale_inv(uint8_t e);
+/* The padded scale matrix of a rows x cols tensor: row-wise [roundup(rows, 128),
+ * roundup(ceil(cols / 32), 4)], column-wise [roundup(ceil(rows / 32), 4), roundup(cols, 128)]. */
+void dli_mx_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *srows,
+			int64_t *scols);
+
+/* The three passes over a rows x cols row-major matrix of f32, f16 or bf16 (a tensor's last
+ * dimension is cols, the rest rows). A block at the matrix's edge holds the elements there are
+ * (fewer than 32); nothing is padded but the scales. Threads as the FP8 passes use them; `o` may
+ * be NULL. -EINVAL for a bad dtype, format, shape or pointer, -ENOTSUP for a forced SIMD path
+ * this CPU lacks, -ENOMEM. */
+/* The FP8 terms of *out (initialized): fp8_count .. x_sq as dli_cpu_fp8_compare fills them, and
+ * scale_inv_min/max over the blocks whose code is not 0. */
+int dli_cpu_mx_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+		       enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
+		       struct dli_stats_record *out);
+/* Codes q[rows * cols] (the data's layout) and E8M0 scales[srows * scols] (dli_mx_scale_shape,
+ * row-major; the padding set to 0). */
+int dli_cpu_mx_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
+			uint8_t *q, uint8_t *scales);
+/* out[i] = decode(q[i]) * scale_inv of its block, in float (rows * cols values). */
+int dli_cpu_mx_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			     enum dli_dtype format, bool columnwise,
+			     const struct dli_cpu_options *o, float *out);
+
+/* ---- FP8 block scaling (kernels/cpu/fp8-block.c; docs/block-scaling.md) ---- */
+
+#define DLI_FP8B_BLOCK 128
+
+/* TransformerEngine's block scale from a block's amax (NaN left out): fp8_max / amax as one float
+ * division; 1 for an amax of 0, inf or NaN; the input type's largest finite value (f32, bf16, f16)
+ * when the quotient is inf; with pow2, rounded down to a power of two (mantissa cleared). */
+float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype, bool pow2);
+/* The compare pass and the fake-quantizer over a rows x cols matrix (as the MXFP8 passes view a
+ * tensor), scalar, threaded: blocks of 1 x 128 (dims 1), 128 x 1 (dims 1, columnwise: the
+ * column-wise copy) or 128 x 128 (dims 2: both copies the same), partial at the edges; x * scale
+ * cast with saturation, dequantized as decode(q) * float(1 / scale). scale_inv_min/max over every
+ * block. -EINVAL, -ENOTSUP, -ENOMEM as the MXFP8 passes. */
+int dli_cpu_fp8b_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			 enum dli_dtype format, int dims, bool columnwise, bool pow2,
+			 const struct dli_cpu_options *o, struct dli_stats_record *out);
+int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			       enum dli_dtype format, int dims, bool columnwise, bool pow2,
+			       const struct dli_cpu_options *o, float *out);
+
+/* ---- NVFP4 (kernels/cpu/nvfp4.c; docs/block-scaling.md) ---- */
+
+#define DLI_NVFP4_BLOCK 16
+
+/* TransformerEngine's rules, one step each: the global encode scale S_enc from the tensor's amax
+ * (2688 / amax as one float division; FLT_MAX for an infinite quotient; 1 for amax 0 or inf);
+ * a block's E4M3 scale code from its amax; the block's element multiplier
+ * min(1 / (scale * float(1 / S_enc)), FLT_MAX); the E2M1 code (0..15, bit 3 the sign) of a scaled
+ * value, nearest-even, saturating to 6, NaN to 0x7; its value; the dequantization factor
+ * scale * amax * float(1 / 2688). */
+float dli_nvfp4_global_scale(float amax);
+uint8_t dli_nvfp4_block_scale(float block_amax, float global_scale);
+float dli_nvfp4_block_encode(uint8_t scale, float global_scale);
+uint8_t dli_nvfp4_encode(float s);
+float dli_nvfp4_decode(uint8_t code);
+float dli_nvfp4_dequant_scale(uint8_t scale, float amax);
+/* The padded E4M3 scale matrix: [roundup(R, 128), roundup(ceil(C / 16), 4)] where R x C is the
+ * copy (rows x cols row-wise, cols x rows column-wise: the transpose). */
+void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *srows,
+			   int64_t *scols);
+/* The passes over a rows x cols row-major matrix of f32, f16 or bf16 (scalar but the row-wise
+ * compare of f32 and bf16, which has an AVX2 path), threaded as the MXFP8 passes: dims 1 gives
+ * 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both copies the same values). Blocks at the edges hold what there is. compare fills the FP8 terms
+ * (fp8_count .. x_sq; scale_inv_min/max over the dequantization factors of blocks whose scale is
+ * not 0); quantize writes one E2M1 code a byte (unpacked, in the data's layout), the padded
+ * scales (0 in the padding) and the tensor's amax; fake writes decode(q) * factor in float.
+ * -EINVAL, -ENOTSUP, -ENOMEM as the MXFP8 passes. */
+int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			  int dims, bool columnwise, const struct dli_cpu_options *o,
+			  struct dli_stats_record *out);
+int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			   int dims, bool columnwise, const struct dli_cpu_options *o, uint8_t *q,
+			   uint8_t *scales, float *amax);
+int dli_cpu_nvfp4_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows,
+				int64_t cols, int dims, bool columnwise,
+				const struct dli_cpu_options *o, float *out);
+
 /* ---- Value histograms (kernels/cpu/histogram.c) ---- */
 
 /* TensorFlow's default histogram buckets: limits -DBL_MAX, -p[773] .. -p[0], 0, p[0] .. p[773],

@@ -21,6 +21,16 @@ if [ ! -f "$dir/build.ninja" ]; then
 	# meson's warnings, with the list lines under them, are worth seeing; the rest is noise.
 	awk '/WARNING:|DEPRECATION:/ { print; more = 1; next } more && /^ \* / { print; next } { more = 0 }' "$log"
 	rm -f "$log"
+elif [ $# -gt 0 ]; then
+	# Configured before: apply the options asked for now (e.g. -Dwerror for the test builds).
+	log=$(mktemp)
+	if ! meson configure "$dir" "$@" >"$log" 2>&1; then
+		tail -n 30 "$log"
+		rm -f "$log"
+		echo "== meson configure $dir failed" >&2
+		exit 1
+	fi
+	rm -f "$log"
 fi
 
 echo "== building $dir"

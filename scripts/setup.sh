@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(gcc g++ binutils valgrind python3 python3-venv python3-pip meson ninja-build pkg-config libyaml-dev libltdl-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev)
+packages=(gcc g++ binutils valgrind python3 python3-dev python3-venv python3-pip meson ninja-build pkg-config libyaml-dev libltdl-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev)
 # Statistics across ranks: the mpi communicator and the tests under mpirun (docs/distributed.md).
 packages+=(libopenmpi-dev openmpi-bin)
 # The tests also fuzz with clang's libFuzzer (scripts/fuzz.sh).
@@ -29,9 +29,14 @@ if ((${#missing[@]})); then
 	rm -f "$log"
 fi
 
-# Progress while building; on failure, the compiler's error (scripts/build.sh).
-bash scripts/build.sh . build
+# Progress while building; on failure, the compiler's error (scripts/build.sh). The test builds
+# (--sanitize, scripts/test.sh) treat warnings as errors, so a warning cannot land; a user's build
+# (the demo) keeps them warnings.
+werror=false
+[ "${1:-}" = "--sanitize" ] && werror=true
+bash scripts/build.sh . build -Dwerror=$werror
 if [ "${1:-}" = "--sanitize" ]; then
 	# Debug build type turns on DLI_DEBUG_CHECKS (dli_step racing other calls is reported).
-	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false
+	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dwerror=true
 fi

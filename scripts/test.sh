@@ -12,15 +12,17 @@ for dir in build build-asan; do
 	meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
 
-# ThreadSanitizer over the multi-threaded test (docs/plugins.md, "Threads"): just that test and the
-# modules it loads, in build-tsan/.
-echo "== tests in build-tsan (ThreadSanitizer: the threads test)"
+# ThreadSanitizer over the multi-threaded tests (docs/plugins.md, "Threads"): just those tests and
+# the modules they load, in build-tsan/.
+echo "== tests in build-tsan (ThreadSanitizer: the multi-threaded tests: threads, reload, dump-files)"
 tsan_log=build-tsan.log
 if { [ -f build-tsan/build.ninja ] || meson setup build-tsan -Dbuildtype=debug -Db_sanitize=thread \
 	-Db_lundef=false -Dcuda=disabled >"$tsan_log" 2>&1; } &&
-	ninja -C build-tsan tests/unit/test_threads tests/unit/probe.so $(ninja -C build-tsan -t targets all |
+	ninja -C build-tsan build.ninja >"$tsan_log" 2>&1 && # regenerated first: the target list below reads it
+	ninja -C build-tsan tests/unit/test_threads tests/unit/test_reload tests/unit/probe.so \
+		tests/dump/dump_driver tools/dlinspect $(ninja -C build-tsan -t targets all |
 		grep -E '^(features|loggers)/[^:]*\.so:' | cut -d: -f1) >"$tsan_log" 2>&1; then
-	meson test -C build-tsan --no-rebuild --print-errorlogs threads || status=1
+	meson test -C build-tsan --no-rebuild --print-errorlogs threads reload dump-files || status=1
 else
 	tail -n 30 "$tsan_log"
 	rm -f build-tsan/meson-logs/testlog.json # counted as a failure below

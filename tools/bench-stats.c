@@ -1,7 +1,9 @@
 /* `dlinspect bench stats`: throughput of the statistics passes against the machine's read bandwidth
  * measured in the same run (a plain SIMD sum over the same buffer, same prefetch, same threads),
  * with the design's targets (all statistics of f32 >= 0.90 of it; bf16 and the FP8
- * quantize-and-compare pass >= 0.80; each of them on data with a NaN or an infinity every 1000
+ * quantize-and-compare pass >= 0.80; MXFP8's what-if pass >= 0.70; NVFP4's >= 0.50; each of them
+ * on data with a
+ * NaN or an infinity every 1000
  * elements >= 0.60), and numpy's speed on the same statistics when it is there. The SIMD path is
  * the dispatcher's (printed), or the one $DLINSPECT_SIMD forces (scalar, avx2, avx512), so that
  * an AVX-512 machine measures the AVX2 path too. */
@@ -20,7 +22,9 @@
 #include "kernels-private.h"
 
 #define REPS 10
-#define MAX_ROWS 16
+#define MAX_ROWS 32
+/* The MXFP8 rows view the buffer as rows of this many columns (a typical hidden size). */
+#define MX_COLS 4096
 
 static double now_s(void)
 {
@@ -107,7 +111,7 @@ static void read_chunk(void *arg, int64_t c, int worker)
 
 /* ---- The passes ---- */
 
-enum pass_kind { READ, STATS_F32, STATS_BF16, FP8_F32, FP8_BF16 };
+enum pass_kind { READ, STATS_F32, STATS_BF16, FP8_F32, FP8_BF16, MX_F32, MX_BF16, NV_F32, NV_BF16 };
 
 struct bench {
 	float *f32;
@@ -149,6 +153,22 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 	case FP8_BF16:
 		rc = dli_cpu_fp8_compare(b->bf16, DLI_DTYPE_BF16, b->n16, DLI_DTYPE_F8E4M3, b->scale16, &o,
 					 &r);
+		break;
+	case MX_F32: /* MXFP8's what-if (row-wise blocks, E4M3), as LogFp8TensorStats runs it */
+		rc = dli_cpu_mx_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
+					DLI_DTYPE_F8E4M3, false, &o, &r);
+		break;
+	case MX_BF16:
+		rc = dli_cpu_mx_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+					DLI_DTYPE_F8E4M3, false, &o, &r);
+		break;
+	case NV_F32: /* NVFP4's what-if (row-wise 1 x 16 blocks), as LogNvfp4TensorStats runs it */
+		rc = dli_cpu_nvfp4_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS, 1, false,
+					   &o, &r);
+		break;
+	case NV_BF16:
+		rc = dli_cpu_nvfp4_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS, 1, false,
+					   &o, &r);
 		break;
 	}
 	double t = now_s() - t0;
@@ -230,6 +250,10 @@ static const struct {
 	{STATS_BF16, "stats_bf16", "stats_bf16_nan", 0.80},
 	{FP8_F32, "fp8_compare_f32", "fp8_compare_f32_nan", 0.80},
 	{FP8_BF16, "fp8_compare_bf16", "fp8_compare_bf16_nan", 0.80},
+	{MX_F32, "mxfp8_compare_f32", "mxfp8_compare_f32_nan", 0.70},
+	{MX_BF16, "mxfp8_compare_bf16", "mxfp8_compare_bf16_nan", 0.70},
+	{NV_F32, "nvfp4_compare_f32", "nvfp4_compare_f32_nan", 0.50},
+	{NV_BF16, "nvfp4_compare_bf16", "nvfp4_compare_bf16_nan", 0.50},
 };
 enum { NP = sizeof(passes) / sizeof(passes[0]) };
 
@@ -419,19 +443,19 @@ int dli_bench_stats(int argc, char **argv)
 		printf("statistics passes over %ld MiB, medians of %d rounds (each pass paired with a read "
 		       "just before it), %s, prefetch %d bytes ahead\n",
 		       size_mib, REPS, dli_simd_name(simd), DLI_PREFETCH_BYTES);
-		printf("  %-20s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
+		printf("  %-22s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
 		for (int i = 0; i < nr; i++) {
 			struct row *w = &rows[i];
 			if (i == 2 * NP || (all == 1 && i == NP))
 				printf("  the same data with every 1000th element NaN, +inf or -inf:\n");
 			if (!w->available) {
-				printf("  %-20s %7d   unavailable (not implemented in this build)\n", w->name,
+				printf("  %-22s %7d   unavailable (not implemented in this build)\n", w->name,
 				       w->threads);
 				continue;
 			}
 			double q = w->ratio;
-			printf("  %-20s %7d %9.2f %9.2f %7.3f", w->name, w->threads, w->gbs, w->read_gbs, q);
+			printf("  %-22s %7d %9.2f %9.2f %7.3f", w->name, w->threads, w->gbs, w->read_gbs, q);
 			if (w->target > 0)
 				printf("  >= %.2f %s", w->target, q >= w->target ? "met" : "NOT MET");
 			printf("\n");

@@ -101,39 +101,39 @@ int dli_cmd_check(int argc, char **argv)
 	static const char usage[] = "usage: dlinspect check CONFIG [--layer NAME]... "
 				    "[--allow-tensor NAME]... [--plugin-dir DIR]... "
 				    "[--allow-module-path]\n";
-	const char *layers[256], *dirs[64], *tensors[64];
+	/* Each option's values, as many as there are arguments: no limit to hit. */
+	const char **layers = calloc((size_t)argc, sizeof *layers);
+	const char **dirs = calloc((size_t)argc, sizeof *dirs);
+	const char **tensors = calloc((size_t)argc, sizeof *tensors);
 	size_t n_layers = 0, n_dirs = 0, n_tensors = 0;
+	int status = 2;
+	if (!layers || !dirs || !tensors) {
+		fprintf(stderr, "dlinspect check: out of memory\n");
+		goto out;
+	}
 	bool allow_paths = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--allow-module-path")) {
 			allow_paths = true;
 		} else if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {
-			if (n_tensors == 64) {
-				fprintf(stderr, "dlinspect check: too many --allow-tensor options\n");
-				return 2;
-			}
 			tensors[n_tensors++] = argv[++i];
 		} else if ((!strcmp(argv[i], "--layer") || !strcmp(argv[i], "--plugin-dir")) &&
 			   i + 1 < argc) {
 			bool layer = !strcmp(argv[i], "--layer");
-			if (layer ? n_layers == 256 : n_dirs == 64) {
-				fprintf(stderr, "dlinspect check: too many %s options\n", argv[i]);
-				return 2;
-			}
 			if (layer)
 				layers[n_layers++] = argv[++i];
 			else
 				dirs[n_dirs++] = argv[++i];
 		} else if (argv[i][0] == '-' || path) {
 			fputs(usage, stderr);
-			return 2;
+			goto out;
 		} else {
 			path = argv[i];
 		}
 	}
 	if (!path) {
 		fputs(usage, stderr);
-		return 2;
+		goto out;
 	}
 	struct dli_options o;
 	dli_options_init(&o);
@@ -150,7 +150,8 @@ int dli_cmd_check(int argc, char **argv)
 	struct dli_error err;
 	if (dli_context_open(&o, false, &ctx, &err)) {
 		fprintf(stderr, "%s\n", err.message);
-		return 1;
+		status = 1;
+		goto out;
 	}
 	const struct dli_config *cfg = ctx->config;
 	for (size_t i = 0; i < cfg->n_warnings; i++)
@@ -162,9 +163,13 @@ int dli_cmd_check(int argc, char **argv)
 	printf("%s: valid: %zu section%s (%zu enabled), %zu feature instance%s, %zu module%s loaded\n",
 	       path, cfg->n_sections, cfg->n_sections == 1 ? "" : "s", enabled, cfg->n_targets,
 	       cfg->n_targets == 1 ? "" : "s", n_modules, n_modules == 1 ? "" : "s");
-	int status = 0;
+	status = 0;
 	for (size_t i = 0; i < n_layers; i++)
 		status |= describe_layer(ctx, layers[i]);
 	dli_destroy(ctx);
+out:
+	free(layers);
+	free(dirs);
+	free(tensors);
 	return status;
 }

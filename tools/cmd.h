@@ -8,6 +8,7 @@ int dli_cmd_bench(int argc, char **argv);
 /* `dlinspect doctor` (tools/doctor.c): can the ranks talk (docs/distributed.md). */
 int dli_cmd_doctor(int argc, char **argv);
 int dli_cmd_stats(int argc, char **argv);
+int dli_cmd_compare(int argc, char **argv);
 
 /* `dlinspect bench stats` (tools/bench-stats.c); argv[0] is "stats". */
 int dli_bench_stats(int argc, char **argv);

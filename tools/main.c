@@ -15,13 +15,17 @@ static const char usage[] =
 	"                                   --allow-tensor NAME accepts a host's own tensor;\n"
 	"                                   --allow-module-path lets `extensions` name module\n"
 	"                                   files by path (refused otherwise)\n"
-	"  plugins [--explain] [--plugin-dir DIR]...\n"
+	"  plugins [--explain [NAME]] [--plugin-dir DIR]...\n"
 	"                                   list the modules found, their features and loggers;\n"
 	"                                   --explain adds every parameter with type, default, doc\n"
 	"  stats FILE [--tensor NAME] [--stats a,b,...] [--fp8 e4m3|e5m2] [--margin N]\n"
 	"        [--dtype bf16|f16|e4m3|e5m2] [--json]\n"
 	"                                   statistics of a tensor saved as .npy or .safetensors;\n"
 	"                                   --dtype reads raw 2- or 1-byte .npy data as that type\n"
+	"  compare RUN_A RUN_B [--rtol X] [--atol X] [--rank N] [--strict] [--tags REGEX]\n"
+	"          [--json] [--plot FILE.png]\n"
+	"                                   where two runs' statistics logs differ: per tag, the\n"
+	"                                   first iteration beyond tolerance; exit 1 if any\n"
 	"  bench dispatch [--json]          time the per-call cost of the host API\n"
 	"  bench stats [--json]             statistics throughput against the read bandwidth\n"
 	"  doctor [--communicator NAME] [--timeout S]\n"
@@ -50,6 +54,8 @@ int main(int argc, char **argv)
 		return dli_cmd_plugins(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "stats"))
 		return dli_cmd_stats(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "compare"))
+		return dli_cmd_compare(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "bench"))
 		return dli_cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "doctor"))

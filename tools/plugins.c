@@ -1,6 +1,7 @@
-/* `dlinspect plugins [--explain]`: the modules on the plugin search path, loaded through the same
+/* `dlinspect plugins [--explain [NAME]]`: the modules on the plugin search path, loaded through the same
  * loader dli_init uses, with their features, loggers and parameters. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cmd.h"
@@ -70,25 +71,48 @@ static void print_common_keys(uint32_t flags)
 		       "in_eval", "bool");
 }
 
+/* Whether a descriptor is called `only` (by its name or an alias); every one is when `only` is NULL. */
+static bool called(const char *only, const char *name, const char *const *aliases)
+{
+	if (!only || !strcmp(only, name))
+		return true;
+	for (size_t a = 0; aliases && aliases[a]; a++)
+		if (!strcmp(only, aliases[a]))
+			return true;
+	return false;
+}
+
 int dli_cmd_plugins(int argc, char **argv)
 {
 	bool explain = false;
-	const char *extra[64];
+	const char *only = NULL; /* --explain NAME: that feature or logger alone */
+	size_t shown = 0;
+	const char **extra = calloc((size_t)argc, sizeof *extra); /* no limit on --plugin-dir */
 	size_t n_extra = 0;
+	if (!extra) {
+		fprintf(stderr, "dlinspect plugins: out of memory\n");
+		return 2;
+	}
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--explain")) {
 			explain = true;
-		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc && n_extra < 64) {
+			if (i + 1 < argc && argv[i + 1][0] != '-')
+				only = argv[++i];
+		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc) {
 			extra[n_extra++] = argv[++i];
 		} else {
-			fprintf(stderr, "usage: dlinspect plugins [--explain] [--plugin-dir DIR]...\n");
+			fprintf(stderr,
+				"usage: dlinspect plugins [--explain [NAME]] [--plugin-dir DIR]...\n");
+			free(extra);
 			return 2;
 		}
 	}
 	struct dli_error err;
 	char **dirs;
 	size_t n_dirs;
-	if (dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err)) {
+	int found = dli_search_dirs(extra, n_extra, &dirs, &n_dirs, &err); /* copies the names */
+	free(extra);
+	if (found) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		return 1;
 	}
@@ -110,6 +134,13 @@ int dli_cmd_plugins(int argc, char **argv)
 	printf("\n%zu module%s:\n", n, n == 1 ? "" : "s");
 	for (size_t i = 0; i < n; i++) {
 		const struct dli_module *m = dli_loader_module(loader, i);
+		bool has = !only;
+		for (size_t k = 0; k < m->n_features && !has; k++)
+			has = called(only, m->features[k]->name, m->features[k]->aliases);
+		for (size_t k = 0; k < m->n_loggers && !has; k++)
+			has = called(only, m->loggers[k]->name, NULL);
+		if (!has)
+			continue;
 		printf("\n  %s%s%s%s (ABI %u.%u)  %s\n", m->name, m->ns ? " [namespace " : "",
 		       m->ns ? m->ns : "", m->ns ? "]" : "", (unsigned)m->abi_major,
 		       (unsigned)m->abi_minor, dli_loader_path(loader, i));
@@ -117,6 +148,9 @@ int dli_cmd_plugins(int argc, char **argv)
 			printf("    %s\n", m->doc);
 		for (size_t k = 0; k < m->n_features; k++) {
 			const struct dli_feature_desc *d = m->features[k];
+			if (!called(only, d->name, d->aliases))
+				continue;
+			shown++;
 			printf("    feature %s", d->name);
 			for (size_t a = 0; d->aliases && d->aliases[a]; a++)
 				printf("%s%s", a ? ", " : " (alias ", d->aliases[a]);
@@ -132,12 +166,19 @@ int dli_cmd_plugins(int argc, char **argv)
 		}
 		for (size_t k = 0; k < m->n_loggers; k++) {
 			const struct dli_logger_desc *d = m->loggers[k];
+			if (!called(only, d->name, NULL))
+				continue;
+			shown++;
 			printf("    logger %s: %s\n", d->name, d->doc ? d->doc : "");
 			if (explain) {
 				printf("      keys:%s\n", d->n_params ? "" : " none");
 				print_params(d->params, d->n_params);
 			}
 		}
+	}
+	if (only && !shown) {
+		fprintf(stderr, "dlinspect: no feature or logger called '%s' on the plugin path\n", only);
+		status = 1;
 	}
 	dli_loader_destroy(loader);
 	dli_search_dirs_free(dirs, n_dirs);

@@ -6,11 +6,18 @@
 #include <string.h>
 
 #include <dlinspect/dlinspect.h>
+#include <dlinspect/stats.h>
 
 #include "fp8_recipe.h"
 
+const char *const dlt_scaling_names[DLT_SCALING_COUNT] = {
+	[DLT_SCALING_DELAYED] = "delayed", [DLT_SCALING_CURRENT] = "current",
+	[DLT_SCALING_MXFP8] = "mxfp8", [DLT_SCALING_BLOCK] = "block",
+};
+
 void dlt_recipe_default(struct dlt_recipe *r)
 {
+	r->scaling = DLT_SCALING_DELAYED;
 	r->history_len = 1024;
 	r->algo = DLT_AMAX_MAX;
 	r->margin = 0;
@@ -73,13 +80,9 @@ float dlt_amax(const float *x, size_t n)
 	return a;
 }
 
-int dlt_fp8_quantize(struct dlt_fp8_meta *m, const float *x, size_t n, uint8_t *codes, float *dq)
+static int cast_with_scale(struct dlt_fp8_meta *m, const float *x, size_t n, uint8_t *codes,
+			   float *dq)
 {
-	float a = dlt_amax(x, n);
-	float *slot = &m->history[m->pos];
-	/* A tensor cast twice in a step (it never is in this trainer) keeps the larger amax. */
-	if (!(a <= *slot))
-		*slot = a;
 	struct dli_tensor in = {.data = (void *)x, .dtype = DLI_DTYPE_F32, .ndim = 1,
 				.shape = {(int64_t)n}, .contiguous = true};
 	struct dli_tensor out = in;
@@ -91,6 +94,48 @@ int dlt_fp8_quantize(struct dlt_fp8_meta *m, const float *x, size_t n, uint8_t *
 	for (size_t i = 0; i < n; i++)
 		dq[i] = m->table[codes[i]];
 	return 0;
+}
+
+int dlt_fp8_quantize(struct dlt_fp8_meta *m, const float *x, size_t n, uint8_t *codes, float *dq)
+{
+	float a = dlt_amax(x, n);
+	float *slot = &m->history[m->pos];
+	/* A tensor cast twice in a step (it never is in this trainer) keeps the larger amax. */
+	if (!(a <= *slot))
+		*slot = a;
+	return cast_with_scale(m, x, n, codes, dq);
+}
+
+int dlt_fp8_quantize_current(struct dlt_fp8_meta *m, const struct dlt_recipe *r, const float *x,
+			     size_t n, uint8_t *codes, float *dq)
+{
+	float s = dli_fp8_current_scale(dlt_amax(x, n), m->format, r->margin);
+	if (s != m->scale) {
+		m->scale = s;
+		m->scale_inv = 1.0f / s;
+		build_table(m);
+	}
+	return cast_with_scale(m, x, n, codes, dq);
+}
+
+int dlt_block_quantize(enum dlt_scaling scaling, int kind, enum dli_dtype format, const float *x,
+		       int rows, int cols, bool columnwise, float *dq)
+{
+	struct dli_block_spec spec = {.size = sizeof spec, .format = format,
+				      .columnwise = columnwise};
+	if (scaling == DLT_SCALING_MXFP8)
+		spec.recipe = DLI_BLOCK_MXFP8;
+	else {
+		/* Float8BlockScaling's defaults: x and gradient 1-D, weight 2-D, power-of-two
+		 * scales. */
+		spec.recipe = kind == DLI_TENSOR_WEIGHT ? DLI_BLOCK_FP8_2D : DLI_BLOCK_FP8_1D;
+		spec.pow2_scales = 1;
+	}
+	struct dli_tensor in = {.data = (void *)x, .dtype = DLI_DTYPE_F32, .ndim = 2,
+				.shape = {rows, cols}, .contiguous = true};
+	struct dli_tensor out = in;
+	out.data = dq;
+	return dli_block_fake_quant(&in, &out, &spec);
 }
 
 void dlt_fp8_meta_update(struct dlt_fp8_meta *m, const struct dlt_recipe *r)

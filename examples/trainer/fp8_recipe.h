@@ -4,6 +4,7 @@
 #ifndef DLT_FP8_RECIPE_H
 #define DLT_FP8_RECIPE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -14,7 +15,28 @@ enum dlt_amax_algo {
 	DLT_AMAX_MOST_RECENT, /* the amax of the last step */
 };
 
+/* How the FP8 GEMM inputs are scaled (--recipe; docs/trainer.md, "Recipes"). Every recipe casts the
+ * activation and the weight to E4M3 and the gradient to E5M2. */
+enum dlt_scaling {
+	DLT_SCALING_DELAYED, /* per tensor, the scale from the amax history (DelayedScaling) */
+	DLT_SCALING_CURRENT, /* per tensor, the scale from the tensor's own amax (Float8CurrentScaling) */
+	DLT_SCALING_MXFP8,   /* 32-element blocks, E8M0 scales (MXFP8BlockScaling) */
+	DLT_SCALING_BLOCK,   /* 1 x 128 blocks (activation, gradient), 128 x 128 (weight), fp32
+			      * power-of-two scales (Float8BlockScaling) */
+	DLT_SCALING_COUNT
+};
+
+/* "delayed", "current", "mxfp8", "block". */
+extern const char *const dlt_scaling_names[DLT_SCALING_COUNT];
+
+/* Whether the recipe scales blocks (its row-wise and column-wise copies differ), not tensors. */
+static inline bool dlt_scaling_blocked(enum dlt_scaling s)
+{
+	return s == DLT_SCALING_MXFP8 || s == DLT_SCALING_BLOCK;
+}
+
 struct dlt_recipe {
+	enum dlt_scaling scaling; /* default: delayed */
 	int history_len;   /* TransformerEngine's default: 1024 */
 	enum dlt_amax_algo algo; /* default: max */
 	double margin;     /* scale = fp8_max / amax / 2^margin; default 0 */
@@ -44,6 +66,20 @@ float dlt_amax(const float *x, size_t n);
  * decode(code) / scale (bit for bit what dli_fp8_cast gives for an f32 output). The tensor's amax
  * goes into this step's history slot. 0 or what dli_fp8_cast returned. */
 int dlt_fp8_quantize(struct dlt_fp8_meta *m, const float *x, size_t n, uint8_t *codes, float *dq);
+
+/* Current scaling: the scale from x's own amax and the margin (dli_fp8_current_scale), then the
+ * cast as dlt_fp8_quantize; the history is not touched. */
+int dlt_fp8_quantize_current(struct dlt_fp8_meta *m, const struct dlt_recipe *r, const float *x,
+			     size_t n, uint8_t *codes, float *dq);
+
+/* A block-scaled recipe's cast of a rows x cols row-major tensor of kind `kind` (enum
+ * dli_tensor_kind: activation, gradient or weight) in `format`, dequantized into dq (fp32):
+ * dlinspect's dli_block_fake_quant with MXFP8 blocks, or FP8 block scaling's 1 x 128 blocks (128 x 1
+ * for the column-wise copy) for activations and gradients and 128 x 128 for weights, power-of-two
+ * scales. `columnwise` picks the copy whose blocks run down the columns. 0 or what
+ * dli_block_fake_quant returned. */
+int dlt_block_quantize(enum dlt_scaling scaling, int kind, enum dli_dtype format, const float *x,
+		       int rows, int cols, bool columnwise, float *dq);
 
 /* End of step: the scale from the history (dli_fp8_current_scale's rules: an amax of 0, inf or
  * NaN gives 1), then the history moves on to a fresh slot. */

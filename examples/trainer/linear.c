@@ -73,6 +73,9 @@ int dlt_linear_init(struct dlt_linear *l, struct dlt_run *run, const char *name,
 		if (run->precision != DLT_FP32 &&
 		    (!(s->cast = malloc(n[t] * sizeof(float))) || !(s->codes = malloc(n[t]))))
 			goto fail;
+		if (run->precision == DLT_FP8 && dlt_scaling_blocked(run->recipe.scaling) &&
+		    !(s->cast_col = malloc(n[t] * sizeof(float))))
+			goto fail;
 	}
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
 		l->fp8[g] = true; /* dlinspect's default answer */
@@ -96,6 +99,7 @@ void dlt_linear_finish(struct dlt_linear *l)
 		struct dlt_operand_state *s = &l->op[t];
 		dlt_fp8_meta_finish(&s->meta);
 		free(s->cast);
+		free(s->cast_col);
 		free(s->codes);
 		free(s->modified[0]);
 		free(s->modified[1]);
@@ -148,14 +152,38 @@ static int cast(struct dlt_linear *l, struct dlt_run *run, int t, const float *h
 	size_t n = (size_t)rows * cols;
 	if (run->precision == DLT_FP32 || s->cast_step == run->step)
 		return 0;
+	bool row = run->precision == DLT_BF16 || uses_cast(l, run, t, 0);
+	bool col = run->precision == DLT_BF16 || uses_cast(l, run, t, 1);
+	int r = 0;
+	if (!row && !col)
+		return 0; /* both GEMMs high precision or modified: nothing to cast, no amax */
 	if (run->precision == DLT_BF16)
 		dlt_round_bf16(hp, n, s->cast);
-	else if (uses_cast(l, run, t, 0) || uses_cast(l, run, t, 1)) {
-		int r = dlt_fp8_quantize(&s->meta, hp, n, s->codes, s->cast);
+	else if (run->recipe.scaling == DLT_SCALING_DELAYED)
+		r = dlt_fp8_quantize(&s->meta, hp, n, s->codes, s->cast);
+	else if (run->recipe.scaling == DLT_SCALING_CURRENT)
+		r = dlt_fp8_quantize_current(&s->meta, &run->recipe, hp, n, s->codes, s->cast);
+	else {
+		/* A block-scaled recipe quantizes each copy a GEMM reads from the high-precision
+		 * tensor: row-wise for the GEMM that reduces along the rows' elements, column-wise
+		 * for the one that reduces down the columns (the `feeds` table). */
+		if (row)
+			r = dlt_block_quantize(run->recipe.scaling, t, s->meta.format, hp, rows, cols,
+					       false, s->cast);
+		if (!r && col)
+			r = dlt_block_quantize(run->recipe.scaling, t, s->meta.format, hp, rows, cols,
+					       true, s->cast_col);
 		if (r)
 			return r;
-	} else
-		return 0; /* both GEMMs high precision or modified: nothing to cast, no amax */
+		s->cast_ok[0] = row;
+		s->cast_ok[1] = col;
+		s->cast_step = run->step;
+		return 0;
+	}
+	if (r)
+		return r;
+	/* A per-tensor cast serves both GEMMs. */
+	s->cast_ok[0] = s->cast_ok[1] = true;
 	s->cast_step = run->step;
 	return 0;
 }
@@ -172,9 +200,10 @@ static int operand(struct dlt_linear *l, struct dlt_run *run, int t, int k, cons
 		size_t bytes = (size_t)rows * cols * sizeof(float);
 		if (!s->modified[k] && !(s->modified[k] = malloc(bytes)))
 			return -ENOMEM;
-		/* The quantizer says how this host would cast the tensor (format, current scale). */
+		/* The quantizer says how this host would cast the tensor (format, current scale; a
+		 * block-scaled recipe has no one scale). */
 		struct dli_quantizer q = {.size = sizeof q, .format = s->meta.format,
-					  .scale = &s->meta.scale};
+					  .scale = s->cast_col ? NULL : &s->meta.scale};
 		struct dli_tensor in = view(hp, rows, cols), out = view(s->modified[k], rows, cols);
 		run->modifies++;
 		int r;
@@ -189,10 +218,12 @@ static int operand(struct dlt_linear *l, struct dlt_run *run, int t, int k, cons
 		int r = cast(l, run, t, hp, rows, cols);
 		if (r)
 			return r;
-		if (s->cast_step != run->step)
+		if (s->cast_step != run->step || !s->cast_ok[k])
 			return 0; /* fp32 after a failed modify, where no cast was planned */
-		op->values = s->cast;
-		if (run->precision == DLT_FP8) {
+		op->values = k && s->cast_col ? s->cast_col : s->cast;
+		/* A block-scaled copy hands no codes: the GEMM runs on its dequantized values (a
+		 * dlt_operand carries one scale_inv, not one per block). */
+		if (run->precision == DLT_FP8 && !s->cast_col) {
 			op->codes = s->codes;
 			op->format = s->meta.format;
 			op->scale_inv = &s->meta.scale_inv;
@@ -231,7 +262,11 @@ static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, cons
 					 .scale_inv_count = 1};
 	q.data.data = s->codes;
 	q.data.dtype = s->meta.format;
-	bool have = run->precision == DLT_FP8 && s->cast_step == run->step;
+	/* A block-scaled recipe's copies are not handed over: a dli_quantized_tensor's scale_invs
+	 * do not say how its blocks lie. LogFp8TensorStats's mxfp8_ and fp8_block_scaling_ stats
+	 * quantize the high-precision tensor themselves (docs/block-scaling.md). */
+	bool have = run->precision == DLT_FP8 && s->cast_step == run->step &&
+		    !dlt_scaling_blocked(run->recipe.scaling);
 	const struct dli_quantized_tensor *row = have && uses_cast(l, run, t, 0) ? &q : NULL;
 	const struct dli_quantized_tensor *col = have && uses_cast(l, run, t, 1) ? &q : NULL;
 	mirror(run, &s->meta, &x, row || col ? &q : NULL);
@@ -308,6 +343,8 @@ int dlt_linear_forward(struct dlt_linear *l, struct dlt_run *run, const float *x
 	/* fprop: y[rows x out] = x[rows x in] . W^T */
 	if ((r = gemm(run, rows, l->out, l->in, &a, false, &w, true, y)))
 		return r;
+	if (run->step == run->inject_step && run->inject_layer && !strcmp(l->name, run->inject_layer))
+		y[(size_t)(rows / 2) * l->out + l->out / 2] = run->inject_value;
 	return result(l, run, DLI_GEMM_FPROP, DLI_TENSOR_OUTPUT, y, rows, l->out);
 }
 
@@ -336,7 +373,7 @@ int dlt_linear_backward(struct dlt_linear *l, struct dlt_run *run, const float *
 
 void dlt_linear_step_end(struct dlt_linear *l, struct dlt_run *run)
 {
-	if (run->precision != DLT_FP8)
+	if (run->precision != DLT_FP8 || run->recipe.scaling != DLT_SCALING_DELAYED)
 		return;
 	for (int t = 0; t < DLT_N_OPERANDS; t++)
 		dlt_fp8_meta_update(&l->op[t].meta, &run->recipe);

@@ -17,8 +17,8 @@
 enum dlt_precision {
 	DLT_FP32, /* every GEMM in fp32 */
 	DLT_BF16, /* operands rounded to bf16, fp32 accumulation */
-	DLT_FP8,  /* operands cast to FP8 with delayed scaling; a GEMM dlinspect keeps out of FP8
-		   * runs in fp32 */
+	DLT_FP8,  /* operands cast to FP8 with the run's recipe (delayed scaling by default); a GEMM
+		   * dlinspect keeps out of FP8 runs in fp32 */
 };
 
 /* What every Linear of a run shares. */
@@ -42,14 +42,23 @@ struct dlt_run {
 	int (*mirror)(void *state, const void *slot, struct dli_tensor *x,
 		      struct dli_quantized_tensor *q);
 	void *mirror_state;
+	/* --inject-nonfinite: at step inject_step (-1: never), the forward GEMM result of the Linear
+	 * named inject_layer gets inject_value (NaN or +inf) in one element, before dlinspect sees
+	 * it, as an overflowing matmul would leave it. */
+	int64_t inject_step;
+	const char *inject_layer;
+	float inject_value;
 };
 
 /* Per input tensor of the GEMMs (activation, gradient, weight: ids 0..2 of enum dli_tensor_kind). */
 struct dlt_operand_state {
 	struct dlt_fp8_meta meta;
-	float *cast;       /* FP8: dequantized values; bf16: rounded values */
-	uint8_t *codes;    /* FP8 codes */
+	float *cast;       /* FP8: dequantized values (a block-scaled recipe's row-wise copy); bf16:
+			    * rounded values */
+	float *cast_col;   /* a block-scaled recipe's column-wise copy (dequantized) */
+	uint8_t *codes;    /* FP8 codes (the per-tensor recipes) */
 	int64_t cast_step; /* the step `cast` was made at; -1 none */
+	bool cast_ok[2];   /* at cast_step: the row-wise / column-wise copy was made */
 	float *modified[2]; /* modify_tensor's output for the row-wise / column-wise GEMM, lazily */
 };
 
@@ -89,7 +98,8 @@ int dlt_linear_backward(struct dlt_linear *l, struct dlt_run *run, const float *
 /* Monotonic seconds, for run->timed. */
 double dlt_now(void);
 
-/* End of step: the delayed-scaling update of the layer's three scales. */
+/* End of step: the delayed-scaling update of the layer's three scales (nothing for the other
+ * recipes, whose scales come from the tensor being cast). */
 void dlt_linear_step_end(struct dlt_linear *l, struct dlt_run *run);
 
 #endif

@@ -30,6 +30,9 @@ struct options {
 	float noise;
 	int64_t bad_step;
 	float bad_value;
+	int64_t inject_step; /* --inject-nonfinite STEP:LAYER[:nan|inf]; -1 none */
+	const char *inject_layer;
+	float inject_value;
 	int print_every;
 	bool quiet, no_dlinspect, bench;
 	int bench_rounds, bench_steps;
@@ -84,6 +87,21 @@ static void trainer_finish(struct trainer *t)
 	memset(t, 0, sizeof *t);
 }
 
+/* Whether a Linear is called `name`, and the names seen, for the error message. */
+struct inject_check {
+	const char *name;
+	bool found;
+	char names[1024];
+};
+
+static void inject_find(struct dlt_linear *l, void *arg)
+{
+	struct inject_check *c = arg;
+	size_t len = strlen(c->names);
+	c->found = c->found || !strcmp(l->name, c->name);
+	snprintf(c->names + len, sizeof c->names - len, " %s", l->name);
+}
+
 /* dlinspect (unless `use_dli` is false; config_yaml wins over o->config), the model and the task.
  * 0, or a negative errno with the reason printed. */
 static int trainer_init(struct trainer *t, const struct options *o, bool use_dli,
@@ -128,6 +146,9 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 	}
 #endif
 	t->run.step = t->dli ? dli_iteration_get(t->dli) : 0;
+	t->run.inject_step = o->inject_step;
+	t->run.inject_layer = o->inject_layer;
+	t->run.inject_value = o->inject_value;
 	if (o->trace && !(t->run.trace = fopen(o->trace, "w"))) {
 		r = -errno;
 		fprintf(stderr, "dlinspect-train: %s: %s\n", o->trace, strerror(errno));
@@ -135,6 +156,13 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 	}
 	if ((r = dlt_model_init(&t->model, &o->model, &t->run, &err))) {
 		fprintf(stderr, "dlinspect-train: %s\n", r == -ENOMEM ? "out of memory" : err.message);
+		goto fail;
+	}
+	struct inject_check ic = {.name = o->inject_layer};
+	if (o->inject_layer && (dlt_model_each_linear(&t->model, inject_find, &ic), !ic.found)) {
+		fprintf(stderr, "dlinspect-train: --inject-nonfinite: the model has no Linear named "
+				"'%s' (its Linears:%s)\n", o->inject_layer, ic.names);
+		r = -EINVAL;
 		goto fail;
 	}
 	if ((r = dlt_task_init(&t->task, o->model.d_in, o->model.d_out, o->noise, o->model.seed)))
@@ -165,7 +193,10 @@ static int trainer_step(struct trainer *t, double *loss, double *seconds)
 	int r = dlt_model_train_step(&t->model, &t->run, t->x, t->target, t->mask, rows, loss);
 	if (!r && t->dli) {
 		double t1 = t->run.timed ? dlt_now() : 0.0;
-		if ((r = dli_step(t->dli)))
+		if ((r = dli_step(t->dli)) == -ECANCELED)
+			fprintf(stderr, "dlinspect-train: stopping after step %" PRId64 ": %s\n",
+				t->run.step, dli_last_error(t->dli));
+		else if (r)
 			fprintf(stderr, "dlinspect-train: dli_step: %s\n", strerror(-r));
 		if (t->run.timed)
 			t->run.dli_seconds += dlt_now() - t1;
@@ -213,29 +244,49 @@ static int train(const struct options *o)
 		printf("dlinspect-train: %s, %d layers, width %d, batch %d, %" PRId64 " steps, seed %" PRIu64
 		       "\n", precision_names[o->precision], o->model.layers, o->model.width,
 		       o->model.batch, o->model.steps, o->model.seed);
-		if (o->precision == DLT_FP8)
+		if (o->precision == DLT_FP8 && o->recipe.scaling == DLT_SCALING_DELAYED)
 			printf("  FP8 recipe: delayed scaling, amax history %d (%s), margin %g; E4M3 "
 			       "forward, E5M2 gradients\n", o->recipe.history_len,
 			       o->recipe.algo == DLT_AMAX_MAX ? "max" : "most_recent", o->recipe.margin);
+		else if (o->precision == DLT_FP8)
+			printf("  FP8 recipe: %s; E4M3 forward, E5M2 gradients\n",
+			       o->recipe.scaling == DLT_SCALING_CURRENT ?
+				       "current scaling (per tensor, from its own amax)" :
+			       o->recipe.scaling == DLT_SCALING_MXFP8 ?
+				       "MXFP8 (32-element blocks, E8M0 scales)" :
+				       "FP8 block scaling (1 x 128 activations and gradients, "
+				       "128 x 128 weights, power-of-two fp32 scales)");
 		if (o->bad_step >= 0)
 			printf("  data: step %" PRId64 " holds one corrupted record (every feature = %g), "
 			       "masked out of the loss\n", o->bad_step, o->bad_value);
+		if (o->inject_layer)
+			printf("  injected: %s in one element of %s's forward output at step %" PRId64
+			       "\n", isnan(o->inject_value) ? "NaN" : "+inf", o->inject_layer,
+			       o->inject_step);
 		printf("  config: %s\n", o->no_dlinspect ? "dlinspect off (--no-dlinspect)" :
 			o->config ? o->config : env && env[0] ? env : "none");
 	}
 	double seconds = 0;
 	int rc = 0;
 	int every = o->print_every > 0 ? o->print_every : 1;
+	int64_t done = 0;
 	for (int64_t s = 0; s < o->model.steps; s++) {
 		double loss;
-		if (trainer_step(&t, &loss, &seconds)) {
+		/* -ECANCELED: dlinspect asked to stop (DetectNonFinite); the step itself was done. */
+		int sr = trainer_step(&t, &loss, &seconds);
+		if (sr && sr != -ECANCELED) {
 			rc = 1;
 			break;
 		}
 		losses[s] = loss;
+		done = s + 1;
 		fprintf(csv, "%" PRId64 ",%.9g\n", s, loss);
-		if (!o->quiet && (s % every == 0 || s == o->model.steps - 1))
+		if (!o->quiet && (s % every == 0 || s == o->model.steps - 1 || sr))
 			printf("  step %5" PRId64 "  loss %.5f\n", s, loss);
+		if (sr) {
+			rc = 1;
+			break;
+		}
 		if (!isfinite(loss)) {
 			fprintf(stderr, "dlinspect-train: loss is %g at step %" PRId64 "\n", loss, s);
 			rc = 1;
@@ -243,7 +294,7 @@ static int train(const struct options *o)
 		}
 	}
 	fclose(csv);
-	int64_t n = o->model.steps, tail = n >= 50 ? 50 : n;
+	int64_t n = done, tail = n >= 50 ? 50 : n; /* the steps run */
 	double floor = (double)o->noise * o->noise;
 	printf("loss summary (%s): first step %.4f, mean of the last %" PRId64 " steps %.5f "
 	       "(floor %.4f = noise variance, ratio %.2f)\n", precision_names[o->precision],
@@ -419,11 +470,16 @@ static void usage(FILE *f, const char *argv0)
 		"  --amax-history N     delayed scaling's amax history length (default 1024)\n"
 		"  --amax-algo A        max or most_recent (default max)\n"
 		"  --margin M           scale = fp8_max / amax / 2^M (default 0)\n"
+		"  --recipe R           FP8 scaling: delayed, current, mxfp8 or block (default\n"
+		"                       delayed; docs/trainer.md)\n"
 		"  --lr X               Adam's peak learning rate (default 0.002)\n"
 		"  --noise X            std of the target noise; the loss floor is X^2 (default 0.1)\n"
 		"  --bad-step N         one record of step N's batch is corrupted (every feature set\n"
 		"                       to --bad-value) and masked out of the loss (default: none)\n"
 		"  --bad-value X        the corrupted record's value (default 1e5)\n"
+		"  --inject-nonfinite STEP:LAYER[:nan|inf]\n"
+		"                       at step STEP, one element of LAYER's forward output (e.g.\n"
+		"                       model.layers.2.mlp.fc1) becomes NaN (default) or +inf\n"
 		"  --print-every N      loss lines (default steps/10)\n"
 		"  --trace-queries FILE one line 'ITERATION LAYER' per round of *_enabled queries\n"
 		"  --bench              measure dlinspect's overhead instead of training\n"
@@ -457,12 +513,35 @@ static bool parse_float(const char *s, double min, double max, double *out)
 	return true;
 }
 
+/* STEP:LAYER[:nan|inf] into o's inject_*; the layer name points into `s` (argv). */
+static bool parse_inject(char *s, struct options *o)
+{
+	char *layer = strchr(s, ':'), *kind;
+	long v;
+	if (!layer)
+		return false;
+	*layer++ = 0;
+	bool ok = parse_long(s, 0, LONG_MAX, &v);
+	layer[-1] = ':'; /* the error message shows the whole argument */
+	if (!ok || !*layer)
+		return false;
+	o->inject_step = v;
+	o->inject_value = NAN;
+	if ((kind = strrchr(layer, ':')) && (!strcmp(kind, ":nan") || !strcmp(kind, ":inf"))) {
+		o->inject_value = kind[1] == 'n' ? NAN : INFINITY;
+		*kind = 0;
+	}
+	o->inject_layer = layer;
+	return *layer != 0;
+}
+
 int main(int argc, char **argv)
 {
 	enum {
 		O_STEPS = 256, O_BATCH, O_WIDTH, O_LAYERS, O_SEED, O_PRECISION, O_CONFIG, O_LOG_DIR,
 		O_NO_DLI, O_HISTORY, O_ALGO, O_MARGIN, O_LR, O_NOISE, O_BAD_STEP, O_BAD_VALUE,
 		O_PRINT, O_TRACE, O_BENCH, O_ROUNDS, O_BSTEPS, O_QUIET, O_HELP, O_D_IN, O_D_OUT,
+		O_INJECT, O_RECIPE,
 	};
 	static const struct option longopts[] = {
 		{"steps", required_argument, NULL, O_STEPS},
@@ -490,6 +569,8 @@ int main(int argc, char **argv)
 		{"help", no_argument, NULL, O_HELP},
 		{"inputs", required_argument, NULL, O_D_IN},
 		{"outputs", required_argument, NULL, O_D_OUT},
+		{"inject-nonfinite", required_argument, NULL, O_INJECT},
+		{"recipe", required_argument, NULL, O_RECIPE},
 		{NULL, 0, NULL, 0},
 	};
 	struct options o = {
@@ -500,6 +581,7 @@ int main(int argc, char **argv)
 		.noise = 0.1f,
 		.bad_step = -1,
 		.bad_value = 1e5f,
+		.inject_step = -1,
 		.print_every = -1,
 		.bench_rounds = 7,
 		.bench_steps = 100,
@@ -548,6 +630,15 @@ int main(int argc, char **argv)
 		case O_QUIET: o.quiet = true; break;
 		case O_D_IN: ok = parse_long(optarg, 1, 1 << 14, &v); o.model.d_in = (int)v; break;
 		case O_D_OUT: ok = parse_long(optarg, 1, 1 << 14, &v); o.model.d_out = (int)v; break;
+		case O_INJECT: ok = parse_inject(optarg, &o); break;
+		case O_RECIPE:
+			ok = false;
+			for (int i = 0; i < DLT_SCALING_COUNT; i++)
+				if (!strcmp(optarg, dlt_scaling_names[i])) {
+					o.recipe.scaling = (enum dlt_scaling)i;
+					ok = true;
+				}
+			break;
 		case O_HELP: usage(stdout, argv[0]); return 0;
 		default: usage(stderr, argv[0]); return 2;
 		}
@@ -560,6 +651,12 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		fprintf(stderr, "%s: unexpected argument '%s'\n", argv[0], argv[optind]);
 		usage(stderr, argv[0]);
+		return 2;
+	}
+	if (o.recipe.scaling != DLT_SCALING_DELAYED && o.precision != DLT_FP8) {
+		fprintf(stderr, "%s: --recipe %s needs --precision fp8 (the %s run casts nothing to "
+			"FP8)\n", argv[0], dlt_scaling_names[o.recipe.scaling],
+			precision_names[o.precision]);
 		return 2;
 	}
 	if (o.print_every < 0)

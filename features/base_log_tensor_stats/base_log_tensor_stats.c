@@ -103,11 +103,13 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 	if ((r = host->stats_add(acc, a->tensor, NULL)) == 0 &&
 	    (r = host->stats_acc_read(acc, &rec)) == 0 && rec.count) {
 		for (size_t k = 0; k < self->n_stats; k++) {
-			char line[512];
-			snprintf(line, sizeof(line), "%s_%s_%s", c->layer_name, a->tensor_name,
-				 host->stat_name(self->stats[k]));
-			int e = host->emit_scalar(c->ctx, line, iteration,
-						  host->stats_value(&rec, self->stats[k]));
+			struct dli_feature_tag tag;
+			const char *line = dli_feature_tag(&tag, "%s_%s_%s", c->layer_name,
+							   a->tensor_name, host->stat_name(self->stats[k]));
+			int e = line ? host->emit_scalar(c->ctx, line, iteration,
+							 host->stats_value(&rec, self->stats[k]))
+				     : -ENOMEM;
+			dli_feature_tag_free(&tag);
 			r = r ? r : e;
 		}
 	}

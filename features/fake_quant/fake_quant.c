@@ -1,6 +1,7 @@
-/* FakeQuant: rounds the selected tensors to FP8 values (per-tensor current scaling, then back to
- * f32) and runs their GEMMs in high precision, to see what FP8 rounding alone does to training,
- * without the FP8 GEMM. As TransformerEngine's FakeQuant. */
+/* FakeQuant: rounds the selected tensors to FP8 values (per-tensor current scaling, or MXFP8's
+ * row-wise 32-element blocks, then back to f32) and runs their GEMMs in high precision, to see
+ * what FP8 rounding alone does to training, without the FP8 GEMM. As TransformerEngine's
+ * FakeQuant. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,13 +14,14 @@
 struct dli_fq {
 	const struct dli_host *host;
 	enum dli_dtype format;
+	bool mxfp8; /* MXFP8E4M3 / MXFP8E5M2: block scales instead of one per-tensor scale */
 	double margin;
 	uint32_t gemms;
 };
 
 enum { DLI_FQ_FORMAT, DLI_FQ_MARGIN };
 
-static const char *const dli_fq_formats[] = {"FP8E4M3", "FP8E5M2", NULL};
+static const char *const dli_fq_formats[] = {"FP8E4M3", "FP8E5M2", "MXFP8E4M3", "MXFP8E5M2", NULL};
 
 static int dli_fq_create(const struct dli_feature_create_args *args, void **instance,
 			 struct dli_error *err)
@@ -36,9 +38,28 @@ static int dli_fq_create(const struct dli_feature_create_args *args, void **inst
 		return -ENOMEM;
 	self->host = args->host;
 	/* The config checked quant_format against the choices. */
-	self->format = strcmp(args->params[DLI_FQ_FORMAT].u.s, "FP8E5M2") ? DLI_DTYPE_F8E4M3
-									    : DLI_DTYPE_F8E5M2;
+	const char *qf = args->params[DLI_FQ_FORMAT].u.s;
+	self->mxfp8 = !strncmp(qf, "MX", 2);
+	self->format = strstr(qf, "E5M2") ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
 	self->margin = args->params[DLI_FQ_MARGIN].u.f;
+	/* MXFP8's block scales have no margin (TransformerEngine's have none either): a margin
+	 * there would be silently ignored. The MXFP8 cast is a host call of ABI 1.2. */
+	if (self->mxfp8 && args->params[DLI_FQ_MARGIN].set && self->margin != 0) {
+		snprintf(err->message, sizeof(err->message),
+			 "margin: applies to the per-tensor formats (FP8E4M3, FP8E5M2) only; %s "
+			 "scales each 32-element block by a power of two from its own amax",
+			 qf);
+		free(self);
+		return -EINVAL;
+	}
+	if (self->mxfp8 && (!DLI_HAS_MEMBER(args->host, struct dli_host, block_fake_quant) ||
+			    !args->host->block_fake_quant)) {
+		snprintf(err->message, sizeof(err->message),
+			 "quant_format: %s needs a host with the MXFP8 cast (block_fake_quant); "
+			 "this host is older", qf);
+		free(self);
+		return -ENOTSUP;
+	}
 	self->gemms = args->gemms;
 	*instance = self;
 	return 0;
@@ -80,6 +101,12 @@ static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm 
 	if (in->device.type != DLI_DEVICE_CPU || !in->contiguous ||
 	    (in->dtype != DLI_DTYPE_F32 && in->dtype != DLI_DTYPE_F16 && in->dtype != DLI_DTYPE_BF16))
 		return -ENOTSUP;
+	if (self->mxfp8) {
+		/* Row-wise blocks: what TransformerEngine's dequantize() of an MXFP8 tensor reads. */
+		struct dli_block_spec spec = {.size = sizeof(spec), .recipe = DLI_BLOCK_MXFP8,
+					      .format = self->format};
+		return self->host->block_fake_quant(in, out, &spec);
+	}
 	if ((r = self->host->tensor_amax(in, &amax)))
 		return r;
 	return self->host->fp8_cast(in, out, self->format,
@@ -97,10 +124,12 @@ static const struct dli_feature_ops dli_fq_ops = {
 
 static const struct dli_param_desc dli_fq_params[] = {
 	[DLI_FQ_FORMAT] = {.key = "quant_format", .type = DLI_PARAM_STRING,
-			   .doc = "FP8 format the values are rounded to: FP8E4M3 or FP8E5M2",
+			   .doc = "FP8 format the values are rounded to: FP8E4M3 or FP8E5M2 (per-tensor "
+				  "current scaling), MXFP8E4M3 or MXFP8E5M2 (32-element row-wise blocks)",
 			   .choices = dli_fq_formats, .required = true},
 	[DLI_FQ_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
-			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin",
+			   .doc = "headroom in powers of two: scale = fp8_max / amax / 2^margin (per-tensor "
+				  "formats only)",
 			   DLI_FP8_MARGIN_RANGE},
 };
 

@@ -1,8 +1,8 @@
 /* LogFp8TensorStats: how much FP8 quantization loses on the selected tensors (underflows, overflows,
  * mse, ...), for the host's own quantized tensor (no prefix, or `fp8_delayed_scaling_`: the host's
- * recipe) and, with the `fp8_current_scaling_` prefix, for what current scaling would do to the
- * high-precision tensor. Logged at the scheduled steps as `{layer}_{tensor}_{stat}`, the stat
- * spelled as in the config. */
+ * recipe) and, with the `fp8_current_scaling_` or `mxfp8_` prefix, for what that recipe would do
+ * to the high-precision tensor (`mxfp8_..._columnwise`: MXFP8's column-wise copy). Logged at the
+ * scheduled steps as `{layer}_{tensor}_{stat}`, the stat spelled as in the config. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,25 +16,30 @@
 
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
 #define DLI_LFS_DELAYED "fp8_delayed_scaling_"
+#define DLI_LFS_MX "mxfp8_"
+#define DLI_LFS_FB_PREFIX "fp8_block_scaling_"
+#define DLI_LFS_COL "_columnwise"
 #define DLI_LFS_N_BASE 7
-#define DLI_LFS_N_KNOWN (3 * DLI_LFS_N_BASE)
+#define DLI_LFS_N_KNOWN (7 * DLI_LFS_N_BASE)
 
-#define DLI_LFS_SEVEN(p) \
-	p "underflows%", p "overflows%", p "scale_inv_min", p "scale_inv_max", p "mse", p "cos_sim", \
-		p "sqnr_db"
+#define DLI_LFS_SEVEN_S(p, s) \
+	p "underflows%" s, p "overflows%" s, p "scale_inv_min" s, p "scale_inv_max" s, p "mse" s, \
+		p "cos_sim" s, p "sqnr_db" s
+#define DLI_LFS_SEVEN(p) DLI_LFS_SEVEN_S(p, "")
 /* TransformerEngine's names for recipes with block scaling, with and without `_columnwise`. */
 #define DLI_LFS_BLOCK(p, s) p "underflows%" s, p "scale_inv_min" s, p "scale_inv_max" s, p "mse" s
 
 /* The stats as configs write them (TransformerEngine's `[<recipe>_]<stat>[_columnwise]`): those of
  * the host's quantized tensor, without a prefix or with the delayed-scaling one (a host quantizes
  * with its own recipe: TransformerEngine refuses fp8_delayed_scaling_ stats unless that is the
- * training recipe), then current scaling's what-if. After them, names create() refuses with the
- * reason: block-scaled recipes and NVFP4 (no such formats here yet) and `_columnwise` of
- * per-tensor recipes (TransformerEngine refuses those too). */
+ * training recipe), then the what-ifs: current scaling, MXFP8 row-wise and column-wise, FP8
+ * block scaling (128 x 128 blocks, the same in both copies). After them, names create() refuses
+ * with the reason: NVFP4 (LogNvfp4TensorStats' names) and `_columnwise` of per-tensor recipes
+ * (TransformerEngine refuses those too). */
 static const char *const dli_lfs_names[] = {
 	DLI_LFS_SEVEN(""), DLI_LFS_SEVEN(DLI_LFS_DELAYED), DLI_LFS_SEVEN(DLI_LFS_PREFIX),
-	DLI_LFS_BLOCK("mxfp8_", ""), DLI_LFS_BLOCK("mxfp8_", "_columnwise"),
-	DLI_LFS_BLOCK("fp8_block_scaling_", ""), DLI_LFS_BLOCK("fp8_block_scaling_", "_columnwise"),
+	DLI_LFS_SEVEN(DLI_LFS_MX), DLI_LFS_SEVEN_S(DLI_LFS_MX, DLI_LFS_COL),
+	DLI_LFS_SEVEN(DLI_LFS_FB_PREFIX), DLI_LFS_SEVEN_S(DLI_LFS_FB_PREFIX, DLI_LFS_COL),
 	DLI_LFS_BLOCK("", "_columnwise"), DLI_LFS_BLOCK(DLI_LFS_DELAYED, "_columnwise"),
 	DLI_LFS_BLOCK(DLI_LFS_PREFIX, "_columnwise"), DLI_LFS_BLOCK("nvfp4_", ""), NULL,
 };
@@ -47,6 +52,24 @@ static const char *const dli_lfs_formats[] = {"e4m3", "e5m2", "hybrid", NULL};
 enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI_LFS_MARGIN,
        DLI_LFS_REDUCE };
 
+/* What a stat is computed from, one accumulator each: the host's quantized tensor, or one
+ * what-if quantization of the high-precision tensor. */
+enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_N_KINDS };
+/* Each kind's role in the key of its reduction across ranks (feature-reduce.h). */
+static const char *const dli_lfs_kind_names[DLI_LFS_N_KINDS] = {
+	[DLI_LFS_Q] = "q", [DLI_LFS_CURRENT] = "whatif", [DLI_LFS_MX_ROW] = "mxfp8",
+	[DLI_LFS_MX_COL] = "mxfp8_columnwise", [DLI_LFS_FB] = "fp8_block",
+};
+
+static int dli_lfs_kind(int name)
+{
+	/* FP8 block scaling's what-if is TransformerEngine's default Float8BlockQuantizer: 128 x 128
+	 * blocks, so its column-wise copy has the row-wise copy's values: one accumulator. */
+	static const int kinds[] = {DLI_LFS_Q, DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW,
+				    DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_FB};
+	return kinds[name / DLI_LFS_N_BASE];
+}
+
 struct dli_lfs {
 	const struct dli_host *host;
 	struct dli_context *ctx;
@@ -56,15 +79,15 @@ struct dli_lfs {
 	double margin;
 	int names[DLI_LFS_N_KNOWN]; /* indexes in dli_lfs_names, in config order */
 	size_t n_names;
-	bool quantized, whatif; /* some stat needs the host's quantized tensor / current scaling */
+	bool need[DLI_LFS_N_KINDS]; /* some stat is of that kind */
 	struct dli_reduce_conf reduce; /* across ranks (feature-reduce.h) */
 };
 
 /* Per (layer, tensor): one accumulator per kind of comparison, for the current step. */
 struct dli_lfs_tensor {
 	int id;
-	struct dli_stats_acc *q, *whatif;
-	atomic_bool added_q, added_whatif, warned;
+	struct dli_stats_acc *acc[DLI_LFS_N_KINDS];
+	atomic_bool added[DLI_LFS_N_KINDS], warned;
 	_Atomic int64_t weight_step;
 };
 
@@ -79,35 +102,25 @@ static void dli_lfs_want(struct dli_lfs *self, int name)
 		if (self->names[i] == name)
 			return; /* `underflows: true` and `stats: [underflows%]` are the same stat */
 	self->names[self->n_names++] = name;
-	if (name < 2 * DLI_LFS_N_BASE)
-		self->quantized = true;
-	else
-		self->whatif = true;
+	self->need[dli_lfs_kind(name)] = true;
 }
 
 /* A name the config accepted that this dlinspect cannot compute: says why in err. */
 static bool dli_lfs_refuse(const char *stat, struct dli_error *err)
 {
 	const char *col = strstr(stat, "_columnwise");
-	if (!strncmp(stat, "mxfp8_", 6) || !strncmp(stat, "fp8_block_scaling_", 18)) {
-		snprintf(err->message, sizeof(err->message),
-			 "stats: '%s' needs the %s format, which dlinspect does not have yet "
-			 "(block-scaled formats are a planned feature); the per-tensor recipes' "
-			 "stats (" DLI_LFS_PREFIX "..., " DLI_LFS_DELAYED "...) work today",
-			 stat, stat[0] == 'm' ? "MXFP8" : "FP8 block-scaling");
-		return true;
-	}
 	if (!strncmp(stat, "nvfp4_", 6)) {
 		snprintf(err->message, sizeof(err->message),
 			 "stats: '%s': NVFP4 statistics belong to TransformerEngine's "
-			 "LogNvfp4TensorStats, which needs the NVFP4 format; dlinspect has neither yet",
+			 "LogNvfp4TensorStats (stats: [underflows%%, mse], logged as nvfp4_<stat>), "
+			 "not to LogFp8TensorStats",
 			 stat);
 		return true;
 	}
 	if (col) {
 		snprintf(err->message, sizeof(err->message),
 			 "stats: '%s': column-wise statistics exist only for block-scaled recipes "
-			 "(mxfp8_, fp8_block_scaling_), as in TransformerEngine: with per-tensor "
+			 "(" DLI_LFS_MX ", " DLI_LFS_FB_PREFIX "), as in TransformerEngine: with per-tensor "
 			 "scaling the column-wise tensor holds the same values as the row-wise one",
 			 stat);
 		return true;
@@ -138,13 +151,26 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 			self->format = i;
 	for (size_t i = 0; p[DLI_LFS_STATS].set && i < p[DLI_LFS_STATS].u.list.n; i++) {
 		const char *stat = p[DLI_LFS_STATS].u.list.items[i];
+		bool known = false;
 		for (int k = 0; k < DLI_LFS_N_KNOWN; k++)
-			if (!strcmp(stat, dli_lfs_names[k]))
+			if (!strcmp(stat, dli_lfs_names[k])) {
 				dli_lfs_want(self, k);
-		if (dli_lfs_refuse(stat, err)) {
+				known = true;
+			}
+		if (!known && dli_lfs_refuse(stat, err)) {
 			free(self);
 			return -ENOTSUP;
 		}
+	}
+	/* The block-scaled passes are a host call of ABI 1.2. */
+	if ((self->need[DLI_LFS_MX_ROW] || self->need[DLI_LFS_MX_COL] || self->need[DLI_LFS_FB]) &&
+	    (!DLI_HAS_MEMBER(args->host, struct dli_host, stats_add_block) ||
+	     !args->host->stats_add_block)) {
+		free(self);
+		snprintf(err->message, sizeof(err->message),
+			 "stats: the " DLI_LFS_MX " and " DLI_LFS_FB_PREFIX " statistics need a host with "
+			 "the block-scaled passes (stats_add_block); this host is older");
+		return -ENOTSUP;
 	}
 	if (p[DLI_LFS_UNDERFLOWS].u.b)
 		dli_lfs_want(self, 0);
@@ -186,10 +212,9 @@ static void dli_lfs_layer_detach(void *instance, void *layer_state)
 	const struct dli_lfs *self = instance;
 	struct dli_lfs_layer *l = layer_state;
 
-	for (size_t i = 0; l && i < l->n; i++) {
-		self->host->stats_acc_destroy(l->t[i].q);
-		self->host->stats_acc_destroy(l->t[i].whatif);
-	}
+	for (size_t i = 0; l && i < l->n; i++)
+		for (int k = 0; k < DLI_LFS_N_KINDS; k++)
+			self->host->stats_acc_destroy(l->t[i].acc[k]);
 	free(l);
 }
 
@@ -208,16 +233,14 @@ static int dli_lfs_layer_attach(void *instance, const char *layer_name, void **l
 		t->id = id;
 		atomic_init(&t->weight_step, -1);
 		l->n = ++k;
-		if (self->quantized && !(t->q = self->host->stats_acc_create(self->ctx)))
-			goto nomem;
-		if (self->whatif && !(t->whatif = self->host->stats_acc_create(self->ctx)))
-			goto nomem;
-		if (t->q)
-			dli_reduce_share(self->host, self->ctx, &self->reduce, t->q, layer_name, id, "q",
-					 &self->schedule);
-		if (t->whatif)
-			dli_reduce_share(self->host, self->ctx, &self->reduce, t->whatif, layer_name, id,
-					 "whatif", &self->schedule);
+		for (int kind = 0; kind < DLI_LFS_N_KINDS; kind++) {
+			if (!self->need[kind])
+				continue;
+			if (!(t->acc[kind] = self->host->stats_acc_create(self->ctx)))
+				goto nomem;
+			dli_reduce_share(self->host, self->ctx, &self->reduce, t->acc[kind], layer_name,
+					 id, dli_lfs_kind_names[kind], &self->schedule);
+		}
 	}
 	*layer_state = l;
 	return 0;
@@ -263,23 +286,40 @@ static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,
 		if (atomic_exchange(&t->weight_step, step) == step)
 			return 0;
 	}
-	if (t->whatif && hp) {
+	if (t->acc[DLI_LFS_CURRENT] && hp) {
 		struct dli_fp8_spec spec = {.format = dli_lfs_format(self, tensor),
 					    .current_scaling = 1, .margin = self->margin};
-		if ((r = host->stats_add(t->whatif, hp, &spec)) == 0)
-			atomic_store(&t->added_whatif, true);
+		if ((r = host->stats_add(t->acc[DLI_LFS_CURRENT], hp, &spec)) == 0)
+			atomic_store(&t->added[DLI_LFS_CURRENT], true);
+	}
+	/* MXFP8 is a what-if from hp even when the host trains in MXFP8: a quantized tensor's
+	 * descriptor holds float scale_invs, not E8M0 block scales, and the codec is bit-exact to
+	 * TransformerEngine's, so the what-if is the tensor such a host made (docs/block-scaling.md). */
+	for (int kind = DLI_LFS_MX_ROW; kind <= DLI_LFS_FB && hp; kind++) {
+		if (!t->acc[kind])
+			continue;
+		struct dli_block_spec spec = {.size = sizeof(spec),
+					      .recipe = kind == DLI_LFS_FB ? DLI_BLOCK_FP8_2D
+									   : DLI_BLOCK_MXFP8,
+					      .format = dli_lfs_format(self, tensor),
+					      .columnwise = kind == DLI_LFS_MX_COL,
+					      .pow2_scales = 1};
+		int rb = host->stats_add_block(t->acc[kind], hp, &spec);
+		if (rb == 0)
+			atomic_store(&t->added[kind], true);
+		r = r ? r : rb;
 	}
 	const struct dli_quantized_tensor *q = rowwise ? rowwise : colwise;
-	if (t->q && q) {
-		int rq = host->stats_add_quantized(t->q, hp, q);
+	if (t->acc[DLI_LFS_Q] && q) {
+		int rq = host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q);
 		if (rq == 0)
-			atomic_store(&t->added_q, true);
+			atomic_store(&t->added[DLI_LFS_Q], true);
 		r = r ? r : rq;
-	} else if (t->q && !atomic_exchange(&t->warned, true)) {
+	} else if (t->acc[DLI_LFS_Q] && !atomic_exchange(&t->warned, true)) {
 		host->log(c->ctx, DLI_LOG_WARNING,
 			  "LogFp8TensorStats: layer '%s', tensor '%s': the host passed no quantized "
-			  "tensor, so the stats without the '" DLI_LFS_PREFIX "' prefix are not "
-			  "logged (reported once)",
+			  "tensor, so the stats without a what-if prefix ('" DLI_LFS_PREFIX "', '"
+			  DLI_LFS_MX "') are not logged (reported once)",
 			  c->layer_name, host->tensor_name(c->ctx, tensor));
 	}
 	return r;
@@ -296,32 +336,37 @@ static void dli_lfs_step_end(const struct dli_feature_call *c, int64_t iteration
 		struct dli_lfs_tensor *t = &l->t[i];
 		/* An accumulator that saw nothing this step (or only empty tensors) logs nothing
 		 * rather than NaNs. A quantized tensor without hp still gives its scale_inv range. */
-		bool added_q = atomic_exchange(&t->added_q, false);
-		bool added_w = atomic_exchange(&t->added_whatif, false);
-		if (!added_q && !added_w)
+		struct dli_stats_record rec[DLI_LFS_N_KINDS];
+		bool have[DLI_LFS_N_KINDS], any = false;
+		for (int kind = 0; kind < DLI_LFS_N_KINDS; kind++) {
+			bool added = atomic_exchange(&t->added[kind], false);
+			any = any || added;
+			have[kind] = active && added && host->stats_acc_read(t->acc[kind], &rec[kind]) == 0;
+			/* A what-if: count, since a tensor of only NaN and infinities still has
+			 * overflows% and mse. */
+			if (have[kind])
+				have[kind] = rec[kind].fp8_count ||
+					     (kind == DLI_LFS_Q ? rec[kind].scale_inv_max > 0
+								: rec[kind].count > 0);
+		}
+		if (!any)
 			continue;
-		struct dli_stats_record q, w;
-		bool have_q = active && added_q && host->stats_acc_read(t->q, &q) == 0 &&
-			      (q.fp8_count || q.scale_inv_max > 0);
-		/* count: a tensor of only NaN and infinities still has overflows% and mse. */
-		bool have_w = active && added_w && host->stats_acc_read(t->whatif, &w) == 0 &&
-			      (w.fp8_count || w.count);
 		for (size_t k = 0; k < self->n_names; k++) {
-			int idx = self->names[k];
-			bool whatif = idx >= 2 * DLI_LFS_N_BASE;
-			if (!(whatif ? have_w : have_q))
+			int idx = self->names[k], kind = dli_lfs_kind(idx);
+			if (!have[kind])
 				continue;
+			/* A failed reduction: this rank's shards only, under names that say so. */
 			char name[512], mark[32] = "";
-			if (dli_reduce_failed(host, whatif ? t->whatif : t->q))
+			if (dli_reduce_failed(host, t->acc[kind]))
 				snprintf(mark, sizeof(mark), "_rank%d", host->rank(c->ctx));
 			snprintf(name, sizeof(name), "%s_%s_%s%s", c->layer_name,
 				 host->tensor_name(c->ctx, t->id), dli_lfs_names[idx], mark);
 			host->emit_scalar(c->ctx, name, iteration,
-					  host->stats_value(whatif ? &w : &q,
+					  host->stats_value(&rec[kind],
 							    dli_lfs_stats[idx % DLI_LFS_N_BASE]));
 		}
-		host->stats_acc_reset(t->q);
-		host->stats_acc_reset(t->whatif);
+		for (int kind = 0; kind < DLI_LFS_N_KINDS; kind++)
+			host->stats_acc_reset(t->acc[kind]);
 	}
 }
 
@@ -342,14 +387,18 @@ static const struct dli_param_desc dli_lfs_params[] = {
 			   .doc = "underflows%, overflows%, scale_inv_min, scale_inv_max, mse, cos_sim, "
 				  "sqnr_db of the host's FP8 tensor (also with the prefix "
 				  DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
-				  ", of current scaling applied to the hp tensor",
+				  ", of current scaling applied to the hp tensor; with " DLI_LFS_MX
+				  " (and the suffix " DLI_LFS_COL "), of MXFP8's row-wise (column-wise) "
+				  "blocks; with " DLI_LFS_FB_PREFIX ", of FP8 block scaling (128 x 128 blocks, "
+				  "power-of-two scales)",
 			   .choices = dli_lfs_names},
 	[DLI_LFS_UNDERFLOWS] = {.key = "underflows", .type = DLI_PARAM_BOOL, .default_value = "false",
 				.doc = "older form: true adds underflows%"},
 	[DLI_LFS_OVERFLOWS] = {.key = "overflows", .type = DLI_PARAM_BOOL, .default_value = "false",
 			       .doc = "older form: true adds overflows%"},
 	[DLI_LFS_FORMAT] = {.key = "fp8_format", .type = DLI_PARAM_STRING, .default_value = "hybrid",
-			    .doc = "format of the " DLI_LFS_PREFIX " stats: e4m3, e5m2, or hybrid "
+			    .doc = "format of the " DLI_LFS_PREFIX " and " DLI_LFS_MX " stats' elements: "
+				   "e4m3, e5m2, or hybrid "
 				   "(E5M2 for gradient/dgrad/wgrad, E4M3 otherwise)",
 			    .choices = dli_lfs_formats},
 	[DLI_LFS_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",

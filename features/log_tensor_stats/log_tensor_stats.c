@@ -203,21 +203,26 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 			if (dli_reduce_failed(host, t->acc))
 				snprintf(mark, sizeof(mark), "_rank%d", host->rank(c->ctx));
 			for (size_t k = 0; k < self->n_stats; k++) {
-				char name[512];
-				snprintf(name, sizeof(name), "%s_%s_%s%s", c->layer_name, tensor,
-					 host->stat_name(self->stats[k]), mark);
-				host->emit_scalar(c->ctx, name, iteration,
-						  host->stats_value(&rec, self->stats[k]));
+				struct dli_feature_tag tag;
+				const char *name = dli_feature_tag(&tag, "%s_%s_%s%s", c->layer_name,
+								   tensor, host->stat_name(self->stats[k]),
+								   mark);
+				if (name)
+					host->emit_scalar(c->ctx, name, iteration,
+							  host->stats_value(&rec, self->stats[k]));
+				dli_feature_tag_free(&tag);
 			}
 			/* -ENOTSUP (CUDA tensors) was reported by the host; an all-NaN step has no
 			 * values to show. */
 			struct dli_histogram h;
 			if (self->histogram && host->stats_acc_read_histogram(t->acc, &h) == 0 &&
 			    h.num > 0) {
-				char name[512];
-				snprintf(name, sizeof(name), "%s_%s_histogram%s", c->layer_name, tensor,
-					 mark);
-				host->emit_histogram(c->ctx, name, iteration, &h);
+				struct dli_feature_tag tag;
+				const char *name = dli_feature_tag(&tag, "%s_%s_histogram%s",
+								   c->layer_name, tensor, mark);
+				if (name)
+					host->emit_histogram(c->ctx, name, iteration, &h);
+				dli_feature_tag_free(&tag);
 			}
 		}
 		host->stats_acc_reset(t->acc);

@@ -22,7 +22,7 @@
  *   dli_inspect_tensor_postquantize_enabled, dli_inspect_tensor_postquantize, dli_call), the
  *   *_by_name calls (which create a missing layer as dli_layer_get does: the layer table grows
  *   under a lock while lookups go on without one), dli_log, dli_layer_plan, dli_last_error (its
- *   text is the calling thread's own). Calls on one layer from several
+ *   text is the calling thread's own), dli_config_reload (also from a signal handler). Calls on one layer from several
  *   threads are fine too: features lock what they share (docs/plugins.md).
  * - Not concurrently with any other call on the same context: dli_step, dli_iteration_set,
  *   dli_mode_set and dli_destroy (after which no call may use the context or its handles).
@@ -120,6 +120,10 @@ struct dli_options {
 	 * make dlinspect load code from outside the plugin dirs; no environment variable turns it on
 	 * (docs/security.md). */
 	bool allow_module_paths;
+	/* Live reload (docs/config.md, "Reloading"): every this many steps, dli_step re-reads the
+	 * config file and applies it when its content changed. 0 = never (dli_config_reload still
+	 * asks for one check); -1 (the default) = $DLINSPECT_CONFIG_RELOAD_STEPS, and if unset 0. */
+	int config_reload_steps;
 	/* A communicator the host provides (docs/distributed.md), e.g. over torch.distributed: its
 	 * table (dlinspect/plugin.h; open and close are not called) and state, borrowed until
 	 * dli_destroy. NULL: the one DLINSPECT_COMMUNICATOR names, if any. */
@@ -229,8 +233,18 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * dli_step ends the current iteration: features' step_end runs (statistics are finalized and sent to
  * the loggers with the iteration that just ended), loggers flush, then the iteration increments.
  * It must not run concurrently with other calls on the same context. At iteration INT64_MAX
- * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. */
+ * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. Once a feature asked the
+ * host to stop (DetectNonFinite with `on_detect: stop`, or its `abort_after_batch_num`: see
+ * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
+ * dli_last_error naming the reason; dlinspect itself never exits. */
 int dli_step(struct dli_context *ctx);
+
+/* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
+ * config replaces the old one at that step boundary, an invalid one is refused (message log) and
+ * the old one stays. Only sets a flag: callable from any thread, at any time, and from a signal
+ * handler (e.g. a host's SIGHUP handler; dlinspect installs none). Returns 0, -EINVAL for NULL,
+ * -ENOENT when the context has no config file (no config, or YAML text). */
+int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
 /* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
  * threading rule as dli_step. */
@@ -303,6 +317,16 @@ int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_d
  * amax of 0, inf or NaN; FLT_MAX when the result is infinite. */
 float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
 
+/* Block-scaled fake quantization (docs/block-scaling.md), what the host table's block_fake_quant
+ * gives features, for hosts that emulate a block-scaled recipe: out = dequant(quant(in)) under
+ * `spec` (MXFP8, or FP8 block scaling in 1 x 128 / 128 x 128 blocks), `in` viewed as rows x cols
+ * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 of the same element count, both
+ * contiguous host memory (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
+ * DLINSPECT_1.2. */
+struct dli_block_spec; /* dlinspect/stats.h */
+int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
+			 const struct dli_block_spec *spec);
+
 /* ---- Messages ----
  * Writes a message through the loaders' message logs (file logger: nvdlfw_inspect_logs/), filtered
  * by the context's level. `fmt` is printf-style. */
@@ -311,6 +335,17 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+
+/* ---- Checking a tensor anywhere (Hugging Face's detect_overflow) ---- */
+/* Whether `t` (borrowed for the call; a dtype the statistics read: f32, f16, bf16, f8e4m3,
+ * f8e5m2, contiguous, host or CUDA memory) holds a NaN or an infinity. When it does, writes one warning line to the
+ * message log (stderr when no logger takes messages, as with no config) naming `where` (borrowed,
+ * may be NULL), the iteration, the NaN and inf counts and the finite abs-min/abs-max, and returns
+ * true. Works on any context, with or without a config; nothing in the config selects it. A CUDA
+ * tensor is read on its stream and waited for. false for a clean tensor, a NULL context or
+ * tensor, and a tensor that cannot be read (that also writes one line saying why). Thread-safe
+ * like the handle calls. Since DLINSPECT_1.2. */
+bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, const char *where);
 
 #ifdef __cplusplus
 }

@@ -152,7 +152,7 @@ struct dli_histogram {
 	const double *bucket;
 };
 
-/* How an accumulator's statistics are reduced across ranks (stats_acc_share, ABI 1.1). */
+/* How an accumulator's statistics are reduced across ranks (stats_acc_share, ABI 1.2). */
 struct dli_stats_share {
 	uint32_t size;       /* sizeof(struct dli_stats_share) */
 	/* The same text on every rank of the group for the same accumulator, unique on the rank:
@@ -280,8 +280,28 @@ struct dli_host {
 	/* stats_value of a record of `size` bytes; NaN for a statistic whose terms lie beyond it. */
 	double (*stats_value_sized)(const struct dli_stats_record *r, size_t size, enum dli_stat stat);
 
-	/* ---- ABI 1.1, later additions: statistics across ranks (docs/distributed.md) ----
-	 * Check DLI_HAS_MEMBER first: a host from before them lacks them. */
+	/* ---- ABI 1.2 (check DLI_HAS_MEMBER first to run on an older host) ---- */
+	/* Asks the host program to stop (a feature that found NaN/Inf, say): from then on every
+	 * dli_step of `ctx` ends its step as usual and returns -ECANCELED, with dli_last_error
+	 * naming `reason` (borrowed, copied; the first request's reason is kept, later ones are
+	 * ignored). dlinspect never exits or aborts the process: stopping is the host's decision.
+	 * Any thread, concurrently. */
+	void (*request_stop)(struct dli_context *ctx, const char *reason);
+
+	/* Block-scaled formats (docs/block-scaling.md), ABI 1.2 too. stats_add_block: stats_add
+	 * with the quantize-and-compare terms of `spec`'s block-scaled quantization instead of a
+	 * per-tensor one (scale_inv_min/max over the blocks' scales). The tensor is viewed as
+	 * rows x cols, cols its last dimension. Host memory only for now: -ENOTSUP for a CUDA
+	 * tensor; -EINVAL for a spec it does not know (recipe, format, size). */
+	int (*stats_add_block)(struct dli_stats_acc *acc, const struct dli_tensor *t,
+			       const struct dli_block_spec *spec);
+	/* out = dequant(quant(in)) under `spec` (for modify_tensor features): in f32, f16 or bf16,
+	 * out f32 of the same element count, both contiguous host memory (borrowed). 0, -EINVAL,
+	 * -ENOTSUP for device memory. */
+	int (*block_fake_quant)(const struct dli_tensor *in, struct dli_tensor *out,
+				const struct dli_block_spec *spec);
+
+	/* Statistics across ranks (docs/distributed.md), ABI 1.2 too. */
 	/* Declares that `acc` holds this rank's shard of a tensor whose statistics are reduced
 	 * across a group of ranks: at every dli_step whose iteration share->schedule selects, before
 	 * any step_end, the core gathers the records of all shared accumulators of the step (one
@@ -468,7 +488,7 @@ struct dli_logger_desc {
 #endif
 };
 
-/* ---- Communicators (ABI 1.1, later addition; docs/distributed.md) ----
+/* ---- Communicators (ABI 1.2; docs/distributed.md) ----
  * A communicator gives the core what it needs to reduce statistics across ranks and nothing more:
  * rank, size, groups of world ranks, an all-gather of fixed-size byte records within a group and a
  * barrier, each waiting at most a time limit. It is a module's descriptor (`comms` below), picked
@@ -527,8 +547,8 @@ struct dli_module {
 	const struct dli_logger_desc *const *loggers;
 	size_t n_loggers;
 
-	/* ---- ABI 1.1, later addition ---- */
-	const struct dli_comm_desc *const *comms; /* communicators (a module of ABI 1.0: none) */
+	/* ---- ABI 1.2 ---- */
+	const struct dli_comm_desc *const *comms; /* communicators (a module of ABI < 1.2: none) */
 	size_t n_comms;
 };
 

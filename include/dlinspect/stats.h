@@ -79,6 +79,28 @@ struct dli_fp8_spec {
 	double margin;
 };
 
+/* A block-scaled quantization (docs/block-scaling.md), for the host table's stats_add_block and
+ * block_fake_quant. Sized: a caller sets `size` to its sizeof, so that the struct may grow. */
+enum dli_block_recipe {
+	DLI_BLOCK_MXFP8 = 1, /* 32 elements per E8M0 scale, TransformerEngine's MXFP8 */
+	/* TransformerEngine's Float8BlockScaling: fp32 scales, 1 x 128 blocks (128 x 1 for the
+	 * column-wise copy) or 128 x 128 blocks (the same in both copies) */
+	DLI_BLOCK_FP8_1D = 2,
+	DLI_BLOCK_FP8_2D = 3,
+	/* TransformerEngine's NVFP4: E2M1 elements, an E4M3 scale per 1 x 16 block (16 x 1 for the
+	 * column-wise copy) or per 16 x 16 tile, an fp32 global scale; `format` is not read */
+	DLI_BLOCK_NVFP4 = 4,
+	DLI_BLOCK_NVFP4_2D = 5,
+};
+
+struct dli_block_spec {
+	uint32_t size;         /* sizeof(struct dli_block_spec) of the caller */
+	int recipe;            /* enum dli_block_recipe */
+	enum dli_dtype format; /* the elements' format: DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
+	int columnwise;        /* nonzero: blocks run down the columns (the column-wise copy) */
+	int pow2_scales;       /* FP8 block scaling: scales rounded down to powers of two */
+};
+
 #ifdef __cplusplus
 }
 #endif

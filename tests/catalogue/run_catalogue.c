@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
+#include <dlinspect/version.h>
 
 #include "context-private.h"
 
@@ -54,7 +55,8 @@ static char *append(char *s, const char *line)
 
 /* The error's message (which starts with the place when there is one), with the machine's paths
  * written as names: the bad fixture dir as "$MODULES", the build tree as "$BUILD", the install's
- * plugin dir as "$INSTALL", and `file` (a temporary config) as "<string>". */
+ * plugin dir as "$INSTALL", `file` (a temporary config) as "<string>", the list of plugin dirs as
+ * "$PLUGIN_DIRS" and this dlinspect's ABI version as "$ABI". */
 static void format_error(const struct dli_error *err, const char *file, char *out, size_t size)
 {
 	const char *const from[] = {file, CATALOGUE_MODULE_DIR, CATALOGUE_BUILD_ROOT,
@@ -75,6 +77,15 @@ static void format_error(const struct dli_error *err, const char *file, char *ou
 		}
 	}
 	out[n < size ? n : size - 1] = '\0';
+	/* The plugin dirs depend on the build (the CUDA backend's dir is one where nvcc is found). */
+	char *dirs = strstr(out, " in the plugin dirs ");
+	if (dirs)
+		snprintf(dirs, size - (size_t)(dirs - out), " in the plugin dirs $PLUGIN_DIRS");
+	/* This dlinspect's ABI version, which grows. */
+	char abi[64], *at;
+	snprintf(abi, sizeof abi, "this dlinspect has ABI %d.%d", DLI_ABI_MAJOR, DLI_ABI_MINOR);
+	if ((at = strstr(out, abi)) && !at[strlen(abi)])
+		snprintf(at, size - (size_t)(at - out), "this dlinspect has ABI $ABI");
 }
 
 static char log_dir[] = "/tmp/dli-catalogue-XXXXXX";

@@ -69,7 +69,8 @@ static void test_configs_load(void)
 	static const char *const files[] = {
 		"both_namespaces.yaml", "seed_perf.yaml", "yaml11_forms.yaml",
 		"disable_quantization.yaml", "recipe_stats.yaml", "struct_entries.yaml",
-		"dummy_feature.yaml",
+		"dummy_feature.yaml", "mxfp8_stats.yaml", "fake_quant_mxfp8.yaml",
+		"all_recipe_stats.yaml", "nvfp4_stats.yaml",
 	};
 	const char *dir = getenv("COMPAT_CONFIGS");
 	CHECK(dir != NULL);
@@ -328,12 +329,11 @@ static void test_errors(void)
 			"    tensors_struct: [{tensor: activation}, {tensor: activation}]\n",
 		    (const char *const[]){"LogTensorStats is configured twice", "<string>:7:", NULL});
 	check_error(SEC "  transformer_engine:\n    LogFp8TensorStats: {enabled: True, "
-			"tensors: [activation], stats: [mxfp8_underflows%]}\n",
-		    (const char *const[]){"<string>:5:5:", "'mxfp8_underflows%' needs the MXFP8 format",
+			"tensors: [activation], stats: [nvfp4_underflows%]}\n",
+		    (const char *const[]){"<string>:5:5:", "'nvfp4_underflows%': NVFP4 statistics "
+							   "belong to TransformerEngine's "
+							   "LogNvfp4TensorStats",
 					   NULL});
-	check_error(SEC "  transformer_engine:\n    LogFp8TensorStats: {enabled: True, "
-			"tensors: [activation], stats: [fp8_block_scaling_mse_columnwise]}\n",
-		    (const char *const[]){"needs the FP8 block-scaling format", NULL});
 	check_error(SEC "  transformer_engine:\n    LogFp8TensorStats: {enabled: True, "
 			"tensors: [activation], stats: [fp8_current_scaling_mse_columnwise]}\n",
 		    (const char *const[]){"column-wise statistics exist only for block-scaled", NULL});

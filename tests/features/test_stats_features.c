@@ -32,7 +32,7 @@ static struct dli_tensor f32(float *x, int64_t n)
 /* ---- Reading the statistics log ---- */
 
 struct line {
-	char name[256];
+	char name[2048];
 	long iteration;
 	double value;
 };
@@ -44,7 +44,7 @@ static size_t n_lines;
  * Returns how many lines were read; a line of another layout fails a check. */
 static size_t read_stats(void)
 {
-	char buf[1024];
+	char buf[4096];
 	free(lines);
 	lines = NULL;
 	n_lines = 0;
@@ -342,6 +342,42 @@ static void test_tensors_struct(void)
 		}
 	}
 	CHECK_INT(n_lines, want);
+}
+
+/* Layer names have no length limit, and neither have their tags: two 700-character names that
+ * differ in their last character log two full tags, not one cut at a buffer's end. */
+static void test_long_layer_names(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	char names[2][701];
+	for (int k = 0; k < 2; k++) {
+		memset(names[k], 'x', 700);
+		memcpy(names[k], "fc1.", 4);
+		names[k][699] = (char)('a' + k);
+		names[k][700] = '\0';
+	}
+	for (int k = 0; k < 2; k++) {
+		float x[2] = {1, (float)(10 + k)};
+		struct dli_tensor t = f32(x, 2);
+		CHECK_INT(dli_inspect_tensor(layer(ctx, names[k]), DLI_TENSOR_ACTIVATION, &t, NULL, NULL),
+			  0);
+	}
+	dli_step(ctx);
+	dli_destroy(ctx);
+	read_stats();
+	CHECK_INT(n_lines, 2);
+	for (int k = 0; k < 2; k++) {
+		char tag[800];
+		snprintf(tag, sizeof tag, "%s_activation_max", names[k]);
+		check_logged(tag, 0, 10 + k, 0);
+	}
 }
 
 /* ---- Values ---- */
@@ -870,6 +906,7 @@ int main(void)
 {
 	test_schedules();
 	test_tensors_struct();
+	test_long_layer_names();
 	test_values();
 	test_microbatches_and_weight();
 	test_fp8_whatif();

@@ -5,6 +5,10 @@
 #   converges    fp32 training gets near the task's loss floor
 #   story        the three configs of docs/trainer.md: the statistics single out the poisoned
 #                tensor, and both fixes run
+#   recipes      --recipe: a short story run with each recipe; delayed scaling ends worse than
+#                the others, MXFP8's row-wise copy of the corrupted batch loses nothing where
+#                current scaling loses > 5%, and a block-scaled run gets no warning from
+#                configs/trainer_recipes.yaml; bad --recipe uses are refused
 # usage: check_trainer.sh MODE TRAINER SOURCE_ROOT WORK_DIR
 set -eu
 mode=$1 train=$2 src=$3 work=$4
@@ -72,6 +76,36 @@ story)
 	echo "$out" | grep -qF "$work/list/tensorboard/ (TensorBoard: tensorboard --logdir $work/list/tensorboard)" ||
 		fail "the list of logs leaves out tensorboard/: $out"
 	echo "ok: the debug config points at model.input_layer's activation; both fixes run"
+	;;
+recipes)
+	args="--width 32 --layers 2 --batch 64 --steps 100 --bad-step 50 --quiet"
+	for r in delayed current mxfp8 block; do
+		out=$("$train" $args --recipe $r --config "$src/configs/trainer_recipes.yaml" \
+			--log-dir "$work/$r") || fail "--recipe $r: the trainer failed"
+		echo "--recipe $r: $out"
+		loss=$(echo "$out" | sed -n 's/.*mean of the last [0-9]* steps \([0-9.]*\).*/\1/p')
+		[ -n "$loss" ] || fail "--recipe $r: no loss summary"
+		eval "loss_$r=$loss"
+		if grep -q WARNING "$work/$r/nvdlfw_inspect_logs/nvdlfw_inspect_globalrank-0.log"; then
+			fail "--recipe $r: configs/trainer_recipes.yaml gave a warning"
+		fi
+	done
+	for r in current mxfp8 block; do
+		eval "other=\$loss_$r"
+		awk -v d="$loss_delayed" -v o="$other" 'BEGIN { exit !(d > 1.05 * o) }' ||
+			fail "delayed scaling ($loss_delayed) does not end worse than --recipe $r ($other)"
+	done
+	log="$work/mxfp8/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log"
+	value() { awk -v n="$1" '$6 == n && $0 ~ /iteration=000050/ { sub(/.*value=/, ""); print }' "$log"; }
+	row=$(value model.input_layer_activation_mxfp8_underflows%)
+	current=$(value model.input_layer_activation_fp8_current_scaling_underflows%)
+	echo "step 50 (corrupted): input_layer activation mxfp8_underflows% $row, current scaling $current"
+	awk -v r="$row" -v c="$current" 'BEGIN { exit !(r != "" && r + 0 == 0 && c > 5) }' ||
+		fail "MXFP8's row-wise blocks do not confine the corrupted record"
+	"$train" $args --recipe nvfp5 --log-dir "$work/bad" >/dev/null 2>&1 && fail "--recipe nvfp5 accepted"
+	"$train" $args --precision bf16 --recipe mxfp8 --log-dir "$work/bad" >/dev/null 2>&1 &&
+		fail "--recipe mxfp8 accepted with --precision bf16"
+	echo "ok: only delayed scaling is hurt; MXFP8 confines the outlier to its blocks"
 	;;
 *)
 	fail "unknown mode $mode"

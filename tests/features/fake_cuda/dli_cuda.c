@@ -58,6 +58,14 @@ static int fake_add(void *dacc, const struct dli_tensor *t, const struct dli_fp8
 	struct dli_stats_record *r = &a->r;
 	for (int64_t i = 0; i < n; i++) {
 		double v = x[i], d = v - r->mean;
+		/* The non-finite counts, as the real backend keeps them (DetectNonFinite reads them);
+		 * a NaN joins no other term. */
+		r->inf_count += isinf(v) != 0;
+		if (isnan(v)) {
+			r->count++;
+			r->nan_count++;
+			continue;
+		}
 		r->count++;
 		r->mean += d / (double)r->count;
 		r->m2 += d * (v - r->mean);

@@ -1,0 +1,654 @@
+/* MXFP8's row-wise quantize-and-compare pass with AVX2 (8 lanes). A block of 32 finite values
+ * whose amax lies in [2^-60, 2^60] goes through vector steps: its scale is a power of two, so
+ * s = |x| * 2^(127 - e) is exact, the FP8 rounding of s is the float trick of fp8-avx2.c (add and
+ * subtract 2^(exponent + 23 - mbits), exponent clamped to the format's normals, s clamped to its
+ * max), and dq = r * 2^(e - 127) is exact too; the terms are sums of non-negative products (x and
+ * dq share their sign), summed in float lanes and widened to double every few blocks. Every other
+ * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the scalar
+ * reference. Compiled with AVX2, FMA and F16C flags. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "mx-private.h"
+
+#define INLINE static inline __attribute__((always_inline))
+/* Blocks summed in float lanes before the sums go to double: 4 terms a lane a block, so at most
+ * 64 terms a lane, and non-negative terms keep the float sums within 64 * 2^-24 of exact. */
+#define FLUSH_BLOCKS 16
+
+struct lanes {
+	__m256 err, dot, dqs, xs;
+	__m256i under, over;
+};
+
+struct consts {
+	__m256i absmask, maxbits, expmask, emin, cadd;
+	__m256 maxrcp;   /* float(1 / fp8_max) */
+	__m256i emin_c;  /* the normals' smallest exponent plus 23 - mbits, in the exponent field */
+	__m256 half_sub; /* half the format's smallest subnormal */
+};
+
+/* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
+ * reciprocals and scales computed in its lanes, and each block's broadcast from there, so that
+ * no scalar work sits between two blocks. */
+#define BATCH 8
+
+INLINE __m256d widen(__m256 v)
+{
+	return _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v)),
+			     _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+}
+
+INLINE double reduce_pd(__m256d v)
+{
+	__m128d h = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+	return _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+}
+
+INLINE uint64_t sum_epi32(__m256i v)
+{
+	int32_t l[8];
+	uint64_t s = 0;
+
+	_mm256_storeu_si256((__m256i *)l, v);
+	for (int i = 0; i < 8; i++)
+		s += (uint32_t)l[i];
+	return s;
+}
+
+INLINE uint32_t hmax_epu32(__m256i v)
+{
+	__m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+	m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+	return (uint32_t)_mm_cvtsi128_si32(m);
+}
+
+/* The 32 magnitudes of a block as float bits, in four vectors (lane order does not matter: the
+ * block's terms are sums). */
+INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i a[4])
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		/* 16 bf16 a load: the even ones shifted up, the odd ones masked. */
+		for (int h = 0; h < 2; h++) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+			a[2 * h] = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
+			a[2 * h + 1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+		}
+		return;
+	}
+	for (int h = 0; h < 4; h++) {
+		__m256 x = dtype == DLI_DTYPE_F32
+				   ? _mm256_loadu_ps((const float *)p + 8 * h)
+				   : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + h));
+		a[h] = _mm256_and_si256(_mm256_castps_si256(x), k->absmask);
+	}
+}
+
+INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
+{
+	__m256 xa = _mm256_castsi256_ps(a);
+	__m256 s = _mm256_mul_ps(xa, rcp);
+	__m256i sb = _mm256_castps_si256(s);
+	__m256i ac = _mm256_min_epi32(sb, k->maxbits); /* saturation */
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(ac, k->expmask), k->emin); /* subnormal grid */
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->cadd));
+	__m256 r = _mm256_sub_ps(_mm256_add_ps(_mm256_castsi256_ps(ac), c), c);
+	__m256 dq = _mm256_mul_ps(r, si);
+	__m256 d = _mm256_sub_ps(xa, dq);
+	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+	__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+
+	l->err = _mm256_fmadd_ps(d, d, l->err);
+	l->dot = _mm256_fmadd_ps(xa, dq, l->dot);
+	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
+	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+	l->under = _mm256_sub_epi32(l->under, _mm256_andnot_si256(xz, rz));
+	l->over = _mm256_sub_epi32(l->over, _mm256_cmpgt_epi32(sb, k->maxbits));
+}
+
+/* The eight maxima of eight vectors, m[k]'s in lane k: a transpose by unpacks, max at each level. */
+INLINE __m256i hmax8(const __m256i m[8])
+{
+	__m256i t[4], u[2];
+	for (int i = 0; i < 4; i++)
+		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
+					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	for (int i = 0; i < 2; i++)
+		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+	return _mm256_max_epu32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
+				_mm256_permute2x128_si256(u[0], u[1], 0x31));
+}
+
+/* One step without the saturation and overflow count (a batch is taken only when no block's
+ * largest element scales above fp8_max) and without sum x dq (flush derives it). s = |x| rcp is
+ * normal or below the format's normals, and its exponent is |x|'s plus log2(rcp): the rounding
+ * constant C = 2^(max(that, emin) + 23 - mbits) comes from |x|'s bits (`delta` is log2(rcp) and
+ * the 23 - mbits in the exponent field; emin has the latter too), and s + C rounds in one FMA.
+ * When `under`, the lanes count underflows: (r == 0) - (x == 0), an x of 0 giving r = 0. */
+INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, __m256i delta, const struct consts *k,
+		      bool under, struct lanes *l)
+{
+	__m256 xa = _mm256_castsi256_ps(a);
+	__m256i e = _mm256_max_epi32(_mm256_add_epi32(_mm256_and_si256(a, k->expmask), delta),
+				     k->emin_c);
+	__m256 c = _mm256_castsi256_ps(e);
+	__m256 r = _mm256_sub_ps(_mm256_fmadd_ps(xa, rcp, c), c);
+	__m256 dq = _mm256_mul_ps(r, si);
+	__m256 d = _mm256_fnmadd_ps(r, si, xa);
+
+	l->err = _mm256_fmadd_ps(d, d, l->err);
+	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
+	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+	if (under) {
+		__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+		__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+	}
+}
+
+/* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
+ * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). */
+struct fast_sums {
+	struct lanes l;
+	__m256d err, dqs, xs;
+	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
+};
+
+/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns false,
+ * having added nothing, when a block needs the one-block path: an amax that is 0, NaN, inf or
+ * outside [2^-60, 2^60], or that scales above fp8_max. */
+INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
+		  struct fast_sums *f)
+{
+	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
+	for (int b = 0; b < BATCH; b++) {
+		__m256i a[4];
+		load_abs(p + b * bstride, dtype, k, a);
+		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
+		/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+		for (int h = 0; h < 4; h++)
+			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+	}
+	__m256i amax = hmax8(m);
+	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
+	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
+	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
+	/* the code: v = amax * float(1 / fp8_max) (a normal float here), its exponent field,
+	 * plus 1 when its mantissa is nonzero */
+	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
+	__m256i e = _mm256_srli_epi32(v, 23);
+	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
+					_mm256_setzero_si256());
+	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
+	__m256 rcp = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+	__m256 si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+	/* the largest element scaled: above fp8_max only by the rounding of v */
+	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
+	if (!_mm256_testz_si256(bad, bad))
+		return false;
+	f->emin_seen = _mm256_min_epu32(f->emin_seen, e);
+	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
+	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
+	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
+	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
+	 * it, a tie, would round to the even 0). */
+	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
+	__m256 rcpmin = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), emax8), 23));
+	__m256i lmin = _mm256_min_epu32(lowm, _mm256_permute2x128_si256(lowm, lowm, 0x01));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0x4e));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
+	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
+	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
+	bool under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
+	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
+	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
+					 k->cadd);
+	for (int b = 0; b < BATCH; b++) {
+		__m256i a[4], idx = _mm256_set1_epi32(b);
+		__m256 rb = _mm256_permutevar8x32_ps(rcp, idx), sb = _mm256_permutevar8x32_ps(si, idx);
+		__m256i db = _mm256_permutevar8x32_epi32(delta, idx);
+		load_abs(p + b * bstride, dtype, k, a);
+		if (under)
+			for (int h = 0; h < 4; h++)
+				step_fast(a[h], rb, sb, db, k, true, &f->l);
+		else
+			for (int h = 0; h < 4; h++)
+				step_fast(a[h], rb, sb, db, k, false, &f->l);
+	}
+	return true;
+}
+
+INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
+{
+	acc[0] = _mm256_add_pd(acc[0], widen(l->err));
+	acc[1] = _mm256_add_pd(acc[1], widen(l->dot));
+	acc[2] = _mm256_add_pd(acc[2], widen(l->dqs));
+	acc[3] = _mm256_add_pd(acc[3], widen(l->xs));
+	t->under += sum_epi32(l->under);
+	t->over += sum_epi32(l->over);
+	l->err = l->dot = l->dqs = l->xs = _mm256_setzero_ps();
+	l->under = l->over = _mm256_setzero_si256();
+}
+
+/* One full block by the one-block path: the scalar code, the vector steps with saturation and
+ * overflow counts, or nothing but its count for zeros. */
+INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char *p, int64_t idx,
+		      const struct consts *k, struct lanes *l, __m256d acc[4], int *pending,
+		      uint64_t *count, struct mx_terms *t)
+{
+	__m256i a[4];
+	load_abs(p, dtype, k, a);
+	uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+							 _mm256_max_epu32(a[2], a[3])));
+	uint32_t block_n = DLI_MX_BLOCK; /* the elements compared: the finite ones */
+	if (amax_bits >= 0x7f800000u) {
+		/* NaN or an infinity. They are left out of every term (the main pass counts them):
+		 * their lanes are zeroed, and the amax is that of the finite values, plus inf. */
+		__m256i finm = _mm256_set1_epi32(0x7f7fffff), fmax8 = _mm256_setzero_si256();
+		unsigned nonfinite = 0;
+		bool inf = false;
+		for (int h = 0; h < 4; h++) {
+			__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+			inf = inf || !_mm256_testz_si256(
+					     _mm256_cmpeq_epi32(a[h], _mm256_set1_epi32(0x7f800000)),
+					     _mm256_set1_epi32(-1));
+			nonfinite += (unsigned)__builtin_popcount(
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+			a[h] = _mm256_andnot_si256(nf, a[h]);
+			fmax8 = _mm256_max_epu32(fmax8, a[h]);
+		}
+		uint32_t fmax_bits = hmax_epu32(fmax8);
+		if (fmax_bits != 0 && (fmax_bits > 0x5d800000u || fmax_bits < 0x21800000u)) {
+			dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+			return;
+		}
+		block_n = DLI_MX_BLOCK - nonfinite;
+		if (inf) {
+			/* Code 0xfe: every finite x is scaled by 2^-127, far below the format's
+			 * subnormals from |x| <= 2^60, so each nonzero one underflows to a zero dq:
+			 * err and x^2 are both x^2. */
+			double sid = dli_mx_scale_inv(0xfe);
+			if (sid < t->lo)
+				t->lo = sid;
+			if (sid > t->hi)
+				t->hi = sid;
+			for (int h = 0; h < 4; h++) {
+				__m256 xa = _mm256_castsi256_ps(a[h]);
+				__m256i xz = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
+				l->err = _mm256_fmadd_ps(xa, xa, l->err);
+				l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+				/* nonzero finite lanes; the zeroed non-finite ones count as zeros */
+				l->under = _mm256_add_epi32(l->under, _mm256_set1_epi32(1));
+				l->under = _mm256_add_epi32(l->under, xz);
+			}
+			*count += block_n;
+			if (++*pending == FLUSH_BLOCKS) {
+				flush(l, acc, t);
+				*pending = 0;
+			}
+			return;
+		}
+		amax_bits = fmax_bits;
+	}
+	if (amax_bits == 0) { /* all zeros: nothing to add but the count */
+		*count += block_n;
+		return;
+	}
+	/* Magnitudes whose squares a float would lose: the scalar reference, in double. */
+	if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
+		dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+		return;
+	}
+	float amax;
+	memcpy(&amax, &amax_bits, sizeof(amax));
+	uint8_t e = dli_mx_e8m0(amax, ps->format);
+	double sid = dli_mx_scale_inv(e);
+	__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
+	if (sid < t->lo)
+		t->lo = sid;
+	if (sid > t->hi)
+		t->hi = sid;
+	for (int h = 0; h < 4; h++)
+		step(a[h], rcp, si, k, l);
+	*count += block_n;
+	if (++*pending == FLUSH_BLOCKS) {
+		flush(l, acc, t);
+		*pending = 0;
+	}
+}
+
+INLINE void flush_fast(struct fast_sums *f, struct mx_terms *t)
+{
+	f->err = _mm256_add_pd(f->err, widen(f->l.err));
+	f->dqs = _mm256_add_pd(f->dqs, widen(f->l.dqs));
+	f->xs = _mm256_add_pd(f->xs, widen(f->l.xs));
+	t->under += sum_epi32(f->l.under);
+	f->l.err = f->l.dqs = f->l.xs = _mm256_setzero_ps();
+	f->l.under = _mm256_setzero_si256();
+}
+
+INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
+		      struct mx_terms *t)
+{
+	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+										  : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+	};
+	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
+	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0],
+			      .emin_seen = _mm256_set1_epi32(255),
+			      .emax_seen = _mm256_setzero_si256()};
+	int pending = 0, fast_pending = 0;
+	uint64_t count = 0;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *row = ps->data + (size_t)(r * cols) * sz;
+		int64_t c = 0;
+		for (; c + BATCH * DLI_MX_BLOCK <= full; c += BATCH * DLI_MX_BLOCK) {
+			const char *p = row + (size_t)c * sz;
+			for (size_t i = 0; i < BATCH * bstride; i += 64)
+				_mm_prefetch(p + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			if (batch(p, dtype, bstride, &k, &f)) {
+				count += BATCH * DLI_MX_BLOCK;
+				/* 32 terms a lane a batch: two batches, then double */
+				if (++fast_pending == 2) {
+					flush_fast(&f, t);
+					fast_pending = 0;
+				}
+				continue;
+			}
+			for (int b = 0; b < BATCH; b++)
+				one_block(ps, dtype, p + b * bstride, r * cols + c + b * DLI_MX_BLOCK,
+					  &k, &l, acc, &pending, &count, t);
+		}
+		for (; c < full; c += DLI_MX_BLOCK)
+			one_block(ps, dtype, row + (size_t)c * sz, r * cols + c, &k, &l, acc,
+				  &pending, &count, t);
+		if (full < cols)
+			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
+	}
+	flush(&l, acc, t);
+	flush_fast(&f, t);
+	t->count += count;
+	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
+	t->err += reduce_pd(acc[0]) + ferr;
+	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
+	t->dqs += reduce_pd(acc[2]) + fdqs;
+	t->xs += reduce_pd(acc[3]) + fxs;
+	uint32_t emax = hmax_epu32(f.emax_seen);
+	if (emax) { /* a fast batch ran: its codes are 1 .. 254, never 0 */
+		__m256i inv = _mm256_xor_si256(f.emin_seen, _mm256_set1_epi32(-1));
+		uint32_t emin = ~hmax_epu32(inv);
+		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
+		if (lo < t->lo)
+			t->lo = lo;
+		if (hi > t->hi)
+			t->hi = hi;
+	}
+}
+
+/* 8 columns of one row as float magnitude bits: f32 and f16 by 8 consecutive elements; bf16 by
+ * 16, as two vectors (even and odd columns), so `wide` groups hold 16 columns. */
+INLINE void load_cols(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i *a0,
+		      __m256i *a1)
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		__m256i w = _mm256_loadu_si256((const __m256i *)p);
+		*a0 = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
+		*a1 = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+		return;
+	}
+	__m256 x = dtype == DLI_DTYPE_F32 ? _mm256_loadu_ps((const float *)p)
+					  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	*a0 = _mm256_and_si256(_mm256_castps_si256(x), k->absmask);
+	*a1 = _mm256_setzero_si256();
+}
+
+/* The codes of eight column blocks whose amaxes are in `amax`: the reciprocals and scales, and
+ * whether any lane needs the scalar path (0, NaN, inf, outside [2^-60, 2^60], or scaling above
+ * fp8_max). */
+INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m256 *si,
+			__m256i *e_out)
+{
+	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
+	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
+	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
+	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
+					_mm256_setzero_si256());
+	__m256i e = _mm256_add_epi32(_mm256_add_epi32(_mm256_srli_epi32(v, 23), mz),
+				     _mm256_set1_epi32(1));
+	*rcp = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+	*si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), *rcp));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
+	*e_out = e;
+	return _mm256_testz_si256(bad, bad);
+}
+
+/* COMPARE of rows [r0, r1) (whole strips of 32 rows but the tensor's last), column-wise blocks:
+ * eight (bf16: sixteen) columns at a time, one column block a lane, so each lane has its own
+ * scale and nothing is broadcast. */
+INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
+		      struct mx_terms *t)
+{
+	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+										  : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+	};
+	const size_t sz = dli_dtype_size(dtype);
+	const int64_t cols = ps->cols, group = dtype == DLI_DTYPE_BF16 ? 16 : 8;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	__m256i emin_seen = _mm256_set1_epi32(255), emax_seen = _mm256_setzero_si256();
+	uint64_t count = 0;
+
+	for (int64_t r = r0; r < r1; r += DLI_MX_BLOCK) {
+		int64_t m = r1 - r < DLI_MX_BLOCK ? r1 - r : DLI_MX_BLOCK;
+		int64_t c = 0;
+		for (; m == DLI_MX_BLOCK && c + group <= cols; c += group) {
+			const char *p = ps->data + (size_t)(r * cols + c) * sz;
+			const size_t stride = (size_t)cols * sz;
+			__m256i m0 = _mm256_setzero_si256(), m1 = m0, a0, a1;
+			for (int i = 0; i < DLI_MX_BLOCK; i++) {
+				load_cols(p + i * stride, dtype, &k, &a0, &a1);
+				m0 = _mm256_max_epu32(m0, a0);
+				m1 = _mm256_max_epu32(m1, a1);
+			}
+			__m256 rcp0, si0, rcp1, si1;
+			__m256i e0, e1;
+			bool ok = lane_scales(m0, &k, &rcp0, &si0, &e0);
+			if (dtype == DLI_DTYPE_BF16)
+				ok = ok && lane_scales(m1, &k, &rcp1, &si1, &e1);
+			if (!ok) {
+				for (int64_t j = c; j < c + group; j++)
+					dli_mx_block_scalar(ps, r * cols + j, cols, DLI_MX_BLOCK, t);
+				continue;
+			}
+			emin_seen = _mm256_min_epu32(emin_seen, e0);
+			emax_seen = _mm256_max_epu32(emax_seen, e0);
+			if (dtype == DLI_DTYPE_BF16) {
+				emin_seen = _mm256_min_epu32(emin_seen, e1);
+				emax_seen = _mm256_max_epu32(emax_seen, e1);
+			}
+			for (int i = 0; i < DLI_MX_BLOCK; i++) {
+				load_cols(p + i * stride, dtype, &k, &a0, &a1);
+				step(a0, rcp0, si0, &k, &l);
+				if (dtype == DLI_DTYPE_BF16)
+					step(a1, rcp1, si1, &k, &l);
+			}
+			count += (uint64_t)(DLI_MX_BLOCK * group);
+			/* 32 (bf16: 64) terms a lane: to double now */
+			flush(&l, acc, t);
+		}
+		for (; c < cols; c++)
+			dli_mx_block_scalar(ps, r * cols + c, cols, m, t);
+	}
+	t->count += count;
+	t->err += reduce_pd(acc[0]);
+	t->dot += reduce_pd(acc[1]);
+	t->dqs += reduce_pd(acc[2]);
+	t->xs += reduce_pd(acc[3]);
+	uint32_t emax = hmax_epu32(emax_seen);
+	if (emax) { /* a vector group ran: its codes are 1 .. 254 */
+		uint32_t emin = ~hmax_epu32(_mm256_xor_si256(emin_seen, _mm256_set1_epi32(-1)));
+		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
+		if (lo < t->lo)
+			t->lo = lo;
+		if (hi > t->hi)
+			t->hi = hi;
+	}
+}
+
+void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		cols_avx2(ps, DLI_DTYPE_F32, r0, r1, t);
+		break;
+	case DLI_DTYPE_F16:
+		cols_avx2(ps, DLI_DTYPE_F16, r0, r1, t);
+		break;
+	default:
+		cols_avx2(ps, DLI_DTYPE_BF16, r0, r1, t);
+		break;
+	}
+}
+
+/* FP8 block scaling's 128 x 128 tiles with power-of-two scales: the same exact-scaling argument
+ * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). */
+static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
+		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		     struct mx_terms *t)
+{
+	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.absmask = _mm256_set1_epi32(0x7fffffff),
+		.maxbits = _mm256_set1_epi32((int)(format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
+									     : 0x47600000u)),
+		.expmask = _mm256_set1_epi32(0x7f800000),
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+	};
+	const size_t sz = dli_dtype_size(dtype);
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	uint64_t count = 0;
+
+	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
+		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
+			scalar_tile(ctx, r0, c0);
+			continue;
+		}
+		__m256i m = _mm256_setzero_si256();
+		for (int64_t r = r0; r < r1; r++) {
+			const char *p = data + (size_t)(r * cols + c0) * sz;
+			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+				__m256i a[4];
+				load_abs(p + (size_t)j * sz, dtype, &k, a);
+				m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+									 _mm256_max_epu32(a[2], a[3])));
+			}
+		}
+		uint32_t amax_bits = hmax_epu32(m);
+		if (amax_bits != 0 && (amax_bits > 0x5d800000u || amax_bits < 0x21800000u)) {
+			scalar_tile(ctx, r0, c0); /* NaN, inf, or beyond the float lanes' range */
+			continue;
+		}
+		float amax;
+		memcpy(&amax, &amax_bits, sizeof(amax));
+		float scale = dli_fp8b_scale(amax, format, dtype, true), si = 1.0f / scale;
+		if (si < t->lo)
+			t->lo = si;
+		if (si > t->hi)
+			t->hi = si;
+		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK);
+		if (amax_bits == 0)
+			continue;
+		__m256 rcpv = _mm256_set1_ps(scale), siv = _mm256_set1_ps(si);
+		for (int64_t r = r0; r < r1; r++) {
+			const char *p = data + (size_t)(r * cols + c0) * sz;
+			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+				__m256i a[4];
+				load_abs(p + (size_t)j * sz, dtype, &k, a);
+				for (int h = 0; h < 4; h++)
+					step(a[h], rcpv, siv, &k, &l);
+			}
+			if ((r - r0) % 4 == 3) /* 64 terms a lane, then double */
+				flush(&l, acc, t);
+		}
+		flush(&l, acc, t);
+	}
+	t->count += count;
+	t->err += reduce_pd(acc[0]);
+	t->dot += reduce_pd(acc[1]);
+	t->dqs += reduce_pd(acc[2]);
+	t->xs += reduce_pd(acc[3]);
+}
+
+void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		       struct mx_terms *t)
+{
+	switch (dtype) {
+	case DLI_DTYPE_F32:
+		fb_strip(data, DLI_DTYPE_F32, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	case DLI_DTYPE_F16:
+		fb_strip(data, DLI_DTYPE_F16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	default:
+		fb_strip(data, DLI_DTYPE_BF16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	}
+}
+
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		rows_avx2(ps, DLI_DTYPE_F32, r0, r1, t);
+		break;
+	case DLI_DTYPE_F16:
+		rows_avx2(ps, DLI_DTYPE_F16, r0, r1, t);
+		break;
+	default:
+		rows_avx2(ps, DLI_DTYPE_BF16, r0, r1, t);
+		break;
+	}
+}

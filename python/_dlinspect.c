@@ -1,0 +1,1786 @@
+/* dlinspect._dlinspect: the CPython binding over the core (docs/python.md). One global context, as
+ * nvdlfw_inspect's debug_api has; layer handles that cost a pointer check and a C call on the
+ * no-op path; tensors read in place through DLPack, the buffer protocol or numpy's array
+ * interface, and never kept past the call. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlinspect/dlinspect.h>
+
+#include "context-private.h"
+#include "kernels-private.h"
+#include "loader-private.h"
+#include "registry-private.h"
+
+#include "dlpack.h"
+
+/* ---- Module state ---- */
+
+static struct dli_context *g_ctx;
+/* Bumped by every initialize and end_debug: a Layer made under another generation looks its
+ * handle up again (or answers defaults when no context is open). */
+static uint64_t g_gen = 1;
+static PyObject *g_layers;     /* dict: layer name -> Layer, for the current context */
+static PyObject *g_tensor_ids; /* dict: tensor name -> id, for the current context */
+static PyObject *g_error;        /* dlinspect.Error */
+static PyObject *g_config_error; /* dlinspect.ConfigError(Error) */
+
+static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
+static const char *const std_tensor_names[DLI_TENSOR_STANDARD_COUNT] = {
+	"activation", "gradient", "weight", "output", "wgrad", "dgrad"};
+static PyObject *g_gemm_str[DLI_GEMM_COUNT];                /* interned */
+static PyObject *g_tensor_str[DLI_TENSOR_STANDARD_COUNT]; /* interned */
+static PyObject *g_str_dlpack, *g_str_dlpack_device, *g_str_array_interface, *g_str_dtype,
+	*g_str_name, *g_kw_stream_version, *g_kw_stream, *g_max_version;
+
+/* ---- Errors ---- */
+
+/* Raises dlinspect.Error (or ConfigError when a config file or text is involved) from `err`. */
+static PyObject *raise_dli_error(const struct dli_error *err, int rc)
+{
+	bool config = err->file[0] != '\0';
+	PyObject *type = config ? g_config_error : g_error;
+	const char *msg = err->message[0] ? err->message : strerror(-rc);
+	PyObject *exc = PyObject_CallFunction(type, "s", msg);
+	if (!exc)
+		return NULL;
+	PyObject *code = PyLong_FromLong(rc);
+	int bad = !code || PyObject_SetAttrString(exc, "code", code);
+	Py_XDECREF(code);
+	if (!bad && config) {
+		/* `message` without the "file:line:column: " prefix, which the three fields hold. */
+		const char *bare = msg;
+		char prefix[600];
+		snprintf(prefix, sizeof prefix, "%s:%d:%d: ", err->file, err->line, err->column);
+		if (!strncmp(bare, prefix, strlen(prefix)))
+			bare += strlen(prefix);
+		PyObject *file = PyUnicode_DecodeFSDefault(err->file);
+		PyObject *line = PyLong_FromLong(err->line);
+		PyObject *col = PyLong_FromLong(err->column);
+		PyObject *m = PyUnicode_FromString(bare);
+		bad = !file || !line || !col || !m || PyObject_SetAttrString(exc, "file", file) ||
+		      PyObject_SetAttrString(exc, "line", line) ||
+		      PyObject_SetAttrString(exc, "column", col) ||
+		      PyObject_SetAttrString(exc, "message", m);
+		Py_XDECREF(file);
+		Py_XDECREF(line);
+		Py_XDECREF(col);
+		Py_XDECREF(m);
+	} else if (!bad) {
+		PyObject *m = PyUnicode_FromString(msg);
+		bad = !m || PyObject_SetAttrString(exc, "message", m);
+		Py_XDECREF(m);
+	}
+	if (!bad)
+		PyErr_SetObject(type, exc);
+	Py_DECREF(exc);
+	return NULL;
+}
+
+/* A failed call that returns a code: the core's per-thread text names layer, tensor and why. */
+static PyObject *raise_call_error(const char *what, int rc)
+{
+	struct dli_error err;
+	memset(&err, 0, sizeof err);
+	err.code = rc;
+	const char *last = dli_last_error(g_ctx);
+	if (last && *last)
+		snprintf(err.message, sizeof err.message, "%s", last);
+	else
+		snprintf(err.message, sizeof err.message, "%s failed: %s", what, strerror(-rc));
+	return raise_dli_error(&err, rc);
+}
+
+/* ---- Argument parsing (vectorcall) ---- */
+
+/* Fills out[0..nmax) from positional and keyword arguments; missing optional ones are NULL.
+ * The no-keyword case is a copy loop. */
+static int parse_args(const char *fn, const char *const *names, Py_ssize_t nreq, Py_ssize_t nmax,
+		      PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **out)
+{
+	if (nargs > nmax) {
+		PyErr_Format(PyExc_TypeError, "%s() takes at most %zd positional arguments (%zd given)",
+			     fn, nmax, nargs);
+		return -1;
+	}
+	Py_ssize_t i;
+	for (i = 0; i < nargs; i++)
+		out[i] = args[i];
+	for (; i < nmax; i++)
+		out[i] = NULL;
+	if (kwnames) {
+		Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+		for (Py_ssize_t k = 0; k < nkw; k++) {
+			PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+			Py_ssize_t j;
+			for (j = 0; j < nmax; j++)
+				if (PyUnicode_CompareWithASCIIString(key, names[j]) == 0)
+					break;
+			if (j == nmax) {
+				PyErr_Format(PyExc_TypeError, "%s() got an unexpected keyword argument '%U'",
+					     fn, key);
+				return -1;
+			}
+			if (out[j]) {
+				PyErr_Format(PyExc_TypeError, "%s() got multiple values for argument '%s'",
+					     fn, names[j]);
+				return -1;
+			}
+			out[j] = args[nargs + k];
+		}
+	}
+	for (i = 0; i < nreq; i++)
+		if (!out[i]) {
+			PyErr_Format(PyExc_TypeError, "%s() missing required argument '%s'", fn, names[i]);
+			return -1;
+		}
+	return 0;
+}
+
+static inline bool is_none(PyObject *o)
+{
+	return !o || o == Py_None;
+}
+
+/* ---- Names ---- */
+
+static int gemm_of(PyObject *name)
+{
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		if (name == g_gemm_str[g])
+			return g;
+	if (!PyUnicode_Check(name)) {
+		PyErr_Format(PyExc_TypeError, "gemm must be a str ('fprop', 'dgrad' or 'wgrad'), not %.100s",
+			     Py_TYPE(name)->tp_name);
+		return -1;
+	}
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		if (PyUnicode_CompareWithASCIIString(name, gemm_names[g]) == 0)
+			return g;
+	PyErr_Format(PyExc_ValueError, "unknown gemm '%U': expected 'fprop', 'dgrad' or 'wgrad'", name);
+	return -1;
+}
+
+/* A tensor name's id (-1: a name nothing selects), or -2 with an exception set. Standard names
+ * passed as literals are interned, so they match by pointer; others hit the per-context cache. */
+static int tensor_of(PyObject *name)
+{
+	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
+		if (name == g_tensor_str[t])
+			return t;
+	if (!PyUnicode_Check(name)) {
+		PyErr_Format(PyExc_TypeError, "tensor name must be a str, not %.100s",
+			     Py_TYPE(name)->tp_name);
+		return -2;
+	}
+	PyObject *v = PyDict_GetItemWithError(g_tensor_ids, name);
+	if (v)
+		return (int)PyLong_AsLong(v);
+	if (PyErr_Occurred())
+		return -2;
+	const char *s = PyUnicode_AsUTF8(name);
+	if (!s)
+		return -2;
+	int id = g_ctx ? dli_tensor_id(g_ctx, s) : dli_tensor_id(NULL, s);
+	PyObject *idobj = PyLong_FromLong(id);
+	if (!idobj || PyDict_SetItem(g_tensor_ids, name, idobj)) {
+		Py_XDECREF(idobj);
+		return -2;
+	}
+	Py_DECREF(idobj);
+	return id;
+}
+
+/* ---- Layer ---- */
+
+typedef struct {
+	PyObject_HEAD
+	struct dli_layer *layer; /* NULL: no context (answers defaults) */
+	uint64_t gen;
+	PyObject *name;
+} LayerObject;
+
+static PyTypeObject LayerType;
+
+/* The handle for the current context: looked up again after initialize/end_debug. Returns 0 with
+ * *out NULL when no context is open, -1 with an exception set when the core refuses the name. */
+static int layer_refresh(LayerObject *self)
+{
+	self->layer = NULL;
+	self->gen = g_gen;
+	if (!g_ctx)
+		return 0;
+	const char *s = PyUnicode_AsUTF8(self->name);
+	if (!s)
+		return -1;
+	struct dli_error err;
+	int rc = dli_layer_get(g_ctx, s, &self->layer, &err);
+	if (rc) {
+		self->gen = 0;
+		raise_dli_error(&err, rc);
+		return -1;
+	}
+	return 0;
+}
+
+static inline int layer_handle(LayerObject *self, struct dli_layer **out)
+{
+	if (self->gen != g_gen && layer_refresh(self))
+		return -1;
+	*out = self->layer;
+	return 0;
+}
+
+/* The Layer object for `obj` (a Layer or a name), borrowed; NULL with an exception set. */
+static LayerObject *layer_from(PyObject *obj)
+{
+	if (Py_TYPE(obj) == &LayerType)
+		return (LayerObject *)obj;
+	if (!PyUnicode_Check(obj)) {
+		PyErr_Format(PyExc_TypeError, "layer_name must be a str or a dlinspect.Layer, not %.100s",
+			     Py_TYPE(obj)->tp_name);
+		return NULL;
+	}
+	PyObject *l = PyDict_GetItemWithError(g_layers, obj);
+	if (l)
+		return (LayerObject *)l;
+	if (PyErr_Occurred())
+		return NULL;
+	LayerObject *self = PyObject_New(LayerObject, &LayerType);
+	if (!self)
+		return NULL;
+	Py_INCREF(obj);
+	self->name = obj;
+	self->gen = 0;
+	self->layer = NULL;
+	if (layer_refresh(self) || PyDict_SetItem(g_layers, obj, (PyObject *)self)) {
+		Py_DECREF(self);
+		return NULL;
+	}
+	Py_DECREF(self); /* the dict holds it */
+	return self;
+}
+
+static void layer_dealloc(LayerObject *self)
+{
+	Py_XDECREF(self->name);
+	PyObject_Free(self);
+}
+
+static PyObject *layer_repr(LayerObject *self)
+{
+	return PyUnicode_FromFormat("dlinspect.layer(%R)", self->name);
+}
+
+/* ---- Answers ---- */
+
+static PyObject *answer(bool on, int64_t next, PyObject *want_next)
+{
+	if (is_none(want_next) || want_next == Py_False) {
+		PyObject *r = on ? Py_True : Py_False;
+		Py_INCREF(r);
+		return r;
+	}
+	return Py_BuildValue("(OL)", on ? Py_True : Py_False, (long long)next);
+}
+
+/* An `iteration` argument (TransformerEngine passes its own count) must be the context's. */
+static int check_iteration(PyObject *it)
+{
+	if (is_none(it) || !g_ctx)
+		return 0;
+	long long v = PyLong_AsLongLong(it);
+	if (v == -1 && PyErr_Occurred())
+		return -1;
+	long long cur = (long long)dli_iteration_get(g_ctx);
+	if (v != cur) {
+		PyErr_Format(PyExc_ValueError,
+			     "iteration=%lld, but dlinspect is at iteration %lld: dlinspect answers for its "
+			     "own iteration (dlinspect.step() advances it, initialize_training_step() sets it)",
+			     v, cur);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- Tensors ---- */
+
+struct view {
+	struct dli_tensor t;
+	PyObject *capsule;  /* a consumed DLPack capsule (renamed), or NULL */
+	void *managed;      /* its DLManagedTensor(Versioned) */
+	bool versioned;
+	Py_buffer buf;
+	bool has_buf;
+	void *copy;         /* the contiguous copy of a strided CPU tensor, or NULL */
+	PyObject *keep;     /* an object to release with the view (the array interface dict) */
+	PyObject *detached; /* obj.detach() of a torch tensor that requires grad */
+};
+
+static void view_release(struct view *v)
+{
+	PyMem_Free(v->copy);
+	v->copy = NULL;
+	if (v->has_buf)
+		PyBuffer_Release(&v->buf);
+	v->has_buf = false;
+	if (v->managed) {
+		/* The consumer owns a consumed capsule's tensor and calls its deleter. */
+		if (v->versioned) {
+			struct dli_dl_managed_versioned *m = v->managed;
+			if (m->deleter)
+				m->deleter(m);
+		} else {
+			struct dli_dl_managed *m = v->managed;
+			if (m->deleter)
+				m->deleter(m);
+		}
+		v->managed = NULL;
+	}
+	Py_CLEAR(v->capsule);
+	Py_CLEAR(v->keep);
+	Py_CLEAR(v->detached);
+}
+
+static const char *const dtype_names[DLI_DTYPE_COUNT] = {
+	"float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+	"float64", "int8", "uint8", "int32", "int64"};
+
+static PyObject *unsupported_dtype(const char *name, const char *what)
+{
+	PyErr_Format(PyExc_TypeError,
+		     "dlinspect: %s has dtype %s, which dlinspect does not read (it reads float32, "
+		     "float16, bfloat16, float8_e4m3fn, float8_e5m2, float64, int8, uint8, int32, int64)",
+		     what, name);
+	return NULL;
+}
+
+static int dtype_from_dl(struct dli_dl_dtype d, const char *what)
+{
+	char name[48];
+	if (d.lanes == 1) {
+		switch (d.code) {
+		case DLI_DL_FLOAT:
+			if (d.bits == 32) return DLI_DTYPE_F32;
+			if (d.bits == 16) return DLI_DTYPE_F16;
+			if (d.bits == 64) return DLI_DTYPE_F64;
+			break;
+		case DLI_DL_BFLOAT:
+			if (d.bits == 16) return DLI_DTYPE_BF16;
+			break;
+		case DLI_DL_FLOAT8_E4M3FN:
+			if (d.bits == 8) return DLI_DTYPE_F8E4M3;
+			break;
+		case DLI_DL_FLOAT8_E5M2:
+			if (d.bits == 8) return DLI_DTYPE_F8E5M2;
+			break;
+		case DLI_DL_INT:
+			if (d.bits == 8) return DLI_DTYPE_I8;
+			if (d.bits == 32) return DLI_DTYPE_I32;
+			if (d.bits == 64) return DLI_DTYPE_I64;
+			break;
+		case DLI_DL_UINT:
+			if (d.bits == 8) return DLI_DTYPE_U8;
+			break;
+		}
+	}
+	static const char *const codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex",
+					    "bool", "float8_e3m4", "float8_e4m3", "float8_e4m3b11fnuz",
+					    "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2",
+					    "float8_e5m2fnuz"};
+	if (d.code == DLI_DL_BOOL)
+		snprintf(name, sizeof name, "bool");
+	else if (d.code >= DLI_DL_FLOAT8_E3M4 && d.code < sizeof codes / sizeof *codes)
+		snprintf(name, sizeof name, "%s", codes[d.code]);
+	else if (d.code < sizeof codes / sizeof *codes)
+		snprintf(name, sizeof name, "%s%u", codes[d.code], (unsigned)d.bits);
+	else
+		snprintf(name, sizeof name, "DLPack code %u (%u bits)", (unsigned)d.code,
+			 (unsigned)d.bits);
+	if (d.lanes != 1) {
+		size_t n = strlen(name);
+		snprintf(name + n, sizeof name - n, "x%u", (unsigned)d.lanes);
+	}
+	unsupported_dtype(name, what);
+	return -1;
+}
+
+/* struct format codes (native or little-endian, single element) to dtypes. */
+static int dtype_from_format(const char *fmt, Py_ssize_t itemsize, const char *what)
+{
+	const char *f = fmt ? fmt : "B";
+	if (*f == '@' || *f == '=' || *f == '<')
+		f++;
+	if (f[0] && !f[1]) {
+		switch (f[0]) {
+		case 'f': return DLI_DTYPE_F32;
+		case 'd': return DLI_DTYPE_F64;
+		case 'e': return DLI_DTYPE_F16;
+		case 'b': return DLI_DTYPE_I8;
+		case 'B': return DLI_DTYPE_U8;
+		case 'i': case 'l': case 'q': case 'n':
+			if (itemsize == 4) return DLI_DTYPE_I32;
+			if (itemsize == 8) return DLI_DTYPE_I64;
+			break;
+		}
+	}
+	char name[64];
+	snprintf(name, sizeof name, "'%s' (buffer format, %zd bytes)", fmt ? fmt : "B", itemsize);
+	unsupported_dtype(name, what);
+	return -1;
+}
+
+/* numpy dtypes the buffer protocol cannot describe (ml_dtypes' bfloat16 and float8 types), by
+ * their numpy name. */
+static int dtype_from_numpy_name(const char *name)
+{
+	for (int d = 0; d < DLI_DTYPE_COUNT; d++)
+		if (!strcmp(name, dtype_names[d]))
+			return d;
+	return -1;
+}
+
+/* Fills v->t's shape from `shape`/`strides` (strides in bytes when `byte_strides`, else elements;
+ * NULL = contiguous) and makes a contiguous copy of a strided CPU tensor when allowed. */
+static int view_layout(struct view *v, int ndim, const int64_t *shape, const Py_ssize_t *bstrides,
+		       const int64_t *estrides, bool copy_ok, const char *what)
+{
+	if (ndim > DLI_TENSOR_MAX_DIMS) {
+		PyErr_Format(PyExc_ValueError, "dlinspect: %s has %d dimensions; dlinspect reads at most %d",
+			     what, ndim, DLI_TENSOR_MAX_DIMS);
+		return -1;
+	}
+	size_t es = dli_dtype_size(v->t.dtype);
+	int64_t st[DLI_TENSOR_MAX_DIMS]; /* byte strides */
+	v->t.ndim = ndim;
+	bool contiguous = true, empty = false;
+	int64_t expect = (int64_t)es;
+	for (int i = ndim - 1; i >= 0; i--) {
+		v->t.shape[i] = shape[i];
+		st[i] = bstrides ? (int64_t)bstrides[i] : estrides ? estrides[i] * (int64_t)es : expect;
+		if (shape[i] == 0)
+			empty = true;
+		if (shape[i] != 1 && st[i] != expect)
+			contiguous = false;
+		expect *= shape[i];
+	}
+	v->t.contiguous = true;
+	if (contiguous || empty)
+		return 0;
+	if (v->t.device.type != DLI_DEVICE_CPU) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s is not contiguous and is in device memory: pass a contiguous "
+			     "tensor (e.g. t.contiguous())", what);
+		return -1;
+	}
+	if (!copy_ok) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s is not contiguous: an output tensor must be contiguous", what);
+		return -1;
+	}
+	/* A contiguous copy, freed when the call returns (docs/python.md, "Tensors"). */
+	int64_t n = dli_tensor_numel(&v->t);
+	char *dst = PyMem_Malloc(n ? (size_t)n * es : 1);
+	if (!dst) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	int64_t idx[DLI_TENSOR_MAX_DIMS] = {0};
+	const char *base = v->t.data;
+	for (int64_t k = 0; k < n; k++) {
+		int64_t off = 0;
+		for (int i = 0; i < ndim; i++)
+			off += idx[i] * st[i];
+		memcpy(dst + k * (int64_t)es, base + off, es);
+		for (int i = ndim - 1; i >= 0; i--) {
+			if (++idx[i] < shape[i])
+				break;
+			idx[i] = 0;
+		}
+	}
+	v->copy = dst;
+	v->t.data = dst;
+	return 0;
+}
+
+/* The stream a CUDA producer is asked to order its work on: the caller's `stream`, else torch's
+ * current stream when torch is loaded, else the legacy default stream (1, per the protocol). */
+static PyObject *consumer_stream(PyObject *stream, int device_id)
+{
+	if (!is_none(stream)) {
+		Py_INCREF(stream);
+		return stream;
+	}
+	PyObject *modules = PyImport_GetModuleDict();
+	PyObject *torch = PyDict_GetItemString(modules, "torch");
+	PyObject *cuda = torch ? PyObject_GetAttrString(torch, "cuda") : NULL;
+	PyObject *s = cuda ? PyObject_CallMethod(cuda, "current_stream", "i", device_id) : NULL;
+	Py_XDECREF(cuda);
+	PyObject *ptr = s ? PyObject_GetAttrString(s, "cuda_stream") : NULL;
+	Py_XDECREF(s);
+	PyErr_Clear();
+	if (ptr && PyLong_Check(ptr)) {
+		/* 0 is the legacy default stream, which the protocol spells 1. */
+		if (PyLong_AsLongLong(ptr) != 0)
+			return ptr;
+		PyErr_Clear();
+	}
+	Py_XDECREF(ptr);
+	return PyLong_FromLong(1);
+}
+
+/* Reads `obj` in place: DLPack first, then the buffer protocol, then numpy's array interface
+ * (for ml_dtypes arrays, which neither export). `writable`: the caller writes it. */
+static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stream,
+		    const char *what)
+{
+	memset(v, 0, sizeof *v);
+	v->t.device.type = DLI_DEVICE_CPU;
+	PyObject *dl = PyObject_GetAttr(obj, g_str_dlpack);
+	if (dl) {
+		Py_DECREF(dl);
+		int dev_type = DLI_DL_CPU, dev_id = 0;
+		PyObject *dev = PyObject_CallMethodNoArgs(obj, g_str_dlpack_device);
+		if (!dev)
+			return -1;
+		if (!PyArg_ParseTuple(dev, "ii", &dev_type, &dev_id)) {
+			Py_DECREF(dev);
+			return -1;
+		}
+		Py_DECREF(dev);
+		PyObject *cap = NULL;
+		PyObject *s = NULL;
+		bool cuda = dev_type == DLI_DL_CUDA || dev_type == DLI_DL_CUDA_MANAGED;
+		unsigned long long stream_ptr = 1;
+		if (cuda) {
+			if (!(s = consumer_stream(stream, dev_id)))
+				return -1;
+			stream_ptr = PyLong_AsUnsignedLongLong(s);
+			if (PyErr_Occurred()) {
+				Py_DECREF(s);
+				return -1;
+			}
+		}
+		/* obj.__dlpack__(stream=s, max_version=(1, 1)); a producer older than DLPack 1.0
+		 * refuses max_version with a TypeError: ask again without it. */
+		PyObject *callargs[3] = {obj, s ? s : Py_None, g_max_version};
+		cap = PyObject_VectorcallMethod(g_str_dlpack, callargs, 1, g_kw_stream_version);
+		if (!cap && PyErr_ExceptionMatches(PyExc_TypeError)) {
+			PyErr_Clear();
+			if (s)
+				cap = PyObject_VectorcallMethod(g_str_dlpack, callargs, 1, g_kw_stream);
+			else
+				cap = PyObject_CallMethodNoArgs(obj, g_str_dlpack);
+		}
+		Py_XDECREF(s);
+		if (!cap && (PyErr_ExceptionMatches(PyExc_RuntimeError) ||
+			     PyErr_ExceptionMatches(PyExc_BufferError))) {
+			/* torch exports no tensor that requires grad: read its detached view (the same
+			 * memory, no copy), which does not, so this does not recurse further. */
+			PyObject *et, *ev, *etb;
+			PyErr_Fetch(&et, &ev, &etb);
+			PyObject *rg = PyObject_GetAttrString(obj, "requires_grad");
+			int needs = rg ? PyObject_IsTrue(rg) : 0;
+			Py_XDECREF(rg);
+			PyErr_Clear();
+			PyObject *d = needs == 1 ? PyObject_CallMethod(obj, "detach", NULL) : NULL;
+			if (d) {
+				Py_XDECREF(et);
+				Py_XDECREF(ev);
+				Py_XDECREF(etb);
+				int rc = view_get(d, v, writable, stream, what);
+				v->detached = d;
+				return rc;
+			}
+			PyErr_Clear();
+			PyErr_Restore(et, ev, etb);
+		}
+		if (!cap) {
+			/* numpy refuses dtypes DLPack lacks (ml_dtypes' bfloat16, float8) with a
+			 * BufferError: the array interface below still reads them. */
+			if (!PyErr_ExceptionMatches(PyExc_BufferError))
+				return -1;
+			PyErr_Clear();
+			goto no_dlpack;
+		}
+		struct dli_dl_tensor *t;
+		if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+			struct dli_dl_managed_versioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+			if (m->version.major != 1) {
+				PyErr_Format(PyExc_BufferError,
+					     "dlinspect: %s comes as DLPack %u.%u; dlinspect reads 1.x",
+					     what, m->version.major, m->version.minor);
+				Py_DECREF(cap);
+				return -1;
+			}
+			PyCapsule_SetName(cap, "used_dltensor_versioned");
+			v->managed = m;
+			v->versioned = true;
+			t = &m->dl_tensor;
+			if (writable && (m->flags & DLI_DL_FLAG_READ_ONLY)) {
+				v->capsule = cap;
+				PyErr_Format(PyExc_ValueError, "dlinspect: %s is read-only", what);
+				return -1;
+			}
+		} else if (PyCapsule_IsValid(cap, "dltensor")) {
+			struct dli_dl_managed *m = PyCapsule_GetPointer(cap, "dltensor");
+			PyCapsule_SetName(cap, "used_dltensor");
+			v->managed = m;
+			t = &m->dl_tensor;
+		} else {
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s's __dlpack__() returned no unused DLPack capsule", what);
+			Py_DECREF(cap);
+			return -1;
+		}
+		v->capsule = cap;
+		int dt = dtype_from_dl(t->dtype, what);
+		if (dt < 0)
+			return -1;
+		v->t.dtype = dt;
+		switch (t->device.device_type) {
+		case DLI_DL_CPU:
+		case DLI_DL_CUDA_HOST:
+			v->t.device.type = DLI_DEVICE_CPU;
+			break;
+		case DLI_DL_CUDA:
+		case DLI_DL_CUDA_MANAGED:
+			v->t.device.type = DLI_DEVICE_CUDA;
+			v->t.device.index = t->device.device_id;
+			break;
+		default:
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s is on DLPack device type %d; dlinspect reads CPU and "
+				     "CUDA memory", what, (int)t->device.device_type);
+			return -1;
+		}
+		if (v->t.device.type == DLI_DEVICE_CUDA) {
+			/* The producer ordered its work before the stream we named; the core orders its
+			 * own work on that same stream. */
+			v->t.device.stream = stream_ptr == 1 ? NULL : (void *)(uintptr_t)stream_ptr;
+		}
+		v->t.data = (char *)t->data + t->byte_offset;
+		return view_layout(v, t->ndim, t->shape, NULL, t->strides, !writable, what);
+	}
+	if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+		return -1;
+	PyErr_Clear();
+no_dlpack:
+	if (PyObject_GetBuffer(obj, &v->buf,
+			       writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) == 0) {
+		v->has_buf = true;
+		int dt = dtype_from_format(v->buf.format, v->buf.itemsize, what);
+		if (dt < 0)
+			return -1;
+		v->t.dtype = dt;
+		v->t.data = v->buf.buf;
+		int64_t shape[DLI_TENSOR_MAX_DIMS];
+		if (v->buf.ndim > DLI_TENSOR_MAX_DIMS)
+			return view_layout(v, v->buf.ndim, NULL, NULL, NULL, false, what);
+		for (int i = 0; i < v->buf.ndim; i++)
+			shape[i] = v->buf.shape[i];
+		return view_layout(v, v->buf.ndim, shape, v->buf.strides, NULL, !writable, what);
+	}
+	PyObject *buf_err_type, *buf_err, *buf_tb;
+	PyErr_Fetch(&buf_err_type, &buf_err, &buf_tb);
+	/* numpy arrays of ml_dtypes types: the array interface gives pointer, shape and strides,
+	 * the dtype's name says what the bytes are. */
+	PyObject *ai = PyObject_GetAttr(obj, g_str_array_interface);
+	if (!ai || !PyDict_Check(ai)) {
+		Py_XDECREF(ai);
+		PyErr_Clear();
+		if (buf_err_type && !PyErr_GivenExceptionMatches(buf_err_type, PyExc_TypeError)) {
+			PyErr_Restore(buf_err_type, buf_err, buf_tb);
+			return -1;
+		}
+		Py_XDECREF(buf_err_type);
+		Py_XDECREF(buf_err);
+		Py_XDECREF(buf_tb);
+		PyErr_Format(PyExc_TypeError,
+			     "dlinspect: %s must support DLPack (__dlpack__) or the buffer protocol, "
+			     "not %.100s", what, Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	Py_XDECREF(buf_err_type);
+	Py_XDECREF(buf_err);
+	Py_XDECREF(buf_tb);
+	v->keep = ai;
+	PyObject *dtype = PyObject_GetAttr(obj, g_str_dtype);
+	PyObject *dname = dtype ? PyObject_GetAttr(dtype, g_str_name) : NULL;
+	Py_XDECREF(dtype);
+	const char *dn = dname ? PyUnicode_AsUTF8(dname) : NULL;
+	if (!dn) {
+		Py_XDECREF(dname);
+		return -1;
+	}
+	int dt = dtype_from_numpy_name(dn);
+	if (dt < 0) {
+		unsupported_dtype(dn, what);
+		Py_DECREF(dname);
+		return -1;
+	}
+	Py_DECREF(dname);
+	v->t.dtype = dt;
+	PyObject *data = PyDict_GetItemString(ai, "data");
+	PyObject *shp = PyDict_GetItemString(ai, "shape");
+	PyObject *strides = PyDict_GetItemString(ai, "strides");
+	if (!data || !PyTuple_Check(data) || PyTuple_GET_SIZE(data) != 2 || !shp ||
+	    !PyTuple_Check(shp)) {
+		PyErr_Format(PyExc_TypeError, "dlinspect: %s has an unreadable __array_interface__",
+			     what);
+		return -1;
+	}
+	if (writable && PyObject_IsTrue(PyTuple_GET_ITEM(data, 1))) {
+		PyErr_Format(PyExc_ValueError, "dlinspect: %s is read-only", what);
+		return -1;
+	}
+	v->t.data = PyLong_AsVoidPtr(PyTuple_GET_ITEM(data, 0));
+	if (PyErr_Occurred())
+		return -1;
+	Py_ssize_t nd = PyTuple_GET_SIZE(shp);
+	if (nd > DLI_TENSOR_MAX_DIMS)
+		return view_layout(v, (int)nd, NULL, NULL, NULL, false, what);
+	int64_t shape[DLI_TENSOR_MAX_DIMS];
+	Py_ssize_t bst[DLI_TENSOR_MAX_DIMS];
+	bool has_strides = strides && strides != Py_None;
+	for (Py_ssize_t i = 0; i < nd; i++) {
+		shape[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(shp, i));
+		if (has_strides)
+			bst[i] = PyLong_AsSsize_t(PyTuple_GET_ITEM(strides, i));
+	}
+	if (PyErr_Occurred())
+		return -1;
+	return view_layout(v, (int)nd, shape, has_strides ? bst : NULL, NULL, !writable, what);
+}
+
+/* A quantized tensor argument: (data, scale_inv) or (data, scale_inv, format), data an FP8 tensor
+ * (or uint8 codes with `format` 'float8_e4m3fn' / 'float8_e5m2'), scale_inv a float or a float32
+ * tensor. */
+struct qview {
+	struct view data, scale;
+	float scale_value;
+	struct dli_quantized_tensor q;
+};
+
+static void qview_release(struct qview *q)
+{
+	view_release(&q->data);
+	view_release(&q->scale);
+}
+
+/* TransformerEngine's FP8 tensors (Float8Tensor: _data codes, _scale_inv, _fp8_dtype) as the
+ * tuple (codes, scale_inv, format); NULL without an exception when obj is not one. */
+static PyObject *te_fp8_tuple(PyObject *obj)
+{
+	PyObject *data = PyObject_GetAttrString(obj, "_data");
+	PyObject *si = data ? PyObject_GetAttrString(obj, "_scale_inv") : NULL;
+	PyObject *dt = si ? PyObject_GetAttrString(obj, "_fp8_dtype") : NULL;
+	PyObject *dts = dt ? PyObject_Str(dt) : NULL;
+	const char *d = dts ? PyUnicode_AsUTF8(dts) : NULL;
+	PyObject *t = NULL;
+	if (d && (strstr(d, "E4M3") || strstr(d, "e4m3")))
+		t = Py_BuildValue("(OOs)", data, si, "float8_e4m3fn");
+	else if (d && (strstr(d, "E5M2") || strstr(d, "e5m2")))
+		t = Py_BuildValue("(OOs)", data, si, "float8_e5m2");
+	Py_XDECREF(data);
+	Py_XDECREF(si);
+	Py_XDECREF(dt);
+	Py_XDECREF(dts);
+	if (!t)
+		PyErr_Clear();
+	return t;
+}
+
+static int qview_get(PyObject *obj, struct qview *q, PyObject *stream, const char *what)
+{
+	memset(q, 0, sizeof *q);
+	if (!PyTuple_Check(obj)) {
+		PyObject *t = te_fp8_tuple(obj);
+		if (t) {
+			int rc = qview_get(t, q, stream, what);
+			/* The tuple's items stay alive through obj's own attributes. */
+			Py_DECREF(t);
+			return rc;
+		}
+	}
+	if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
+		PyErr_Format(PyExc_TypeError,
+			     "dlinspect: %s must be a tuple (data, scale_inv[, format]), not %.100s", what,
+			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	if (view_get(PyTuple_GET_ITEM(obj, 0), &q->data, false, stream, what))
+		return -1;
+	if (PyTuple_GET_SIZE(obj) == 3) {
+		const char *f = PyUnicode_Check(PyTuple_GET_ITEM(obj, 2))
+					? PyUnicode_AsUTF8(PyTuple_GET_ITEM(obj, 2))
+					: NULL;
+		int d = f ? dtype_from_numpy_name(f) : -1;
+		if (d != DLI_DTYPE_F8E4M3 && d != DLI_DTYPE_F8E5M2) {
+			PyErr_Format(PyExc_ValueError,
+				     "dlinspect: %s's format must be 'float8_e4m3fn' or 'float8_e5m2'", what);
+			return -1;
+		}
+		if (q->data.t.dtype != DLI_DTYPE_U8 && q->data.t.dtype != (enum dli_dtype)d) {
+			PyErr_Format(PyExc_TypeError, "dlinspect: %s's data has dtype %s, not uint8 or %s",
+				     what, dtype_names[q->data.t.dtype], f);
+			return -1;
+		}
+		q->data.t.dtype = d;
+	} else if (q->data.t.dtype != DLI_DTYPE_F8E4M3 && q->data.t.dtype != DLI_DTYPE_F8E5M2) {
+		PyErr_Format(PyExc_TypeError,
+			     "dlinspect: %s's data has dtype %s: pass FP8 data, or uint8 codes with a "
+			     "format as (data, scale_inv, 'float8_e4m3fn')",
+			     what, dtype_names[q->data.t.dtype]);
+		return -1;
+	}
+	PyObject *si = PyTuple_GET_ITEM(obj, 1);
+	if (PyFloat_Check(si) || PyLong_Check(si)) {
+		q->scale_value = (float)PyFloat_AsDouble(si);
+		if (PyErr_Occurred())
+			return -1;
+		if (q->data.t.device.type != DLI_DEVICE_CPU) {
+			PyErr_Format(PyExc_ValueError,
+				     "dlinspect: %s is in device memory: pass its scale_inv as a tensor "
+				     "on the same device", what);
+			return -1;
+		}
+		q->q.scale_inv = &q->scale_value;
+		q->q.scale_inv_count = 1;
+	} else {
+		if (view_get(si, &q->scale, false, stream, what))
+			return -1;
+		if (q->scale.t.dtype != DLI_DTYPE_F32) {
+			PyErr_Format(PyExc_TypeError, "dlinspect: %s's scale_inv has dtype %s, not float32",
+				     what, dtype_names[q->scale.t.dtype]);
+			return -1;
+		}
+		q->q.scale_inv = q->scale.t.data;
+		q->q.scale_inv_count = dli_tensor_numel(&q->scale.t);
+	}
+	q->q.data = q->data.t;
+	return 0;
+}
+
+/* Releasing the GIL costs about 50 ns: worth it only for a pass that takes much longer. */
+#define GIL_RELEASE_BYTES (1 << 20)
+
+static bool big(const struct dli_tensor *t)
+{
+	return (size_t)dli_tensor_numel(t) * dli_dtype_size(t->dtype) >= GIL_RELEASE_BYTES;
+}
+
+/* ---- The call set, shared by Layer methods and module functions ---- */
+
+static PyObject *do_fp8_gemm_enabled(LayerObject *l, PyObject *gemm, PyObject *it, PyObject *nx)
+{
+	struct dli_layer *h;
+	int g = gemm_of(gemm);
+	if (g < 0 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	int64_t next = DLI_NEVER;
+	bool on = h ? dli_fp8_gemm_enabled(h, g, &next) : true;
+	return answer(on, next, nx);
+}
+
+static PyObject *do_inspect_tensor_enabled(LayerObject *l, PyObject *tensor, PyObject *it,
+					   PyObject *nx)
+{
+	struct dli_layer *h;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	int64_t next = DLI_NEVER;
+	bool on = h ? dli_inspect_tensor_enabled(h, t, &next) : false;
+	return answer(on, next, nx);
+}
+
+static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
+					  PyObject *it, PyObject *nx)
+{
+	struct dli_layer *h;
+	int g = gemm_of(gemm);
+	if (g < 0)
+		return NULL;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	int64_t next = DLI_NEVER;
+	bool on = h ? dli_modify_tensor_enabled(h, g, t, &next) : false;
+	return answer(on, next, nx);
+}
+
+static PyObject *do_postquantize_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
+					 PyObject *it, PyObject *nx)
+{
+	struct dli_layer *h;
+	int g = gemm_of(gemm);
+	if (g < 0)
+		return NULL;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	int64_t next = DLI_NEVER;
+	bool on = h ? dli_inspect_tensor_postquantize_enabled(h, g, t, &next) : false;
+	return answer(on, next, nx);
+}
+
+static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *obj,
+				   PyObject *rowwise, PyObject *colwise, PyObject *it,
+				   PyObject *stream)
+{
+	struct dli_layer *h;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	/* Nothing inspects it now: no tensor work at all. */
+	if (!h || !dli_inspect_tensor_enabled(h, t, NULL))
+		Py_RETURN_NONE;
+	struct view v;
+	struct qview rq, cq;
+	bool has_r = !is_none(rowwise), has_c = !is_none(colwise);
+	memset(&rq, 0, sizeof rq);
+	memset(&cq, 0, sizeof cq);
+	PyObject *ret = NULL;
+	if (view_get(obj, &v, false, stream, "the tensor"))
+		goto out;
+	if ((has_r && qview_get(rowwise, &rq, stream, "rowwise_quantized_tensor")) ||
+	    (has_c && qview_get(colwise, &cq, stream, "columnwise_quantized_tensor")))
+		goto out;
+	int rc;
+	if (big(&v.t)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_inspect_tensor(h, t, &v.t, has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = dli_inspect_tensor(h, t, &v.t, has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
+	}
+	if (rc) {
+		raise_call_error("inspect_tensor", rc);
+		goto out;
+	}
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	view_release(&v);
+	qview_release(&rq);
+	qview_release(&cq);
+	return ret;
+}
+
+static PyObject *do_postquantize(LayerObject *l, PyObject *gemm, PyObject *tensor, PyObject *q,
+				 PyObject *it, PyObject *stream)
+{
+	struct dli_layer *h;
+	int g = gemm_of(gemm);
+	if (g < 0)
+		return NULL;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
+		return NULL;
+	if (!h || !dli_inspect_tensor_postquantize_enabled(h, g, t, NULL))
+		Py_RETURN_NONE;
+	struct qview qv;
+	PyObject *ret = NULL;
+	if (qview_get(q, &qv, stream, "the quantized tensor"))
+		goto out;
+	int rc = dli_inspect_tensor_postquantize(h, g, t, &qv.q);
+	if (rc) {
+		raise_call_error("inspect_tensor_postquantize", rc);
+		goto out;
+	}
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	qview_release(&qv);
+	return ret;
+}
+
+/* _modify(layer, gemm, tensor, in, out, quantizer_format, scale, amax, stream) -> bool: writes
+ * `out` (allocated by the caller: dlinspect/__init__.py) and answers whether a feature did. */
+static PyObject *do_modify_tensor(LayerObject *l, PyObject *gemm, PyObject *tensor, PyObject *in,
+				  PyObject *out, PyObject *qfmt, PyObject *qscale, PyObject *qamax,
+				  PyObject *stream)
+{
+	struct dli_layer *h;
+	int g = gemm_of(gemm);
+	if (g < 0)
+		return NULL;
+	int t = tensor_of(tensor);
+	if (t == -2 || layer_handle(l, &h))
+		return NULL;
+	if (!h || !dli_modify_tensor_enabled(h, g, t, NULL))
+		Py_RETURN_FALSE;
+	struct dli_quantizer qz;
+	float scale = 0, amax = 0;
+	memset(&qz, 0, sizeof qz);
+	qz.size = sizeof qz;
+	bool has_q = !is_none(qfmt);
+	if (has_q) {
+		const char *f = PyUnicode_Check(qfmt) ? PyUnicode_AsUTF8(qfmt) : NULL;
+		int d = f ? dtype_from_numpy_name(f) : -1;
+		if (d != DLI_DTYPE_F8E4M3 && d != DLI_DTYPE_F8E5M2) {
+			PyErr_SetString(PyExc_ValueError,
+					"dlinspect: a quantizer's format must be 'float8_e4m3fn' or 'float8_e5m2'");
+			return NULL;
+		}
+		qz.format = d;
+		if (!is_none(qscale)) {
+			scale = (float)PyFloat_AsDouble(qscale);
+			qz.scale = &scale;
+		}
+		if (!is_none(qamax)) {
+			amax = (float)PyFloat_AsDouble(qamax);
+			qz.amax = &amax;
+		}
+		if (PyErr_Occurred())
+			return NULL;
+	}
+	struct view vi, vo;
+	memset(&vo, 0, sizeof vo);
+	PyObject *ret = NULL;
+	if (view_get(in, &vi, false, stream, "the tensor") ||
+	    view_get(out, &vo, true, stream, "out"))
+		goto done;
+	int rc;
+	if (big(&vi.t)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_modify_tensor(h, g, t, &vi.t, has_q ? &qz : NULL, &vo.t);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = dli_modify_tensor(h, g, t, &vi.t, has_q ? &qz : NULL, &vo.t);
+	}
+	if (rc == -ENOENT) {
+		ret = Py_False;
+	} else if (rc) {
+		raise_call_error("modify_tensor", rc);
+		goto done;
+	} else {
+		ret = Py_True;
+	}
+	Py_INCREF(ret);
+done:
+	view_release(&vi);
+	view_release(&vo);
+	return ret;
+}
+
+/* ---- Layer methods ---- */
+
+#define FASTCALL_ARGS PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
+
+static PyObject *layer_fp8_gemm_enabled(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"gemm", "iteration", "next"};
+	PyObject *a[3];
+	if (!kwnames && nargs == 1)
+		return do_fp8_gemm_enabled(self, args[0], NULL, NULL);
+	if (parse_args("fp8_gemm_enabled", names, 1, 3, args, nargs, kwnames, a))
+		return NULL;
+	return do_fp8_gemm_enabled(self, a[0], a[1], a[2]);
+}
+
+static PyObject *layer_inspect_tensor_enabled(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"tensor", "iteration", "next"};
+	PyObject *a[3];
+	if (!kwnames && nargs == 1)
+		return do_inspect_tensor_enabled(self, args[0], NULL, NULL);
+	if (parse_args("inspect_tensor_enabled", names, 1, 3, args, nargs, kwnames, a))
+		return NULL;
+	return do_inspect_tensor_enabled(self, a[0], a[1], a[2]);
+}
+
+static PyObject *layer_modify_tensor_enabled(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"gemm", "tensor", "iteration", "next"};
+	PyObject *a[4];
+	if (!kwnames && nargs == 2)
+		return do_modify_tensor_enabled(self, args[0], args[1], NULL, NULL);
+	if (parse_args("modify_tensor_enabled", names, 2, 4, args, nargs, kwnames, a))
+		return NULL;
+	return do_modify_tensor_enabled(self, a[0], a[1], a[2], a[3]);
+}
+
+static PyObject *layer_postquantize_enabled(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"gemm", "tensor", "iteration", "next"};
+	PyObject *a[4];
+	if (parse_args("inspect_tensor_postquantize_enabled", names, 2, 4, args, nargs, kwnames, a))
+		return NULL;
+	return do_postquantize_enabled(self, a[0], a[1], a[2], a[3]);
+}
+
+static PyObject *layer_inspect_tensor(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"tensor", "obj", "rowwise", "columnwise", "iteration",
+					    "stream"};
+	PyObject *a[6];
+	if (!kwnames && nargs == 2)
+		return do_inspect_tensor(self, args[0], args[1], NULL, NULL, NULL, NULL);
+	if (parse_args("inspect_tensor", names, 2, 6, args, nargs, kwnames, a))
+		return NULL;
+	return do_inspect_tensor(self, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+static PyObject *layer_postquantize(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"gemm", "tensor", "quantized", "iteration", "stream"};
+	PyObject *a[5];
+	if (parse_args("inspect_tensor_postquantize", names, 3, 5, args, nargs, kwnames, a))
+		return NULL;
+	return do_postquantize(self, a[0], a[1], a[2], a[3], a[4]);
+}
+
+static PyObject *layer_modify_raw(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"gemm", "tensor", "obj", "out", "format", "scale",
+					    "amax", "stream"};
+	PyObject *a[8];
+	if (parse_args("_modify", names, 4, 8, args, nargs, kwnames, a))
+		return NULL;
+	return do_modify_tensor(self, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
+}
+
+/* _plan() -> (iteration, next, any, (fp8 x3), inspect mask, (modify masks x3), (postq x3)) */
+static PyObject *layer_plan_raw(LayerObject *self, PyObject *unused)
+{
+	struct dli_layer *h;
+	if (layer_handle(self, &h))
+		return NULL;
+	struct dli_layer_plan p;
+	memset(&p, 0, sizeof p);
+	p.size = sizeof p;
+	if (!h) {
+		p.iteration = 0;
+		p.next = DLI_NEVER;
+		for (int g = 0; g < DLI_GEMM_COUNT; g++)
+			p.fp8[g] = true;
+	} else {
+		int rc = dli_layer_plan(h, &p);
+		if (rc)
+			return raise_call_error("plan", rc);
+	}
+	return Py_BuildValue("(LLO(OOO)K(KKK)(KKK))", (long long)p.iteration, (long long)p.next,
+			     p.any ? Py_True : Py_False, p.fp8[0] ? Py_True : Py_False,
+			     p.fp8[1] ? Py_True : Py_False, p.fp8[2] ? Py_True : Py_False,
+			     (unsigned long long)p.inspect, (unsigned long long)p.modify[0],
+			     (unsigned long long)p.modify[1], (unsigned long long)p.modify[2],
+			     (unsigned long long)p.postquantize[0],
+			     (unsigned long long)p.postquantize[1],
+			     (unsigned long long)p.postquantize[2]);
+}
+
+static PyObject *layer_get_name(LayerObject *self, void *closure)
+{
+	Py_INCREF(self->name);
+	return self->name;
+}
+
+static PyMethodDef layer_methods[] = {
+	{"fp8_gemm_enabled", (PyCFunction)(void (*)(void))layer_fp8_gemm_enabled,
+	 METH_FASTCALL | METH_KEYWORDS, "fp8_gemm_enabled(gemm, iteration=None, next=False)"},
+	{"inspect_tensor_enabled", (PyCFunction)(void (*)(void))layer_inspect_tensor_enabled,
+	 METH_FASTCALL | METH_KEYWORDS, "inspect_tensor_enabled(tensor, iteration=None, next=False)"},
+	{"modify_tensor_enabled", (PyCFunction)(void (*)(void))layer_modify_tensor_enabled,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "modify_tensor_enabled(gemm, tensor, iteration=None, next=False)"},
+	{"inspect_tensor_postquantize_enabled",
+	 (PyCFunction)(void (*)(void))layer_postquantize_enabled, METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor_postquantize_enabled(gemm, tensor, iteration=None, next=False)"},
+	{"inspect_tensor", (PyCFunction)(void (*)(void))layer_inspect_tensor,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor(tensor, obj, rowwise=None, columnwise=None, iteration=None, stream=None)"},
+	{"inspect_tensor_postquantize", (PyCFunction)(void (*)(void))layer_postquantize,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor_postquantize(gemm, tensor, quantized, iteration=None, stream=None)"},
+	{"_modify", (PyCFunction)(void (*)(void))layer_modify_raw, METH_FASTCALL | METH_KEYWORDS,
+	 NULL},
+	{"_plan", (PyCFunction)layer_plan_raw, METH_NOARGS, NULL},
+	{NULL},
+};
+
+static PyGetSetDef layer_getset[] = {
+	{"name", (getter)layer_get_name, NULL, "the layer's name", NULL},
+	{NULL},
+};
+
+static PyTypeObject LayerType = {
+	PyVarObject_HEAD_INIT(NULL, 0)
+	.tp_name = "dlinspect.Layer",
+	.tp_basicsize = sizeof(LayerObject),
+	.tp_dealloc = (destructor)layer_dealloc,
+	.tp_repr = (reprfunc)layer_repr,
+	.tp_flags = Py_TPFLAGS_DEFAULT,
+	.tp_doc = "A layer handle (dlinspect.layer(name)): the fast path of every call.",
+	.tp_methods = layer_methods,
+	.tp_getset = layer_getset,
+};
+
+/* ---- Module functions ---- */
+
+static PyObject *mod_layer(PyObject *m, PyObject *name)
+{
+	LayerObject *l = layer_from(name);
+	if (!l)
+		return NULL;
+	Py_INCREF(l);
+	return (PyObject *)l;
+}
+
+/* Module-level forms: the first argument is a layer name or handle (keyword `layer_name`). */
+static PyObject *mod_fp8_gemm_enabled(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "gemm", "iteration", "next"};
+	PyObject *a[4];
+	if (!kwnames && nargs == 2) {
+		LayerObject *l = layer_from(args[0]);
+		return l ? do_fp8_gemm_enabled(l, args[1], NULL, NULL) : NULL;
+	}
+	if (parse_args("fp8_gemm_enabled", names, 2, 4, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_fp8_gemm_enabled(l, a[1], a[2], a[3]) : NULL;
+}
+
+static PyObject *mod_inspect_tensor_enabled(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "tensor_name", "iteration", "next"};
+	PyObject *a[4];
+	if (!kwnames && nargs == 2) {
+		LayerObject *l = layer_from(args[0]);
+		return l ? do_inspect_tensor_enabled(l, args[1], NULL, NULL) : NULL;
+	}
+	if (parse_args("inspect_tensor_enabled", names, 2, 4, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_inspect_tensor_enabled(l, a[1], a[2], a[3]) : NULL;
+}
+
+static PyObject *mod_modify_tensor_enabled(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "iteration", "next"};
+	PyObject *a[5];
+	if (parse_args("modify_tensor_enabled", names, 3, 5, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_modify_tensor_enabled(l, a[1], a[2], a[3], a[4]) : NULL;
+}
+
+static PyObject *mod_postquantize_enabled(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "iteration", "next"};
+	PyObject *a[5];
+	if (parse_args("inspect_tensor_postquantize_enabled", names, 3, 5, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_postquantize_enabled(l, a[1], a[2], a[3], a[4]) : NULL;
+}
+
+static PyObject *mod_inspect_tensor(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "tensor_name", "tensor", "iteration",
+					    "rowwise_quantized_tensor", "columnwise_quantized_tensor",
+					    "stream", "tp_group", "quantizer", "tp_size"};
+	PyObject *a[10];
+	if (parse_args("inspect_tensor", names, 3, 10, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_inspect_tensor(l, a[1], a[2], a[4], a[5], a[3], a[6]) : NULL;
+}
+
+/* TransformerEngine calls it with keywords and no gemm: the tensor's rowwise or columnwise use
+ * names it (docs/python.md). */
+static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "tensor",
+					    "iteration", "stream", "tp_group", "rowwise", "tp_size"};
+	PyObject *a[9];
+	if (parse_args("inspect_tensor_postquantize", names, 1, 9, args, nargs, kwnames, a))
+		return NULL;
+	if (!a[2] || !a[3]) {
+		PyErr_Format(PyExc_TypeError, "inspect_tensor_postquantize() missing required argument '%s'",
+			     a[2] ? "tensor" : "tensor_name");
+		return NULL;
+	}
+	PyObject *gemm = a[1];
+	if (is_none(gemm)) {
+		/* rowwise / columnwise use of each input (TransformerEngine's Linear) */
+		static const int use[3][2] = {
+			[DLI_TENSOR_ACTIVATION] = {DLI_GEMM_FPROP, DLI_GEMM_WGRAD},
+			[DLI_TENSOR_GRADIENT] = {DLI_GEMM_DGRAD, DLI_GEMM_WGRAD},
+			[DLI_TENSOR_WEIGHT] = {DLI_GEMM_FPROP, DLI_GEMM_DGRAD},
+		};
+		int t = tensor_of(a[2]);
+		if (t == -2)
+			return NULL;
+		int row = is_none(a[7]) ? 1 : PyObject_IsTrue(a[7]);
+		if (row < 0)
+			return NULL;
+		if (t < 0 || t > DLI_TENSOR_WEIGHT) {
+			PyErr_Format(PyExc_ValueError,
+				     "inspect_tensor_postquantize(): pass gemm= for tensor '%U' (only "
+				     "activation, gradient and weight imply theirs)", a[2]);
+			return NULL;
+		}
+		gemm = g_gemm_str[use[t][row ? 0 : 1]];
+	}
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_postquantize(l, gemm, a[2], a[3], a[4], a[5]) : NULL;
+}
+
+/* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
+ *       log_level) */
+static PyObject *mod_init(PyObject *m, PyObject *args)
+{
+	const char *path, *yaml, *log_dir;
+	PyObject *dirs, *tnames;
+	long long initial;
+	int level;
+	if (!PyArg_ParseTuple(args, "zzzO!LOi", &path, &yaml, &log_dir, &PyList_Type, &dirs,
+			      &initial, &tnames, &level))
+		return NULL;
+	if (g_ctx) {
+		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
+					 "first");
+		return NULL;
+	}
+	Py_ssize_t nd = PyList_GET_SIZE(dirs);
+	Py_ssize_t nt = tnames == Py_None ? 0 : PyList_Size(tnames);
+	if (nt < 0)
+		return NULL;
+	const char **dv = PyMem_Calloc((size_t)nd + 1, sizeof(char *));
+	const char **tv = PyMem_Calloc((size_t)nt + 1, sizeof(char *));
+	PyObject *ret = NULL;
+	if (!dv || !tv) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (Py_ssize_t i = 0; i < nd; i++)
+		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i))))
+			goto out;
+	for (Py_ssize_t i = 0; i < nt; i++)
+		if (!(tv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(tnames, i))))
+			goto out;
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_path = path;
+	o.config_yaml = yaml;
+	o.log_dir = log_dir;
+	o.plugin_dirs = dv;
+	o.n_plugin_dirs = (size_t)nd;
+	o.initial_iteration = initial;
+	o.log_level = level;
+	if (tnames != Py_None) {
+		o.tensor_names = tv;
+		o.n_tensor_names = (size_t)nt;
+	}
+	struct dli_error err;
+	struct dli_context *ctx = NULL;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = dli_init(&o, &ctx, &err);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		raise_dli_error(&err, rc);
+		goto out;
+	}
+	g_ctx = ctx;
+	g_gen++;
+	PyDict_Clear(g_layers);
+	PyDict_Clear(g_tensor_ids);
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	PyMem_Free(dv);
+	PyMem_Free(tv);
+	return ret;
+}
+
+static PyObject *mod_destroy(PyObject *m, PyObject *unused)
+{
+	if (g_ctx) {
+		struct dli_context *ctx = g_ctx;
+		g_ctx = NULL;
+		g_gen++;
+		PyDict_Clear(g_layers);
+		PyDict_Clear(g_tensor_ids);
+		Py_BEGIN_ALLOW_THREADS
+		dli_destroy(ctx);
+		Py_END_ALLOW_THREADS
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_generation(PyObject *m, PyObject *unused)
+{
+	return PyLong_FromUnsignedLongLong(g_gen);
+}
+
+static PyObject *mod_initialized(PyObject *m, PyObject *unused)
+{
+	return PyBool_FromLong(g_ctx != NULL);
+}
+
+static PyObject *no_context(void)
+{
+	PyErr_SetString(g_error, "dlinspect is not initialized: call dlinspect.initialize() first");
+	return NULL;
+}
+
+/* step() and initialize_training_step() do nothing without a context, as nvdlfw_inspect's. */
+static PyObject *mod_step(PyObject *m, PyObject *unused)
+{
+	if (!g_ctx)
+		Py_RETURN_NONE;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = dli_step(g_ctx);
+	Py_END_ALLOW_THREADS
+	if (rc) {
+		/* Training goes on: a logger that could not write said so in the message log and on
+		 * stderr already; the step is still taken (docs/logging.md). */
+		if (rc == -EOVERFLOW)
+			return raise_call_error("step", rc);
+		if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "dlinspect.step(): %s",
+				     *dli_last_error(g_ctx) ? dli_last_error(g_ctx) : strerror(-rc)))
+			return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_iteration(PyObject *m, PyObject *unused)
+{
+	if (!g_ctx)
+		return no_context();
+	return PyLong_FromLongLong((long long)dli_iteration_get(g_ctx));
+}
+
+static PyObject *mod_set_iteration(PyObject *m, PyObject *arg)
+{
+	long long v = PyLong_AsLongLong(arg);
+	if (v == -1 && PyErr_Occurred())
+		return NULL;
+	if (v < 0) {
+		PyErr_Format(PyExc_ValueError, "the training step must be >= 0, not %lld", v);
+		return NULL;
+	}
+	if (g_ctx)
+		dli_iteration_set(g_ctx, v);
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_set_mode(PyObject *m, PyObject *arg)
+{
+	if (!g_ctx)
+		return no_context();
+	int mode;
+	if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "train") == 0)
+		mode = DLI_MODE_TRAIN;
+	else if (PyUnicode_Check(arg) && PyUnicode_CompareWithASCIIString(arg, "eval") == 0)
+		mode = DLI_MODE_EVAL;
+	else {
+		PyErr_Format(PyExc_ValueError, "mode must be 'train' or 'eval', not %R", arg);
+		return NULL;
+	}
+	dli_mode_set(g_ctx, mode);
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_get_mode(PyObject *m, PyObject *unused)
+{
+	return PyUnicode_FromString(dli_mode_get(g_ctx) == DLI_MODE_EVAL ? "eval" : "train");
+}
+
+static PyObject *mod_log(PyObject *m, PyObject *args)
+{
+	int level;
+	const char *text;
+	if (!PyArg_ParseTuple(args, "is", &level, &text))
+		return NULL;
+	if (!g_ctx)
+		return no_context();
+	dli_log(g_ctx, level, "%s", text);
+	Py_RETURN_NONE;
+}
+
+static PyObject *mod_tensor_id(PyObject *m, PyObject *name)
+{
+	int id = tensor_of(name);
+	return id == -2 ? NULL : PyLong_FromLong(id);
+}
+
+/* _modules(extra_dirs) -> the modules on the search path, as dicts (dlinspect.list_features and
+ * explain_features format them). */
+static PyObject *param_list(const struct dli_param_desc *p, size_t n)
+{
+	static const char *const types[] = {"bool", "int", "float", "string", "list of strings",
+					    "list of [start, end]"};
+	PyObject *l = PyList_New(0);
+	for (size_t i = 0; l && i < n; i++) {
+		unsigned t = (unsigned)p[i].type;
+		PyObject *d = Py_BuildValue("{s:s,s:z,s:s,s:z,s:z,s:O}", "key", p[i].key, "alias",
+					    p[i].alias, "type",
+					    t < sizeof types / sizeof *types ? types[t] : "?",
+					    "default", p[i].default_value, "doc", p[i].doc, "required",
+					    p[i].required ? Py_True : Py_False);
+		if (!d || PyList_Append(l, d)) {
+			Py_XDECREF(d);
+			Py_CLEAR(l);
+		}
+		Py_XDECREF(d);
+	}
+	return l;
+}
+
+static PyObject *mod_modules(PyObject *m, PyObject *dirs)
+{
+	if (!PyList_Check(dirs)) {
+		PyErr_SetString(PyExc_TypeError, "_modules() takes a list of dirs");
+		return NULL;
+	}
+	Py_ssize_t nd = PyList_GET_SIZE(dirs);
+	const char **dv = PyMem_Calloc((size_t)nd + 1, sizeof(char *));
+	if (!dv)
+		return PyErr_NoMemory();
+	for (Py_ssize_t i = 0; i < nd; i++)
+		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i)))) {
+			PyMem_Free(dv);
+			return NULL;
+		}
+	struct dli_error err;
+	char **sd = NULL;
+	size_t nsd = 0;
+	struct dli_loader *loader = NULL;
+	PyObject *ret = NULL;
+	int rc = dli_search_dirs(dv, (size_t)nd, &sd, &nsd, &err);
+	if (!rc)
+		rc = dli_loader_create(&dli_host_template, (const char *const *)sd, nsd, &loader, &err);
+	if (!rc)
+		rc = dli_loader_load_all(loader, &err);
+	if (rc) {
+		raise_dli_error(&err, rc);
+		goto out;
+	}
+	ret = PyList_New(0);
+	for (size_t i = 0; ret && i < dli_loader_count(loader); i++) {
+		const struct dli_module *mod = dli_loader_module(loader, i);
+		PyObject *feats = PyList_New(0), *logs = PyList_New(0);
+		for (size_t k = 0; feats && k < mod->n_features; k++) {
+			const struct dli_feature_desc *d = mod->features[k];
+			PyObject *aliases = PyList_New(0);
+			for (size_t a = 0; aliases && d->aliases && d->aliases[a]; a++) {
+				PyObject *s = PyUnicode_FromString(d->aliases[a]);
+				if (!s || PyList_Append(aliases, s))
+					Py_CLEAR(aliases);
+				Py_XDECREF(s);
+			}
+			PyObject *params = param_list(d->params, d->n_params);
+			PyObject *f = aliases && params
+					      ? Py_BuildValue("{s:s,s:z,s:O,s:O,s:O}", "name", d->name,
+							      "doc", d->doc, "aliases", aliases,
+							      "params", params, "generic",
+							      (d->flags & DLI_FEATURE_GENERIC) || !mod->ns
+								      ? Py_True
+								      : Py_False)
+					      : NULL;
+			Py_XDECREF(aliases);
+			Py_XDECREF(params);
+			if (!f || PyList_Append(feats, f))
+				Py_CLEAR(feats);
+			Py_XDECREF(f);
+		}
+		for (size_t k = 0; logs && k < mod->n_loggers; k++) {
+			const struct dli_logger_desc *d = mod->loggers[k];
+			PyObject *params = param_list(d->params, d->n_params);
+			PyObject *f = params ? Py_BuildValue("{s:s,s:z,s:O}", "name", d->name, "doc",
+							     d->doc, "params", params)
+					     : NULL;
+			Py_XDECREF(params);
+			if (!f || PyList_Append(logs, f))
+				Py_CLEAR(logs);
+			Py_XDECREF(f);
+		}
+		PyObject *md = feats && logs
+				       ? Py_BuildValue("{s:s,s:z,s:z,s:s,s:O,s:O}", "name", mod->name,
+						       "namespace", mod->ns, "doc", mod->doc, "path",
+						       dli_loader_path(loader, i), "features", feats,
+						       "loggers", logs)
+				       : NULL;
+		Py_XDECREF(feats);
+		Py_XDECREF(logs);
+		if (!md || PyList_Append(ret, md))
+			Py_CLEAR(ret);
+		Py_XDECREF(md);
+	}
+out:
+	dli_loader_destroy(loader);
+	dli_search_dirs_free(sd, nsd);
+	PyMem_Free(dv);
+	return ret;
+}
+
+/* _layer_attach(name, function): adds a method written in Python (Layer.plan, modify_tensor) to
+ * the static Layer type. */
+static PyObject *mod_layer_attach(PyObject *m, PyObject *args)
+{
+	PyObject *name, *fn;
+	if (!PyArg_ParseTuple(args, "UO", &name, &fn))
+		return NULL;
+	if (PyDict_SetItem(LayerType.tp_dict, name, fn))
+		return NULL;
+	PyType_Modified(&LayerType);
+	Py_RETURN_NONE;
+}
+
+/* ---- Benchmark helpers (python -m dlinspect.bench) ---- */
+
+/* The floor of a Python call into C: METH_FASTCALL, no work. */
+static PyObject *mod_noop(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+	Py_RETURN_NONE;
+}
+
+/* _bench_c_stats(obj, reps) -> seconds per pass: the statistics pass the features run, called
+ * from C on the same memory, with nothing of the binding in between. */
+static PyObject *mod_bench_c_stats(PyObject *m, PyObject *args)
+{
+	PyObject *obj;
+	int reps;
+	if (!PyArg_ParseTuple(args, "Oi", &obj, &reps))
+		return NULL;
+	struct view v;
+	if (view_get(obj, &v, false, NULL, "the tensor")) {
+		view_release(&v);
+		return NULL;
+	}
+	if (v.t.device.type != DLI_DEVICE_CPU) {
+		view_release(&v);
+		PyErr_SetString(PyExc_ValueError, "_bench_c_stats reads host memory only");
+		return NULL;
+	}
+	struct dli_stats_record r;
+	struct timespec a, b;
+	int rc = 0;
+	Py_BEGIN_ALLOW_THREADS
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < reps && !rc; i++)
+		rc = dli_cpu_stats(v.t.data, v.t.dtype, dli_tensor_numel(&v.t), NULL, &r);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	Py_END_ALLOW_THREADS
+	view_release(&v);
+	if (rc) {
+		PyErr_Format(g_error, "dli_cpu_stats failed: %s", strerror(-rc));
+		return NULL;
+	}
+	double s = (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
+	return PyFloat_FromDouble(s / (reps > 0 ? reps : 1));
+}
+
+static PyMethodDef module_methods[] = {
+	{"layer", mod_layer, METH_O, "layer(name) -> Layer: the cached handle for a layer name"},
+	{"fp8_gemm_enabled", (PyCFunction)(void (*)(void))mod_fp8_gemm_enabled,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "fp8_gemm_enabled(layer_name, gemm, iteration=None, next=False) -> bool"},
+	{"inspect_tensor_enabled", (PyCFunction)(void (*)(void))mod_inspect_tensor_enabled,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor_enabled(layer_name, tensor_name, iteration=None, next=False) -> bool"},
+	{"modify_tensor_enabled", (PyCFunction)(void (*)(void))mod_modify_tensor_enabled,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "modify_tensor_enabled(layer_name, gemm, tensor_name, iteration=None, next=False) -> bool"},
+	{"inspect_tensor_postquantize_enabled",
+	 (PyCFunction)(void (*)(void))mod_postquantize_enabled, METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor_postquantize_enabled(layer_name, gemm, tensor_name, iteration=None, "
+	 "next=False) -> bool"},
+	{"inspect_tensor", (PyCFunction)(void (*)(void))mod_inspect_tensor,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor(layer_name, tensor_name, tensor, iteration=None, "
+	 "rowwise_quantized_tensor=None, columnwise_quantized_tensor=None, stream=None)"},
+	{"inspect_tensor_postquantize", (PyCFunction)(void (*)(void))mod_postquantize,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "inspect_tensor_postquantize(layer_name, gemm, tensor_name, tensor, iteration=None, "
+	 "stream=None)"},
+	{"_init", mod_init, METH_VARARGS, NULL},
+	{"_destroy", mod_destroy, METH_NOARGS, NULL},
+	{"_initialized", mod_initialized, METH_NOARGS, NULL},
+	{"_generation", mod_generation, METH_NOARGS, NULL},
+	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
+	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},
+	{"initialize_training_step", mod_set_iteration, METH_O,
+	 "initialize_training_step(n): jumps to iteration n (e.g. resuming from a checkpoint)"},
+	{"set_mode", mod_set_mode, METH_O, "set_mode('train' | 'eval')"},
+	{"get_mode", mod_get_mode, METH_NOARGS, "get_mode() -> 'train' | 'eval'"},
+	{"_log", mod_log, METH_VARARGS, NULL},
+	{"_tensor_id", mod_tensor_id, METH_O, NULL},
+	{"_modules", mod_modules, METH_O, NULL},
+	{"_layer_attach", mod_layer_attach, METH_VARARGS, NULL},
+	{"_noop", (PyCFunction)(void (*)(void))mod_noop, METH_FASTCALL, NULL},
+	{"_bench_c_stats", mod_bench_c_stats, METH_VARARGS, NULL},
+	{NULL},
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "dlinspect._dlinspect",
+	.m_doc = "The C core of the dlinspect package (docs/python.md).",
+	.m_size = -1,
+	.m_methods = module_methods,
+};
+
+static PyObject *intern(const char *s)
+{
+	return PyUnicode_InternFromString(s);
+}
+
+PyMODINIT_FUNC PyInit__dlinspect(void);
+PyMODINIT_FUNC PyInit__dlinspect(void)
+{
+	if (PyType_Ready(&LayerType) < 0)
+		return NULL;
+	PyObject *m = PyModule_Create(&module_def);
+	if (!m)
+		return NULL;
+	for (int g = 0; g < DLI_GEMM_COUNT; g++)
+		if (!(g_gemm_str[g] = intern(gemm_names[g])))
+			goto fail;
+	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
+		if (!(g_tensor_str[t] = intern(std_tensor_names[t])))
+			goto fail;
+	if (!(g_str_dlpack = intern("__dlpack__")) ||
+	    !(g_str_dlpack_device = intern("__dlpack_device__")) ||
+	    !(g_str_array_interface = intern("__array_interface__")) ||
+	    !(g_str_dtype = intern("dtype")) || !(g_str_name = intern("name")) ||
+	    !(g_kw_stream_version = Py_BuildValue("(ss)", "stream", "max_version")) ||
+	    !(g_kw_stream = Py_BuildValue("(s)", "stream")) ||
+	    !(g_max_version = Py_BuildValue("(ii)", 1, 1)) || !(g_layers = PyDict_New()) ||
+	    !(g_tensor_ids = PyDict_New()))
+		goto fail;
+	g_error = PyErr_NewExceptionWithDoc("dlinspect.Error",
+					    "A dlinspect call failed; .message says why, .code is "
+					    "the core's negative errno.",
+					    PyExc_RuntimeError, NULL);
+	if (!g_error)
+		goto fail;
+	g_config_error = PyErr_NewExceptionWithDoc(
+		"dlinspect.ConfigError",
+		"A config was refused; .file, .line, .column and .message say where and why "
+		"(str(e) is 'file:line:column: message').",
+		g_error, NULL);
+	if (!g_config_error)
+		goto fail;
+	Py_INCREF(g_error);
+	Py_INCREF(g_config_error);
+	Py_INCREF(&LayerType);
+	if (PyModule_AddObject(m, "Error", g_error) || PyModule_AddObject(m, "ConfigError", g_config_error) ||
+	    PyModule_AddObject(m, "Layer", (PyObject *)&LayerType) ||
+	    PyModule_AddObject(m, "NEVER", PyLong_FromLongLong(DLI_NEVER)))
+		goto fail;
+	return m;
+fail:
+	Py_DECREF(m);
+	return NULL;
+}

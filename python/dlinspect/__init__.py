@@ -1,0 +1,372 @@
+"""dlinspect: numerical debugging for low-precision training, from Python.
+
+One global context, as nvdlfw_inspect's ``debug_api`` has: ``initialize()``, then the
+TransformerEngine call set (``fp8_gemm_enabled``, ``inspect_tensor``, ...) by layer name or through
+a cached handle (``layer(name)``, the fast path), ``step()`` at the end of each iteration and
+``end_debug()``. The calls run in C (the ``_dlinspect`` extension); tensors are read in place
+through DLPack or the buffer protocol. numpy and torch are optional. See docs/python.md.
+"""
+
+import json
+import logging as _logging
+import math
+import os
+
+from . import _dlinspect as _c
+from ._dlinspect import (  # noqa: F401  (re-exported)
+    NEVER,
+    ConfigError,
+    Error,
+    Layer,
+    fp8_gemm_enabled,
+    get_mode,
+    initialize_training_step,
+    inspect_tensor,
+    inspect_tensor_enabled,
+    inspect_tensor_postquantize,
+    inspect_tensor_postquantize_enabled,
+    iteration,
+    layer,
+    modify_tensor_enabled,
+    set_mode,
+    step,
+)
+
+__all__ = [
+    "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "end_debug",
+    "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
+    "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
+    "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",
+    "iteration", "layer", "list_features", "log_message", "modify_tensor",
+    "modify_tensor_enabled", "plugin_dirs", "set_mode", "step", "transformer_engine",
+]
+
+__version__ = "0.1.0"
+
+#: The plugin modules shipped with the package, beside the extension module: in a wheel the
+#: package's plugins/, in the build tree (and an editable install) build/python/dlinspect/plugins/.
+PACKAGE_PLUGIN_DIR = os.path.join(os.path.dirname(os.path.abspath(_c.__file__)), "plugins")
+
+_LEVELS = {"ERROR": 0, "WARNING": 1, "INFO": 2, "DEBUG": 3}
+
+
+def plugin_dirs(feature_dirs=None):
+    """The plugin search path initialize() uses: ``feature_dirs``, then $DLINSPECT_PLUGIN_PATH,
+    then the package's own plugins/ (where an installed dlinspect keeps its plugin dir: a module
+    of the same name found earlier wins, as on PATH)."""
+    if isinstance(feature_dirs, (str, os.PathLike)):
+        feature_dirs = [feature_dirs]
+    dirs = [os.fspath(d) for d in (feature_dirs or [])]
+    dirs += [d for d in os.environ.get("DLINSPECT_PLUGIN_PATH", "").split(":") if d]
+    if os.path.isdir(PACKAGE_PLUGIN_DIR):
+        dirs.append(PACKAGE_PLUGIN_DIR)
+    return dirs
+
+
+def _json_default(o):
+    # numpy scalars and other numbers that json does not know.
+    for conv in (int, float):
+        try:
+            v = conv(o)
+            if v == o:
+                return v
+        except (TypeError, ValueError):
+            pass
+    raise TypeError(f"dlinspect: a config value of type {type(o).__name__} has no YAML form: {o!r}")
+
+
+_NONFINITE = {"\0nan\0": ".nan", "\0inf\0": ".inf", "\0-inf\0": "-.inf"}
+
+
+def _yaml_scalars(o):
+    # YAML spells the non-finite floats .nan, .inf; json would write NaN, Infinity.
+    if isinstance(o, float) and not math.isfinite(o):
+        return "\0nan\0" if math.isnan(o) else ("\0inf\0" if o > 0 else "\0-inf\0")
+    if isinstance(o, dict):
+        return {str(k): _yaml_scalars(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_yaml_scalars(v) for v in o]
+    return o
+
+
+def config_to_yaml(config):
+    """The YAML text of a config given as a dict: JSON, one key a line, which YAML reads as is
+    (so a ConfigError's line:column points into this text)."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config must be a dict or a YAML string, not {type(config).__name__}")
+    text = json.dumps(_yaml_scalars(config), indent=2, default=_json_default)
+    for k, v in _NONFINITE.items():
+        text = text.replace(json.dumps(k), v)
+    return text + "\n"
+
+
+def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_step=0,
+               default_logging_enabled=True, *, config=None, tensor_names=None,
+               statistics_logger=None, log_level=None, **kwargs):
+    """Creates the context: reads the config, loads the plugins it names, opens the loggers.
+
+    config_file: path of a YAML config (None: $DLINSPECT_CONFIG, and if unset no config, so every
+    call answers its default). config: the config itself instead, as YAML text or a dict.
+    feature_dirs: extra plugin dirs, searched first. log_dir: where the logs go (None:
+    $DLINSPECT_LOG_DIR, else "."). init_training_step: the first iteration. tensor_names: the
+    host's own tensor names besides the standard six (docs/config.md, "Tensor names").
+    log_level: "error", "warning", "info" or "debug" (None: $DLINSPECT_LOG_LEVEL, else info).
+    default_logging_enabled is accepted as nvdlfw_inspect's: which loggers run is the config's
+    `loggers` key (absent: the file logger). A config error raises ConfigError with its
+    file:line:column; nothing exits the process.
+    """
+    if statistics_logger is not None:
+        raise NotImplementedError(
+            "dlinspect: statistics_logger (a Python logger object) is not supported; loggers are "
+            "plugins named in the config's `loggers` key (docs/plugins.md)")
+    unknown = set(kwargs) - {"tb_writer"}
+    if unknown:
+        raise TypeError(f"initialize() got unexpected keyword arguments: {sorted(unknown)}")
+    if kwargs.get("tb_writer") is not None:
+        raise NotImplementedError(
+            "dlinspect: tb_writer is not supported; use the tensorboard logger in the config "
+            "(loggers: {tensorboard: {}})")
+    yaml_text = None
+    if config is not None:
+        if config_file:
+            raise ValueError("initialize(): pass config_file or config, not both")
+        yaml_text = config if isinstance(config, str) else config_to_yaml(config)
+    if log_level is None:
+        level = -1
+    else:
+        try:
+            level = _LEVELS[str(log_level).upper()]
+        except KeyError:
+            raise ValueError(f"log_level must be one of error, warning, info, debug, not {log_level!r}") from None
+    _c._init(os.fspath(config_file) if config_file else None, yaml_text,
+             os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
+             int(init_training_step), None if tensor_names is None else [str(t) for t in tensor_names],
+             level)
+
+
+def end_debug():
+    """Logs a pending step's statistics, closes the loggers and frees the context. Safe to call
+    twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
+    answer defaults until the next initialize(), then find their layer again."""
+    _c._destroy()
+
+
+def is_initialized():
+    return _c._initialized()
+
+
+_logged_once = set()
+
+
+def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None):
+    """Writes a line to the message log (file logger: nvdlfw_inspect_logs/). level: "ERROR",
+    "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
+    TransformerEngine passes), a message is written once per (message, layer, args) and context."""
+    if extra_cachable_args is not None:
+        key = (_c._generation(), str(message), str(layer_name), repr(extra_cachable_args))
+        if key in _logged_once:
+            return
+        _logged_once.add(key)
+    if isinstance(level, int):
+        lv = 0 if level >= _logging.ERROR else 1 if level >= _logging.WARNING else \
+            2 if level >= _logging.INFO else 3
+    else:
+        try:
+            lv = _LEVELS[str(level).upper()]
+        except KeyError:
+            raise ValueError(f"level must be ERROR, WARNING, INFO or DEBUG, not {level!r}") from None
+    if isinstance(layer_name, Layer):
+        layer_name = layer_name.name
+    _c._log(lv, f"{layer_name}: {message}" if layer_name else str(message))
+
+
+def _modules():
+    return _c._modules(plugin_dirs())
+
+
+def list_features():
+    """Every feature the plugin dirs provide, as "namespace.Name" (or "Name" for generic ones)."""
+    out = []
+    for m in _modules():
+        for f in m["features"]:
+            out.append(f"{m['namespace']}.{f['name']}" if m["namespace"] else f["name"])
+    return out
+
+
+def explain_features(names=None):
+    """The features' parameters and docs, as text (all of them, or those named)."""
+    if isinstance(names, str):
+        names = [names]
+    wanted = None if names is None else set(names)
+    lines = []
+    for m in _modules():
+        for f in m["features"]:
+            full = f"{m['namespace']}.{f['name']}" if m["namespace"] else f["name"]
+            if wanted is not None and not ({full, f["name"], *f["aliases"]} & wanted):
+                continue
+            lines.append(f"{full}: {f['doc'] or ''}")
+            if f["aliases"]:
+                lines.append(f"  also spelled: {', '.join(f['aliases'])}")
+            lines.append(f"  module: {m['name']} ({m['path']})")
+            for p in f["params"]:
+                dflt = "required" if p["required"] else f"default {p['default'] or '(none)'}"
+                lines.append(f"  {p['key']:<16} {p['type']:<20} {dflt}")
+                if p["doc"]:
+                    lines.append(f"  {'':<16} {p['doc']}")
+    if wanted is not None and not lines:
+        raise ValueError(f"no feature named {', '.join(sorted(wanted))} (dlinspect.list_features() lists them)")
+    return "\n".join(lines) + "\n"
+
+
+def infer_and_assign_layer_names(model):
+    """Names every module of a torch model (or a list of models) as nvdlfw_inspect does:
+    "model" for the root, then ".child" per level; a ModuleList's children take their
+    `layer_number` attribute when they have one. The name goes to `module.name` and
+    `module._debug_name`."""
+    try:
+        import torch
+        module_list = torch.nn.ModuleList
+        module_type = torch.nn.Module
+    except ImportError:  # duck-typed models
+        module_list = module_type = None
+
+    def visit(module, name):
+        if module_list is not None and isinstance(module, module_list):
+            for child_name, child in module.named_children():
+                visit(child, f"{name}.{getattr(child, 'layer_number', child_name)}")
+            return
+        if (module_type is not None and not isinstance(module, module_type)
+                and not hasattr(module, "named_children")):
+            inner = getattr(module, "module", None)
+            if inner is None:
+                raise TypeError(f"cannot name {type(module).__name__}: not a torch.nn.Module")
+            visit(inner, name)
+            return
+        module.name = name
+        module._debug_name = name
+        for child_name, child in module.named_children():
+            visit(child, f"{name}.{child_name}")
+
+    for m in model if isinstance(model, list) else [model]:
+        visit(m, "model")
+
+
+class Plan:
+    """A layer's answers at one iteration (Layer.plan()): no call is needed until `next`."""
+
+    __slots__ = ("iteration", "next", "any", "fp8", "inspect", "modify", "postquantize")
+
+    def __repr__(self):
+        return (f"Plan(iteration={self.iteration}, next={self.next}, any={self.any}, "
+                f"fp8={self.fp8}, inspect={set(self.inspect) or '{}'}, modify={self.modify}, "
+                f"postquantize={self.postquantize})")
+
+
+_GEMMS = ("fprop", "dgrad", "wgrad")
+_STD_TENSORS = ("activation", "gradient", "weight", "output", "wgrad", "dgrad")
+_tensor_names_by_id = {}
+
+
+def _names(mask):
+    out = []
+    i = 0
+    while mask:
+        if mask & 1:
+            out.append(_STD_TENSORS[i] if i < len(_STD_TENSORS) else _tensor_names_by_id.get(i, f"#{i}"))
+        mask >>= 1
+        i += 1
+    return frozenset(out)
+
+
+def _plan(self):
+    it, nxt, any_, fp8, insp, mod, pq = self._plan()
+    p = Plan()
+    p.iteration, p.next, p.any = it, nxt, any_
+    p.fp8 = dict(zip(_GEMMS, fp8))
+    p.inspect = _names(insp)
+    p.modify = {g: _names(m) for g, m in zip(_GEMMS, mod)}
+    p.postquantize = {g: _names(m) for g, m in zip(_GEMMS, pq)}
+    return p
+
+
+def tensor_id(name):
+    """The core's id of a tensor name (-1: a name nothing selects)."""
+    i = _c._tensor_id(name)
+    if i >= len(_STD_TENSORS):
+        _tensor_names_by_id[i] = name
+    return i
+
+
+class Quantizer:
+    """How the host would quantize a tensor, for modify_tensor: format "float8_e4m3fn" or
+    "float8_e5m2", and its current scale and amax when it has them."""
+
+    __slots__ = ("format", "scale", "amax")
+
+    def __init__(self, format, scale=None, amax=None):
+        self.format, self.scale, self.amax = format, scale, amax
+
+
+def _quantizer_args(q):
+    if q is None:
+        return None, None, None
+    fmt = getattr(q, "format", None)
+    if fmt is None:  # a torch dtype, or TransformerEngine's quantizer (.dtype)
+        fmt = getattr(q, "dtype", None)
+    fmt = str(fmt).replace("torch.", "")
+    scale = getattr(q, "scale", None)
+    amax = getattr(q, "amax", None)
+    return fmt, None if scale is None else float(scale), None if amax is None else float(amax)
+
+
+def _new_like(obj):
+    """A contiguous tensor of obj's shape and dtype, from obj's own library (torch) or numpy."""
+    mod = type(obj).__module__.split(".")[0]
+    if mod == "torch":
+        import torch
+        return torch.empty(obj.shape, dtype=obj.dtype, device=obj.device)
+    import numpy
+    return numpy.empty(obj.shape, dtype=obj.dtype)
+
+
+def _layer_modify_tensor(self, gemm, tensor, obj, out=None, quantizer=None, stream=None):
+    """Lets the feature that modifies (gemm, tensor) at this iteration write its result: into
+    `out` when given (contiguous, obj's shape), else into a new tensor of obj's kind. Returns
+    that tensor, or None when no feature modifies it now."""
+    if not self.modify_tensor_enabled(gemm, tensor):
+        return None
+    dst = _new_like(obj) if out is None else out
+    fmt, scale, amax = _quantizer_args(quantizer)
+    done = self._modify(gemm, tensor, obj, dst, fmt, scale, amax, stream)
+    return dst if done else None
+
+
+_c._layer_attach("plan", _plan)
+_c._layer_attach("modify_tensor", _layer_modify_tensor)
+
+
+def modify_tensor(layer_name, gemm, tensor_name, tensor, default_quantizer=None, out=None,
+                  iteration=None, **kwargs):
+    """TransformerEngine's modify_tensor: the modified tensor (new, or `out`), or None when no
+    feature modifies (gemm, tensor_name) of this layer now."""
+    l = layer_name if isinstance(layer_name, Layer) else layer(layer_name)
+    if iteration is not None and _c._initialized() and iteration != _c.iteration():
+        raise ValueError(f"iteration={iteration}, but dlinspect is at iteration {_c.iteration()}")
+    return l.modify_tensor(gemm, tensor_name, tensor, out=out, quantizer=default_quantizer,
+                           stream=kwargs.get("stream"))
+
+
+class _TransformerEngineAPI:
+    """dlinspect.transformer_engine: the call set under the name TransformerEngine calls it by
+    (debug_api.transformer_engine.X)."""
+
+    fp8_gemm_enabled = staticmethod(fp8_gemm_enabled)
+    inspect_tensor_enabled = staticmethod(inspect_tensor_enabled)
+    inspect_tensor = staticmethod(inspect_tensor)
+    modify_tensor_enabled = staticmethod(modify_tensor_enabled)
+    modify_tensor = staticmethod(modify_tensor)
+    inspect_tensor_postquantize_enabled = staticmethod(inspect_tensor_postquantize_enabled)
+    inspect_tensor_postquantize = staticmethod(inspect_tensor_postquantize)
+
+
+transformer_engine = _TransformerEngineAPI()

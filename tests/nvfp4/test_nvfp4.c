@@ -1,0 +1,337 @@
+/* NVFP4 in the C kernels and through the core (docs/block-scaling.md, "NVFP4"): the scale and
+ * rounding rules at their edges, the compare pass against a naive reference written here (per
+ * block: amax, the E4M3 scale through the FP8 encoder the fp8 tests check, E2M1 by searching the
+ * nearest of the eight magnitudes, ties to the even one) for f32, f16 and bf16 input, thread-count
+ * independence, and LogNvfp4TensorStats' statistics and errors through the real core. The
+ * bit-exactness against ml_dtypes over every bf16 pattern is interop.py's. */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <dlinspect/dlinspect.h>
+
+#include "check.h"
+#include "dli-test.h"
+#include "kernels-private.h"
+
+#define FC1 "model.layers.1.mlp.fc1"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t next_u64(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* Blocks of 16 with their own magnitude, spread over 2^-30 .. 2^10, values within 2^-8 of it. */
+static float random_value(int64_t i)
+{
+	static int block_exp;
+	if (i % 16 == 0)
+		block_exp = (int)(next_u64() % 41) - 30;
+	double u = (double)(next_u64() >> 11) / 9007199254740992.0;
+	float v = ldexpf((float)(1.0 + u), block_exp - (int)(next_u64() % 8));
+	return next_u64() & 1 ? -v : v;
+}
+
+/* The nearest E2M1 magnitude by search; a tie goes to the even code (index). */
+static int naive_e2m1(float s)
+{
+	static const float v[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+	float a = fabsf(s);
+	int best = 0;
+	if (a > 6)
+		a = 6;
+	for (int k = 1; k < 8; k++) {
+		float d = fabsf(a - v[k]), db = fabsf(a - v[best]);
+		if (d < db || (d == db && k % 2 == 0))
+			best = k;
+	}
+	return (signbit(s) ? 8 : 0) | best;
+}
+
+struct terms {
+	uint64_t count, under;
+	double err;
+};
+
+/* rows x cols, 1 x 16 blocks (dims 1) or 16 x 16 tiles (dims 2), row-wise. */
+static void naive(const float *x, int64_t rows, int64_t cols, int dims, struct terms *t)
+{
+	static const float v[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+	float amax = 0;
+	memset(t, 0, sizeof(*t));
+	for (int64_t i = 0; i < rows * cols; i++)
+		if (fabsf(x[i]) > amax)
+			amax = fabsf(x[i]);
+	float s_enc = amax == 0 ? 1.0f : fminf(2688.0f / amax, FLT_MAX);
+	if (s_enc == 0)
+		s_enc = 1;
+	float s_dec = (float)(1.0 / s_enc);
+	int64_t bh = dims == 2 ? 16 : 1;
+	for (int64_t r0 = 0; r0 < rows; r0 += bh)
+		for (int64_t c0 = 0; c0 < cols; c0 += 16) {
+			float bmax = 0;
+			for (int64_t r = r0; r < r0 + bh && r < rows; r++)
+				for (int64_t c = c0; c < c0 + 16 && c < cols; c++)
+					if (fabsf(x[r * cols + c]) > bmax)
+						bmax = fabsf(x[r * cols + c]);
+			float sdb = bmax * (s_enc * (1.0f / 6.0f));
+			uint8_t sc = dli_fp8_encode(sdb, DLI_DTYPE_F8E4M3);
+			float scf = dli_fp8_decode(sc, DLI_DTYPE_F8E4M3);
+			float enc = fminf(1.0f / (scf * s_dec), FLT_MAX);
+			float factor = scf * amax * (1.0f / 2688.0f);
+			for (int64_t r = r0; r < r0 + bh && r < rows; r++)
+				for (int64_t c = c0; c < c0 + 16 && c < cols; c++) {
+					float xv = x[r * cols + c];
+					int q = naive_e2m1(xv * enc);
+					float dq = (q & 8 ? -v[q & 7] : v[q & 7]) * factor;
+					t->count++;
+					t->under += xv != 0 && (q & 7) == 0;
+					t->err += ((double)xv - dq) * ((double)xv - dq);
+				}
+		}
+}
+
+static bool close_to(double a, double b, double tol)
+{
+	return a == b || fabs(a - b) <= tol * fmax(fabs(a), fabs(b));
+}
+
+static void test_rules(void)
+{
+	CHECK(dli_nvfp4_global_scale(0.0f) == 1.0f);
+	CHECK(dli_nvfp4_global_scale(INFINITY) == 1.0f);
+	CHECK(dli_nvfp4_global_scale(2688.0f) == 1.0f);
+	CHECK(dli_nvfp4_global_scale(1e-45f) == FLT_MAX); /* 2688 / 2^-149 overflows */
+	CHECK(dli_nvfp4_global_scale(1.0f) == 2688.0f);
+	/* A block whose amax is the tensor's gets 448 (= amax * 2688 / amax / 6). */
+	CHECK_INT(dli_nvfp4_block_scale(3.0f, dli_nvfp4_global_scale(3.0f)), 0x7e);
+	CHECK_INT(dli_nvfp4_block_scale(INFINITY, 1.0f), 0x7e); /* saturates to 448 */
+	CHECK_INT(dli_nvfp4_block_scale(0.0f, 2688.0f), 0);
+	CHECK(dli_nvfp4_block_encode(0, 2688.0f) == FLT_MAX); /* 1 / 0 clamped */
+	/* Ties to even, saturation, the sign of zero, NaN. */
+	static const float in[] = {0.25f, 0.2500001f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f,
+				   5.0001f, 1e30f, INFINITY, -0.0f, -0.1f, -5.5f};
+	static const uint8_t want[] = {0, 1, 2, 2, 4, 4, 6, 6, 7, 7, 7, 8, 8, 15};
+	for (size_t i = 0; i < sizeof(in) / sizeof(in[0]); i++) {
+		if (dli_nvfp4_encode(in[i]) != want[i])
+			fprintf(stderr, "encode(%g) = %#x, expected %#x\n", in[i],
+				dli_nvfp4_encode(in[i]), want[i]);
+		CHECK_INT(dli_nvfp4_encode(in[i]), want[i]);
+		CHECK_INT(dli_nvfp4_encode(in[i]), naive_e2m1(in[i]));
+	}
+	CHECK_INT(dli_nvfp4_encode(NAN), 7);
+	CHECK(dli_nvfp4_decode(15) == -6.0f && dli_nvfp4_decode(3) == 1.5f);
+	int64_t sr, sc;
+	dli_nvfp4_scale_shape(129, 33, false, &sr, &sc);
+	CHECK(sr == 256 && sc == 4);
+	dli_nvfp4_scale_shape(129, 33, true, &sr, &sc);
+	CHECK(sr == 128 && sc == 12);
+}
+
+static uint16_t bf16_of(float f) /* truncation: the test's values need not round */
+{
+	uint32_t u;
+	memcpy(&u, &f, 4);
+	return (uint16_t)(u >> 16);
+}
+
+static float of_bf16(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void test_passes(void)
+{
+	static const int64_t shapes[][2] = {{1, 1}, {15, 17}, {17, 15}, {31, 33}, {33, 129},
+					    {129, 127}, {64, 256}};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(float));
+		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+		CHECK(x && h);
+		if (!x || !h) {
+			free(x);
+			free(h);
+			return;
+		}
+		for (int64_t i = 0; i < n; i++) {
+			h[i] = bf16_of(random_value(i));
+			x[i] = of_bf16(h[i]);
+		}
+		for (int dims = 1; dims <= 2; dims++) {
+			struct terms t;
+			struct dli_stats_record r32, r16;
+			naive(x, rows, cols, dims, &t);
+			CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, rows, cols, dims, false, NULL,
+							&r32), 0);
+			CHECK_INT(dli_cpu_nvfp4_compare(h, DLI_DTYPE_BF16, rows, cols, dims, false, NULL,
+							&r16), 0);
+			CHECK(r32.fp8_count == t.count && r32.underflows == t.under);
+			CHECK(close_to(r32.err_sq, t.err, 1e-12));
+			if (!close_to(r32.err_sq, t.err, 1e-12) || r32.underflows != t.under)
+				fprintf(stderr, "%lldx%lld dims %d: under %llu/%llu err %.17g/%.17g\n",
+					(long long)rows, (long long)cols, dims,
+					(unsigned long long)r32.underflows,
+					(unsigned long long)t.under, r32.err_sq, t.err);
+			CHECK(r16.underflows == r32.underflows && close_to(r16.err_sq, r32.err_sq, 1e-12));
+			/* The scalar reference and the dispatcher's path (AVX2 where there is one). */
+			struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1};
+			struct dli_stats_record rs;
+			CHECK_INT(dli_cpu_nvfp4_compare(h, DLI_DTYPE_BF16, rows, cols, dims, false, &so,
+							&rs), 0);
+			CHECK(rs.fp8_count == r16.fp8_count && rs.underflows == r16.underflows &&
+			      rs.overflows == r16.overflows && close_to(rs.err_sq, r16.err_sq, 1e-12) &&
+			      close_to(rs.dot, r16.dot, 1e-12) && close_to(rs.x_sq, r16.x_sq, 1e-12) &&
+			      rs.scale_inv_min == r16.scale_inv_min &&
+			      rs.scale_inv_max == r16.scale_inv_max);
+		}
+		free(x);
+		free(h);
+	}
+}
+
+static void test_threads(void)
+{
+	int64_t rows = 1024, cols = 2048, n = rows * cols;
+	float *x = malloc((size_t)n * sizeof(float));
+	CHECK(x != NULL);
+	if (!x)
+		return;
+	for (int64_t i = 0; i < n; i++)
+		x[i] = random_value(i);
+	for (int dims = 1; dims <= 2; dims++) {
+		struct dli_stats_record a, b;
+		struct dli_cpu_options o1 = {DLI_SIMD_AUTO, 1}, o4 = {DLI_SIMD_AUTO, 4};
+		CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, rows, cols, dims, dims == 1, &o1, &a),
+			  0);
+		CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, rows, cols, dims, dims == 1, &o4, &b),
+			  0);
+		CHECK(a.fp8_count == b.fp8_count && a.underflows == b.underflows &&
+		      a.err_sq == b.err_sq && a.dot == b.dot && a.x_sq == b.x_sq);
+	}
+	free(x);
+}
+
+/* ---- Through the core ---- */
+
+static double logged(const char *name)
+{
+	char buf[1024];
+	FILE *f = open_log(STATS_LOG);
+	double v = NAN;
+	bool found = false;
+	while (f && fgets(buf, sizeof buf, f)) {
+		const char *nm = strstr(buf, " - INFO - ");
+		const char *val = strstr(buf, "value=");
+		if (!nm || !val)
+			continue;
+		nm += strlen(" - INFO - ");
+		if (strncmp(nm, name, strlen(name)) || nm[strlen(name)] != ' ')
+			continue;
+		v = strtod(val + strlen("value="), NULL);
+		found = true;
+	}
+	if (f)
+		fclose(f);
+	if (!found)
+		fprintf(stderr, "nothing logged as %s\n", name);
+	CHECK(found);
+	return v;
+}
+
+static void check_logged(const char *name, double want)
+{
+	double got = logged(name);
+	bool ok = got == want || fabs(got - want) <= 1e-8 * fmax(fabs(want), 1e-300);
+	if (!ok)
+		fprintf(stderr, "%s = %.17g, expected %.17g\n", name, got, want);
+	CHECK(ok);
+}
+
+static void test_feature(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"nv:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogNvfp4TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation, weight]\n"
+		"      stats: [underflows%, mse]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, FC1);
+	int64_t rows = 48, cols = 40, n = rows * cols;
+	static float x[48 * 40];
+	for (int64_t i = 0; i < n; i++)
+		x[i] = random_value(i);
+	struct dli_tensor t = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = {rows, cols},
+			       .contiguous = true};
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_WEIGHT, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	struct terms a, w;
+	naive(x, rows, cols, 1, &a);
+	naive(x, rows, cols, 2, &w);
+	check_logged(FC1 "_activation_nvfp4_underflows%", 100.0 * (double)a.under / (double)n);
+	check_logged(FC1 "_activation_nvfp4_mse", a.err / (double)n);
+	check_logged(FC1 "_weight_nvfp4_underflows%", 100.0 * (double)w.under / (double)n);
+	check_logged(FC1 "_weight_nvfp4_mse", w.err / (double)n);
+	/* 16 x 16 tiles lose more than 1 x 16 blocks here: the data tells the two apart. */
+	CHECK(w.under > a.under && a.under > 0);
+}
+
+static void check_error(const char *yaml, const char *const *parts)
+{
+	struct dli_error err;
+	struct dli_context *ctx = open_yaml(yaml, &err);
+	CHECK(ctx == NULL);
+	dli_destroy(ctx);
+	if (ctx)
+		return;
+	for (size_t i = 0; parts[i]; i++) {
+		if (!strstr(err.message, parts[i]))
+			fprintf(stderr, "error \"%s\" lacks \"%s\"\n", err.message, parts[i]);
+		CHECK(strstr(err.message, parts[i]) != NULL);
+	}
+}
+
+#define SEC "s:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n  transformer_engine:\n"
+
+static void test_errors(void)
+{
+	check_error(SEC "    LogNvfp4TensorStats: {enabled: True, tensors: [activation], "
+			"stats: [overflows%]}\n",
+		    (const char *const[]){"<string>:5:", "overflows%", NULL});
+	check_error(SEC "    LogNvfp4TensorStats: {enabled: True, tensors: [activation], "
+			"stats: [nvfp4_mse]}\n",
+		    (const char *const[]){"<string>:5:", "nvfp4_mse", NULL});
+	check_error(SEC "    LogFp8TensorStats: {enabled: True, tensors: [activation], "
+			"stats: [nvfp4_mse]}\n",
+		    (const char *const[]){"<string>:5:5:", "LogNvfp4TensorStats", NULL});
+}
+
+int main(void)
+{
+	test_rules();
+	test_passes();
+	test_threads();
+	test_feature();
+	test_errors();
+	remove_log_dir();
+	return check_exit();
+}

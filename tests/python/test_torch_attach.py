@@ -1,0 +1,158 @@
+"""attach/detach leave a model's outputs and gradients bit for bit as without dlinspect when no
+config selects anything (hook mode; with no config and with one that selects other layers), remove
+every hook, and name layers as nvdlfw_inspect's infer_and_assign_layer_names does."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_common import Checker, tmpdir  # noqa: E402
+
+import torch  # noqa: E402
+import dlinspect  # noqa: E402
+import dlinspect.torch as dt  # noqa: E402
+
+OTHER = """
+elsewhere:
+  enabled: true
+  layers: {layer_name_regex_pattern: '^nothing_here$'}
+  transformer_engine:
+    LogTensorStats: {enabled: true, tensors: [activation, output, gradient, dgrad, wgrad], stats: [max]}
+    DisableFP8GEMM: {enabled: true, gemms: [fprop]}
+"""
+
+
+class Block(torch.nn.Module):
+    def __init__(self, n, number=None):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(n, 2 * n)
+        self.fc2 = torch.nn.Linear(2 * n, n)
+        if number is not None:
+            self.layer_number = number
+
+    def forward(self, x):
+        return x + self.fc2(torch.relu(self.fc1(x)))
+
+
+class Net(torch.nn.Module):
+    def __init__(self, numbered=False):
+        super().__init__()
+        self.inp = torch.nn.Linear(3, 8)
+        self.layers = torch.nn.ModuleList(Block(8, i + 1 if numbered else None) for i in range(2))
+        self.out = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.layers:
+            x = b(x)
+        return self.out(x)
+
+
+def train(m, steps, hook=None):
+    torch.manual_seed(7)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    outs = []
+    for _ in range(steps):
+        x = torch.randn(4, 3, requires_grad=True)
+        y = m(x)
+        y.square().mean().backward()
+        outs.append((y.detach().clone(), x.grad.clone(), [p.grad.clone() for p in m.parameters()]))
+        opt.step()
+        opt.zero_grad()
+        if hook:
+            hook()
+    return outs
+
+
+def same(a, b):
+    return all(torch.equal(ya, yb) and torch.equal(ga, gb) and all(torch.equal(p, q) for p, q in zip(pa, pb))
+               for (ya, ga, pa), (yb, gb, pb) in zip(a, b))
+
+
+def hooks_of(m):
+    return sum(len(x._forward_hooks) + len(x._forward_pre_hooks) + len(x._backward_hooks) for x in m.modules())
+
+
+def main():
+    c = Checker()
+    torch.manual_seed(0)
+    base = Net()
+    state = {k: v.clone() for k, v in base.state_dict().items()}
+    ref = train(base, 6)
+    for cfg in (None, OTHER):
+        d = tmpdir()
+        dlinspect.initialize(config=cfg, log_dir=d)
+        m = Net()
+        m.load_state_dict(state)
+        h = dt.attach(m)
+        c.ok(hooks_of(m) > 0, f"config {cfg is not None}: attach registered hooks")
+        try:
+            dt.attach(m)
+            c.ok(False, "attaching an attached model again is refused")
+        except RuntimeError as e:
+            c.ok("already attached" in str(e), f"attaching twice: {e}")
+        got = train(m, 6, dt.step)
+        c.ok(same(ref, got), f"config {cfg is not None}: outputs and gradients bit for bit as without dlinspect")
+        h.detach()
+        c.ok(hooks_of(m) == 0, f"config {cfg is not None}: detach removed every hook")
+        c.ok(all("forward" not in x.__dict__ for x in m.modules()), "no forward left replaced")
+        dlinspect.end_debug()
+    # FP8 emulation attached, then detached: the module is a plain fp32 Linear again.
+    dlinspect.initialize(config=None, log_dir=tmpdir())
+    m = Net()
+    m.load_state_dict(state)
+    h = dt.attach(m, fp8="current")
+    c.ok(all("forward" in x.__dict__ for x in m.modules() if isinstance(x, torch.nn.Linear)), "fp8: Linear forwards replaced")
+    emulated = train(m, 1)
+    c.ok(not torch.equal(emulated[0][0], ref[0][0]), "fp8: the emulated output differs from fp32")
+    h.detach()
+    m.load_state_dict(state)
+    c.ok(same(ref, train(m, 6)), "fp8 detached: outputs and gradients as fp32 again")
+    dlinspect.end_debug()
+
+    # names=: exactly these modules, under these names.
+    d = tmpdir()
+    cfg = """
+mine:
+  enabled: true
+  layers: {exact_layer_names: [custom.input]}
+  transformer_engine:
+    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}
+"""
+    dlinspect.initialize(config=cfg, log_dir=d)
+    m = Net()
+    h = dt.attach(m, names={m.inp: "custom.input"})
+    c.ok(list(h.layers) == ["custom.input"], f"names=: layers {list(h.layers)}")
+    x = torch.randn(4, 3)
+    m(x)
+    dt.step()  # the step's statistics are written when it ends
+    h.detach()
+    dlinspect.end_debug()
+    from torch_common import stats
+    got = stats(d)
+    c.ok([(n, it) for n, it, _ in got] == [("custom.input_activation_max", 0)], f"names=: logged {got}")
+    c.ok(bool(got) and abs(got[0][2] - x.max().item()) <= 1e-7 * abs(x.max().item()), "names=: the value")
+
+    # Names: "model", attribute paths, a ModuleList child by its layer_number when it has one.
+    for numbered in (False, True):
+        m = Net(numbered)
+        names = {n for n in dt.layer_names(m).values()}
+        k = (1, 2) if numbered else (0, 1)
+        want = {"model", "model.inp", "model.out"} | {f"model.layers.{i}{s}" for i in k for s in ("", ".fc1", ".fc2")}
+        c.ok(names == want, f"layer_names (numbered={numbered}): {sorted(names)}")
+        dlinspect.initialize(config=None, log_dir=tmpdir())
+        h = dt.attach(m)
+        c.ok(set(h.layers) == want - {"model"} - {f"model.layers.{i}" for i in k}, f"attach's layers: {sorted(h.layers)}")
+        c.ok(m.layers[0].fc1.name == f"model.layers.{k[0]}.fc1", "module.name assigned")
+        h.detach()
+        dlinspect.end_debug()
+        infer = getattr(dlinspect, "infer_and_assign_layer_names", None)
+        if infer is not None:  # the package's own (pure Python) naming agrees
+            m2 = Net(numbered)
+            infer(m2)
+            c.ok({getattr(x, "name", None) for x in m2.modules() if not isinstance(x, torch.nn.ModuleList)} == want,
+                 "dlinspect.infer_and_assign_layer_names gives the same names")
+    c.done()
+
+
+if __name__ == "__main__":
+    main()
