@@ -26,6 +26,10 @@ void dli_reduce_close(struct dli_context *ctx);
 /* The host table members (plugin.h). */
 int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share *share);
 int dli_stats_acc_scope(struct dli_stats_acc *acc);
+/* A config reload (core/reload.c) makes its feature instances while the old ones, sharing the
+ * same keys, still exist: +1 before it makes them, -1 when it gives them up. A key is refused as
+ * a duplicate only within one generation. Destroying an accumulator removes its share. */
+void dli_reduce_generation(struct dli_context *ctx, int delta);
 /* stats.c calls it when a shared accumulator is destroyed. */
 void dli_reduce_forget(struct dli_context *ctx, struct dli_stats_acc *acc);
 

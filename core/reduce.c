@@ -50,6 +50,7 @@ struct dli_share {
 	const struct dli_schedule *schedule;
 	size_t group;
 	int scope;
+	unsigned generation; /* dli_reduce.generation when it was shared */
 };
 
 struct dli_group {
@@ -74,6 +75,9 @@ struct dli_reduce {
 	struct dli_group *groups;
 	size_t n_groups;
 	uint64_t collectives, bytes; /* since the start: what the DEBUG lines add up */
+	/* Raised while a config reload makes its instances (dli_reduce_generation): their
+	 * accumulators share the old instances' keys until the old ones are destroyed. */
+	unsigned generation;
 	/* Ranks that missed a collective: every later group holding one fails at once rather than
 	 * waiting out its own time limit. NULL until the first. */
 	bool *gone;
@@ -326,7 +330,7 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	int r = 0;
 	uint64_t hash = fnv1a(share->key);
 	for (size_t i = 0; i < red->n_shares && !r; i++)
-		if (red->shares[i]->hash == hash)
+		if (red->shares[i]->hash == hash && red->shares[i]->generation == red->generation)
 			r = -EEXIST;
 	long g = r ? r : group_find_or_add(red, ranks, n);
 	if (g < 0)
@@ -351,7 +355,7 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	if (!r) {
 		*sh = (struct dli_share){.acc = acc, .index = red->n_shares, .hash = hash, .key = key,
 					 .schedule = share->schedule, .group = (size_t)g,
-					 .scope = DLI_SCOPE_RANK};
+					 .scope = DLI_SCOPE_RANK, .generation = red->generation};
 		red->shares[red->n_shares++] = sh;
 		dli_stats_acc_set_share(acc, sh);
 	}
@@ -378,6 +382,16 @@ void dli_reduce_forget(struct dli_context *ctx, struct dli_stats_acc *acc)
 		free(sh);
 		dli_stats_acc_set_share(acc, NULL);
 	}
+	pthread_mutex_unlock(&red->lock);
+}
+
+void dli_reduce_generation(struct dli_context *ctx, int delta)
+{
+	struct dli_reduce *red = ctx->reduce;
+	if (!red)
+		return;
+	pthread_mutex_lock(&red->lock);
+	red->generation += (unsigned)delta;
 	pthread_mutex_unlock(&red->lock);
 }
 

@@ -7,7 +7,10 @@
  *   the counts, 1e-12 relative for the rest: only the order of the merges differs);
  * - weights with tensor_parallel_size 1 stay per rank;
  * - a rank that never ends the second step: the others wait DLINSPECT_COMM_TIMEOUT, say which
- *   group and rank, and log that step's statistics per rank under names marked _rank<r>.
+ *   group and rank, and log that step's statistics per rank under names marked _rank<r>;
+ * - a config reload at the end of the first step (core/reload.c): the new instances' accumulators
+ *   take the old ones' reduction keys while those still exist, and the second step is reduced
+ *   as before (destroying an accumulator removes it from the reduction).
  * argv: <dir of exact_logger.so> */
 #include <errno.h>
 #include <math.h>
@@ -24,6 +27,8 @@
 
 #define N_RANKS 3
 #define MAX_BYTES (1 << 20)
+#define LOG_CAP 4096
+#define MSGS_SIZE (1 << 16)
 
 static int failures;
 #define CHECK(c, ...)                                                                              \
@@ -199,9 +204,11 @@ static int feed(struct dli_context *ctx, int tensor, int64_t it, int rank, int m
 	return r;
 }
 
+static pthread_barrier_t reload_barrier;
+
 struct rank_args {
 	int rank;
-	bool pooled, leaves;
+	bool pooled, leaves, reload;
 	const char *dir;
 	int rc;
 };
@@ -212,7 +219,14 @@ static void *run_rank(void *p)
 	struct loop_comm comm = {.rank = a->rank};
 	struct dli_options o;
 	dli_options_init(&o);
-	o.config_yaml = config;
+	char cfg_path[4300];
+	if (a->reload) {
+		/* One file for every rank (the reduction keys name it): run_all wrote it. */
+		snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", a->dir);
+		o.config_path = cfg_path;
+	} else {
+		o.config_yaml = config;
+	}
 	o.log_dir = a->dir;
 	if (!a->pooled) {
 		o.comm_ops = &loop_ops;
@@ -235,6 +249,19 @@ static void *run_rank(void *p)
 			}
 		if (!a->rc && !a->pooled)
 			a->rc = feed(ctx, DLI_TENSOR_WEIGHT, it, a->rank, 0);
+		if (!a->rc && a->reload && it == 0) {
+			/* The same features, new text, once every rank has read the old one: applied
+			 * at the end of this dli_step. */
+			pthread_barrier_wait(&reload_barrier);
+			if (a->rank == 0) {
+				FILE *f = fopen(cfg_path, "a");
+				if (!f || fputs("# edited\n", f) < 0 || fclose(f))
+					a->rc = -EIO;
+			}
+			pthread_barrier_wait(&reload_barrier);
+			if (!a->rc)
+				a->rc = dli_config_reload(ctx);
+		}
 		if (!a->rc)
 			a->rc = dli_step(ctx);
 	}
@@ -310,8 +337,14 @@ static bool exact_stat(const char *name)
 	return false;
 }
 
-static void run_all(const char *dir, bool leaves)
+static void run_all(const char *dir, bool leaves, bool reload)
 {
+	if (reload) {
+		char path[4300];
+		snprintf(path, sizeof path, "%s/config.yaml", dir);
+		FILE *f = fopen(path, "w");
+		CHECK(f && fputs(config, f) >= 0 && !fclose(f), "cannot write %s", path);
+	}
 	pthread_t th[N_RANKS];
 	struct rank_args a[N_RANKS];
 	/* A fresh board: every communicator starts at round 0. */
@@ -321,13 +354,45 @@ static void run_all(const char *dir, bool leaves)
 		memset(rounds[p].in, 0, sizeof rounds[p].in);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
-		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1};
+		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1,
+					  .reload = reload};
 		pthread_create(&th[r], NULL, run_rank, &a[r]);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
 		pthread_join(th[r], NULL);
 		CHECK(a[r].rc == 0, "rank %d failed: %s", r, strerror(-a[r].rc));
 	}
+}
+
+/* Reads each rank's log in `dir` and compares every value of the single context's log `ref` with
+ * it: bit-identical across ranks, equal to the single context's. The count compared. */
+static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
+		      struct line (*got)[LOG_CAP], size_t *n_got, char (*msgs)[MSGS_SIZE])
+{
+	for (int r = 0; r < N_RANKS; r++)
+		n_got[r] = read_log(dir, r, got[r], LOG_CAP, msgs[r], MSGS_SIZE);
+	size_t compared = 0;
+	for (size_t i = 0; i < n_ref; i++) {
+		for (int r = 0; r < N_RANKS; r++) {
+			const struct line *l = find(got[r], n_got[r], ref[i].name, ref[i].it);
+			CHECK(l, "rank %d lacks %s at iteration %ld", r, ref[i].name, ref[i].it);
+			if (!l)
+				continue;
+			/* Bit-identical across ranks. */
+			const struct line *l0 = find(got[0], n_got[0], l->name, l->it);
+			CHECK(l0 && !strcmp(l->hex, l0->hex), "rank %d and rank 0 differ on %s: %s",
+			      r, l->name, l->hex);
+			double g = strtod(l->hex, NULL), w = strtod(ref[i].hex, NULL);
+			bool ok = l->hex[0] == 'h' ? !strcmp(l->hex, ref[i].hex) /* a histogram */
+				  : exact_stat(l->name) || isnan(w)
+					  ? (g == w || (isnan(g) && isnan(w)))
+					  : fabs(g - w) <= 1e-12 * fabs(w);
+			CHECK(ok, "rank %d: %s at iteration %ld is %s, the single context's %s", r,
+			      l->name, l->it, l->hex, ref[i].hex);
+			compared++;
+		}
+	}
+	return compared;
 }
 
 int main(int argc, char **argv)
@@ -351,10 +416,12 @@ int main(int argc, char **argv)
 	for (int p = 0; p < 2; p++)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
-	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200];
+	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
 	snprintf(dir_pooled, sizeof dir_pooled, "%s/pooled", log_root);
 	snprintf(dir_fault, sizeof dir_fault, "%s/fault", log_root);
+	snprintf(dir_reload, sizeof dir_reload, "%s/reload", log_root);
+	mkdir(dir_reload, 0755);
 	mkdir(dir_ranks, 0755);
 	mkdir(dir_pooled, 0755);
 	mkdir(dir_fault, 0755);
@@ -364,35 +431,12 @@ int main(int argc, char **argv)
 	run_rank(&pooled);
 	CHECK(pooled.rc == 0, "pooled run failed");
 
-	enum { CAP = 4096 };
-	static struct line ref[CAP], got[N_RANKS][CAP];
-	static char msgs[N_RANKS][1 << 16];
-	size_t n_ref = read_log(dir_pooled, 0, ref, CAP, NULL, 0), n_got[N_RANKS];
+	static struct line ref[LOG_CAP], got[N_RANKS][LOG_CAP];
+	static char msgs[N_RANKS][MSGS_SIZE];
+	size_t n_ref = read_log(dir_pooled, 0, ref, LOG_CAP, NULL, 0), n_got[N_RANKS];
 
-	run_all(dir_ranks, false);
-	for (int r = 0; r < N_RANKS; r++)
-		n_got[r] = read_log(dir_ranks, r, got[r], CAP, msgs[r], sizeof msgs[r]);
-	size_t compared = 0;
-	for (size_t i = 0; i < n_ref; i++) {
-		for (int r = 0; r < N_RANKS; r++) {
-			const struct line *l = find(got[r], n_got[r], ref[i].name, ref[i].it);
-			CHECK(l, "rank %d lacks %s at iteration %ld", r, ref[i].name, ref[i].it);
-			if (!l)
-				continue;
-			/* Bit-identical across ranks. */
-			const struct line *l0 = find(got[0], n_got[0], l->name, l->it);
-			CHECK(l0 && !strcmp(l->hex, l0->hex), "rank %d and rank 0 differ on %s: %s",
-			      r, l->name, l->hex);
-			double g = strtod(l->hex, NULL), w = strtod(ref[i].hex, NULL);
-			bool ok = l->hex[0] == 'h' ? !strcmp(l->hex, ref[i].hex) /* a histogram */
-				  : exact_stat(l->name) || isnan(w)
-					  ? (g == w || (isnan(g) && isnan(w)))
-					  : fabs(g - w) <= 1e-12 * fabs(w);
-			CHECK(ok, "rank %d: %s at iteration %ld is %s, the single context's %s", r,
-			      l->name, l->it, l->hex, ref[i].hex);
-			compared++;
-		}
-	}
+	run_all(dir_ranks, false, false);
+	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs);
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
 	CHECK(find(ref, n_ref, "fc1_activation_histogram", 0) &&
 		      find(ref, n_ref, "fc1_gradient_histogram", 1),
@@ -405,10 +449,25 @@ int main(int argc, char **argv)
 		      strstr(msgs[0], "reduced across group [0-2]: 2 records, 1 collective(s)"),
 	      "no DEBUG lines counting the collectives: %s", msgs[0]);
 
+	/* A reload at the end of the first step: the second is still reduced, no key refused. */
+	pthread_barrier_init(&reload_barrier, NULL, N_RANKS);
+	run_all(dir_reload, false, true);
+	pthread_barrier_destroy(&reload_barrier);
+	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs) == compared,
+	      "after the reload, not every value was compared");
+	for (int r = 0; r < N_RANKS; r++) {
+		CHECK(strstr(msgs[r], "reloaded at the end of iteration 0"),
+		      "rank %d: the config was not reloaded: %s", r, msgs[r]);
+		CHECK(!strstr(msgs[r], "same reduction key"),
+		      "rank %d: the reload's accumulators were refused their keys: %s", r, msgs[r]);
+		CHECK(strstr(msgs[r], "reduced across group [0-2]: 2 records, 1 collective(s)"),
+		      "rank %d: no reduction after the reload: %s", r, msgs[r]);
+	}
+
 	/* Rank 2 never ends the second step. */
-	run_all(dir_fault, true);
+	run_all(dir_fault, true, false);
 	for (int r = 0; r < N_RANKS - 1; r++) {
-		n_got[r] = read_log(dir_fault, r, got[r], CAP, msgs[r], sizeof msgs[r]);
+		n_got[r] = read_log(dir_fault, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
 		CHECK(strstr(msgs[r], "statistics of iteration 1 were not reduced across group [0-2]") &&
 			      strstr(msgs[r], "missing ranks [2]"),
 		      "rank %d: no message naming the group and rank 2: %s", r, msgs[r]);
