@@ -94,6 +94,7 @@ struct dli_context {
 	size_t n_loggers;
 
 	struct dli_stats_backend cuda; /* statistics of CUDA tensors (core/stats.c) */
+	struct dli_reduce *reduce; /* statistics across ranks (core/reduce.c); NULL: per rank */
 
 	pthread_mutex_t layers_lock; /* taken only to add a layer */
 	_Atomic(struct dli_layer_table *) layers;

@@ -15,6 +15,7 @@
 #include "loader-private.h"
 #include "names-private.h"
 #include "nvtx-private.h"
+#include "reduce-private.h"
 #include "schedule-private.h"
 #include "stats-private.h"
 
@@ -216,6 +217,8 @@ const struct dli_host dli_host_template = {
 	.request_stop = host_request_stop,
 	.stats_add_block = dli_stats_add_block,
 	.block_fake_quant = dli_block_fake_quant,
+	.stats_acc_share = dli_stats_acc_share,
+	.stats_acc_scope = dli_stats_acc_scope,
 };
 
 /* ---- Names ---- */
@@ -384,6 +387,9 @@ int dli_step(struct dli_context *ctx)
 	if (nvtx)
 		dli_nvtx_push_step(ctx->iteration);
 	pthread_mutex_lock(&ctx->layers_lock);
+	/* Across ranks first, so that step_end reads whole tensors' statistics (core/reduce.c). */
+	if (ctx->reduce)
+		dli_reduce_step(ctx, ctx->iteration);
 	for (size_t i = 0; i < ctx->n_layers; i++) {
 		struct dli_layer *l = ctx->layer_list[i];
 		for (size_t k = 0; k < l->n_bindings; k++) {
@@ -837,6 +843,9 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		goto fail;
 	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
 		goto fail;
+	/* dlinspect check (no loggers) opens no communicator: it runs on one process. */
+	if (with_loggers && (r = dli_reduce_open(ctx, o, err)))
+		goto fail;
 	if (DLI_HAS_MEMBER(o, struct dli_options, n_tensor_names) && o->tensor_names) {
 		for (size_t i = 0; i < o->n_tensor_names; i++)
 			if (!o->tensor_names[i] || !o->tensor_names[i][0]) {
@@ -859,6 +868,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
 	log_start(ctx);
+	dli_reduce_announce(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
 	for (size_t i = 0; i < ctx->config->n_warnings; i++) {
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
@@ -924,6 +934,10 @@ void dli_destroy(struct dli_context *ctx)
 		if (ctx->loggers[i].entry->desc->ops->destroy)
 			ctx->loggers[i].entry->desc->ops->destroy(ctx->loggers[i].state);
 	free(ctx->loggers);
+	/* After the loggers wrote their last records (closing may finalize MPI, which a rank that
+	 * did not come can make slow), and after every shared accumulator went with the layers and
+	 * instances above. */
+	dli_reduce_close(ctx);
 	/* Every accumulator went with the layers and instances above: the backend can go. */
 	dli_stats_backend_finish(&ctx->cuda);
 	dli_registry_finish(&ctx->registry);

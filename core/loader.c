@@ -512,6 +512,23 @@ static int dli_module_copy(struct dli_loaded *m)
 	}
 	mod->features = fv;
 	mod->loggers = lv;
+	/* Communicators (1.2): a module whose table ends before them has none. */
+	if (!DLI_HAS_MEMBER(mod, struct dli_module, n_comms)) {
+		mod->comms = NULL;
+		mod->n_comms = 0;
+	}
+	if (mod->n_comms) {
+		const struct dli_comm_desc **cv = copy_block(m, "", 0, mod->n_comms * sizeof(*cv));
+		if (!cv)
+			return -ENOMEM;
+		for (size_t i = 0; i < mod->n_comms; i++) {
+			struct dli_comm_desc *d = copy_table(m, mod->comms[i], sizeof(*d));
+			if (!d || !(d->ops = copy_table(m, mod->comms[i]->ops, sizeof(*d->ops))))
+				return -ENOMEM;
+			cv[i] = d;
+		}
+		mod->comms = cv;
+	}
 	m->module = mod;
 	return 0;
 }
@@ -598,6 +615,27 @@ static int dli_module_check(const struct dli_module *mod, const char *name, cons
 			return dli_error_set(err, r, NULL,
 					     "module '%s' (%s): feature '%s': %s", name, path, f->name,
 					     param_stride_why(r));
+	}
+
+	size_t n_comms = DLI_HAS_MEMBER(mod, struct dli_module, n_comms) ? mod->n_comms : 0;
+	if (n_comms && !mod->comms)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "module '%s' (%s): %zu communicators declared but no array", name,
+				     path, n_comms);
+	for (size_t i = 0; i < n_comms; i++) {
+		const struct dli_comm_desc *c = mod->comms[i];
+		if (!c || c->size < offsetof(struct dli_comm_desc, ops) + sizeof(void *) || !c->name ||
+		    !*c->name || !c->ops)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): communicator #%zu is NULL, too small, "
+					     "or has no name or ops table", name, path, i);
+		const struct dli_comm_ops *o = c->ops;
+		if (!DLI_HAS_MEMBER(o, struct dli_comm_ops, barrier) || !o->open || !o->rank ||
+		    !o->world_size || !o->group_create || !o->allgather || !o->barrier)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): communicator '%s' lacks one of open, "
+					     "rank, size, group_create, allgather, barrier", name, path,
+					     c->name);
 	}
 
 	for (size_t i = 0; i < mod->n_loggers; i++) {
@@ -892,8 +930,15 @@ int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
 
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory listing the plugin dirs");
-	for (size_t i = 0; rc == 0 && i < c.n; i++)
+	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		/* A communicator loads only when picked (DLINSPECT_COMMUNICATOR): loading it would
+		 * bring its library (MPI) into every run. Its namespace note says what it is. */
+		struct dli_elf_info elf;
+		if (dli_elf_inspect(c.v[i].path, &elf) == 0 && elf.has_ns &&
+		    strcmp(elf.ns, DLI_COMM_NAMESPACE) == 0)
+			continue;
 		rc = dli_load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
+	}
 	dli_candidates_finish(&c);
 	return rc;
 }

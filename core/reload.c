@@ -14,6 +14,7 @@
 #include "error-private.h"
 #include "loader-private.h"
 #include "nvtx-private.h"
+#include "reduce-private.h"
 
 /* Larger than this is refused before parsing (the parser's own limit is checked there too). */
 #define RELOAD_MAX_BYTES (64u << 20)
@@ -238,6 +239,7 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 		}
 	fresh.n_tensors = cfg->n_tensor_names;
 	generation_put(ctx, &fresh); /* features' create may ask the host about the new config */
+	dli_reduce_generation(ctx, +1); /* new accumulators may share the old ones' keys */
 	if ((r = dli_context_create_instances(ctx, err)))
 		goto fail_instances;
 	fresh.instances = ctx->instances;
@@ -279,6 +281,7 @@ fail_layers:
 	free(staged);
 fail_instances:
 	dli_context_destroy_instances(ctx);
+	dli_reduce_generation(ctx, -1);
 	generation_put(ctx, &old);
 fail_registry:
 	dli_registry_finish(&fresh.registry);

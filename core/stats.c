@@ -17,6 +17,7 @@
 #include "error-private.h"
 #include "loader-private.h"
 #include "names-private.h"
+#include "reduce-private.h"
 #include "stats-private.h"
 
 /* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and
@@ -67,6 +68,8 @@ struct dli_stats_acc {
 	uint64_t *hist_counts;
 	double *hist_limits, *hist_buckets;
 	bool hist_device;
+
+	struct dli_share *share; /* registered with stats_acc_share (core/reduce.c), or NULL */
 };
 
 static const char *dtype_name(enum dli_dtype d)
@@ -193,6 +196,8 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 {
 	if (!acc)
 		return;
+	if (acc->share)
+		dli_reduce_forget(acc->ctx, acc);
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].dacc)
@@ -598,4 +603,48 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		return r;
 	dli_stats_merge(&rec, &cmp);
 	return merge_host_hist(acc, &rec, t, n);
+}
+
+/* ---- For the reduction across ranks (core/reduce.c) ---- */
+
+struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc)
+{
+	return acc->ctx;
+}
+
+struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc)
+{
+	return acc->share;
+}
+
+void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share)
+{
+	acc->share = share;
+}
+
+int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,
+			bool *has_hist)
+{
+	int r = acc_merge(acc, rec);
+	pthread_mutex_lock(&acc->lock);
+	*has_hist = acc->hist_counts != NULL;
+	if (acc->hist_counts)
+		memcpy(counts, acc->hist_counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
+	pthread_mutex_unlock(&acc->lock);
+	return r;
+}
+
+void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
+			   const uint64_t *counts)
+{
+	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	pthread_mutex_lock(&acc->lock);
+	/* The device records are in `rec` already (dli_stats_acc_local read them). */
+	for (size_t i = 0; i < acc->n_devices; i++)
+		if (acc->devices[i].dacc)
+			be->reset(acc->devices[i].dacc);
+	acc->host = *rec;
+	if (acc->hist_counts && counts)
+		memcpy(acc->hist_counts, counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
+	pthread_mutex_unlock(&acc->lock);
 }

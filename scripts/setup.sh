@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(gcc g++ binutils valgrind python3 python3-dev python3-venv python3-pip meson ninja-build pkg-config libyaml-dev libltdl-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev)
+# Statistics across ranks: the mpi communicator and the tests under mpirun (docs/distributed.md).
+packages+=(libopenmpi-dev openmpi-bin)
 # The tests also fuzz with clang's libFuzzer (scripts/fuzz.sh).
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-dev)
 missing=()

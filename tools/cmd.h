@@ -5,6 +5,8 @@
 int dli_cmd_check(int argc, char **argv);
 int dli_cmd_plugins(int argc, char **argv);
 int dli_cmd_bench(int argc, char **argv);
+/* `dlinspect doctor` (tools/doctor.c): can the ranks talk (docs/distributed.md). */
+int dli_cmd_doctor(int argc, char **argv);
 int dli_cmd_stats(int argc, char **argv);
 int dli_cmd_compare(int argc, char **argv);
 

@@ -28,6 +28,9 @@ static const char usage[] =
 	"                                   first iteration beyond tolerance; exit 1 if any\n"
 	"  bench dispatch [--json]          time the per-call cost of the host API\n"
 	"  bench stats [--json]             statistics throughput against the read bandwidth\n"
+	"  doctor [--communicator NAME] [--timeout S]\n"
+	"                                   under mpirun: every rank's host, a timed all-reduce\n"
+	"                                   and barrier, naming the ranks that do not answer\n"
 	"  --version                        print the version\n"
 	"\n"
 	"Environment: DLINSPECT_PLUGIN_PATH (':'-separated plugin dirs searched before the\n"
@@ -55,6 +58,8 @@ int main(int argc, char **argv)
 		return dli_cmd_compare(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "bench"))
 		return dli_cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "doctor"))
+		return dli_cmd_doctor(argc - 1, argv + 1);
 	fprintf(stderr, "dlinspect: unknown command '%s'\n\n%s", argv[1], usage);
 	return 2;
 }

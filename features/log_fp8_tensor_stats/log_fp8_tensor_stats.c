@@ -11,6 +11,7 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-reduce.h"
 #include "feature-util.h"
 
 #define DLI_LFS_PREFIX "fp8_current_scaling_"
@@ -48,11 +49,17 @@ static const enum dli_stat dli_lfs_stats[DLI_LFS_N_BASE] = {
 };
 static const char *const dli_lfs_formats[] = {"e4m3", "e5m2", "hybrid", NULL};
 
-enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI_LFS_MARGIN };
+enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI_LFS_MARGIN,
+       DLI_LFS_REDUCE };
 
 /* What a stat is computed from, one accumulator each: the host's quantized tensor, or one
  * what-if quantization of the high-precision tensor. */
 enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_N_KINDS };
+/* Each kind's role in the key of its reduction across ranks (feature-reduce.h). */
+static const char *const dli_lfs_kind_names[DLI_LFS_N_KINDS] = {
+	[DLI_LFS_Q] = "q", [DLI_LFS_CURRENT] = "whatif", [DLI_LFS_MX_ROW] = "mxfp8",
+	[DLI_LFS_MX_COL] = "mxfp8_columnwise", [DLI_LFS_FB] = "fp8_block",
+};
 
 static int dli_lfs_kind(int name)
 {
@@ -73,6 +80,7 @@ struct dli_lfs {
 	int names[DLI_LFS_N_KNOWN]; /* indexes in dli_lfs_names, in config order */
 	size_t n_names;
 	bool need[DLI_LFS_N_KINDS]; /* some stat is of that kind */
+	struct dli_reduce_conf reduce; /* across ranks (feature-reduce.h) */
 };
 
 /* Per (layer, tensor): one accumulator per kind of comparison, for the current step. */
@@ -179,6 +187,11 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 		free(self);
 		return -ENOMEM;
 	}
+	if (dli_reduce_conf_read(&self->reduce, p, DLI_LFS_REDUCE, args->where)) {
+		free((void *)self->schedule.ranges);
+		free(self);
+		return -ENOMEM;
+	}
 	*instance = self;
 	return 0;
 }
@@ -187,8 +200,10 @@ static void dli_lfs_destroy(void *instance)
 {
 	struct dli_lfs *self = instance;
 
-	if (self)
+	if (self) {
 		free((void *)self->schedule.ranges);
+		dli_reduce_conf_free(&self->reduce);
+	}
 	free(self);
 }
 
@@ -218,9 +233,14 @@ static int dli_lfs_layer_attach(void *instance, const char *layer_name, void **l
 		t->id = id;
 		atomic_init(&t->weight_step, -1);
 		l->n = ++k;
-		for (int kind = 0; kind < DLI_LFS_N_KINDS; kind++)
-			if (self->need[kind] && !(t->acc[kind] = self->host->stats_acc_create(self->ctx)))
+		for (int kind = 0; kind < DLI_LFS_N_KINDS; kind++) {
+			if (!self->need[kind])
+				continue;
+			if (!(t->acc[kind] = self->host->stats_acc_create(self->ctx)))
 				goto nomem;
+			dli_reduce_share(self->host, self->ctx, &self->reduce, t->acc[kind], layer_name,
+					 id, dli_lfs_kind_names[kind], &self->schedule);
+		}
 	}
 	*layer_state = l;
 	return 0;
@@ -335,9 +355,12 @@ static void dli_lfs_step_end(const struct dli_feature_call *c, int64_t iteration
 			int idx = self->names[k], kind = dli_lfs_kind(idx);
 			if (!have[kind])
 				continue;
-			char name[512];
-			snprintf(name, sizeof(name), "%s_%s_%s", c->layer_name,
-				 host->tensor_name(c->ctx, t->id), dli_lfs_names[idx]);
+			/* A failed reduction: this rank's shards only, under names that say so. */
+			char name[512], mark[32] = "";
+			if (dli_reduce_failed(host, t->acc[kind]))
+				snprintf(mark, sizeof(mark), "_rank%d", host->rank(c->ctx));
+			snprintf(name, sizeof(name), "%s_%s_%s%s", c->layer_name,
+				 host->tensor_name(c->ctx, t->id), dli_lfs_names[idx], mark);
 			host->emit_scalar(c->ctx, name, iteration,
 					  host->stats_value(&rec[kind],
 							    dli_lfs_stats[idx % DLI_LFS_N_BASE]));
@@ -381,6 +404,7 @@ static const struct dli_param_desc dli_lfs_params[] = {
 	[DLI_LFS_MARGIN] = {.key = "margin", .type = DLI_PARAM_FLOAT, .default_value = "0",
 			    .doc = "current scaling's margin: scale = fp8_max / amax / 2^margin",
 			    DLI_FP8_MARGIN_RANGE},
+	DLI_REDUCE_PARAMS, /* from DLI_LFS_REDUCE on */
 };
 
 static const char *const dli_lfs_aliases[] = {"collect_fp8_tensor_stats", NULL};

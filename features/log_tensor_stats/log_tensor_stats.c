@@ -10,6 +10,7 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-reduce.h"
 #include "feature-util.h"
 
 /* The instance: one config block (or tensors_struct entry). Config memory is gone after create,
@@ -22,6 +23,7 @@ struct dli_lts {
 	enum dli_stat stats[DLI_STAT_COUNT];
 	size_t n_stats;
 	bool histogram; /* `histogram` listed: the accumulators keep one */
+	struct dli_reduce_conf reduce; /* across ranks (feature-reduce.h) */
 };
 
 /* Per (layer, tensor): the accumulator of the current step. */
@@ -90,6 +92,11 @@ static int dli_lts_create(const struct dli_feature_create_args *args, void **ins
 		snprintf(err->message, sizeof(err->message), "this dlinspect lacks a listed statistic");
 		return -EINVAL;
 	}
+	if (dli_reduce_conf_read(&self->reduce, args->params, 1, args->where)) {
+		free((void *)self->schedule.ranges);
+		free(self);
+		return -ENOMEM;
+	}
 	*instance = self;
 	return 0;
 }
@@ -98,8 +105,10 @@ static void dli_lts_destroy(void *instance)
 {
 	struct dli_lts *self = instance;
 
-	if (self)
+	if (self) {
 		free((void *)self->schedule.ranges);
+		dli_reduce_conf_free(&self->reduce);
+	}
 	free(self);
 }
 
@@ -132,6 +141,8 @@ static int dli_lts_layer_attach(void *instance, const char *layer_name, void **l
 			dli_lts_layer_detach(instance, l);
 			return -ENOMEM;
 		}
+		dli_reduce_share(self->host, self->ctx, &self->reduce, l->t[k - 1].acc, layer_name, id,
+				 "stats", &self->schedule);
 	}
 	*layer_state = l;
 	return 0;
@@ -187,10 +198,15 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 		struct dli_stats_record rec;
 		if (active && host->stats_acc_read(t->acc, &rec) == 0 && rec.count) {
 			const char *tensor = host->tensor_name(c->ctx, t->id);
+			/* A failed reduction: this rank's shards only, under names that say so. */
+			char mark[32] = "";
+			if (dli_reduce_failed(host, t->acc))
+				snprintf(mark, sizeof(mark), "_rank%d", host->rank(c->ctx));
 			for (size_t k = 0; k < self->n_stats; k++) {
 				struct dli_feature_tag tag;
-				const char *name = dli_feature_tag(&tag, "%s_%s_%s", c->layer_name,
-								   tensor, host->stat_name(self->stats[k]));
+				const char *name = dli_feature_tag(&tag, "%s_%s_%s%s", c->layer_name,
+								   tensor, host->stat_name(self->stats[k]),
+								   mark);
 				if (name)
 					host->emit_scalar(c->ctx, name, iteration,
 							  host->stats_value(&rec, self->stats[k]));
@@ -202,8 +218,8 @@ static void dli_lts_step_end(const struct dli_feature_call *c, int64_t iteration
 			if (self->histogram && host->stats_acc_read_histogram(t->acc, &h) == 0 &&
 			    h.num > 0) {
 				struct dli_feature_tag tag;
-				const char *name = dli_feature_tag(&tag, "%s_%s_histogram", c->layer_name,
-								   tensor);
+				const char *name = dli_feature_tag(&tag, "%s_%s_histogram%s",
+								   c->layer_name, tensor, mark);
 				if (name)
 					host->emit_histogram(c->ctx, name, iteration, &h);
 				dli_feature_tag_free(&tag);
@@ -230,6 +246,7 @@ static const struct dli_param_desc dli_lts_params[] = {
 		"dynamic_range, nan_count, inf_count, zero%; histogram (the value histogram, to loggers "
 		"that take histograms, e.g. tensorboard)",
 	 .choices = dli_lts_stat_names, .required = true},
+	DLI_REDUCE_PARAMS,
 };
 
 static const char *const dli_lts_aliases[] = {"collect_tensor_stats", NULL};

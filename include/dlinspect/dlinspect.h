@@ -51,6 +51,7 @@ extern "C" {
 
 struct dli_context;
 struct dli_layer;
+struct dli_comm_ops;
 
 /* "Never": the next_iteration of an answer that cannot change again. */
 #define DLI_NEVER INT64_MAX
@@ -123,6 +124,11 @@ struct dli_options {
 	 * config file and applies it when its content changed. 0 = never (dli_config_reload still
 	 * asks for one check); -1 (the default) = $DLINSPECT_CONFIG_RELOAD_STEPS, and if unset 0. */
 	int config_reload_steps;
+	/* A communicator the host provides (docs/distributed.md), e.g. over torch.distributed: its
+	 * table (dlinspect/plugin.h; open and close are not called) and state, borrowed until
+	 * dli_destroy. NULL: the one DLINSPECT_COMMUNICATOR names, if any. */
+	const struct dli_comm_ops *comm_ops;
+	void *comm;
 };
 
 /* Sets every field to its default. */

@@ -152,6 +152,25 @@ struct dli_histogram {
 	const double *bucket;
 };
 
+/* How an accumulator's statistics are reduced across ranks (stats_acc_share, ABI 1.2). */
+struct dli_stats_share {
+	uint32_t size;       /* sizeof(struct dli_stats_share) */
+	/* The same text on every rank of the group for the same accumulator, unique on the rank:
+	 * e.g. the feature block's "path:line:column", the layer, the tensor and a role. */
+	const char *key;
+	/* Steps at which it is reduced (borrowed for the accumulator's life); NULL: every step. */
+	const struct dli_schedule *schedule;
+	/* The group, as sorted world ranks including the caller's; NULL / 0: the whole world. */
+	const int *ranks;
+	size_t n_ranks;
+};
+
+enum dli_scope {
+	DLI_SCOPE_RANK = 0,
+	DLI_SCOPE_GROUP = 1,
+	DLI_SCOPE_FAILED = -1,
+};
+
 struct dli_host {
 	uint32_t size;
 	uint16_t abi_major, abi_minor;
@@ -281,6 +300,22 @@ struct dli_host {
 	 * -ENOTSUP for device memory. */
 	int (*block_fake_quant)(const struct dli_tensor *in, struct dli_tensor *out,
 				const struct dli_block_spec *spec);
+
+	/* Statistics across ranks (docs/distributed.md), ABI 1.2 too. */
+	/* Declares that `acc` holds this rank's shard of a tensor whose statistics are reduced
+	 * across a group of ranks: at every dli_step whose iteration share->schedule selects, before
+	 * any step_end, the core gathers the records of all shared accumulators of the step (one
+	 * collective per group, records batched), merges them in rank order and puts the merge back
+	 * into each accumulator, so that stats_acc_read and stats_acc_read_histogram give the
+	 * statistics of the whole tensor, bit-identical on every rank of the group. `share` is
+	 * copied except its schedule, which must live as long as the accumulator. 0; -ENOTSUP when
+	 * the run has no communicator (the accumulator stays per rank, said once by the core);
+	 * -EINVAL for a bad share (a rank outside the world, the caller not in its group). */
+	int (*stats_acc_share)(struct dli_stats_acc *acc, const struct dli_stats_share *share);
+	/* What the last dli_step did with `acc`: DLI_SCOPE_RANK (not shared, or a group of one),
+	 * DLI_SCOPE_GROUP (reduced across its group) or DLI_SCOPE_FAILED (shared, but the
+	 * collective failed or timed out: this rank's shard only, and the core said so). */
+	int (*stats_acc_scope)(struct dli_stats_acc *acc);
 };
 
 /* ---- Features ---- */
@@ -453,6 +488,49 @@ struct dli_logger_desc {
 #endif
 };
 
+/* ---- Communicators (ABI 1.2; docs/distributed.md) ----
+ * A communicator gives the core what it needs to reduce statistics across ranks and nothing more:
+ * rank, size, groups of world ranks, an all-gather of fixed-size byte records within a group and a
+ * barrier, each waiting at most a time limit. It is a module's descriptor (`comms` below), picked
+ * by name (DLINSPECT_COMMUNICATOR), or a host's own table (dli_options.comm_ops). Threads: the core
+ * calls it from dli_init, dli_step and dli_destroy only, one call at a time. */
+struct dli_comm_ops {
+	uint32_t size;
+	/* Required for a module's communicator (a host's is open already): makes *comm. A
+	 * communicator that must initialize its library does so only when the host has not, and
+	 * finalizes at close only what it initialized. */
+	int (*open)(void **comm, struct dli_error *err);
+	void (*close)(void *comm); /* optional */
+	int (*rank)(void *comm);       /* required: the world rank */
+	int (*world_size)(void *comm); /* required */
+	/* Required: a group of the world ranks `ranks` (sorted, unique, with the caller's), called
+	 * by each member alone (no communication). */
+	int (*group_create)(void *comm, const int *ranks, size_t n, void **group,
+			    struct dli_error *err);
+	void (*group_destroy)(void *comm, void *group); /* optional */
+	/* Required: every member sends `bytes` bytes of `send`; `recv` gets n * bytes, member i's
+	 * at i * bytes (members in group order). Waits at most timeout_s seconds: then -ETIMEDOUT,
+	 * with missing[i] set for each member whose record did not come (missing has one bool per
+	 * member), err->message saying so; the group is then broken (later calls fail at once with
+	 * -EPIPE). */
+	int (*allgather)(void *comm, void *group, const void *send, size_t bytes, void *recv,
+			 double timeout_s, bool *missing, struct dli_error *err);
+	/* Required: returns when every member entered it, or -ETIMEDOUT as allgather does. */
+	int (*barrier)(void *comm, void *group, double timeout_s, bool *missing,
+		       struct dli_error *err);
+};
+
+/* The namespace (DLI_MODULE_NAMESPACE) of communicator modules: a directory scan (no
+ * `extensions`) skips them; DLINSPECT_COMMUNICATOR=<name> loads <name>.so by name. */
+#define DLI_COMM_NAMESPACE "communicators"
+
+struct dli_comm_desc {
+	uint32_t size;
+	const char *name; /* what DLINSPECT_COMMUNICATOR names: "mpi" */
+	const char *doc;
+	const struct dli_comm_ops *ops;
+};
+
 /* ---- The module ---- */
 
 struct dli_module {
@@ -468,6 +546,10 @@ struct dli_module {
 	size_t n_features;
 	const struct dli_logger_desc *const *loggers;
 	size_t n_loggers;
+
+	/* ---- ABI 1.2 ---- */
+	const struct dli_comm_desc *const *comms; /* communicators (a module of ABI < 1.2: none) */
+	size_t n_comms;
 };
 
 /* ---- The namespace note (ABI 1.1) ----
