@@ -78,8 +78,8 @@ struct dli_tools_modules {
 	struct dli_loader *loader;
 };
 
-int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, struct dli_tools_modules **out,
-			   struct dli_error *err)
+int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, const char *only,
+			   struct dli_tools_modules **out, struct dli_error *err)
 {
 	*out = NULL;
 	struct dli_tools_modules *m = calloc(1, sizeof *m);
@@ -87,7 +87,7 @@ int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, struct dli_to
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	int r = dli_loader_create(&dli_host_template, dirs, n_dirs, &m->loader, err);
 	if (!r)
-		r = dli_loader_load_all(m->loader, err);
+		r = only ? dli_loader_load(m->loader, only, err) : dli_loader_load_all(m->loader, err);
 	if (m->loader)
 		*out = m;
 	else

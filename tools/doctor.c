@@ -16,9 +16,7 @@
 #include <dlinspect/plugin.h>
 
 #include "cmd.h"
-#include "context-private.h"
-#include "error-private.h"
-#include "loader-private.h"
+#include "tools-api.h"
 
 struct who {
 	int32_t rank, pid;
@@ -89,19 +87,17 @@ int dli_cmd_doctor(int argc, char **argv)
 	struct dli_error err = {0};
 	char **dirs = NULL;
 	size_t n_dirs = 0;
-	struct dli_loader *loader = NULL;
+	struct dli_tools_modules *loader = NULL;
 	const struct dli_comm_ops *ops = NULL;
 	void *comm = NULL, *world = NULL;
 	int rc = 1, r;
-	if ((r = dli_search_dirs(NULL, 0, &dirs, &n_dirs, &err)) ||
-	    (r = dli_loader_create(&dli_host_template, (const char *const *)dirs, n_dirs, &loader,
-				   &err)) ||
-	    (r = dli_loader_load(loader, name, &err))) {
+	if ((r = dli_tools_search_dirs(NULL, 0, &dirs, &n_dirs, &err)) ||
+	    (r = dli_tools_modules_open((const char *const *)dirs, n_dirs, name, &loader, &err))) {
 		fprintf(stderr, "dlinspect doctor: communicator '%s': %s\n", name, err.message);
 		goto out;
 	}
-	for (size_t i = 0; i < dli_loader_count(loader) && !ops; i++) {
-		const struct dli_module *m = dli_loader_module(loader, i);
+	for (size_t i = 0; i < dli_tools_module_count(loader) && !ops; i++) {
+		const struct dli_module *m = dli_tools_module(loader, i);
 		for (size_t k = 0; k < m->n_comms && !ops; k++)
 			if (!strcmp(m->comms[k]->name, name))
 				ops = m->comms[k]->ops;
@@ -186,7 +182,7 @@ done:
 	free(all);
 	free(values);
 out:
-	dli_loader_destroy(loader);
-	dli_search_dirs_free(dirs, n_dirs);
+	dli_tools_modules_close(loader);
+	dli_tools_search_dirs_free(dirs, n_dirs);
 	return rc;
 }

@@ -102,7 +102,7 @@ int dli_cmd_plugins(int argc, char **argv)
 		printf("  %s\n", dirs[i]);
 	struct dli_tools_modules *mods;
 	int status = 0;
-	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, &mods, &err)) {
+	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, NULL, &mods, &err)) {
 		fprintf(stderr, "dlinspect: %s\n", err.message);
 		status = 1;
 		if (!mods) {
