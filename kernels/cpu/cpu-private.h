@@ -81,4 +81,27 @@ void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct 
 #define DLI_PREFETCH_BYTES 4096
 #endif
 
+/* The FP8-cast terms of a run of blocks in the block-scaled passes (MXFP8, FP8 block scaling,
+ * NVFP4): counts, sums in double, the scale_inv range. */
+struct dli_block_terms {
+	uint64_t count, under, over;
+	double err, dot, dqs, xs, lo, hi;
+};
+
+/* A chunk's statistics record from its terms. */
+static inline void dli_block_terms_record(const struct dli_block_terms *t,
+					  struct dli_stats_record *r)
+{
+	dli_stats_record_init(r);
+	r->fp8_count = t->count;
+	r->underflows = t->under;
+	r->overflows = t->over;
+	r->err_sq = t->err;
+	r->dot = t->dot;
+	r->dq_sq = t->dqs;
+	r->x_sq = t->xs;
+	r->scale_inv_min = t->lo;
+	r->scale_inv_max = t->hi;
+}
+
 #endif

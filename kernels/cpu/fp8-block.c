@@ -132,7 +132,7 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 	if (!ps->out && ps->pow2 && ps->brows == DLI_FP8B_BLOCK && ps->bcols == DLI_FP8B_BLOCK &&
 	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
 		struct fb_tile_ctx tc = {ps, rec};
-		struct mx_terms t = {.lo = INFINITY};
+		struct dli_block_terms t = {.lo = INFINITY};
 		for (int64_t r = r0; r < r1; r += ps->brows)
 			dli_fb_strip_avx2(ps->data, ps->dtype, ps->cols, r,
 					  r + ps->brows < r1 ? r + ps->brows : r1, ps->format, fb_tile,

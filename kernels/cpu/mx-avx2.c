@@ -227,7 +227,7 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	return true;
 }
 
-INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
+INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
 {
 	acc[0] = _mm256_add_pd(acc[0], widen(l->err));
 	acc[1] = _mm256_add_pd(acc[1], widen(l->dot));
@@ -243,7 +243,7 @@ INLINE void flush(struct lanes *l, __m256d acc[4], struct mx_terms *t)
  * overflow counts, or nothing but its count for zeros. */
 INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char *p, int64_t idx,
 		      const struct consts *k, struct lanes *l, __m256d acc[4], int *pending,
-		      uint64_t *count, struct mx_terms *t)
+		      uint64_t *count, struct dli_block_terms *t)
 {
 	__m256i a[4];
 	load_abs(p, dtype, k, a);
@@ -326,7 +326,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 	}
 }
 
-INLINE void flush_fast(struct fast_sums *f, struct mx_terms *t)
+INLINE void flush_fast(struct fast_sums *f, struct dli_block_terms *t)
 {
 	f->err = _mm256_add_pd(f->err, widen(f->l.err));
 	f->dqs = _mm256_add_pd(f->dqs, widen(f->l.dqs));
@@ -337,7 +337,7 @@ INLINE void flush_fast(struct fast_sums *f, struct mx_terms *t)
 }
 
 INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
-		      struct mx_terms *t)
+		      struct dli_block_terms *t)
 {
 	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
 	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
@@ -453,7 +453,7 @@ INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m25
  * eight (bf16: sixteen) columns at a time, one column block a lane, so each lane has its own
  * scale and nothing is broadcast. */
 INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
-		      struct mx_terms *t)
+		      struct dli_block_terms *t)
 {
 	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
 	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
@@ -532,7 +532,7 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	}
 }
 
-void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:
@@ -551,7 +551,7 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct m
  * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). */
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
-		     struct mx_terms *t)
+		     struct dli_block_terms *t)
 {
 	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
 	const int bias = format == DLI_DTYPE_F8E4M3 ? 7 : 15;
@@ -623,7 +623,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
 		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
-		       struct mx_terms *t)
+		       struct dli_block_terms *t)
 {
 	switch (dtype) {
 	case DLI_DTYPE_F32:
@@ -638,7 +638,7 @@ void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int
 	}
 }
 
-void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:

@@ -22,16 +22,10 @@ struct mx_pass {
 	int64_t rows_per_chunk;        /* a multiple of DLI_MX_BLOCK */
 };
 
-/* The FP8 terms of a run of blocks: counts, sums in double, the scale_inv range. */
-struct mx_terms {
-	uint64_t count, under, over;
-	double err, dot, dqs, xs, lo, hi;
-};
-
 /* The scalar reference's COMPARE of one block of m elements, x[k] at data index idx0 + k * stride,
  * added into *t. */
 void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride, int64_t m,
-			 struct mx_terms *t);
+			 struct dli_block_terms *t);
 
 /* FP8 block scaling's scalar pass over the tile at (r0, c0), for the AVX2 strip's fallback. */
 typedef void (*dli_fb_tile_fn)(void *ctx, int64_t r0, int64_t c0);
@@ -42,15 +36,15 @@ typedef void (*dli_fb_tile_fn)(void *ctx, int64_t r0, int64_t c0);
  * rest through scalar_tile(ctx, r0, c0). Compiled with AVX2 and FMA. */
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
 		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
-		       struct mx_terms *t);
+		       struct dli_block_terms *t);
 /* COMPARE of rows [r0, r1), row-wise blocks, into *t: full blocks of finite values in a safe range
  * with AVX2 (sums in float lanes, widened to double every few blocks), the rest by the scalar
  * block. Compiled with AVX2 and FMA; call it only when the CPU has them. */
-void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t);
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t);
 /* The same for column-wise blocks (rows [r0, r1) in whole strips of 32 but the last): eight
  * columns a vector, one block a lane; partial strips and the columns left over to the scalar
  * block. */
-void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t);
+void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t);
 #endif
 
 #endif

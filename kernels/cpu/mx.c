@@ -88,7 +88,7 @@ static void table_build(void)
 
 static inline __attribute__((always_inline)) void
 block(const struct mx_pass *ps, enum dli_dtype dtype, int64_t idx0, int64_t stride, int64_t m,
-      int64_t scale_idx, struct mx_terms *t)
+      int64_t scale_idx, struct dli_block_terms *t)
 {
 	const float *table = decoded[ps->format == DLI_DTYPE_F8E5M2];
 	float fmax = dli_fp8_max(ps->format);
@@ -155,7 +155,7 @@ block(const struct mx_pass *ps, enum dli_dtype dtype, int64_t idx0, int64_t stri
 
 static inline __attribute__((always_inline)) void
 rows_scalar(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
-	    struct mx_terms *t)
+	    struct dli_block_terms *t)
 {
 	int64_t cols = ps->cols;
 
@@ -176,7 +176,7 @@ rows_scalar(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t 
 }
 
 void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride, int64_t m,
-			 struct mx_terms *t)
+			 struct dli_block_terms *t)
 {
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:
@@ -192,7 +192,7 @@ void dli_mx_block_scalar(const struct mx_pass *ps, int64_t idx0, int64_t stride,
 }
 
 /* Rows [r0, r1) (r0 a multiple of DLI_MX_BLOCK), one copy of the loop per input type. */
-static void mx_rows(const struct mx_pass *ps, int64_t r0, int64_t r1, struct mx_terms *t)
+static void mx_rows(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 #ifdef DLI_HAVE_X86_SIMD
 	/* The AVX2 passes do the comparisons (AVX-512 machines run them too); the quantizer and
@@ -225,7 +225,7 @@ static void mx_chunk(void *arg, int64_t c, int worker)
 	const struct mx_pass *ps = arg;
 	int64_t r0 = c * ps->rows_per_chunk;
 	int64_t r1 = r0 + ps->rows_per_chunk < ps->rows ? r0 + ps->rows_per_chunk : ps->rows;
-	struct mx_terms t = { .lo = INFINITY };
+	struct dli_block_terms t = { .lo = INFINITY };
 #ifdef DLI_HAVE_X86_SIMD
 	unsigned csr = _mm_getcsr();
 	_mm_setcsr(csr & ~0xe040u);
@@ -233,17 +233,7 @@ static void mx_chunk(void *arg, int64_t c, int worker)
 	(void)worker;
 	mx_rows(ps, r0, r1, &t);
 	if (ps->recs) {
-		struct dli_stats_record *r = &ps->recs[c];
-		dli_stats_record_init(r);
-		r->fp8_count = t.count;
-		r->underflows = t.under;
-		r->overflows = t.over;
-		r->err_sq = t.err;
-		r->dot = t.dot;
-		r->dq_sq = t.dqs;
-		r->x_sq = t.xs;
-		r->scale_inv_min = t.lo;
-		r->scale_inv_max = t.hi;
+		dli_block_terms_record(&t, &ps->recs[c]);
 	}
 #ifdef DLI_HAVE_X86_SIMD
 	_mm_setcsr(csr);

@@ -137,7 +137,7 @@ static inline __m256 e4m3_round(__m256 v)
 				_mm256_cmp_ps(v, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
 }
 
-void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct nv_terms *t)
+void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
 	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));

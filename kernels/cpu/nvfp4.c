@@ -96,7 +96,7 @@ void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t 
  * elements are first read into buf, in row-major order. */
 static inline __attribute__((always_inline)) void
 block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int64_t c0,
-      int64_t w, struct nv_terms *t)
+      int64_t w, struct dli_block_terms *t)
 {
 	int64_t cols = ps->cols, m = 0;
 	float buf[B * B];
@@ -181,7 +181,7 @@ block(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t h, int
 }
 
 void dli_nvfp4_block_scalar(const struct nv_pass *ps, int64_t r, int64_t c0, int64_t w,
-			    struct nv_terms *t)
+			    struct dli_block_terms *t)
 {
 	switch (ps->dtype) {
 	case DLI_DTYPE_F32:
@@ -197,7 +197,7 @@ void dli_nvfp4_block_scalar(const struct nv_pass *ps, int64_t r, int64_t c0, int
 }
 
 static inline __attribute__((always_inline)) void
-strip(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1, struct nv_terms *t,
+strip(const struct nv_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1, struct dli_block_terms *t,
       float *amax)
 {
 	int64_t cols = ps->cols;
@@ -242,7 +242,7 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	const struct nv_pass *ps = arg;
 	int64_t r0 = c * ps->rows_per_chunk;
 	int64_t r1 = r0 + ps->rows_per_chunk < ps->rows ? r0 + ps->rows_per_chunk : ps->rows;
-	struct nv_terms t = { .lo = INFINITY };
+	struct dli_block_terms t = { .lo = INFINITY };
 	float amax = 0.0f;
 #ifdef DLI_HAVE_X86_SIMD
 	unsigned csr = _mm_getcsr();
@@ -270,17 +270,7 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	if (ps->mode == NV_AMAX)
 		ps->amaxes[c] = amax;
 	if (ps->mode == NV_COMPARE) {
-		struct dli_stats_record *r = &ps->recs[c];
-		dli_stats_record_init(r);
-		r->fp8_count = t.count;
-		r->underflows = t.under;
-		r->overflows = t.over;
-		r->err_sq = t.err;
-		r->dot = t.dot;
-		r->dq_sq = t.dqs;
-		r->x_sq = t.xs;
-		r->scale_inv_min = t.lo;
-		r->scale_inv_max = t.hi;
+		dli_block_terms_record(&t, &ps->recs[c]);
 	}
 #ifdef DLI_HAVE_X86_SIMD
 	_mm_setcsr(csr);
