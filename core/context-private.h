@@ -59,7 +59,9 @@ struct dli_layer {
 };
 
 struct dli_logger_instance {
-	const struct dli_logger_entry *entry;
+	/* The module's descriptor, not a registry entry: a reload replaces the registry while other
+	 * threads (a feature's writer thread logging a message) may be reading this. */
+	const struct dli_logger_desc *desc;
 	void *state;
 	atomic_bool failed; /* a write error was reported once already */
 };

@@ -56,7 +56,7 @@ static void log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet
 	vsnprintf(text, sizeof text, fmt, ap);
 	size_t taken = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
-		const struct dli_logger_ops *ops = ctx->loggers[i].entry->desc->ops;
+		const struct dli_logger_ops *ops = ctx->loggers[i].desc->ops;
 		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_text) && ops->log_text) {
 			ops->log_text(ctx->loggers[i].state, level, text);
 			taken++;
@@ -95,7 +95,7 @@ static int logger_result(struct dli_context *ctx, struct dli_logger_instance *l,
 		dli_log(ctx, DLI_LOG_ERROR,
 			"logger '%s' could not write %s'%s' at iteration %lld: %s (further errors of "
 			"this logger are not reported; training continues)",
-			l->entry->desc->name, what, name, (long long)iteration, strerror(-r));
+			l->desc->name, what, name, (long long)iteration, strerror(-r));
 	return first ? first : r;
 }
 
@@ -105,7 +105,7 @@ int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t i
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
-		int r = l->entry->desc->ops->log_scalar(l->state, name, iteration, value);
+		int r = l->desc->ops->log_scalar(l->state, name, iteration, value);
 		first = logger_result(ctx, l, r, first, "", name, iteration);
 	}
 	return first;
@@ -117,7 +117,7 @@ int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
-		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		const struct dli_logger_ops *ops = l->desc->ops;
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) || !ops->log_histogram)
 			continue;
 		int r = ops->log_histogram(l->state, name, iteration, h);
@@ -414,11 +414,11 @@ int dli_step(struct dli_context *ctx)
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
-		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		const struct dli_logger_ops *ops = l->desc->ops;
 		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) || !ops->flush)
 			continue;
 		if (nvtx)
-			dli_nvtx_push(l->entry->desc->name, "flush", NULL);
+			dli_nvtx_push(l->desc->name, "flush", NULL);
 		int r = ops->flush(l->state);
 		if (nvtx)
 			dli_nvtx_pop();
@@ -426,7 +426,7 @@ int dli_step(struct dli_context *ctx)
 			first = r;
 		if (r < 0 && !atomic_exchange(&l->failed, true))
 			dli_log(ctx, DLI_LOG_ERROR, "logger '%s' could not flush: %s (training continues)",
-				l->entry->desc->name, strerror(-r));
+				l->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
 	if (nvtx)
@@ -646,7 +646,7 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 			.world_size = ctx->world_size,
 		};
 		struct dli_logger_instance *li = &ctx->loggers[ctx->n_loggers];
-		li->entry = e;
+		li->desc = e->desc;
 		struct dli_error perr = {.code = -EINVAL};
 		const struct dli_logger_ops *ops = e->desc->ops;
 		int r = !validate_only ? ops->create(&args, &li->state, &perr)
@@ -918,21 +918,21 @@ void dli_destroy(struct dli_context *ctx)
 			failures);
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
-		const struct dli_logger_ops *ops = l->entry->desc->ops;
+		const struct dli_logger_ops *ops = l->desc->ops;
 		int r = DLI_HAS_MEMBER(ops, struct dli_logger_ops, flush) && ops->flush
 				? ops->flush(l->state)
 				: 0;
 		/* The last step's records are written here: a failure must not go unsaid. */
 		if (r < 0 && !atomic_exchange(&l->failed, true))
 			dli_log(ctx, DLI_LOG_ERROR, "logger '%s' could not write its last records: %s",
-				l->entry->desc->name, strerror(-r));
+				l->desc->name, strerror(-r));
 	}
 	/* Loggers go last but before their code is unloaded: messages above may still use them. */
 	size_t n_loggers = ctx->n_loggers;
 	ctx->n_loggers = 0;
 	for (size_t i = n_loggers; i-- > 0;)
-		if (ctx->loggers[i].entry->desc->ops->destroy)
-			ctx->loggers[i].entry->desc->ops->destroy(ctx->loggers[i].state);
+		if (ctx->loggers[i].desc->ops->destroy)
+			ctx->loggers[i].desc->ops->destroy(ctx->loggers[i].state);
 	free(ctx->loggers);
 	/* After the loggers wrote their last records (closing may finalize MPI, which a rank that
 	 * did not come can make slow), and after every shared accumulator went with the layers and

@@ -229,12 +229,12 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	}
 	if ((r = dli_config_resolve(cfg, &fresh.registry, err)))
 		goto fail_registry;
-	/* Loggers are kept (re-creating them would reopen their files): their entries move to the
-	 * new registry, which indexes the same loaded modules. */
+	/* Loggers are kept (re-creating them would reopen their files); they point at their modules'
+	 * descriptors, which stay loaded, so nothing of theirs changes here. */
 	for (size_t i = 0; i < ctx->n_loggers; i++)
-		if (!dli_registry_logger(&fresh.registry, ctx->loggers[i].entry->desc->name)) {
+		if (!dli_registry_logger(&fresh.registry, ctx->loggers[i].desc->name)) {
 			r = dli_error_set(err, -EINVAL, NULL, "logger '%s' is gone from the registry",
-					  ctx->loggers[i].entry->desc->name);
+					  ctx->loggers[i].desc->name);
 			goto fail_registry;
 		}
 	fresh.n_tensors = cfg->n_tensor_names;
@@ -258,9 +258,6 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_commit(ctx->layer_list[i], staged[i]);
 	free(staged);
-	for (size_t i = 0; i < ctx->n_loggers; i++)
-		ctx->loggers[i].entry =
-			dli_registry_logger(&fresh.registry, ctx->loggers[i].entry->desc->name);
 	ctx->instances = old.instances;
 	ctx->n_instances = old.n_instances;
 	dli_context_destroy_instances(ctx);

@@ -252,7 +252,7 @@ static void test_defaults(void)
 	CHECK(!ctx->config->has_loggers);
 	CHECK_INT(ctx->n_loggers, 1);
 	if (ctx->n_loggers == 1)
-		CHECK_STR(ctx->loggers[0].entry->desc->name, "file");
+		CHECK_STR(ctx->loggers[0].desc->name, "file");
 	dli_destroy(ctx);
 }
 
@@ -814,7 +814,7 @@ static void test_loggers(void)
 		CHECK_INT(ctx->config->loggers[0].where.line, 2);
 		CHECK_INT(ctx->n_loggers, 1);
 		if (ctx->n_loggers == 1)
-			CHECK_STR(ctx->loggers[0].entry->desc->name, "file");
+			CHECK_STR(ctx->loggers[0].desc->name, "file");
 		dli_destroy(ctx);
 	}
 	/* `file:` with nothing after it is the same as `file: {}`. */
