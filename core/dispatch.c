@@ -13,6 +13,7 @@
 #include "context-private.h"
 #include "error-private.h"
 #include "nvtx-private.h"
+#include "strided-private.h"
 
 #define HAS_OP(ops, name) (DLI_HAS_MEMBER(ops, struct dli_feature_ops, name) && (ops)->name)
 
@@ -571,9 +572,12 @@ void dli_call_site(char *buf, size_t size)
 		buf[0] = 0;
 }
 
-int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
-		       const struct dli_quantized_tensor *rowwise,
-		       const struct dli_quantized_tensor *colwise)
+/* dli_inspect_tensor, and with `view` set its strided form: hp is then the view's descriptor, which
+ * the features that declare DLI_FEATURE_STRIDED get (their host calls read it through the view);
+ * the others get the view's contiguous copy, made once for all of them (core/strided.c). */
+static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+		   struct dli_view *view, const struct dli_quantized_tensor *rowwise,
+		   const struct dli_quantized_tensor *colwise)
 {
 	if (!l)
 		return -EINVAL;
@@ -586,6 +590,7 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	int64_t it = l->ctx->iteration, nx;
 	int first = 0;
 	CALL_ENTER(l->ctx);
+	struct dli_view *outer = view ? dli_view_enter(view) : NULL;
 	/* Every feature here gets `hp`: one statistics pass over it serves them all. */
 	if (s->n > 1)
 		dli_stats_share_begin(hp);
@@ -593,12 +598,19 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
+		const struct dli_tensor *arg = hp;
+		if (view && !(b->instance->target->feature->desc->flags & DLI_FEATURE_STRIDED) &&
+		    !(arg = dli_view_contiguous(view))) {
+			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, -ENOMEM);
+			first = first ? first : -ENOMEM;
+			continue;
+		}
 		site_layer = l;
 		site_tensor = tensor;
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
-		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
+		int r = b->ops->inspect_tensor(&b->call, tensor, arg, rowwise, colwise);
 		if (nvtx)
 			dli_nvtx_pop();
 		site_layer = NULL;
@@ -609,8 +621,54 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 	}
 	if (s->n > 1)
 		dli_stats_share_end();
+	if (view)
+		dli_view_leave(outer);
 	CALL_LEAVE(l->ctx);
 	return first;
+}
+
+int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+		       const struct dli_quantized_tensor *rowwise,
+		       const struct dli_quantized_tensor *colwise)
+{
+	return inspect(l, tensor, hp, NULL, rowwise, colwise);
+}
+
+/* A view the host described wrongly: said as a failing inspect call is (dli_inspect_failed). */
+void dli_view_refused(struct dli_layer *l, const char *call, const char *tensor_name,
+		      const char *why)
+{
+	struct dli_context *ctx = l->ctx;
+	char text[1024];
+	snprintf(text, sizeof text, "%s refused a view on layer '%s', tensor '%s', iteration %lld: %s",
+		 call, l->name, tensor_name ? tensor_name : "?", (long long)ctx->iteration, why);
+	dli_last_error_set(ctx, text);
+	if (atomic_fetch_add(&ctx->inspect_failures, 1) == 0)
+		dli_log(ctx, DLI_LOG_ERROR, "%s (later failures go to the message log only)", text);
+	else
+		dli_log_quiet(ctx, DLI_LOG_ERROR, "%s", text);
+}
+
+int dli_inspect_tensor_strided(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+			       const int64_t *strides, const struct dli_quantized_tensor *rowwise,
+			       const struct dli_quantized_tensor *colwise)
+{
+	/* Nothing reads the tensor: the plain call's answer (and its notes) without a look at it. */
+	if (!strides || !hp || !l || !l->slots || !tensor_ok(l, tensor) || in_eval(l) ||
+	    !l->inspect[tensor].n)
+		return inspect(l, tensor, hp, NULL, rowwise, colwise);
+	struct dli_view v;
+	char why[512];
+	int r = dli_view_init(&v, hp, strides, why, sizeof why);
+	if (r < 0) {
+		note_slot(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor);
+		dli_view_refused(l, "dli_inspect_tensor_strided",
+				 l->ctx->host.tensor_name(l->ctx, tensor), why);
+		return r;
+	}
+	r = inspect(l, tensor, &v.t, r == DLI_VIEW_STRIDED ? &v : NULL, rowwise, colwise);
+	dli_view_finish(&v);
+	return r;
 }
 
 int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int tensor,
@@ -666,8 +724,12 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 	if (!dli_registry_has_call(&l->ctx->registry, name))
 		return -ENOSYS;
 	bool eval = in_eval(l);
+	/* log_tensor_stats args with strides: a view (core/strided.c). */
+	struct dli_call_view cv;
+	int r = eval ? (cv.active = false, 0) : dli_call_view_begin(&cv, l, name, args);
+	if (r)
+		return r;
 	CALL_ENTER(l->ctx);
-	int r = 0;
 	for (size_t i = 0; i < l->n_bindings && !r; i++) {
 		const struct dli_binding *b = &l->bindings[i];
 		const char *const *calls = b->instance->target->feature->desc->calls;
@@ -681,7 +743,10 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 				if (nvtx)
 					dli_nvtx_push(b->instance->target->feature->desc->name,
 						      l->name, call_what(name, args));
-				r = b->ops->call(&b->call, name, args);
+				void *a = cv.active ? dli_call_view_args(&cv, b->instance->target
+									       ->feature->desc->flags)
+						    : args;
+				r = a ? b->ops->call(&b->call, name, a) : -ENOMEM;
 				if (nvtx)
 					dli_nvtx_pop();
 				break;
@@ -689,6 +754,7 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 		}
 	}
 	CALL_LEAVE(l->ctx);
+	dli_call_view_end(&cv);
 	return r;
 }
 

@@ -8,6 +8,7 @@
 #include "cpu/fp8-private.h"
 #include "kernels-private.h"
 #include "stats-private.h"
+#include "strided-private.h"
 
 #define CHUNK 4096
 
@@ -39,6 +40,8 @@ static int64_t checked_numel(const struct dli_tensor *t)
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 		 float scale)
 {
+	if (in && !(in = dli_view_resolve(in))) /* a strided dispatch's view: its copy */
+		return -ENOMEM;
 	if (!in || !out || (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2))
 		return -EINVAL;
 	if (in->device.type != DLI_DEVICE_CPU || out->device.type != DLI_DEVICE_CPU)
@@ -79,12 +82,13 @@ int dli_tensor_amax(const struct dli_tensor *t, float *amax)
 	if (t->device.type != DLI_DEVICE_CPU)
 		return -ENOTSUP;
 	int64_t n = checked_numel(t);
-	if (!high_precision(t->dtype) || !t->contiguous || n < 0)
+	struct dli_view *view = dli_view_of(t); /* a strided dispatch's view: read in place */
+	if (!high_precision(t->dtype) || (!t->contiguous && !view) || n < 0)
 		return -EINVAL;
 	/* The statistics pass computes more than the amax, but it is SIMD and threaded already, and
 	 * its amax skips NaNs: the contract (plugin.h). */
 	struct dli_stats_record rec;
-	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &rec);
+	int r = view ? dli_view_stats(view, &rec) : dli_cpu_stats(t->data, t->dtype, n, NULL, &rec);
 	if (r)
 		return r;
 	*amax = (float)rec.amax;
@@ -94,6 +98,8 @@ int dli_tensor_amax(const struct dli_tensor *t, float *amax)
 int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 			 const struct dli_block_spec *spec)
 {
+	if (in && !(in = dli_view_resolve(in))) /* a strided dispatch's view: its copy */
+		return -ENOMEM;
 	if (!in || !out || !spec || spec->size < sizeof(struct dli_block_spec) ||
 	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
 	     spec->recipe != DLI_BLOCK_FP8_2D))

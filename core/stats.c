@@ -19,6 +19,7 @@
 #include "names-private.h"
 #include "reduce-private.h"
 #include "stats-private.h"
+#include "strided-private.h"
 
 /* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and
  * unchanged for the whole call, so the features after the first need not read it again: a
@@ -241,8 +242,9 @@ static int64_t host_tensor_numel(struct dli_stats_acc *acc, const struct dli_ten
 		return refuse(acc, "cannot read a tensor of dtype %s: %s", dtype_name(t->dtype),
 			      fp8_pass ? "the FP8 comparison takes f32, f16 or bf16"
 				       : "expected f32, f16, bf16, f8e4m3 or f8e5m2");
-	if (!t->contiguous)
-		return refuse(acc, "cannot read a non-contiguous %s tensor: pass a contiguous copy",
+	if (!t->contiguous && !dli_view_of(t))
+		return refuse(acc, "cannot read a non-contiguous %s tensor: pass a contiguous copy, or "
+				   "its strides (dli_inspect_tensor_strided)",
 			      dtype_name(t->dtype));
 	if (t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS)
 		return refuse(acc, "a tensor has an invalid ndim %d", t->ndim);
@@ -276,7 +278,9 @@ static int merge_host_hist(struct dli_stats_acc *acc, const struct dli_stats_rec
 	pthread_mutex_unlock(&acc->lock);
 	uint64_t *counts = NULL;
 	if (want) {
-		if (!(counts = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *counts)))
+		/* A view has no histogram pass of its own: it reads the view's copy. */
+		if (!(t = dli_view_resolve(t)) ||
+		    !(counts = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *counts)))
 			return -ENOMEM;
 		int e = dli_cpu_histogram(t->data, t->dtype, n, NULL, counts);
 		if (e) {
@@ -332,6 +336,7 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int64_t n = host_tensor_numel(acc, t, fp8 != NULL);
 	if (n <= 0)
 		return (int)n; /* an empty tensor adds nothing */
+	struct dli_view *view = dli_view_of(t); /* NULL but in a strided dispatch */
 
 	struct dli_stats_record rec, cmp, pass;
 	int r = 0;
@@ -339,7 +344,7 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	    shared.n == n) {
 		pass = shared.pass;
 	} else {
-		r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+		r = view ? dli_view_stats(view, &pass) : dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
 		dli_stats_host_passes++;
 		if (!r && shared.t == t) {
 			shared.pass = pass;
@@ -361,7 +366,9 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		float scale = fp8->current_scaling
 				      ? dli_fp8_scale((float)rec.amax, fp8->format, fp8->margin)
 				      : fp8->scale;
-		r = dli_cpu_fp8_compare(t->data, t->dtype, n, fp8->format, scale, NULL, &cmp);
+		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
+		r = c ? dli_cpu_fp8_compare(c->data, t->dtype, n, fp8->format, scale, NULL, &cmp)
+		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);
 	}
@@ -375,6 +382,9 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 {
 	if (!acc || !q)
 		return -EINVAL;
+	/* The comparison has no strided form: a view's hp is its copy. */
+	if (hp && !(hp = dli_view_resolve(hp)))
+		return -ENOMEM;
 	const struct dli_tensor *qt = &q->data;
 	if (hp && hp->device.type != qt->device.type)
 		return refuse(acc, "a quantized tensor and its high-precision tensor are on different "
@@ -566,6 +576,8 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 {
 	if (!acc || !t || !spec)
 		return -EINVAL;
+	if (!(t = dli_view_resolve(t))) /* the block passes read a view's copy */
+		return -ENOMEM;
 	bool nvfp4 = spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D;
 	if (spec->size < sizeof(struct dli_block_spec) ||
 	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&

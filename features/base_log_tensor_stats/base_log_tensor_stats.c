@@ -86,7 +86,9 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 
 	if (strcmp(name, DLI_CALL_LOG_TENSOR_STATS))
 		return 0;
-	if (!a || a->size < sizeof(*a) || !a->tensor_name || !a->tensor)
+	/* strides (ABI 1.3) is the core's business (core/strided.c): a 1.2 host's args end before. */
+	if (!a || a->size < offsetof(struct dli_log_tensor_stats_args, strides) ||
+	    !a->tensor_name || !a->tensor)
 		return -EINVAL;
 	if (!dli_blts_selects(self, a->tensor_name))
 		return 0;
@@ -138,7 +140,8 @@ static const struct dli_feature_desc dli_blts_feature = {
 	.name = "LogTensorStats",
 	.aliases = dli_blts_aliases,
 	.doc = "Logs statistics of tensors the host passes to the generic call log_tensor_stats.",
-	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
+		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dli_blts_params,
 	.n_params = sizeof(dli_blts_params) / sizeof(dli_blts_params[0]),
 	.param_size = DLI_PARAM_SIZE,

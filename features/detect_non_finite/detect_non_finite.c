@@ -381,7 +381,8 @@ static const struct dli_feature_desc dnf_feature = {
 	.name = "DetectNonFinite",
 	.doc = "Reports the first NaN/Inf in the selected tensors with the calls before it (abs-min, "
 	       "abs-max), and can make the host stop; traces chosen iterations.",
-	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
+		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dnf_params,
 	.n_params = sizeof(dnf_params) / sizeof(dnf_params[0]),
 	.param_size = DLI_PARAM_SIZE,

@@ -414,7 +414,8 @@ static const struct dli_feature_desc dli_lfs_feature = {
 	.name = "LogFp8TensorStats",
 	.aliases = dli_lfs_aliases,
 	.doc = "Logs FP8 quantization error stats of the selected tensors at the scheduled steps.",
-	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
+		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dli_lfs_params,
 	.n_params = sizeof(dli_lfs_params) / sizeof(dli_lfs_params[0]),
 	.param_size = DLI_PARAM_SIZE,

@@ -220,7 +220,8 @@ static const struct dli_feature_desc dli_lns_feature = {
 	.name = "LogNvfp4TensorStats",
 	.doc = "Logs NVFP4 quantization error stats (what-if from the high-precision tensor) of the "
 	       "selected tensors at the scheduled steps.",
-	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
+		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dli_lns_params,
 	.n_params = sizeof(dli_lns_params) / sizeof(dli_lns_params[0]),
 	.param_size = DLI_PARAM_SIZE,

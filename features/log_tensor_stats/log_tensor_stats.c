@@ -257,7 +257,8 @@ static const struct dli_feature_desc dli_lts_feature = {
 	.aliases = dli_lts_aliases,
 	.doc = "Logs statistics of the selected tensors at the scheduled steps.",
 	/* Not generic: directly in a section, LogTensorStats is the base namespace's. */
-	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
+	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
+		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dli_lts_params,
 	.n_params = sizeof(dli_lts_params) / sizeof(dli_lts_params[0]),
 	.param_size = DLI_PARAM_SIZE,

@@ -192,6 +192,35 @@ int dli_inspect_tensor(struct dli_layer *layer, int tensor, const struct dli_ten
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise);
 
+/* dli_inspect_tensor of a strided view (ABI 1.3): `hp` describes the view's shape, dtype and device,
+ * and `hp->data` points at its element [0, ..., 0]; `strides` holds hp->ndim steps in elements (not
+ * bytes), any sign, so that element [i0, i1, ...] is at data + sum(ik * strides[k]) elements:
+ * e.g. the Q third of a fused QKV output of shape [T, 3h] is shape [T, h], strides [3h, 1], data
+ * at the output's start (K: data + h). NULL strides, or strides of the dense row-major layout,
+ * make it dli_inspect_tensor (hp->contiguous is then ignored). All borrowed for the call: the
+ * strides are read before it returns, nothing is kept.
+ * - What is read: the statistics features (LogTensorStats, LogFp8TensorStats, DetectNonFinite,
+ *   LogNvfp4TensorStats, and any feature declaring DLI_FEATURE_STRIDED) read the view in place:
+ *   dimensions contiguous with each other are merged into runs, and when the innermost run has
+ *   stride 1 and is at least 256 bytes long the statistics pass reads the runs at memory speed,
+ *   with the same result, bit for bit, as on a contiguous copy. Everything else is copied once
+ *   per call into one contiguous buffer (allocated and freed by the call) that all its readers
+ *   share: shorter runs, an inner stride other than 1, the FP8 and block-scaled what-if passes,
+ *   histograms, and every feature that does not declare DLI_FEATURE_STRIDED (DumpTensors, most
+ *   third-party features), which get that copy as a contiguous tensor.
+ * - Refused with -EINVAL (and dli_last_error naming the layer, the tensor and the dimension):
+ *   a stride of 0 on a dimension of more than one element (a broadcast: its statistics would
+ *   count elements several times), a view reaching beyond 2^63 bytes, a CUDA tensor (the CUDA
+ *   backend reads contiguous tensors only: pass a contiguous one), a non-empty view without data.
+ *   A stride of a dimension of one element is never used. Strides that point outside the host's
+ *   allocation cannot be detected: they read whatever memory is there, or crash.
+ * - Overlapping views (two indices at one address) are read as the elements they list.
+ * Threads: as dli_inspect_tensor (several threads may call it at once). A no-op returning 0
+ * when no feature inspects the tensor, without a look at the strides. */
+int dli_inspect_tensor_strided(struct dli_layer *layer, int tensor, const struct dli_tensor *hp,
+			       const int64_t *strides, const struct dli_quantized_tensor *rowwise,
+			       const struct dli_quantized_tensor *colwise);
+
 /* Default false. */
 bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *layer, enum dli_gemm gemm, int tensor,
 					     int64_t *next);
@@ -216,6 +245,11 @@ struct dli_log_tensor_stats_args {
 	const char *tensor_name; /* as in the config's `tensors:` (any name the host likes) */
 	const struct dli_tensor *tensor;
 	int64_t iteration;       /* the step to log at; -1: the context's current iteration */
+	/* ABI 1.3: tensor->ndim strides in elements for a strided view of `tensor`, or NULL for a
+	 * contiguous tensor; read as dli_inspect_tensor_strided reads them (what is read in place,
+	 * what is copied, what is refused). Borrowed for the call. A host built against older
+	 * headers passes a smaller `size` and no strides. */
+	const int64_t *strides;
 };
 
 /* ---- String-taking convenience calls: one hash lookup, then the handle call. ----

@@ -326,6 +326,12 @@ enum dli_feature_flags {
 	DLI_FEATURE_TENSORS = 1u << 2,   /* takes tensors / tensors_struct (required) */
 	DLI_FEATURE_SCHEDULED = 1u << 3, /* takes freq, start_step, end_step, start_end_list */
 	DLI_FEATURE_MODIFIES = 1u << 4,  /* implements modify_tensor: one per (layer, gemm, tensor) */
+	/* ABI 1.3: inspect_tensor and log_tensor_stats calls may hand this feature a strided view
+	 * (dli_inspect_tensor_strided): a tensor with contiguous = false whose data the feature
+	 * never reads itself, passing it only to the host's stats_add, stats_add_quantized,
+	 * stats_add_block and tensor_amax, which read the view (in place for the statistics pass,
+	 * else through one contiguous copy per call). Without the flag a feature gets that copy. */
+	DLI_FEATURE_STRIDED = 1u << 5,
 };
 
 /* What create() gets: one instance per feature block, or per gemms_struct/tensors_struct entry.

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "cpu-private.h"
+#include "runs-private.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define LINE 64 /* a cache line: one prefetch each */
@@ -679,7 +680,10 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 	return fabsf(s) <= LARGE ? s : 0.0f;
 }
 
-INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+/* The blocks come from p, or, when v is set, from the view v's elements from `first` on (through
+ * scratch where a block spans runs): the same blocks either way (kernels/cpu/runs-private.h). */
+INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
+		       unsigned char *scratch, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
 {
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_line = LINE / (int64_t)es;
@@ -690,15 +694,33 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct d
 	for (int64_t i = 0; i < n; i += bs) {
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_line;
+		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
 		if (whole) {
-			const unsigned char *q = p + (size_t)i * es;
 			prev = block(q, dt, whole, next_shift(q, dt, r), prev, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {
-			dli_stats_block_scalar(p + (size_t)(i + whole) * es, dt, m - whole, &b);
+			dli_stats_block_scalar(q + (size_t)whole * es, dt, m - whole, &b);
 			dli_stats_merge(r, &b);
 		}
+	}
+}
+
+INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+{
+	chunk_from(p, NULL, 0, NULL, dt, n, r);
+}
+
+void dli_stats_runs_avx2(const struct dli_cpu_runs *v, int64_t first, int64_t n,
+			 unsigned char *scratch, struct dli_stats_record *r)
+{
+	switch (v->dtype) {
+	case DLI_DTYPE_F32: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, n, r); break;
+	case DLI_DTYPE_BF16: chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, n, r); break;
+	case DLI_DTYPE_F16: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, n, r); break;
+	case DLI_DTYPE_F8E4M3: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, n, r); break;
+	case DLI_DTYPE_F8E5M2: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, n, r); break;
+	default: dli_stats_record_init(r); break;
 	}
 }
 

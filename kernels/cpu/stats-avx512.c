@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "cpu-private.h"
+#include "runs-private.h"
 
 #define INLINE static inline __attribute__((always_inline))
 #define LINE 64 /* a cache line: one prefetch each */
@@ -452,8 +453,11 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 	return fabsf(s) <= LARGE ? s : 0.0f;
 }
 
-INLINE void chunk(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n,
-		  struct dli_stats_record *r)
+/* The blocks come from p, or, when v is set, from the view v's elements from `first` on (through
+ * scratch where a block spans runs): the same blocks either way (kernels/cpu/runs-private.h). */
+INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
+		       unsigned char *scratch, enum dli_dtype dt, bool bf16dp, int64_t n,
+		       struct dli_stats_record *r)
 {
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_step = 2 * LINE / (int64_t)es;
@@ -467,16 +471,22 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 	for (int64_t i = 0; i < n; i += bs) {
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_step;
+		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
 		if (whole) {
-			const unsigned char *q = p + (size_t)i * es;
 			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {
-			dli_stats_block_scalar(p + (size_t)(i + whole) * es, dt, m - whole, &b);
+			dli_stats_block_scalar(q + (size_t)whole * es, dt, m - whole, &b);
 			dli_stats_merge(r, &b);
 		}
 	}
+}
+
+INLINE void chunk(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n,
+		  struct dli_stats_record *r)
+{
+	chunk_from(p, NULL, 0, NULL, dt, bf16dp, n, r);
 }
 
 static void chunk_bf16dp(const void *p, int64_t n, struct dli_stats_record *r)
@@ -501,6 +511,29 @@ void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct 
 	case DLI_DTYPE_F16: chunk(p, DLI_DTYPE_F16, false, n, r); break;
 	case DLI_DTYPE_F8E4M3: chunk(p, DLI_DTYPE_F8E4M3, false, n, r); break;
 	case DLI_DTYPE_F8E5M2: chunk(p, DLI_DTYPE_F8E5M2, false, n, r); break;
+	default: dli_stats_record_init(r); break;
+	}
+}
+
+/* The view's elements [first, first + n): the chunks above over runs (runs-private.h). */
+void dli_stats_runs_avx512(const struct dli_cpu_runs *v, int64_t first, int64_t n,
+			   unsigned char *scratch, struct dli_stats_record *r)
+{
+	switch (v->dtype) {
+	case DLI_DTYPE_F32: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, false, n, r); break;
+	case DLI_DTYPE_BF16:
+		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
+			chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, true, n, r);
+		else
+			chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, false, n, r);
+		break;
+	case DLI_DTYPE_F16: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, false, n, r); break;
+	case DLI_DTYPE_F8E4M3:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, false, n, r);
+		break;
+	case DLI_DTYPE_F8E5M2:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, false, n, r);
+		break;
 	default: dli_stats_record_init(r); break;
 	}
 }

@@ -16,6 +16,7 @@
 #endif
 
 #include "cpu-private.h"
+#include "runs-private.h"
 
 /* Tensors up to this many elements stay on the calling thread: waking the pool costs tens of
  * microseconds, which a pass over a few MiB only just pays back. */
@@ -285,6 +286,100 @@ int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struc
 	}
 	for (int64_t c = 0; c < n_chunks; c++) {
 		pass_chunk(&ps, c, 0);
+		dli_stats_merge(out, &one);
+	}
+	return 0;
+}
+
+/* ---- Strided views (runs-private.h): the driver above, over runs ---- */
+
+void dli_stats_runs_scalar(const struct dli_cpu_runs *v, int64_t first, int64_t n,
+			   unsigned char *scratch, struct dli_stats_record *r)
+{
+	struct dli_stats_record b;
+	dli_stats_record_init(r);
+	for (int64_t i = 0; i < n; i += DLI_STATS_BLOCK) {
+		int64_t m = n - i < DLI_STATS_BLOCK ? n - i : DLI_STATS_BLOCK;
+		dli_stats_block_scalar(dli_runs_block(v, first + i, m, scratch), v->dtype, m, &b);
+		dli_stats_merge(r, &b);
+	}
+}
+
+struct runs_pass {
+	const struct dli_cpu_runs *v;
+	dli_stats_runs_fn chunk;
+	struct dli_stats_record *recs; /* as in struct pass */
+	struct dli_stats_record *one;
+};
+
+/* pass_chunk for a view: the same chunk boundaries in the view's element order, so the records
+ * and their merge are those of a contiguous copy. The scratch a block spanning runs is copied to
+ * lives on this thread's stack. */
+static void runs_chunk(void *arg, int64_t c, int worker)
+{
+	const struct runs_pass *ps = arg;
+	_Alignas(64) unsigned char scratch[DLI_RUNS_SCRATCH];
+	int64_t first = c * DLI_STATS_CHUNK;
+	int64_t m = ps->v->n - first < DLI_STATS_CHUNK ? ps->v->n - first : DLI_STATS_CHUNK;
+	(void)worker;
+#ifdef DLI_HAVE_X86_SIMD
+	unsigned csr = _mm_getcsr();
+	_mm_setcsr(csr & ~0x8040u);
+#endif
+	ps->chunk(ps->v, first, m, scratch, ps->recs ? &ps->recs[c] : ps->one);
+#ifdef DLI_HAVE_X86_SIMD
+	_mm_setcsr(csr);
+#endif
+}
+
+int dli_cpu_stats_runs(const struct dli_cpu_runs *v, const struct dli_cpu_options *o,
+		       struct dli_stats_record *out)
+{
+	if (!out)
+		return -EINVAL;
+	dli_stats_record_init(out);
+	if (!v || v->run_len < 1 || v->n < 0 || v->n % v->run_len ||
+	    v->inner != (int64_t)dli_dtype_size(v->dtype))
+		return -EINVAL;
+	int rc = dli_cpu_check_input(v->base, v->dtype, v->n);
+	if (rc)
+		return rc;
+	dli_stats_runs_fn chunk = dli_stats_runs_scalar;
+	switch (dli_cpu_simd(o)) {
+	case DLI_SIMD_SCALAR:
+		break;
+#ifdef DLI_HAVE_X86_SIMD
+	case DLI_SIMD_AVX2:
+		chunk = dli_stats_runs_avx2;
+		break;
+	case DLI_SIMD_AVX512:
+		chunk = dli_stats_runs_avx512;
+		break;
+#endif
+	default:
+		return -ENOTSUP;
+	}
+	if (v->n == 0)
+		return 0;
+	pthread_once(&fp8_once, fp8_build);
+
+	int64_t n_chunks = (v->n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
+	int threads = v->n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
+	struct dli_stats_record one;
+	struct runs_pass ps = {.v = v, .chunk = chunk, .one = &one};
+	struct dli_stats_record *recs = NULL;
+	if (threads > 1)
+		recs = malloc((size_t)n_chunks * sizeof(*recs));
+	if (recs) {
+		ps.recs = recs;
+		dli_parallel_for(n_chunks, threads, runs_chunk, &ps);
+		for (int64_t c = 0; c < n_chunks; c++)
+			dli_stats_merge(out, &recs[c]);
+		free(recs);
+		return 0;
+	}
+	for (int64_t c = 0; c < n_chunks; c++) {
+		runs_chunk(&ps, c, 0);
 		dli_stats_merge(out, &one);
 	}
 	return 0;

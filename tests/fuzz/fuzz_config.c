@@ -82,7 +82,7 @@ static void use_layer(struct dli_context *ctx, const char *name)
 	int host = dli_tensor_id(ctx, "tensor1");
 	if (host >= 0 && dli_inspect_tensor_enabled(l, host, &next))
 		(void)dli_inspect_tensor(l, host, &in, NULL, NULL);
-	struct dli_log_tensor_stats_args args = {sizeof args, "activation", &in, -1};
+	struct dli_log_tensor_stats_args args = {sizeof args, "activation", &in, -1, NULL};
 	(void)dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &args);
 	args.tensor_name = "tensor1";
 	(void)dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &args);

@@ -41,7 +41,7 @@ static void run_calls(struct dli_context *ctx)
 	struct dli_layer *fc1 = layer(ctx, "m.fc1"), *fc2 = layer(ctx, "m.fc2");
 	CHECK(dli_inspect_tensor_enabled(fc1, DLI_TENSOR_ACTIVATION, NULL));
 	CHECK_INT(dli_inspect_tensor(fc1, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
-	struct dli_log_tensor_stats_args args = {sizeof args, "x", &t, -1};
+	struct dli_log_tensor_stats_args args = {sizeof args, "x", &t, -1, NULL};
 	CHECK_INT(dli_call(fc2, DLI_CALL_LOG_TENSOR_STATS, &args), 0);
 	CHECK_INT(dli_step(ctx), 0);
 }
