@@ -20,6 +20,7 @@
 #include <dlinspect/tensor.h>
 
 #include "cpu/cpu-private.h"
+#include "cpu/runs-private.h"
 #include "error-private.h"
 #include "feature-keys-private.h"
 #include "kernels-private.h"

@@ -54,6 +54,26 @@ static inline const unsigned char *dli_runs_block(const struct dli_cpu_runs *v, 
 	return scratch;
 }
 
+/* How far ahead (bytes, added to each line's address) the pass over the block dli_runs_block gave
+ * at q prefetches: one block ahead in the view's order, so that each line brings in the line at
+ * the same offset of the next block; that is the next block of the run, or, for a run's last
+ * block, the start of the next run (which no hardware prefetcher can guess), and nothing beyond a
+ * run is fetched for nothing. 0 (each line itself: no prefetch) for a block staged in scratch and
+ * at the end of the view. */
+static inline int64_t dli_runs_prefetch(const struct dli_cpu_runs *v, int64_t first, int64_t m,
+					const unsigned char *q, const unsigned char *scratch)
+{
+	const int64_t es = (int64_t)dli_dtype_size(v->dtype);
+	int64_t run = first / v->run_len, off = first % v->run_len;
+	if (q == scratch)
+		return 0;
+	if (off + m < v->run_len)
+		return m * es;
+	if (run + 1 >= v->n / v->run_len)
+		return 0;
+	return (int64_t)((intptr_t)dli_runs_start(v, run + 1) - (intptr_t)q);
+}
+
 /* The largest block any statistics path reads at once, in bytes: the size of `scratch`. */
 #define DLI_RUNS_SCRATCH (2 * 2048 * 4)
 

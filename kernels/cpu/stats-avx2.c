@@ -153,7 +153,7 @@ INLINE void lanes_combine(struct lanes *a, const struct lanes *b)
 /* One read of `lines` cache lines. Two sets of accumulators, alternating, halve the dependency
  * chains so the adds and FMAs keep up with memory. */
 INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t lines, float shift,
-		       struct lanes *out)
+		       int64_t pf, struct lanes *out)
 {
 	const __m256 vshift = _mm256_set1_ps(shift);
 	struct lanes a0, a1; /* separate variables, not an array: they must live in registers */
@@ -162,7 +162,7 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t lines,
 	lanes_init(&a1);
 	for (int64_t l = 0; l < lines; l++) {
 		const unsigned char *q = p + l * LINE;
-		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 		int nv = load_line(q, dt, v);
 		for (int k = 0; k < nv; k += 2) {
 			lanes_add(&a0, v[k], vshift);
@@ -182,10 +182,10 @@ struct sums {
 };
 
 INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t lines, float shift,
-		       struct sums *o)
+		       int64_t pf, struct sums *o)
 {
 	struct lanes a;
-	block_pass(p, dt, lines, shift, &a);
+	block_pass(p, dt, lines, shift, pf, &a);
 	o->mn = min_lanes(a.mn);
 	o->mx = max_lanes(a.mx);
 	o->mnz = min_lanes(a.mnz);
@@ -312,7 +312,8 @@ INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, __m256i w, __m256 s
 
 /* Each float lane adds at most DLI_STATS_BLOCK / 16 terms, as in the generic loop. */
 
-static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, struct sums *o)
+static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, int64_t pf,
+			   struct sums *o)
 {
 	const __m256 vshift = _mm256_set1_ps(shift);
 	struct lanes32 a = {
@@ -321,7 +322,7 @@ static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, s
 	struct sums32 f0 = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}, f1 = f0;
 	for (int64_t l = 0; l < lines; l++) {
 		const unsigned char *q = p + l * LINE;
-		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 		lanes32_add(&a, &f0, _mm256_loadu_si256((const __m256i *)q), vshift);
 		lanes32_add(&a, &f1, _mm256_loadu_si256((const __m256i *)(q + 32)), vshift);
 	}
@@ -364,7 +365,8 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
  * and each 16-bit count lane at most BLOCK16 / 16. */
 #define BLOCK16 (2 * DLI_STATS_BLOCK)
 
-static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, struct sums *o)
+static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, int64_t pf,
+			    struct sums *o)
 {
 	const __m256 vshift = _mm256_set1_ps(shift);
 	struct lanes16 a = {
@@ -373,7 +375,7 @@ static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, 
 		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps()};
 	for (int64_t h = 0; h < 2 * lines; h++) {
 		const unsigned char *q = p + h * 32;
-		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 		lanes16_add(&a, _mm256_loadu_si256((const __m256i *)q), vshift);
 	}
 	unsigned umin = min_epu16_lanes(a.umin);
@@ -610,9 +612,11 @@ __attribute__((noinline)) static enum kind block_odd(const unsigned char *p, enu
 /* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. prev: how
  * the previous block went; after a NONFINITE or EXTREME one, this one goes straight to the same
  * path (in data full of NaN, the float pass would be wasted on every block), and back to the
- * float lanes when it finds none. Returns how this block went. */
+ * float lanes when it finds none. pf: how far ahead of each line the float pass prefetches
+ * (DLI_PREFETCH_BYTES; for a view, where its next bytes are: runs-private.h). Returns how this
+ * block went. */
 INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
-		       enum kind prev, struct dli_stats_record *r)
+		       enum kind prev, int64_t pf, struct dli_stats_record *r)
 {
 	if (prev == NONFINITE && nf_block(p, dt, n, r))
 		return NONFINITE;
@@ -621,11 +625,11 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
 	struct sums a;
 	if (dt == DLI_DTYPE_BF16)
-		block_sums_bf16(p, lines, shift, &a);
+		block_sums_bf16(p, lines, shift, pf, &a);
 	else if (dt == DLI_DTYPE_F32)
-		block_sums_f32(p, lines, shift, &a);
+		block_sums_f32(p, lines, shift, pf, &a);
 	else
-		block_sums(p, dt, lines, shift, &a);
+		block_sums(p, dt, lines, shift, pf, &a);
 	float fmn = a.mn, fmx = a.mx;
 	float amax = fmx > -fmn ? fmx : -fmn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
@@ -640,11 +644,11 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	if (c > sdd - c) {
 		shift = (float)((double)shift + sd / dn);
 		if (dt == DLI_DTYPE_BF16)
-			block_sums_bf16(p, lines, shift, &a);
+			block_sums_bf16(p, lines, shift, pf, &a);
 		else if (dt == DLI_DTYPE_F32)
-			block_sums_f32(p, lines, shift, &a);
+			block_sums_f32(p, lines, shift, pf, &a);
 		else
-			block_sums(p, dt, lines, shift, &a);
+			block_sums(p, dt, lines, shift, pf, &a);
 		sd = a.sd;
 		sdd = a.sdd;
 		c = sd * sd / dn;
@@ -696,7 +700,9 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 		int64_t whole = m - m % per_line;
 		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
 		if (whole) {
-			prev = block(q, dt, whole, next_shift(q, dt, r), prev, &b);
+			int64_t pf = v ? dli_runs_prefetch(v, first + i, m, q, scratch)
+				       : DLI_PREFETCH_BYTES;
+			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {

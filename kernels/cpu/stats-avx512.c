@@ -124,7 +124,7 @@ INLINE void lanes_combine(struct lanes *a, const struct lanes *b)
 /* One read of `steps` pairs of cache lines. Two sets of accumulators, alternating, halve the
  * dependency chains so the adds and FMAs keep up with memory. */
 INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t steps, float shift,
-		       struct lanes *out)
+		       int64_t pf, struct lanes *out)
 {
 	const __m512 vshift = _mm512_set1_ps(shift);
 	struct lanes a0, a1; /* separate variables, not an array: they must live in registers */
@@ -133,8 +133,8 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t steps,
 	lanes_init(&a1);
 	for (int64_t s = 0; s < steps; s++) {
 		const unsigned char *q = p + s * 2 * LINE;
-		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + LINE + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + LINE + pf, _MM_HINT_T0);
 		int nv = load_line(q, dt, v);
 		nv += load_line(q + LINE, dt, v + nv);
 		for (int k = 0; k < nv; k += 2) {
@@ -155,10 +155,10 @@ struct sums {
 };
 
 INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t steps, float shift,
-		       struct sums *o)
+		       int64_t pf, struct sums *o)
 {
 	struct lanes a;
-	block_pass(p, dt, steps, shift, &a);
+	block_pass(p, dt, steps, shift, pf, &a);
 	o->mn = _mm512_reduce_min_ps(a.mn);
 	o->mx = _mm512_reduce_max_ps(a.mx);
 	o->mnz = _mm512_reduce_min_ps(a.mnz);
@@ -241,7 +241,7 @@ INLINE float bf16_float(uint32_t bits)
 
 /* Not inlined: block() is inlined into code for CPUs without vdpbf16ps too. */
 __attribute__((target("avx512bf16"), noinline)) static void
-block_sums_bf16(const unsigned char *p, int64_t steps, float shift, struct sums *o)
+block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct sums *o)
 {
 	const __m512 vshift = _mm512_set1_ps(shift);
 	const __m512i lo16 = _mm512_set1_epi32(0xffff);
@@ -250,8 +250,8 @@ block_sums_bf16(const unsigned char *p, int64_t steps, float shift, struct sums 
 	lanes16_init(&a1);
 	for (int64_t s = 0; s < steps; s++) {
 		const unsigned char *q = p + s * 2 * LINE;
-		_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		_mm_prefetch((const char *)q + LINE + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+		_mm_prefetch((const char *)q + LINE + pf, _MM_HINT_T0);
 		lanes16_add(&a0, _mm512_loadu_si512(q), vshift);
 		lanes16_add(&a1, _mm512_loadu_si512(q + LINE), vshift);
 	}
@@ -390,16 +390,16 @@ __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dl
  * needed the double lanes, so this one goes straight to them (in data full of NaN, the float pass
  * would be wasted on every block). Returns whether this block needed them. */
 INLINE bool block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n, float shift,
-		  bool rare, struct dli_stats_record *r)
+		  bool rare, int64_t pf, struct dli_stats_record *r)
 {
 	if (rare)
 		return block_rare(p, dt, n, shift, r);
 	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
 	struct sums a;
 	if (bf16dp)
-		block_sums_bf16(p, steps, shift, &a);
+		block_sums_bf16(p, steps, shift, pf, &a);
 	else
-		block_sums(p, dt, steps, shift, &a);
+		block_sums(p, dt, steps, shift, pf, &a);
 	float fmn = a.mn, fmx = a.mx;
 	float amax = fmx > -fmn ? fmx : -fmn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
@@ -415,9 +415,9 @@ INLINE bool block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 	if (c > sdd - c) {
 		shift = (float)((double)shift + sd / dn);
 		if (bf16dp)
-			block_sums_bf16(p, steps, shift, &a);
+			block_sums_bf16(p, steps, shift, pf, &a);
 		else
-			block_sums(p, dt, steps, shift, &a);
+			block_sums(p, dt, steps, shift, pf, &a);
 		sd = a.sd;
 		sdd = a.sdd;
 		c = sd * sd / dn;
@@ -473,7 +473,9 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 		int64_t whole = m - m % per_step;
 		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
 		if (whole) {
-			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, &b);
+			int64_t pf = v ? dli_runs_prefetch(v, first + i, m, q, scratch)
+				       : DLI_PREFETCH_BYTES;
+			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, pf, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {
