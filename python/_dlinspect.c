@@ -317,6 +317,9 @@ struct view {
 	Py_buffer buf;
 	bool has_buf;
 	void *copy;         /* the contiguous copy of a strided CPU tensor, or NULL */
+	bool strided_ok;    /* the call takes strides (dli_inspect_tensor_strided): no copy */
+	bool strided;       /* t is a strided view: `strides` holds its steps in elements */
+	int64_t strides[DLI_TENSOR_MAX_DIMS];
 	PyObject *keep;     /* an object to release with the view (the array interface dict) */
 	PyObject *detached; /* obj.detach() of a torch tensor that requires grad */
 };
@@ -482,6 +485,22 @@ static int view_layout(struct view *v, int ndim, const int64_t *shape, const Py_
 			     "dlinspect: %s is not contiguous: an output tensor must be contiguous", what);
 		return -1;
 	}
+	/* A view whose innermost dimension is contiguous (a column block, every k-th row) goes to
+	 * the core as it is: its statistics pass reads the rows in place (docs/statistics.md,
+	 * "Strided views"). Others are copied here, as before. */
+	int inner = ndim - 1;
+	while (inner > 0 && shape[inner] == 1)
+		inner--;
+	bool whole = true;
+	for (int i = 0; i < ndim; i++)
+		whole = whole && st[i] % (int64_t)es == 0;
+	if (v->strided_ok && whole && st[inner] == (int64_t)es) {
+		for (int i = 0; i < ndim; i++)
+			v->strides[i] = st[i] / (int64_t)es;
+		v->strided = true;
+		v->t.contiguous = false;
+		return 0;
+	}
 	/* A contiguous copy, freed when the call returns (docs/python.md, "Tensors"). */
 	int64_t n = dli_tensor_numel(&v->t);
 	char *dst = PyMem_Malloc(n ? (size_t)n * es : 1);
@@ -534,11 +553,14 @@ static PyObject *consumer_stream(PyObject *stream, int device_id)
 }
 
 /* Reads `obj` in place: DLPack first, then the buffer protocol, then numpy's array interface
- * (for ml_dtypes arrays, which neither export). `writable`: the caller writes it. */
-static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stream,
-		    const char *what)
+ * (for ml_dtypes arrays, which neither export). `writable`: the caller writes it. `strided_ok`:
+ * the caller passes v->strides on (dli_inspect_tensor_strided), so a host view whose innermost
+ * dimension is contiguous is not copied. */
+static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool strided_ok,
+		       PyObject *stream, const char *what)
 {
 	memset(v, 0, sizeof *v);
+	v->strided_ok = strided_ok;
 	v->t.device.type = DLI_DEVICE_CPU;
 	PyObject *dl = PyObject_GetAttr(obj, g_str_dlpack);
 	if (dl) {
@@ -592,7 +614,7 @@ static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stre
 				Py_XDECREF(et);
 				Py_XDECREF(ev);
 				Py_XDECREF(etb);
-				int rc = view_get(d, v, writable, stream, what);
+				int rc = view_get_ex(d, v, writable, strided_ok, stream, what);
 				v->detached = d;
 				return rc;
 			}
@@ -795,6 +817,13 @@ static PyObject *te_fp8_tuple(PyObject *obj)
 	return t;
 }
 
+/* view_get_ex for a call that takes no strides: a strided tensor is copied. */
+static int view_get(PyObject *obj, struct view *v, bool writable, PyObject *stream,
+		    const char *what)
+{
+	return view_get_ex(obj, v, writable, false, stream, what);
+}
+
 static int qview_get(PyObject *obj, struct qview *q, PyObject *stream, const char *what)
 {
 	memset(q, 0, sizeof *q);
@@ -946,7 +975,7 @@ static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *o
 	memset(&rq, 0, sizeof rq);
 	memset(&cq, 0, sizeof cq);
 	PyObject *ret = NULL;
-	if (view_get(obj, &v, false, stream, "the tensor"))
+	if (view_get_ex(obj, &v, false, true, stream, "the tensor"))
 		goto out;
 	if ((has_r && qview_get(rowwise, &rq, stream, "rowwise_quantized_tensor")) ||
 	    (has_c && qview_get(colwise, &cq, stream, "columnwise_quantized_tensor")))
@@ -954,10 +983,12 @@ static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *o
 	int rc;
 	if (big(&v.t)) {
 		Py_BEGIN_ALLOW_THREADS
-		rc = dli_inspect_tensor(h, t, &v.t, has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
+		rc = dli_inspect_tensor_strided(h, t, &v.t, v.strided ? v.strides : NULL,
+						has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
 		Py_END_ALLOW_THREADS
 	} else {
-		rc = dli_inspect_tensor(h, t, &v.t, has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
+		rc = dli_inspect_tensor_strided(h, t, &v.t, v.strided ? v.strides : NULL,
+						has_r ? &rq.q : NULL, has_c ? &cq.q : NULL);
 	}
 	if (rc) {
 		raise_call_error("inspect_tensor", rc);

@@ -216,6 +216,30 @@ def test_non_contiguous_is_copied():
     assert_stats(got, "l", "output", 0, x[::-2, 1:])
 
 
+def test_column_block_views_match_their_copies():
+    # Q, K and V thirds of a fused [T, 3h] output go to the core as strided views (inner dim
+    # contiguous, runs of h floats): the same statistics, to the last printed digit, as their
+    # contiguous copies, and numpy's.
+    T, h = 48, 160
+    fused = sample(shape=(T, 3 * h), seed=11)
+    with Run(stats_config(tensors=("activation", "gradient", "weight", "output", "wgrad",
+                                   "dgrad"))) as r:
+        L = dlinspect.layer("l")
+        for k, (view, copy) in enumerate((("activation", "gradient"), ("weight", "output"),
+                                          ("wgrad", "dgrad"))):
+            part = fused[:, k * h:(k + 1) * h]
+            assert not part.flags["C_CONTIGUOUS"]
+            L.inspect_tensor(view, part)
+            L.inspect_tensor(copy, np.ascontiguousarray(part))
+        dlinspect.step()
+    got = r.stats()
+    for k, (view, copy) in enumerate((("activation", "gradient"), ("weight", "output"),
+                                      ("wgrad", "dgrad"))):
+        assert_stats(got, "l", view, 0, fused[:, k * h:(k + 1) * h])
+        for s in STATS:
+            assert got[(f"l_{view}_{s}", 0)] == got[(f"l_{copy}_{s}", 0)], (view, s)
+
+
 def test_wrong_dtype_is_a_type_error():
     cases = [np.zeros(4, np.complex64), np.zeros(4, bool), np.zeros(4, np.uint16),
              np.zeros(4, np.int16)]
