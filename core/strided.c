@@ -97,7 +97,9 @@ int dli_view_init(struct dli_view *v, const struct dli_tensor *t, const int64_t 
 	for (int i = 0; i < t->ndim; i++) {
 		if (t->shape[i] == 1)
 			continue;
-		if (m > 0 && step[m - 1] == strides[i] * t->shape[i]) {
+		int64_t extent;
+		if (m > 0 && !__builtin_mul_overflow(strides[i], t->shape[i], &extent) &&
+		    step[m - 1] == extent) {
 			len[m - 1] *= t->shape[i];
 			step[m - 1] = strides[i];
 			continue;
