@@ -113,6 +113,22 @@ static inline struct dli_tensor dli_tensor_2d(void *data, enum dli_dtype dtype, 
 	return dli_tensor_make(data, dtype, 2, shape);
 }
 
+/* A column block of a rows x ld row-major matrix in host memory: columns [col, col + cols) of
+ * every row, e.g. the K third of a fused [T, 3h] QKV output is (qkv, dtype, T, 3h, h, h). Stores
+ * the view's strides (in elements: {ld, 1}) in `strides`, for dli_inspect_tensor_strided; the
+ * returned descriptor points at element [0, col] and borrows `base` like dli_tensor_make. */
+static inline struct dli_tensor dli_tensor_column_block(void *base, enum dli_dtype dtype,
+							int64_t rows, int64_t ld, int64_t col,
+							int64_t cols, int64_t strides[2])
+{
+	int64_t shape[2];
+	shape[0] = rows;
+	shape[1] = cols;
+	strides[0] = ld;
+	strides[1] = 1;
+	return dli_tensor_make((char *)base + (size_t)col * dli_dtype_size(dtype), dtype, 2, shape);
+}
+
 /* Number of elements (product of the shape; 1 for ndim 0). */
 static inline int64_t dli_tensor_numel(const struct dli_tensor *t)
 {

@@ -320,9 +320,11 @@ static void host_calls(enum dli_dtype dt)
 {
 	int64_t T = 64, h = 768, es = (int64_t)dli_dtype_size(dt);
 	unsigned char *fused = make_data(dt, T * 3 * h, true);
-	int64_t shape[2] = {T, h}, strides[2] = {3 * h, 1};
-	/* The K third: data at the fused tensor's column h. */
-	struct dli_tensor view = dli_tensor_make(fused + h * es, dt, 2, shape);
+	int64_t shape[2] = {T, h}, strides[2];
+	/* The K third: data at the fused tensor's column h, strides {3h, 1}. */
+	struct dli_tensor view = dli_tensor_column_block(fused, dt, T, 3 * h, h, h, strides);
+	CHECK(view.data == fused + h * es && view.ndim == 2 && view.shape[0] == T &&
+	      view.shape[1] == h && strides[0] == 3 * h && strides[1] == 1);
 	view.contiguous = false; /* what a host building it by hand may leave: ignored */
 	void *k = naive_gather(fused + h * es, dt, 2, shape, strides);
 	struct dli_tensor copy = dli_tensor_make(k, dt, 2, shape);
