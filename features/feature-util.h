@@ -40,6 +40,16 @@ static inline enum dli_dtype dli_feature_hybrid_format(int tensor)
 	return backward ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
 }
 
+/* Whether the host has the statistics calls (a test's stand-in table may lack them): a feature
+ * refuses to make an instance there rather than crash at the first tensor. Says so in err. */
+static inline bool dli_feature_has_stats(const struct dli_host *host, struct dli_error *err)
+{
+	if (DLI_HAS_MEMBER(host, struct dli_host, fp8_scale) && host->stats_add)
+		return true;
+	snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
+	return false;
+}
+
 /* Whether the host has the current-scaling cast calls (ABI 1.1: a 1.0 host has none); says so in
  * err when not. */
 static inline bool dli_feature_has_casts(const struct dli_host *host, struct dli_error *err)

@@ -12,13 +12,9 @@ void *dli_sf_create(const struct dli_feature_create_args *args, size_t size, str
 {
 	struct dli_sf *sf;
 
-	/* A host may lack the statistics calls (a test's stand-in table): refuse to make an
-	 * instance there rather than crash at the first tensor. */
-	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
-		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
-		*r = -ENOTSUP;
+	*r = -ENOTSUP;
+	if (!dli_feature_has_stats(args->host, err))
 		return NULL;
-	}
 	*r = -ENOMEM;
 	if (!(sf = calloc(1, size)))
 		return NULL;
