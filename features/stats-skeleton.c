@@ -44,8 +44,11 @@ void dli_sf_destroy(void *instance)
 	free(sf);
 }
 
-/* The statistics' names, indexed by enum dli_stat: the spellings of the choices macros. */
-static const char *const stat_names[DLI_STAT_COUNT] = {DLI_SF_PLAIN_NAMES, DLI_SF_FP8_NAMES("", "")};
+/* The statistics' names, indexed by enum dli_stat: the spellings of the choices macros. A
+ * statistic added to the enum needs its name here (and in a macro) first. */
+static const char *const stat_names[] = {DLI_SF_PLAIN_NAMES, DLI_SF_FP8_NAMES("", "")};
+_Static_assert(sizeof(stat_names) / sizeof(stat_names[0]) == DLI_STAT_COUNT,
+	       "stats-skeleton.h: one name per enum dli_stat");
 
 /* Whether `name` is `{prefix}{stat}{suffix}` for a statistic of `r`; the statistic in *stat. */
 static bool recipe_take(const struct dli_sf_recipe *r, const char *name, enum dli_stat *stat)
@@ -76,6 +79,11 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 		snprintf(err->message, sizeof(err->message), "stats: '%s' is not a statistic of this "
 			 "feature", name);
 		return -ENOENT;
+	}
+	if (recipes[i].slot >= DLI_SF_MAX_SLOTS) {
+		snprintf(err->message, sizeof(err->message), "stats: '%s': slot %u of %d", name,
+			 recipes[i].slot, DLI_SF_MAX_SLOTS);
+		return -EINVAL;
 	}
 	/* The host computes and names the statistics: one older than these headers may lack it. */
 	const char *hs = sf->host->stat_name(stat);
