@@ -24,9 +24,14 @@ uint64_t dli_nvfp4_mix64(uint64_t z)
 	return z ^ (z >> 31);
 }
 
+static inline uint8_t rbits_keyed(uint64_t key, uint64_t index)
+{
+	return (uint8_t)(dli_nvfp4_mix64(key + index) >> 56);
+}
+
 uint8_t dli_nvfp4_rbits(uint64_t seed, uint64_t index)
 {
-	return (uint8_t)(dli_nvfp4_mix64(dli_nvfp4_mix64(seed) + index) >> 56);
+	return rbits_keyed(dli_nvfp4_mix64(seed), index);
 }
 
 uint32_t dli_nvfp4_rht_signs(uint64_t seed)
@@ -55,41 +60,59 @@ uint8_t dli_nvfp4_encode_sr(float s, uint8_t rbits)
 	return (uint8_t)(((float_bits(s) >> 28) & 0x8) | mag);
 }
 
-void dli_nvfp4_rht16(const float *x, ptrdiff_t stride, uint32_t signs, bool inverse, float *y,
-		     ptrdiff_t ystride)
+/* coef[o][k]: the sign of input k in output o, +-1 (forward: s_k H_ko; inverse: s_o H_ok). */
+static void rht_coef(uint32_t signs, bool inverse, double coef[B][B])
 {
-	float in[B];
+	for (int o = 0; o < B; o++)
+		for (int k = 0; k < B; k++) {
+			int h = 0;
+			for (unsigned b = (unsigned)(k & o); b; b &= b - 1)
+				h ^= 1;
+			coef[o][k] = (h ^ (signs >> (inverse ? o : k))) & 1 ? -1.0 : 1.0;
+		}
+}
+
+static inline void rht16(const float *x, ptrdiff_t stride, double coef[B][B], float *y,
+			 ptrdiff_t ystride)
+{
+	double in[B];
 
 	for (int i = 0; i < B; i++)
 		in[i] = x[i * stride];
 	for (int o = 0; o < B; o++) {
+		/* in index order; the sign on each term (exact), so that zeros sum to +0 */
 		double acc = 0.0;
-		for (int k = 0; k < B; k++) {
-			/* forward: y_o = sum_k x_k s_k H_ko; inverse: x_o = s_o sum_k H_ok y_k */
-			int neg = (__builtin_popcount((unsigned)(k & o)) ^
-				   (signs >> (inverse ? o : k))) & 1;
-			/* the sign goes on each term, so that zeros sum to +0 */
-			acc += neg ? -(double)in[k] : (double)in[k];
-		}
+		for (int k = 0; k < B; k++)
+			acc += coef[o][k] * in[k];
 		y[o * ystride] = (float)(acc * 0.25);
 	}
+}
+
+void dli_nvfp4_rht16(const float *x, ptrdiff_t stride, uint32_t signs, bool inverse, float *y,
+		     ptrdiff_t ystride)
+{
+	double coef[B][B];
+
+	rht_coef(signs, inverse, coef);
+	rht16(x, stride, coef, y, ystride);
 }
 
 static int rht_matrix(float *w, int64_t rows, int64_t cols, bool columnwise, uint32_t signs,
 		      bool inverse)
 {
+	double coef[B][B];
+
+	if ((columnwise ? rows : cols) % B)
+		return -EINVAL;
+	rht_coef(signs, inverse, coef);
 	if (columnwise) {
-		if (rows % B)
-			return -EINVAL;
 		for (int64_t r = 0; r < rows; r += B)
 			for (int64_t c = 0; c < cols; c++)
-				dli_nvfp4_rht16(w + r * cols + c, (ptrdiff_t)cols, signs, inverse,
-						w + r * cols + c, (ptrdiff_t)cols);
+				rht16(w + r * cols + c, (ptrdiff_t)cols, coef, w + r * cols + c,
+				      (ptrdiff_t)cols);
 	} else {
-		if (cols % B)
-			return -EINVAL;
 		for (int64_t i = 0; i < rows * cols; i += B)
-			dli_nvfp4_rht16(w + i, 1, signs, inverse, w + i, 1);
+			rht16(w + i, 1, coef, w + i, 1);
 	}
 	return 0;
 }
@@ -115,7 +138,7 @@ int dli_cpu_nvfp4_rht(const void *data, enum dli_dtype dtype, int64_t rows, int6
 
 /* One block of the stochastic pass: rows [r0, r0 + h), columns [c0, c0 + w) of the f32 matrix w. */
 static void sr_block(const float *x, int64_t rows, int64_t cols, bool columnwise, int64_t r0,
-		     int64_t h, int64_t c0, int64_t w, float s_enc, float amax, uint64_t seed,
+		     int64_t h, int64_t c0, int64_t w, float s_enc, float amax, uint64_t key,
 		     float *out)
 {
 	float bmax = 0.0f;
@@ -132,7 +155,7 @@ static void sr_block(const float *x, int64_t rows, int64_t cols, bool columnwise
 		for (int64_t c = c0; c < c0 + w; c++) {
 			uint64_t idx = (uint64_t)(columnwise ? c * rows + r : r * cols + c);
 			uint8_t q = dli_nvfp4_encode_sr(x[r * cols + c] * enc,
-							dli_nvfp4_rbits(seed, idx));
+							rbits_keyed(key, idx));
 			out[r * cols + c] = dli_nvfp4_decode(q) * dqs;
 		}
 }
@@ -152,20 +175,21 @@ static void sr_fake(const float *x, int64_t rows, int64_t cols, int dims, bool c
 		amax = a > amax ? a : amax;
 	}
 	float s_enc = dli_nvfp4_global_scale(amax);
+	uint64_t key = dli_nvfp4_mix64(seed);
 	for (int64_t r = 0; r < rows; r += B) {
 		int64_t h = rows - r < B ? rows - r : B;
 		if (dims == 2) {
 			for (int64_t c = 0; c < cols; c += B)
 				sr_block(x, rows, cols, false, r, h, c, cols - c < B ? cols - c : B,
-					 s_enc, amax, seed, out);
+					 s_enc, amax, key, out);
 		} else if (columnwise) {
 			for (int64_t c = 0; c < cols; c++)
-				sr_block(x, rows, cols, true, r, h, c, 1, s_enc, amax, seed, out);
+				sr_block(x, rows, cols, true, r, h, c, 1, s_enc, amax, key, out);
 		} else {
 			for (int64_t rr = r; rr < r + h; rr++)
 				for (int64_t c = 0; c < cols; c += B)
 					sr_block(x, rows, cols, false, rr, 1, c,
-						 cols - c < B ? cols - c : B, s_enc, amax, seed, out);
+						 cols - c < B ? cols - c : B, s_enc, amax, key, out);
 		}
 	}
 #ifdef DLI_HAVE_X86_SIMD
