@@ -17,6 +17,7 @@
 #include <dlinspect/stats.h>
 
 #include "check.h"
+#include "context-private.h"
 #include "cpu/nvfp4-recipe-private.h"
 #include "dli-test.h"
 #include "kernels-private.h"
@@ -175,6 +176,53 @@ static void test_block_fake_quant(void)
 	CHECK(err < x2 / 16);
 	struct dli_block_spec bad = {.size = sizeof bad, .recipe = DLI_BLOCK_NVFP4_2D + 1};
 	CHECK_INT(fake(x, R, C, &bad, a), -EINVAL);
+}
+
+/* The host table's stats_add_block: a module of 1.2's headers (its spec ends at pow2_scales)
+ * still gets the NVFP4 compare; a 1.3 spec asking for the recipe options is refused (the
+ * statistics do not do them). */
+static void test_stats_add_block_sizes(void)
+{
+	struct dli_options o;
+	struct dli_context *ctx = NULL;
+	struct dli_error err = {0};
+	static const char *const none[] = {"file"};
+	char dir[] = "/tmp/dli-nvfp4r-XXXXXX";
+
+	CHECK(mkdtemp(dir) != NULL);
+	dli_options_init(&o);
+	o.log_dir = dir;
+	o.extensions = none;
+	o.n_extensions = 1;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	if (!ctx)
+		return;
+	const struct dli_host *host = &ctx->host;
+	float x[64];
+	for (int i = 0; i < 64; i++)
+		x[i] = random_value((uint64_t)i + 1000);
+	struct dli_tensor t = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = {4, 16},
+			       .contiguous = true};
+	struct dli_stats_acc *acc = host->stats_acc_create(ctx);
+	struct dli_block_spec spec = {.size = offsetof(struct dli_block_spec, stochastic_rounding),
+				      .recipe = DLI_BLOCK_NVFP4, .stochastic_rounding = 1};
+	CHECK_INT(host->stats_add_block(acc, &t, &spec), 0);
+	struct dli_stats_record rec, want;
+	CHECK_INT(host->stats_acc_read(acc, &rec), 0);
+	CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, 4, 16, 1, false, NULL, &want), 0);
+	CHECK(rec.fp8_count == 64 && rec.err_sq == want.err_sq);
+	spec.size = sizeof spec;
+	CHECK_INT(host->stats_add_block(acc, &t, &spec), -EINVAL);
+	spec.stochastic_rounding = 0;
+	spec.rht = 1;
+	CHECK_INT(host->stats_add_block(acc, &t, &spec), -EINVAL);
+	spec.rht = 0;
+	CHECK_INT(host->stats_add_block(acc, &t, &spec), 0);
+	host->stats_acc_destroy(acc);
+	dli_destroy(ctx);
+	char cmd[64];
+	snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+	CHECK_INT(system(cmd), 0);
 }
 
 /* ---- FakeQuant through the core ---- */
@@ -368,6 +416,7 @@ int main(void)
 	test_rbits_uniform();
 	test_rht_signs();
 	test_block_fake_quant();
+	test_stats_add_block_sizes();
 	test_fake_quant_nvfp4();
 	test_fake_quant_fp8_block();
 	test_errors();
