@@ -51,11 +51,12 @@ int dli_cpu_nvfp4_rht(const void *data, enum dli_dtype dtype, int64_t rows, int6
 
 /* The recipe's options of one cast. */
 struct dli_nvfp4_opts {
-	bool stochastic; /* stochastic rounding of the elements (the recipe's default for gradients) */
-	uint64_t seed;   /* its random bits: dli_nvfp4_rbits(seed, index in the copy) */
-	bool rht;        /* the transform along the 1-D blocks (the recipe's column-wise copies of
+	bool
+	    stochastic; /* stochastic rounding of the elements (the recipe's default for gradients) */
+	uint64_t seed;  /* its random bits: dli_nvfp4_rbits(seed, index in the copy) */
+	bool rht;       /* the transform along the 1-D blocks (the recipe's column-wise copies of
 			  * activations and gradients, the wgrad GEMM's operands) */
-	uint32_t signs;  /* the transform's sign mask */
+	uint32_t signs; /* the transform's sign mask */
 };
 
 /* dli_cpu_nvfp4_fake_quantize with the recipe's options: with rht, the copy is transformed (in

@@ -154,8 +154,8 @@ static void sr_block(const float *x, int64_t rows, int64_t cols, bool columnwise
 	for (int64_t r = r0; r < r0 + h; r++)
 		for (int64_t c = c0; c < c0 + w; c++) {
 			uint64_t idx = (uint64_t)(columnwise ? c * rows + r : r * cols + c);
-			uint8_t q = dli_nvfp4_encode_sr(x[r * cols + c] * enc,
-							rbits_keyed(key, idx));
+			uint8_t q =
+			    dli_nvfp4_encode_sr(x[r * cols + c] * enc, rbits_keyed(key, idx));
 			out[r * cols + c] = dli_nvfp4_decode(q) * dqs;
 		}
 }
@@ -189,7 +189,8 @@ static void sr_fake(const float *x, int64_t rows, int64_t cols, int dims, bool c
 			for (int64_t rr = r; rr < r + h; rr++)
 				for (int64_t c = 0; c < cols; c += B)
 					sr_block(x, rows, cols, false, rr, 1, c,
-						 cols - c < B ? cols - c : B, s_enc, amax, key, out);
+						 cols - c < B ? cols - c : B, s_enc, amax, key,
+						 out);
 		}
 	}
 #ifdef DLI_HAVE_X86_SIMD
@@ -203,7 +204,8 @@ int dli_cpu_nvfp4_fake_quantize_opts(const void *data, enum dli_dtype dtype, int
 				     const struct dli_cpu_options *o, float *out)
 {
 	if (!opts || (!opts->stochastic && !opts->rht))
-		return dli_cpu_nvfp4_fake_quantize(data, dtype, rows, cols, dims, columnwise, o, out);
+		return dli_cpu_nvfp4_fake_quantize(data, dtype, rows, cols, dims, columnwise, o,
+						   out);
 	if (!shape_ok(data, dtype, rows, cols) || (dims != 1 && dims != 2) ||
 	    (rows * cols > 0 && !out))
 		return -EINVAL;

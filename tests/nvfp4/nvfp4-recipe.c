@@ -82,7 +82,7 @@ int main(int argc, char **argv)
 		}
 		for (size_t i = 0; !r && i < asize; i++)
 			((uint8_t *)out)[i] =
-				dli_nvfp4_encode_sr(((float *)in)[i], ((uint8_t *)aux)[i]);
+			    dli_nvfp4_encode_sr(((float *)in)[i], ((uint8_t *)aux)[i]);
 		if (!r)
 			r = write_all(argv[4], out, asize);
 		goto done;
@@ -123,8 +123,11 @@ int main(int argc, char **argv)
 			r = -EINVAL;
 			goto done;
 		}
-		struct dli_tensor ti = {.data = in, .dtype = dt, .ndim = 2, .shape = {rows, cols},
-					.contiguous = true};
+		struct dli_tensor ti = { .data = in,
+					 .dtype = dt,
+					 .ndim = 2,
+					 .shape = { rows, cols },
+					 .contiguous = true };
 		struct dli_tensor to = ti;
 		to.data = out;
 		to.dtype = DLI_DTYPE_F32;

@@ -41,9 +41,9 @@ static void test_sr_probability(void)
 {
 	/* Scaled values lo + f * gap in each region of the grid; with 8 random bits the rule rounds
 	 * up with probability floor(256 f) / 256 (f a multiple of 2^-10: every sum exact). */
-	static const float lo[] = {0.0f, 0.5f, 1.5f, 2.0f, 3.0f, 4.0f};
-	static const float gap[] = {0.5f, 0.5f, 0.5f, 1.0f, 1.0f, 2.0f};
-	static const int f1024[] = {0, 1, 255, 256, 300, 512, 700, 1023};
+	static const float lo[] = { 0.0f, 0.5f, 1.5f, 2.0f, 3.0f, 4.0f };
+	static const float gap[] = { 0.5f, 0.5f, 0.5f, 1.0f, 1.0f, 2.0f };
+	static const int f1024[] = { 0, 1, 255, 256, 300, 512, 700, 1023 };
 	const int64_t n = 1 << 18;
 	int checks = 0;
 	for (size_t g = 0; g < sizeof(lo) / sizeof(lo[0]); g++)
@@ -55,8 +55,8 @@ static void test_sr_probability(void)
 			int64_t up = 0, other = 0;
 			double sum = 0;
 			for (int64_t i = 0; i < n; i++) {
-				float v = dli_nvfp4_decode(
-					dli_nvfp4_encode_sr(sign * s, dli_nvfp4_rbits(seed, (uint64_t)i)));
+				float v = dli_nvfp4_decode(dli_nvfp4_encode_sr(
+				    sign * s, dli_nvfp4_rbits(seed, (uint64_t)i)));
 				v *= sign;
 				up += v == lo[g] + gap[g];
 				other += v != lo[g] && v != lo[g] + gap[g];
@@ -65,7 +65,8 @@ static void test_sr_probability(void)
 			double mean = n * p, sd = sqrt(n * p * (1 - p));
 			bool ok = fabs((double)up - mean) <= Z_BOUND * sd + 1e-9 && other == 0;
 			if (!ok)
-				fprintf(stderr, "s=%g: %lld of %lld rounded up, expected %g +- %g\n",
+				fprintf(stderr,
+					"s=%g: %lld of %lld rounded up, expected %g +- %g\n",
 					(double)(sign * s), (long long)up, (long long)n, mean,
 					Z_BOUND * sd);
 			CHECK(ok);
@@ -85,10 +86,11 @@ static void test_rbits_uniform(void)
 	 * above 415 with probability below 1e-9 (Wilson-Hilferty). Two seeds, and the low bits of
 	 * the index must not show (every 256th index). */
 	for (int seed = 0; seed < 3; seed++) {
-		uint64_t count[256] = {0};
+		uint64_t count[256] = { 0 };
 		const uint64_t n = 1 << 20;
 		for (uint64_t i = 0; i < n; i++)
-			count[dli_nvfp4_rbits((uint64_t)seed * 0x1234567ull, seed == 2 ? i * 256 : i)]++;
+			count[dli_nvfp4_rbits((uint64_t)seed * 0x1234567ull,
+					      seed == 2 ? i * 256 : i)]++;
 		double chi = 0, e = n / 256.0;
 		for (int b = 0; b < 256; b++)
 			chi += (count[b] - e) * (count[b] - e) / e;
@@ -115,8 +117,11 @@ static void test_rht_signs(void)
 /* The spec as a caller built against 1.2 sends it: the size ends at pow2_scales. */
 static int fake(const float *x, int64_t rows, int64_t cols, struct dli_block_spec *spec, float *out)
 {
-	struct dli_tensor in = {.data = (void *)x, .dtype = DLI_DTYPE_F32, .ndim = 2,
-				.shape = {rows, cols}, .contiguous = true};
+	struct dli_tensor in = { .data = (void *)x,
+				 .dtype = DLI_DTYPE_F32,
+				 .ndim = 2,
+				 .shape = { rows, cols },
+				 .contiguous = true };
 	struct dli_tensor o = in;
 	o.data = out;
 	return dli_block_fake_quant(&in, &o, spec);
@@ -131,8 +136,10 @@ static void test_block_fake_quant(void)
 
 	/* A 1.2 caller's spec (its size stops before the 1.3 members, whatever they hold) gets
 	 * nearest-even, as the kernels' own fake-quantizer gives it. */
-	struct dli_block_spec old = {.size = offsetof(struct dli_block_spec, stochastic_rounding),
-				     .recipe = DLI_BLOCK_NVFP4, .stochastic_rounding = 1, .rht = 1};
+	struct dli_block_spec old = { .size = offsetof(struct dli_block_spec, stochastic_rounding),
+				      .recipe = DLI_BLOCK_NVFP4,
+				      .stochastic_rounding = 1,
+				      .rht = 1 };
 	CHECK_INT(fake(x, R, C, &old, a), 0);
 	CHECK_INT(dli_cpu_nvfp4_fake_quantize(x, DLI_DTYPE_F32, R, C, 1, false, NULL, ref), 0);
 	CHECK(memcmp(a, ref, sizeof a) == 0);
@@ -140,8 +147,9 @@ static void test_block_fake_quant(void)
 	CHECK_INT(fake(x, R, C, &old, a), -EINVAL);
 
 	/* The same seed gives the same values, another seed others; both close to x. */
-	struct dli_block_spec sr = {.size = sizeof sr, .recipe = DLI_BLOCK_NVFP4,
-				    .stochastic_rounding = 1, .seed = 42};
+	struct dli_block_spec sr = {
+		.size = sizeof sr, .recipe = DLI_BLOCK_NVFP4, .stochastic_rounding = 1, .seed = 42
+	};
 	CHECK_INT(fake(x, R, C, &sr, a), 0);
 	CHECK_INT(fake(x, R, C, &sr, b), 0);
 	CHECK(memcmp(a, b, sizeof a) == 0);
@@ -160,7 +168,7 @@ static void test_block_fake_quant(void)
 
 	/* The transform: refused with 16 x 16 tiles, with a length that is not a multiple of 16
 	 * along the blocks; the values come back in x's basis, close to x. */
-	struct dli_block_spec rht = {.size = sizeof rht, .recipe = DLI_BLOCK_NVFP4_2D, .rht = 1};
+	struct dli_block_spec rht = { .size = sizeof rht, .recipe = DLI_BLOCK_NVFP4_2D, .rht = 1 };
 	CHECK_INT(fake(x, R, C, &rht, a), -EINVAL);
 	rht.recipe = DLI_BLOCK_NVFP4;
 	CHECK_INT(fake(x, R, C, &rht, a), -EINVAL); /* 40 columns along the rows */
@@ -174,7 +182,7 @@ static void test_block_fake_quant(void)
 	}
 	/* E2M1 keeps ~1.5 bits: the relative error of a whole tensor stays well below 1/4. */
 	CHECK(err < x2 / 16);
-	struct dli_block_spec bad = {.size = sizeof bad, .recipe = DLI_BLOCK_NVFP4_2D + 1};
+	struct dli_block_spec bad = { .size = sizeof bad, .recipe = DLI_BLOCK_NVFP4_2D + 1 };
 	CHECK_INT(fake(x, R, C, &bad, a), -EINVAL);
 }
 
@@ -185,8 +193,8 @@ static void test_stats_add_block_sizes(void)
 {
 	struct dli_options o;
 	struct dli_context *ctx = NULL;
-	struct dli_error err = {0};
-	static const char *const none[] = {"file"};
+	struct dli_error err = { 0 };
+	static const char *const none[] = { "file" };
 	char dir[] = "/tmp/dli-nvfp4r-XXXXXX";
 
 	CHECK(mkdtemp(dir) != NULL);
@@ -201,11 +209,13 @@ static void test_stats_add_block_sizes(void)
 	float x[64];
 	for (int i = 0; i < 64; i++)
 		x[i] = random_value((uint64_t)i + 1000);
-	struct dli_tensor t = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = {4, 16},
-			       .contiguous = true};
+	struct dli_tensor t = {
+		.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = { 4, 16 }, .contiguous = true
+	};
 	struct dli_stats_acc *acc = host->stats_acc_create(ctx);
-	struct dli_block_spec spec = {.size = offsetof(struct dli_block_spec, stochastic_rounding),
-				      .recipe = DLI_BLOCK_NVFP4, .stochastic_rounding = 1};
+	struct dli_block_spec spec = { .size = offsetof(struct dli_block_spec, stochastic_rounding),
+				       .recipe = DLI_BLOCK_NVFP4,
+				       .stochastic_rounding = 1 };
 	CHECK_INT(host->stats_add_block(acc, &t, &spec), 0);
 	struct dli_stats_record rec, want;
 	CHECK_INT(host->stats_acc_read(acc, &rec), 0);
@@ -235,12 +245,16 @@ static uint64_t fnv1a(const char *s)
 	return h;
 }
 
-static void check_modified(struct dli_layer *l, enum dli_gemm g, int t, const float *x, int64_t rows,
-			   int64_t cols, struct dli_block_spec *spec, const char *what)
+static void check_modified(struct dli_layer *l, enum dli_gemm g, int t, const float *x,
+			   int64_t rows, int64_t cols, struct dli_block_spec *spec,
+			   const char *what)
 {
 	static float got[64 * 48], want[64 * 48];
-	struct dli_tensor in = {.data = (void *)x, .dtype = DLI_DTYPE_F32, .ndim = 2,
-				.shape = {rows, cols}, .contiguous = true};
+	struct dli_tensor in = { .data = (void *)x,
+				 .dtype = DLI_DTYPE_F32,
+				 .ndim = 2,
+				 .shape = { rows, cols },
+				 .contiguous = true };
 	struct dli_tensor o = in;
 	o.data = got;
 	CHECK_INT(dli_modify_tensor(l, g, t, &in, NULL, &o), 0);
@@ -283,7 +297,7 @@ static void test_fake_quant_nvfp4(void)
 	struct dli_layer *l = layer(ctx, FC1);
 	int64_t next;
 	CHECK(!dli_fp8_gemm_enabled(l, DLI_GEMM_WGRAD, &next));
-	struct dli_block_spec s = {.size = sizeof s, .recipe = DLI_BLOCK_NVFP4};
+	struct dli_block_spec s = { .size = sizeof s, .recipe = DLI_BLOCK_NVFP4 };
 	/* fprop: the row-wise copies, the weight in 16 x 16 tiles, nearest-even. */
 	check_modified(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, x, R, C, &s, "fprop activation");
 	s.recipe = DLI_BLOCK_NVFP4_2D;
@@ -292,14 +306,16 @@ static void test_fake_quant_nvfp4(void)
 	check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, x, R, C, &s, "dgrad weight");
 	/* The gradient rounds stochastically, with the seed the docs give for iteration 0. */
 	uint64_t base = fnv1a(FC1);
-	s = (struct dli_block_spec){.size = sizeof s, .recipe = DLI_BLOCK_NVFP4,
-				    .stochastic_rounding = 1,
-				    .seed = base ^ ((uint64_t)DLI_GEMM_DGRAD << 56) ^
-					    ((uint64_t)DLI_TENSOR_GRADIENT << 48)};
+	s = (struct dli_block_spec){ .size = sizeof s,
+				     .recipe = DLI_BLOCK_NVFP4,
+				     .stochastic_rounding = 1,
+				     .seed = base ^ ((uint64_t)DLI_GEMM_DGRAD << 56) ^
+					     ((uint64_t)DLI_TENSOR_GRADIENT << 48) };
 	check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s, "dgrad gradient");
 	/* wgrad: the column-wise copies through the transform; the gradient also stochastic. */
-	s = (struct dli_block_spec){.size = sizeof s, .recipe = DLI_BLOCK_NVFP4, .columnwise = 1,
-				    .rht = 1};
+	s = (struct dli_block_spec){
+		.size = sizeof s, .recipe = DLI_BLOCK_NVFP4, .columnwise = 1, .rht = 1
+	};
 	check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_ACTIVATION, x, R, C, &s, "wgrad activation");
 	s.stochastic_rounding = 1;
 	s.seed = base ^ ((uint64_t)DLI_GEMM_WGRAD << 56) ^ ((uint64_t)DLI_TENSOR_GRADIENT << 48);
@@ -307,7 +323,8 @@ static void test_fake_quant_nvfp4(void)
 	/* The next iteration draws other bits. */
 	CHECK_INT(dli_step(ctx), 0);
 	s.seed ^= 1 * 0x9E3779B97F4A7C15ull;
-	check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s, "wgrad gradient, step 1");
+	check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s,
+		       "wgrad gradient, step 1");
 	dli_destroy(ctx);
 
 	/* The options override the recipe's defaults. */
@@ -318,7 +335,7 @@ static void test_fake_quant_nvfp4(void)
 	if (!ctx)
 		return;
 	l = layer(ctx, FC1);
-	s = (struct dli_block_spec){.size = sizeof s, .recipe = DLI_BLOCK_NVFP4, .columnwise = 1};
+	s = (struct dli_block_spec){ .size = sizeof s, .recipe = DLI_BLOCK_NVFP4, .columnwise = 1 };
 	check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s, "options off");
 	check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, x, R, C, &s, "weight 1 x 16");
 	/* A row count the transform cannot take is an error, not a silent plain cast. */
@@ -328,12 +345,18 @@ static void test_fake_quant_nvfp4(void)
 	if (!ctx)
 		return;
 	l = layer(ctx, FC1);
-	s = (struct dli_block_spec){.size = sizeof s, .recipe = DLI_BLOCK_NVFP4, .columnwise = 1,
-				    .rht = 1, .rht_seed = 9};
+	s = (struct dli_block_spec){ .size = sizeof s,
+				     .recipe = DLI_BLOCK_NVFP4,
+				     .columnwise = 1,
+				     .rht = 1,
+				     .rht_seed = 9 };
 	check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_ACTIVATION, x, R, C, &s, "rht_seed 9");
 	static float out[R * C];
-	struct dli_tensor in = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2, .shape = {R - 1, C},
-				.contiguous = true};
+	struct dli_tensor in = { .data = x,
+				 .dtype = DLI_DTYPE_F32,
+				 .ndim = 2,
+				 .shape = { R - 1, C },
+				 .contiguous = true };
 	struct dli_tensor o = in;
 	o.data = out;
 	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_WGRAD, DLI_TENSOR_ACTIVATION, &in, NULL, &o),
@@ -354,16 +377,22 @@ static void test_fake_quant_fp8_block(void)
 			return;
 		struct dli_layer *l = layer(ctx, FC1);
 		enum dli_dtype f = fmt ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
-		struct dli_block_spec s = {.size = sizeof s, .recipe = DLI_BLOCK_FP8_1D, .format = f,
-					   .pow2_scales = 1};
-		check_modified(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, x, R, C, &s, "fp8 fprop act");
-		check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s, "fp8 dgrad grad");
+		struct dli_block_spec s = {
+			.size = sizeof s, .recipe = DLI_BLOCK_FP8_1D, .format = f, .pow2_scales = 1
+		};
+		check_modified(l, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, x, R, C, &s,
+			       "fp8 fprop act");
+		check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_GRADIENT, x, R, C, &s,
+			       "fp8 dgrad grad");
 		s.columnwise = 1;
-		check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_ACTIVATION, x, R, C, &s, "fp8 wgrad act");
+		check_modified(l, DLI_GEMM_WGRAD, DLI_TENSOR_ACTIVATION, x, R, C, &s,
+			       "fp8 wgrad act");
 		s.recipe = DLI_BLOCK_FP8_2D;
-		check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, x, R, C, &s, "fp8 dgrad weight");
+		check_modified(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, x, R, C, &s,
+			       "fp8 dgrad weight");
 		s.columnwise = 0;
-		check_modified(l, DLI_GEMM_FPROP, DLI_TENSOR_WEIGHT, x, R, C, &s, "fp8 fprop weight");
+		check_modified(l, DLI_GEMM_FPROP, DLI_TENSOR_WEIGHT, x, R, C, &s,
+			       "fp8 fprop weight");
 		dli_destroy(ctx);
 	}
 }
@@ -392,22 +421,23 @@ static void check_error(const char *format, const char *extra, const char *const
 static void test_errors(void)
 {
 	check_error("FP8E4M3", "      seed: 3\n",
-		    (const char *const[]){"<string>:10:11:", "seed: applies to NVFP4 only", "FP8E4M3",
-					   NULL});
+		    (const char *const[]){ "<string>:10:11:", "seed: applies to NVFP4 only",
+					   "FP8E4M3", NULL });
 	check_error("MXFP8E4M3", "      stochastic_rounding: True\n",
-		    (const char *const[]){"stochastic_rounding: applies to NVFP4 only", NULL});
+		    (const char *const[]){ "stochastic_rounding: applies to NVFP4 only", NULL });
 	check_error("MXFP8E5M2", "      block_scaling_dim: 2\n",
-		    (const char *const[]){"block_scaling_dim: applies to FP8BLOCKE4M3", NULL});
+		    (const char *const[]){ "block_scaling_dim: applies to FP8BLOCKE4M3", NULL });
 	check_error("NVFP4", "      random_hadamard_transform: True\n",
-		    (const char *const[]){"random_hadamard_transform: needs 1 x 16 blocks",
-					   "weights get 16 x 16 tiles", NULL});
+		    (const char *const[]){ "random_hadamard_transform: needs 1 x 16 blocks",
+					   "weights get 16 x 16 tiles", NULL });
 	check_error("NVFP4", "      random_hadamard_transform: True\n      block_scaling_dim: 2\n",
-		    (const char *const[]){"block_scaling_dim is 2", NULL});
-	check_error("NVFP4", "      margin: 1\n",
-		    (const char *const[]){"margin: applies to the per-tensor formats", "NVFP4", NULL});
+		    (const char *const[]){ "block_scaling_dim is 2", NULL });
+	check_error(
+	    "NVFP4", "      margin: 1\n",
+	    (const char *const[]){ "margin: applies to the per-tensor formats", "NVFP4", NULL });
 	check_error("FP8BLOCKE4M3", "      block_scaling_dim: 3\n",
-		    (const char *const[]){"<string>:", "block_scaling_dim", NULL});
-	check_error("NVFP5", "", (const char *const[]){"<string>:", "NVFP5", NULL});
+		    (const char *const[]){ "<string>:", "block_scaling_dim", NULL });
+	check_error("NVFP5", "", (const char *const[]){ "<string>:", "NVFP5", NULL });
 }
 
 int main(void)
