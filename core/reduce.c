@@ -171,7 +171,8 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			return dli_error_set(err, -EINVAL, NULL,
 					     "dli_init: options.comm_ops lacks one of rank, world_size, "
 					     "group_create, allgather, barrier");
-		return reduce_new(ctx, ops, o->comm, false, "host", err);
+		return reduce_new(ctx, ops, o->comm, false,
+				  o->comm_name && *o->comm_name ? o->comm_name : "host", err);
 	}
 	const char *name = getenv("DLINSPECT_COMMUNICATOR");
 	if (!name || !*name)
