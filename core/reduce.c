@@ -187,8 +187,12 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			if (strcmp(d->name, name) != 0)
 				continue;
 			void *comm = NULL;
-			if ((r = d->ops->open(&comm, err)))
+			if ((r = d->ops->open(&comm, err))) {
+				/* The module fills the message; the code is its return value (a
+				 * module need not set err->code, and a 0 there read as success). */
+				err->code = r;
 				return dli_error_prefix(err, NULL, "communicator '%s': ", name);
+			}
 			return reduce_new(ctx, d->ops, comm, true, name, err);
 		}
 	}
