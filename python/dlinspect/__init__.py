@@ -116,8 +116,8 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     `loggers` key (absent: the file logger). A config error raises ConfigError with its
     file:line:column; nothing exits the process.
     comm: how statistics are reduced across ranks (docs/distributed.md, "torch.distributed"):
-    None (the default) uses torch.distributed when it is initialized, or when
-    $DLINSPECT_COMMUNICATOR is "torch"; "torch" requires it; a torch ProcessGroup reduces within
+    None (the default) follows $DLINSPECT_COMMUNICATOR when set ("torch", or a module's name),
+    else uses torch.distributed when the host initialized it; "torch" requires it; a torch ProcessGroup reduces within
     that group (dlinspect's ranks are the group's); False uses none (each rank logs its own
     shards, unless $DLINSPECT_COMMUNICATOR names a module); any other object implementing the
     protocol of dlinspect.distributed is used as is.
