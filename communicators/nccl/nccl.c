@@ -385,8 +385,10 @@ static int allgather_on_device(struct dli_nccl *c, struct dli_nccl_group *g, con
 	if (e != cudaSuccess)
 		return cuda_error(err, e, "staging the records on the device");
 	if (n > 1) {
+		/* A non-blocking communicator may answer ncclInProgress to any call of the group;
+		 * the group's state is known after ncclGroupEnd. */
 		ncclResult_t nr = ncclGroupStart();
-		for (size_t i = 0; i < n && nr == ncclSuccess; i++) {
+		for (size_t i = 0; i < n && (nr == ncclSuccess || nr == ncclInProgress); i++) {
 			if (i == g->me)
 				continue;
 			nr = ncclSend(c->d_send, bytes, ncclUint8, g->ranks[i], c->comm, c->stream);
