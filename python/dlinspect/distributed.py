@@ -114,8 +114,8 @@ class TorchCommunicator:
         g = self._groups.get(members)
         if g is None:
             if self.rank not in members or any(not 0 <= r < self.size for r in members):
-                raise ValueError(f"group {_ranks_text(members)}: expected ranks of 0..{self.size - 1} "
-                                 f"holding this rank ({self.rank})")
+                raise ValueError(f"group {_ranks_text(members)}: expected ranks of "
+                                 f"0..{self.size - 1} holding this rank ({self.rank})")
             globals_ = [self.global_ranks[r] for r in members]
             text = ",".join(map(str, globals_)).encode()
             key = f"dlinspect/comm{self._session}/{len(globals_)}-{zlib.crc32(text):08x}"
@@ -180,7 +180,8 @@ class TorchCommunicator:
             text = (str(e).strip().splitlines() or [""])[0][:200]
             detail = f"{type(e).__name__}: {text}"
             if late:
-                who = f"{len(missing)} of {n} members did not join" if missing else "time limit reached"
+                who = (f"{len(missing)} of {n} members did not join" if missing
+                       else "time limit reached")
                 msg = f"{who} within {timeout:g} s"
                 if not isinstance(e, _TimedOut):
                     msg += f" ({self.backend}: {detail})"

@@ -5,9 +5,10 @@ communicator named: dlinspect.initialize() finds torch.distributed initialized
 Each rank inspects its shard of two tensors (uneven shards, two microbatches, an empty shard at 3
 ranks) for two steps. Every logged value (the exact logger's hex floats) must equal a long-double
 numpy reference over the whole tensor (exact for min, max, amax and the counts; 1e-6 relative for
-the sums, as tests/mpi/check.py, the mean's relative to mean |x|), one process fed the same pieces (1e-12), and the other ranks'
-value bit for bit. A run whose last rank hangs at the second step: the others name it after
-DLINSPECT_COMM_TIMEOUT and log that step's statistics per rank, marked.
+the sums, as tests/mpi/check.py, the mean's relative to mean |x|), one process fed the same
+pieces (1e-12), and the other ranks' value bit for bit. A run whose last rank hangs at the
+second step: the others name it after DLINSPECT_COMM_TIMEOUT and log that step's statistics per
+rank, marked.
 
 argv: <dir of exact_logger.so>          (the driver: runs torchrun)
       worker <dir> <mode>               (one rank, under torchrun)
@@ -145,8 +146,9 @@ def check(d, P, mode, errors):
         vals, msgs = logs[rank]
         if mode == "hang" and rank == P - 1:
             continue
+        limit = TIMEOUT_FAULT if mode == "hang" else 60
         want_line = (f"statistics are reduced across ranks through communicator 'torch' "
-                     f"(rank {rank} of {P}, time limit {TIMEOUT_FAULT if mode == 'hang' else 60:g} s")
+                     f"(rank {rank} of {P}, time limit {limit:g} s")
         if not any(want_line in m for m in msgs):
             err(f"rank {rank}: no line '{want_line}' in {msgs[:3]}")
         seen = set()
@@ -184,7 +186,8 @@ def check(d, P, mode, errors):
                     same = got == pv if stat in EXACT else \
                         math.isclose(got, pv, rel_tol=1e-12, abs_tol=0)
                     if not same:
-                        err(f"rank {rank}: {key} is {got!r}, one process fed the same pieces: {pv!r}")
+                        err(f"rank {rank}: {key} is {got!r}, one process fed the same "
+                            f"pieces: {pv!r}")
                     for other in range(P):
                         if logs[other][0].get(key) != vals[key]:
                             err(f"rank {rank} and {other} differ on {key}: {vals[key]} vs "
@@ -226,7 +229,8 @@ def main(exact_dir):
                                stderr=subprocess.STDOUT, text=True, timeout=600)
             took = time.monotonic() - t0
             if r.returncode != 0:
-                errors.append(f"{P} ranks, {mode}: torchrun exited {r.returncode}:\n{r.stdout[-4000:]}")
+                errors.append(f"{P} ranks, {mode}: torchrun exited {r.returncode}:\n"
+                              f"{r.stdout[-4000:]}")
                 continue
             try:
                 n = check(d, P, mode, errors)
