@@ -39,11 +39,11 @@ def _ranks_text(ranks):
 
 
 class _Group:
-    __slots__ = ("members", "globals", "pg", "broken", "seq", "key")
+    __slots__ = ("members", "globals", "broken", "seq", "key", "tag")
 
-    def __init__(self, members, global_ranks, key):
-        self.members, self.globals, self.key = members, global_ranks, key
-        self.pg, self.broken, self.seq = None, False, 0
+    def __init__(self, members, global_ranks, key, tag):
+        self.members, self.globals, self.key, self.tag = members, global_ranks, key, tag
+        self.broken, self.seq = False, 0
 
 
 class _TimedOut(Exception):
@@ -69,12 +69,14 @@ class TorchCommunicator:
     """dlinspect's collectives over torch.distributed, for the world of `group` (None: the default
     process group). dlinspect's ranks are the ranks within that group.
 
-    Every group dlinspect uses becomes a process group of its own (`new_group` with local
-    synchronization: only its members take part, when dlinspect first reduces over it), so
-    dlinspect's messages never queue behind or match the host's own collectives. Its timeout is
-    dlinspect's time limit. Each member counts in the job's store (the default group's) the
-    collectives it entered: when one fails or times out, the members whose count is behind are
-    the ones that did not come."""
+    dlinspect talks over one process group of its own spanning its world, made by every rank at
+    its first collective (the same point of every rank's sequence of new_group calls, which torch
+    requires), so its messages never queue behind or match the host's; its timeout is
+    dlinspect's time limit. A group's all-gather is sends and receives between the group's members
+    alone (batch_isend_irecv, a tag per group on gloo): a group needs no process group of its own,
+    which its members alone could not make in an order every rank agrees on. Each member counts in
+    the job's store (the default group's) the collectives it entered: when one fails or times
+    out, the members whose count is behind are the ones that did not come."""
 
     name = "torch"
 
@@ -102,6 +104,11 @@ class TorchCommunicator:
             self._store = None
         self._session = next(_sessions)
         self._groups = {}
+        self._pg = None  # dlinspect's process group, made at the first collective
+        self._pg_failed = None  # why making it failed: no collective is tried again
+        # NCCL has no tags; its sends and receives between a pair match in order, which holds
+        # (the core enters a step's groups in one order on every rank).
+        self._tags = "nccl" not in self.backend.lower() or "gloo" in self.backend.lower()
 
     def __repr__(self):
         return (f"TorchCommunicator(rank={self.rank}, size={self.size}, backend={self.backend!r}, "
@@ -118,8 +125,9 @@ class TorchCommunicator:
                                  f"0..{self.size - 1} holding this rank ({self.rank})")
             globals_ = [self.global_ranks[r] for r in members]
             text = ",".join(map(str, globals_)).encode()
-            key = f"dlinspect/comm{self._session}/{len(globals_)}-{zlib.crc32(text):08x}"
-            g = self._groups[members] = _Group(members, globals_, key)
+            crc = zlib.crc32(text)
+            key = f"dlinspect/comm{self._session}/{len(globals_)}-{crc:08x}"
+            g = self._groups[members] = _Group(members, globals_, key, 1 + crc % (1 << 20))
         return g
 
     def allgather(self, g, data, timeout):
@@ -127,13 +135,27 @@ class TorchCommunicator:
         n, size = len(g.members), len(data)
 
         def run(pg, deadline):
+            dist = self._dist
+            me = g.members.index(self.rank)
             send = torch.frombuffer(bytearray(data), dtype=torch.uint8)
             if self.device.type != "cpu":
                 send = send.to(self.device)
             out = torch.empty(n * size, dtype=torch.uint8, device=self.device)
-            work = self._dist.all_gather_into_tensor(out, send, group=pg, async_op=True)
-            self._wait(work, deadline)
-            work.wait()
+            out[me * size:(me + 1) * size].copy_(send)
+            tag = g.tag if self._tags else 0
+            ops = []
+            for i, peer in enumerate(g.globals):
+                if i != me:
+                    ops.append(dist.P2POp(dist.isend, send, peer, group=pg, tag=tag))
+                    ops.append(dist.P2POp(dist.irecv, out[i * size:(i + 1) * size], peer,
+                                          group=pg, tag=tag))
+            # A send's or receive's work says it completed only from wait() (gloo), which takes
+            # the time left and releases the GIL.
+            for w in dist.batch_isend_irecv(ops) if ops else []:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise _TimedOut()
+                w.wait(timeout=datetime.timedelta(seconds=left))
             return bytes(out.cpu().untyped_storage())
 
         return self._collective(g, timeout, run)
@@ -143,14 +165,15 @@ class TorchCommunicator:
 
     # ---- Beyond the protocol (dlinspect doctor) ----
 
-    def allreduce_sum(self, g, value, timeout):
+    def allreduce_sum(self, g, value, timeout, pg=None):
         """The sum of every member's `value` (a float) through the backend's own all-reduce, on
-        its device, within `timeout` seconds; failures as allgather's."""
+        its device, within `timeout` seconds, over `pg` (a process group of g's members; None:
+        g must be dlinspect's world); failures as allgather's."""
         torch = self._torch
 
-        def run(pg, deadline):
+        def run(world_pg, deadline):
             t = torch.tensor([float(value)], dtype=torch.float64, device=self.device)
-            work = self._dist.all_reduce(t, group=pg, async_op=True)
+            work = self._dist.all_reduce(t, group=pg or world_pg, async_op=True)
             self._wait(work, deadline)
             work.wait()
             return float(t.cpu()[0])
@@ -165,13 +188,21 @@ class TorchCommunicator:
         if g.broken:
             raise CommError(f"group {_ranks_text(g.members)} timed out or failed before: no "
                             "further collectives on it", broken=True)
+        if self._pg_failed:
+            raise CommError(f"dlinspect's process group could not be made ({self._pg_failed}): "
+                            "no collectives", broken=True)
         g.seq += 1
         deadline = time.monotonic() + timeout
         self._arrive(g)
         try:
-            if g.pg is None:
-                g.pg = self._new_group(g, timeout)
-            return run(g.pg, deadline)
+            if self._pg is None:
+                try:
+                    self._pg = self._new_group(timeout)
+                except Exception as e:
+                    first = (str(e).splitlines() or [""])[0][:120]
+                    self._pg_failed = f"{type(e).__name__}: {first}"
+                    raise
+            return run(self._pg, deadline)
         except Exception as e:  # a KeyboardInterrupt goes through: the core fails the step
             g.broken = True
             missing = self._missing(g)
@@ -190,13 +221,9 @@ class TorchCommunicator:
                 msg = f"torch.distributed ({self.backend}) failed{who}: {detail}"
             raise CommError(msg, timed_out=late, missing=missing) from None
 
-    def _new_group(self, g, timeout):
-        if len(g.globals) == self._dist.get_world_size():
-            desc = "dlinspect world"
-        else:
-            desc = "dlinspect " + _ranks_text(g.globals)
-        return self._dist.new_group(g.globals, timeout=datetime.timedelta(seconds=timeout),
-                                    use_local_synchronization=True, group_desc=desc)
+    def _new_group(self, timeout):
+        return self._dist.new_group(self.global_ranks, timeout=datetime.timedelta(seconds=timeout),
+                                    use_local_synchronization=True, group_desc="dlinspect")
 
     @staticmethod
     def _wait(work, deadline):

@@ -63,7 +63,7 @@ def _step(rank, what, ranks, fn, timeout):
     return out, 1e3 * (time.perf_counter() - t0)
 
 
-def _check_group(comm, ranks, timeout, rank):
+def _check_group(comm, ranks, timeout, rank, pg=None):
     """Roll call, all-reduce and barrier over `ranks`: (records, times in ms)."""
     from . import _dlinspect as _c
     me = _WHO.pack(comm.rank, os.getpid(), socket.gethostname().encode()[:55],
@@ -73,7 +73,8 @@ def _check_group(comm, ranks, timeout, rank):
                        lambda: _c._comm_allgather(comm, members, me, timeout), timeout)
     who = [_WHO.unpack_from(raw, i * _WHO.size) for i in range(len(members))]
     total, t_sum = _step(rank, "all-reduce", members,
-                         lambda: comm.allreduce_sum(comm.group(members), comm.rank + 1, timeout),
+                         lambda: comm.allreduce_sum(comm.group(members), comm.rank + 1, timeout,
+                                                    pg),
                          timeout)
     want = float(sum(r + 1 for r in members))
     if total != want:
@@ -110,13 +111,29 @@ def doctor(timeout=30.0, tensor_parallel_size=1, backend=None, out=None, _test_a
     tp = tensor_parallel_size
     if tp < 1 or n % tp:
         raise ValueError(f"--tensor-parallel-size {tp} does not divide the {n} ranks")
+    first = rank - rank % tp
+    tp_pg = None
+    if 1 < tp < n:
+        # The backend's all-reduce needs a process group per TP group: every rank makes all of
+        # them, in one order, as torch requires.
+        try:
+            for f in range(0, n, tp):
+                pg = dist.new_group(list(range(f, f + tp)),
+                                    timeout=datetime.timedelta(seconds=timeout))
+                if f == first:
+                    tp_pg = pg
+        except Exception as e:
+            print(f"dlinspect doctor: rank {rank}: making the tensor-parallel groups failed: "
+                  f"{type(e).__name__}: {(str(e).splitlines() or [''])[0]}", file=sys.stderr,
+                  flush=True)
+            return False
     try:
         world = tuple(range(n))
         who, t_world, total = _check_group(comm, world, timeout, rank)
-        first = rank - rank % tp
         t_tp = (0.0, 0.0, 0.0)
         if 1 < tp < n:
-            _, t_tp, _ = _check_group(comm, tuple(range(first, first + tp)), timeout, rank)
+            _, t_tp, _ = _check_group(comm, tuple(range(first, first + tp)), timeout, rank,
+                                      tp_pg)
         # Rank 0 prints every TP group's times: one more gather of the world.
         from . import _dlinspect as _c
         raw, _ = _step(rank, "report (all-gather)", world,

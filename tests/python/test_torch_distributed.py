@@ -5,10 +5,12 @@ communicator named: dlinspect.initialize() finds torch.distributed initialized
 Each rank inspects its shard of two tensors (uneven shards, two microbatches, an empty shard at 3
 ranks) for two steps. Every logged value (the exact logger's hex floats) must equal a long-double
 numpy reference over the whole tensor (exact for min, max, amax and the counts; 1e-6 relative for
-the sums, as tests/mpi/check.py, the mean's relative to mean |x|), one process fed the same
-pieces (1e-12), and the other ranks' value bit for bit. A run whose last rank hangs at the
-second step: the others name it after DLINSPECT_COMM_TIMEOUT and log that step's statistics per
-rank, marked.
+the sums, as tests/mpi/check.py, the mean's relative to mean |x|), one process fed the same pieces
+(1e-12), and the other ranks' value bit for bit. At 4 ranks with tensor_parallel_size 2, a weight
+split between the two ranks of each TP group is reduced within the group (messages between its
+members alone; ranks 0 and 2 enter their two groups in opposite orders). A run whose last rank
+hangs at the second step: the others name it after DLINSPECT_COMM_TIMEOUT and log that step's
+statistics per rank, marked.
 
 argv: <dir of exact_logger.so>          (the driver: runs torchrun)
       worker <dir> <mode>               (one rank, under torchrun)
@@ -37,16 +39,28 @@ fc1_stats:
   transformer_engine:
     LogTensorStats:
       enabled: true
-      tensors: [activation, gradient]
+      tensors: [%s]
       stats: [%s]
       freq: 1
-""" % ", ".join("'zero%'" if s == "zero%" else s for s in STATS)
+      tensor_parallel_size: %d
+"""
+TP = 2  # mode "tp": 4 ranks, two tensor-parallel groups, each holding a weight in two shards
+
+
+def tensors(mode):
+    return TENSORS + ("weight",) if mode == "tp" else TENSORS
+
+
+def config(mode):
+    return CONFIG % (", ".join(tensors(mode)),
+                     ", ".join("'zero%'" if s == "zero%" else s for s in STATS),
+                     TP if mode == "tp" else 1)
 
 
 def whole(tensor, it):
     """The whole tensor of a step: the same on every rank (a seeded generator)."""
-    rng = np.random.default_rng(1000 * it + (7 if tensor == "gradient" else 3))
-    n = 4099 if tensor == "activation" else 1531
+    rng = np.random.default_rng(1000 * it + {"activation": 3, "gradient": 7, "weight": 11}[tensor])
+    n = {"activation": 4099, "gradient": 1531, "weight": 777}[tensor]
     x = (rng.standard_normal(n) * (3.0 if tensor == "activation" else 1e-3)).astype(np.float32)
     x[rng.integers(0, n, 40)] = 0.0
     x[5] = -17.25 - it  # a known extreme
@@ -55,8 +69,12 @@ def whole(tensor, it):
 
 def pieces(tensor, it, rank, P):
     """This rank's shard, as its microbatches: uneven cuts; at 3 ranks rank 1's activation of
-    step 0 is empty."""
+    step 0 is empty. A weight (mode tp) is split between the TP ranks, uneven, and the same on
+    every data-parallel replica."""
     x = whole(tensor, it)
+    if tensor == "weight":
+        cut = len(x) * 2 // 5
+        return [x[:cut] if rank % TP == 0 else x[cut:]]
     w = [r + 1 for r in range(P)]
     if P == 3 and tensor == "activation" and it == 0:
         w[1] = 0
@@ -94,10 +112,10 @@ def worker(d, mode):
     import dlinspect
     dist.init_process_group("gloo")
     rank, P = dist.get_rank(), dist.get_world_size()
-    dlinspect.initialize(config=CONFIG, log_dir=d, log_level="debug")
+    dlinspect.initialize(config=config(mode), log_dir=d, log_level="debug")
     fc1 = dlinspect.layer("fc1")
     for it in range(ITERS):
-        for t in TENSORS:
+        for t in tensors(mode):
             for p in pieces(t, it, rank, P):
                 fc1.inspect_tensor(t, torch.from_numpy(p.copy()))
         if mode == "hang" and it == 1 and rank == P - 1:
@@ -106,10 +124,11 @@ def worker(d, mode):
         dlinspect.step()
     dlinspect.end_debug()
     if rank == 0:
-        # One process fed the same pieces in rank order, for the 1e-12 comparison.
+        # One process fed the same pieces in rank order, for the 1e-12 comparison (not the
+        # weight: one process counts a weight once per step).
         pooled = os.path.join(d, "pooled")
         os.makedirs(pooled)
-        dlinspect.initialize(config=CONFIG, log_dir=pooled, comm=False)
+        dlinspect.initialize(config=config("normal"), log_dir=pooled, comm=False)
         fc1 = dlinspect.layer("fc1")
         for it in range(ITERS):
             for t in TENSORS:
@@ -154,7 +173,7 @@ def check(d, P, mode, errors):
         seen = set()
         for it in range(ITERS):
             failed = mode == "hang" and it == 1
-            for t in TENSORS:
+            for t in tensors(mode):
                 if failed:
                     x = np.concatenate(pieces(t, it, rank, P))
                     mark = f"_rank{rank}"
@@ -182,6 +201,13 @@ def check(d, P, mode, errors):
                             f"{ref[stat]!r}")
                     if failed:
                         continue
+                    if t == "weight":
+                        # Reduced within the TP group: the same bits on its members (and on
+                        # the other group, which holds the same shards).
+                        for other in range(P):
+                            if logs[other][0].get(key) != vals[key]:
+                                err(f"rank {rank} and {other} differ on {key}")
+                        continue
                     pv = float.fromhex(pooled[(f"fc1_{t}_{stat}", it)])
                     same = got == pv if stat in EXACT else \
                         math.isclose(got, pv, rel_tol=1e-12, abs_tol=0)
@@ -201,6 +227,12 @@ def check(d, P, mode, errors):
         got = [int(re.search(r"(\d+) collective\(s\)", m).group(1)) for m in lines]
         if got != want:
             err(f"rank {rank}: collectives per step {got}, expected {want}: {lines}")
+        if mode == "tp":
+            tp = f"[{rank - rank % TP}, {rank - rank % TP + 1}]"
+            got = [int(re.search(r"(\d+) collective\(s\)", m).group(1)) for m in msgs
+                   if f"reduced across group {tp}:" in m]
+            if got != [2, 1]:
+                err(f"rank {rank}: collectives of TP group {tp} per step {got}, expected [2, 1]")
         if mode == "hang":
             bad = [m for m in msgs if "statistics of iteration 1 were not reduced across group "
                    f"{world} (communicator 'torch'): time limit reached, missing ranks [{P - 1}]"
@@ -218,7 +250,7 @@ def main(exact_dir):
         p for p in (env.get("DLINSPECT_PLUGIN_PATH", ""), exact_dir) if p)
     env.pop("DLINSPECT_COMMUNICATOR", None)
     with tempfile.TemporaryDirectory() as top:
-        for P, mode in ((2, "normal"), (3, "normal"), (2, "hang")):
+        for P, mode in ((2, "normal"), (3, "normal"), (4, "tp"), (2, "hang")):
             d = os.path.join(top, f"{P}-{mode}")
             os.makedirs(d)
             env["DLINSPECT_COMM_TIMEOUT"] = str(TIMEOUT_FAULT if mode == "hang" else 60)
