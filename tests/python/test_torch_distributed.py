@@ -8,7 +8,9 @@ numpy reference over the whole tensor (exact for min, max, amax and the counts; 
 the sums, as tests/mpi/check.py, the mean's relative to mean |x|), one process fed the same pieces
 (1e-12), and the other ranks' value bit for bit. At 4 ranks with tensor_parallel_size 2, a weight
 split between the two ranks of each TP group is reduced within the group (messages between its
-members alone; ranks 0 and 2 enter their two groups in opposite orders). A run whose last rank
+members alone; ranks 0 and 2 enter their two groups in opposite orders). At 4 ranks with
+comm=<a ProcessGroup>, each data-parallel group [0, 2], [1, 3] is dlinspect's world: its values are
+those of its two members' shards. A run whose last rank
 hangs at the second step: the others name it after DLINSPECT_COMM_TIMEOUT and log that step's
 statistics per rank, marked.
 
@@ -112,7 +114,15 @@ def worker(d, mode):
     import dlinspect
     dist.init_process_group("gloo")
     rank, P = dist.get_rank(), dist.get_world_size()
-    dlinspect.initialize(config=config(mode), log_dir=d, log_level="debug")
+    if mode == "pg":
+        # comm=<a ProcessGroup>: each data-parallel group [0, 2], [1, 3] is dlinspect's world
+        # (every rank makes both, in one order, as torch requires), logging to a dir of its own.
+        dp = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+        d = os.path.join(d, f"dp{rank % 2}")
+        os.makedirs(d, exist_ok=True)
+        dlinspect.initialize(config=config(mode), log_dir=d, log_level="debug", comm=dp)
+    else:
+        dlinspect.initialize(config=config(mode), log_dir=d, log_level="debug")
     fc1 = dlinspect.layer("fc1")
     for it in range(ITERS):
         for t in tensors(mode):
@@ -123,7 +133,7 @@ def worker(d, mode):
             os._exit(0)
         dlinspect.step()
     dlinspect.end_debug()
-    if rank == 0:
+    if rank == 0 and mode != "pg":
         # One process fed the same pieces in rank order, for the 1e-12 comparison (not the
         # weight: one process counts a weight once per step).
         pooled = os.path.join(d, "pooled")
@@ -243,6 +253,37 @@ def check(d, P, mode, errors):
     return checked
 
 
+def check_pg(d, P, errors):
+    """Mode pg: each DP group reduced alone, its members' logs named by their rank in it."""
+    checked = 0
+    for k in range(2):
+        members = [k, k + 2]
+        logs = [read_log(os.path.join(d, f"dp{k}", f"exact-rank{gr}.txt")) for gr in range(2)]
+        for gr, (vals, msgs) in enumerate(logs):
+            want = f"through communicator 'torch' (rank {gr} of 2,"
+            if not any(want in m for m in msgs):
+                errors.append(f"pg: group {members} rank {gr}: no line with '{want}'")
+            for it in range(ITERS):
+                for t in TENSORS:
+                    x = np.concatenate([p for r in members for p in pieces(t, it, r, P)])
+                    ref = reference(x)
+                    for stat in STATS:
+                        key = (f"fc1_{t}_{stat}", it)
+                        got = float.fromhex(vals[key]) if key in vals else None
+                        checked += 1
+                        ok = got == ref[stat] if stat in EXACT else got is not None and \
+                            math.isclose(got, ref[stat], rel_tol=1e-6,
+                                         abs_tol=1e-6 * ref["l1_norm"] / len(x))
+                        if not ok:
+                            errors.append(f"pg: group {members} rank {gr}: {key} is {got!r}, numpy "
+                                          f"over the group's shards: {ref[stat]!r}")
+                        if logs[1 - gr][0].get(key) != vals.get(key):
+                            errors.append(f"pg: group {members}: its ranks differ on {key}")
+            if len(vals) != ITERS * len(TENSORS) * len(STATS):
+                errors.append(f"pg: group {members} rank {gr}: {len(vals)} values logged")
+    return checked
+
+
 def main(exact_dir):
     errors = []
     env = dict(os.environ)
@@ -250,7 +291,7 @@ def main(exact_dir):
         p for p in (env.get("DLINSPECT_PLUGIN_PATH", ""), exact_dir) if p)
     env.pop("DLINSPECT_COMMUNICATOR", None)
     with tempfile.TemporaryDirectory() as top:
-        for P, mode in ((2, "normal"), (3, "normal"), (4, "tp"), (2, "hang")):
+        for P, mode in ((2, "normal"), (3, "normal"), (4, "tp"), (4, "pg"), (2, "hang")):
             d = os.path.join(top, f"{P}-{mode}")
             os.makedirs(d)
             env["DLINSPECT_COMM_TIMEOUT"] = str(TIMEOUT_FAULT if mode == "hang" else 60)
@@ -265,7 +306,7 @@ def main(exact_dir):
                               f"{r.stdout[-4000:]}")
                 continue
             try:
-                n = check(d, P, mode, errors)
+                n = check_pg(d, P, errors) if mode == "pg" else check(d, P, mode, errors)
             except (OSError, KeyError) as e:
                 errors.append(f"{P} ranks, {mode}: {type(e).__name__}: {e}\n{r.stdout[-3000:]}")
                 continue
