@@ -52,6 +52,7 @@ INLINE uint64_t sum_epi32(__m256i v)
 	uint64_t s = 0;
 
 	_mm256_storeu_si256((__m256i *)l, v);
+	#pragma GCC unroll 8
 	for (int i = 0; i < 8; i++)
 		s += (uint32_t)l[i];
 	return s;
@@ -71,6 +72,7 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 {
 	if (dtype == DLI_DTYPE_BF16) {
 		/* 16 bf16 a load: the even ones shifted up, the odd ones masked. */
+		#pragma GCC unroll 8
 		for (int h = 0; h < 2; h++) {
 			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
 			a[2 * h] = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
@@ -78,6 +80,7 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 		}
 		return;
 	}
+	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++) {
 		__m256 x = dtype == DLI_DTYPE_F32
 				   ? _mm256_loadu_ps((const float *)p + 8 * h)
@@ -112,9 +115,11 @@ INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struc
 INLINE __m256i hmax8(const __m256i m[8])
 {
 	__m256i t[4], u[2];
+	#pragma GCC unroll 8
 	for (int i = 0; i < 4; i++)
 		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
 					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
 	for (int i = 0; i < 2; i++)
 		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
 					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
@@ -164,11 +169,13 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 		  struct fast_sums *f)
 {
 	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
+	#pragma GCC unroll 8
 	for (int b = 0; b < BATCH; b++) {
 		__m256i a[4];
 		load_abs(p + b * bstride, dtype, k, a);
 		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
 		/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+		#pragma GCC unroll 8
 		for (int h = 0; h < 4; h++)
 			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 	}
@@ -212,15 +219,24 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
 	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
 					 k->cadd);
+	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
+	float rcps[BATCH], sis[BATCH];
+	int32_t deltas[BATCH];
+	_mm256_storeu_ps(rcps, rcp);
+	_mm256_storeu_ps(sis, si);
+	_mm256_storeu_si256((__m256i *)deltas, delta);
+	#pragma GCC unroll 8
 	for (int b = 0; b < BATCH; b++) {
-		__m256i a[4], idx = _mm256_set1_epi32(b);
-		__m256 rb = _mm256_permutevar8x32_ps(rcp, idx), sb = _mm256_permutevar8x32_ps(si, idx);
-		__m256i db = _mm256_permutevar8x32_epi32(delta, idx);
+		__m256i a[4];
+		__m256 rb = _mm256_broadcast_ss(rcps + b), sb = _mm256_broadcast_ss(sis + b);
+		__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(deltas + b)));
 		load_abs(p + b * bstride, dtype, k, a);
 		if (under)
+#pragma GCC unroll 8
 			for (int h = 0; h < 4; h++)
 				step_fast(a[h], rb, sb, db, k, true, &f->l);
 		else
+#pragma GCC unroll 8
 			for (int h = 0; h < 4; h++)
 				step_fast(a[h], rb, sb, db, k, false, &f->l);
 	}
@@ -256,6 +272,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		__m256i finm = _mm256_set1_epi32(0x7f7fffff), fmax8 = _mm256_setzero_si256();
 		unsigned nonfinite = 0;
 		bool inf = false;
+		#pragma GCC unroll 8
 		for (int h = 0; h < 4; h++) {
 			__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
 			inf = inf || !_mm256_testz_si256(
@@ -281,6 +298,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 				t->lo = sid;
 			if (sid > t->hi)
 				t->hi = sid;
+			#pragma GCC unroll 8
 			for (int h = 0; h < 4; h++) {
 				__m256 xa = _mm256_castsi256_ps(a[h]);
 				__m256i xz = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
@@ -317,6 +335,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		t->lo = sid;
 	if (sid > t->hi)
 		t->hi = sid;
+	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++)
 		step(a[h], rcp, si, k, l);
 	*count += block_n;
@@ -369,6 +388,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		int64_t c = 0;
 		for (; c + BATCH * DLI_MX_BLOCK <= full; c += BATCH * DLI_MX_BLOCK) {
 			const char *p = row + (size_t)c * sz;
+			#pragma GCC unroll 8
 			for (size_t i = 0; i < BATCH * bstride; i += 64)
 				_mm_prefetch(p + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
 			if (batch(p, dtype, bstride, &k, &f)) {
@@ -380,6 +400,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 				}
 				continue;
 			}
+			#pragma GCC unroll 8
 			for (int b = 0; b < BATCH; b++)
 				one_block(ps, dtype, p + b * bstride, r * cols + c + b * DLI_MX_BLOCK,
 					  &k, &l, acc, &pending, &count, t);
@@ -606,6 +627,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 				__m256i a[4];
 				load_abs(p + (size_t)j * sz, dtype, &k, a);
+				#pragma GCC unroll 8
 				for (int h = 0; h < 4; h++)
 					step(a[h], rcpv, siv, &k, &l);
 			}

@@ -44,6 +44,7 @@ static inline uint64_t lanes(__m256i v)
 	uint32_t u[8];
 	uint64_t n = 0;
 	_mm256_storeu_si256((__m256i *)u, v);
+	#pragma GCC unroll 8
 	for (int k = 0; k < 8; k++)
 		n += u[k];
 	return n;
@@ -100,9 +101,11 @@ static inline __m256 e4m3_round(__m256 v)
 static inline __m256i hmax8(const __m256i m[8])
 {
 	__m256i t[4], u[2];
+	#pragma GCC unroll 8
 	for (int i = 0; i < 4; i++)
 		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
 					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
 	for (int i = 0; i < 2; i++)
 		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
 					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
@@ -158,6 +161,7 @@ static inline void elements(__m256i mb, __m256 enc, __m256 dqs, __m256i *under, 
 	*under = _mm256_add_epi32(_mm256_sub_epi32(*under, rz), xz);
 	*over = _mm256_sub_epi32(*over, _mm256_castps_si256(
 					       _mm256_cmp_ps(s, _mm256_set1_ps(6.0f), _CMP_GT_OQ)));
+	#pragma GCC unroll 8
 	for (int h = 0; h < 2; h++) {
 		__m128 mh = h ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m);
 		__m128 qh = h ? _mm256_extractf128_ps(dq, 1) : _mm256_castps256_ps128(dq);
@@ -232,8 +236,10 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 
 	for (int g = 0; g < n_groups; g++, p += gbytes) {
 		__m256i m[8];
+		#pragma GCC unroll 8
 		for (size_t b = 0; b < gbytes; b += 64)
 			_mm_prefetch(p + b + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		#pragma GCC unroll 8
 		for (int k = 0; k < 8; k++) {
 			__m256i a[2];
 			load_abs16(p, dtype, k * DLI_NVFP4_BLOCK, a);
@@ -258,6 +264,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 		float enc[8], dqs[8];
 		_mm256_storeu_ps(enc, ve);
 		_mm256_storeu_ps(dqs, vd);
+		#pragma GCC unroll 8
 		for (int k = 0; k < 8; k++) {
 			if (bad >> k & 1)
 				continue;
