@@ -4,8 +4,11 @@
  * subtract 2^(exponent + 23 - mbits), exponent clamped to the format's normals, s clamped to its
  * max), and dq = r * 2^(e - 127) is exact too; the terms are sums of non-negative products (x and
  * dq share their sign), summed in float lanes and widened to double every few blocks. Every other
- * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the scalar
- * reference. Compiled with AVX2, FMA and F16C flags. */
+ * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the
+ * one-block path (vector steps that leave NaN and infinities out, or the scalar reference); a
+ * batch of eight blocks sends only those there, after a call-free loop over the row's batches
+ * (a call would keep the sums in memory: every vector register is the caller's to save).
+ * Compiled with AVX2, FMA and F16C flags. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -162,10 +165,31 @@ struct fast_sums {
 	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
 };
 
-/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns false,
- * having added nothing, when a block needs the one-block path: an amax that is 0, NaN, inf or
- * outside [2^-60, 2^60], or that scales above fp8_max. */
-INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
+/* One block through the fast steps, its reciprocal, scale and log2(rcp) (plus the rounding
+ * constant's exponent offset) broadcast from memory: a broadcast load costs no vector pipe, a lane
+ * permute does. */
+INLINE void fast_block(const char *p, enum dli_dtype dtype, const float *rcp, const float *si,
+		       const int32_t *delta, const struct consts *k, bool under, struct fast_sums *f)
+{
+	__m256i a[4];
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
+	load_abs(p, dtype, k, a);
+	if (under)
+		#pragma GCC unroll 8
+		for (int h = 0; h < 4; h++)
+			step_fast(a[h], rb, sb, db, k, true, &f->l);
+	else
+		#pragma GCC unroll 8
+		for (int h = 0; h < 4; h++)
+			step_fast(a[h], rb, sb, db, k, false, &f->l);
+}
+
+/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns the mask of
+ * the blocks it left to the one-block path (bit b for block b): an amax that is 0, NaN, inf or
+ * outside [2^-60, 2^60], or that scales above fp8_max. The others go through the fast steps, so
+ * that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
 		  struct fast_sums *f)
 {
 	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
@@ -197,14 +221,19 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	/* the largest element scaled: above fp8_max only by the rounding of v */
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
-	if (!_mm256_testz_si256(bad, bad))
-		return false;
-	f->emin_seen = _mm256_min_epu32(f->emin_seen, e);
+	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	if (bad_mask == 0xff)
+		return bad_mask;
+	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
+	e = _mm256_andnot_si256(bad, e);
+	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
+								      bad, _mm256_set1_epi32(255))));
 	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
 	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
 	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
 	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
-	 * it, a tie, would round to the even 0). */
+	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
+	 * which can only make `under` true where it need not be. */
 	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
@@ -219,28 +248,23 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
 	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
 					 k->cadd);
-	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
+	/* each block's from memory (see fast_block) */
 	float rcps[BATCH], sis[BATCH];
 	int32_t deltas[BATCH];
 	_mm256_storeu_ps(rcps, rcp);
 	_mm256_storeu_ps(sis, si);
 	_mm256_storeu_si256((__m256i *)deltas, delta);
-	#pragma GCC unroll 8
-	for (int b = 0; b < BATCH; b++) {
-		__m256i a[4];
-		__m256 rb = _mm256_broadcast_ss(rcps + b), sb = _mm256_broadcast_ss(sis + b);
-		__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)(deltas + b)));
-		load_abs(p + b * bstride, dtype, k, a);
-		if (under)
-#pragma GCC unroll 8
-			for (int h = 0; h < 4; h++)
-				step_fast(a[h], rb, sb, db, k, true, &f->l);
-		else
-#pragma GCC unroll 8
-			for (int h = 0; h < 4; h++)
-				step_fast(a[h], rb, sb, db, k, false, &f->l);
+	if (!bad_mask) {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++)
+			fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k, under, f);
+	} else {
+		for (int b = 0; b < BATCH; b++)
+			if (!(bad_mask >> b & 1))
+				fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k,
+					   under, f);
 	}
-	return true;
+	return bad_mask;
 }
 
 INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
@@ -355,6 +379,52 @@ INLINE void flush_fast(struct fast_sums *f, struct dli_block_terms *t)
 	f->l.under = _mm256_setzero_si256();
 }
 
+/* Batches in a row segment (rows_avx2) */
+#define SEGMENT 32
+
+/* n batches from p on through the fast steps into *f, their counts into *count; masks[i] is batch
+ * i's blocks left to the one-block path. No call inside: every vector register is the caller's
+ * to save, so a call in this loop would keep the sums in memory. */
+INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct consts *k,
+		    struct fast_sums *fp, int *fast_pending, uint64_t *count,
+		    struct dli_block_terms *t, uint8_t *masks)
+{
+	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
+	struct fast_sums f = *fp;
+	int pend = *fast_pending;
+	uint64_t cnt = 0;
+
+	for (int i = 0; i < n; i++, p += BATCH * bstride) {
+		#pragma GCC unroll 8
+		for (size_t j = 0; j < BATCH * bstride; j += 64)
+			_mm_prefetch(p + j + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		int bad = batch(p, dtype, bstride, k, &f);
+		masks[i] = (uint8_t)bad;
+		if (bad == 0xff)
+			continue;
+		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)bad)) * DLI_MX_BLOCK;
+		/* 32 terms a lane a batch: two batches, then double */
+		if (++pend == 2) {
+			flush_fast(&f, t);
+			pend = 0;
+		}
+	}
+	*fp = f;
+	*fast_pending = pend;
+	*count += cnt;
+}
+
+#define BATCHES(name, dt)                                                                         \
+	__attribute__((noinline)) static void name(const char *p, int n, const struct consts *k,  \
+						   struct fast_sums *f, int *pend, uint64_t *count,  \
+						   struct dli_block_terms *t, uint8_t *masks)       \
+	{                                                                                         \
+		batches(p, dt, n, k, f, pend, count, t, masks);                                   \
+	}
+BATCHES(batches_f32, DLI_DTYPE_F32)
+BATCHES(batches_bf16, DLI_DTYPE_BF16)
+BATCHES(batches_f16, DLI_DTYPE_F16)
+
 INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
 		      struct dli_block_terms *t)
 {
@@ -382,28 +452,30 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			      .emax_seen = _mm256_setzero_si256()};
 	int pending = 0, fast_pending = 0;
 	uint64_t count = 0;
+	uint8_t masks[SEGMENT];
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *row = ps->data + (size_t)(r * cols) * sz;
 		int64_t c = 0;
-		for (; c + BATCH * DLI_MX_BLOCK <= full; c += BATCH * DLI_MX_BLOCK) {
+		/* The row's batches in segments: the fast steps first (a call-free loop), then the
+		 * blocks they left out. */
+		while (c + BATCH * DLI_MX_BLOCK <= full) {
+			int64_t nb = (full - c) / (BATCH * DLI_MX_BLOCK);
+			int n = nb < SEGMENT ? (int)nb : SEGMENT;
 			const char *p = row + (size_t)c * sz;
-			#pragma GCC unroll 8
-			for (size_t i = 0; i < BATCH * bstride; i += 64)
-				_mm_prefetch(p + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-			if (batch(p, dtype, bstride, &k, &f)) {
-				count += BATCH * DLI_MX_BLOCK;
-				/* 32 terms a lane a batch: two batches, then double */
-				if (++fast_pending == 2) {
-					flush_fast(&f, t);
-					fast_pending = 0;
-				}
-				continue;
-			}
-			#pragma GCC unroll 8
-			for (int b = 0; b < BATCH; b++)
-				one_block(ps, dtype, p + b * bstride, r * cols + c + b * DLI_MX_BLOCK,
-					  &k, &l, acc, &pending, &count, t);
+			if (dtype == DLI_DTYPE_F32)
+				batches_f32(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else if (dtype == DLI_DTYPE_BF16)
+				batches_bf16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else
+				batches_f16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			for (int i = 0; i < n; i++)
+				for (int b = 0; masks[i] && b < BATCH; b++)
+					if (masks[i] >> b & 1)
+						one_block(ps, dtype, p + ((size_t)i * BATCH + b) * bstride,
+							  r * cols + c + ((int64_t)i * BATCH + b) * DLI_MX_BLOCK,
+							  &k, &l, acc, &pending, &count, t);
+			c += (int64_t)n * BATCH * DLI_MX_BLOCK;
 		}
 		for (; c < full; c += DLI_MX_BLOCK)
 			one_block(ps, dtype, row + (size_t)c * sz, r * cols + c, &k, &l, acc,
