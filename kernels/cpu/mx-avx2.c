@@ -641,7 +641,47 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 }
 
 /* FP8 block scaling's 128 x 128 tiles with power-of-two scales: the same exact-scaling argument
- * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). */
+ * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). A tile is read
+ * twice, its amax and smallest magnitude first (from memory, with the rows a few ahead
+ * prefetched: each row of a tile is a short run of its own page, which the hardware prefetchers
+ * barely follow), then its steps (from L2). */
+
+/* Rows ahead of the current one that the tile passes prefetch. */
+#define FB_AHEAD 8
+
+/* The fast steps over one tile of `rows` rows (row stride `stride` bytes) whose largest element
+ * scales to at most fp8_max: no call inside, so the sums stay in registers. */
+INLINE void tile_fast(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
+		      const float *rcp, const float *si, const int32_t *delta, const struct consts *k,
+		      bool under, struct fast_sums *fp, struct dli_block_terms *t)
+{
+	const size_t sz = dli_dtype_size(dtype);
+	struct fast_sums f = *fp;
+
+	for (int64_t r = 0; r < rows; r++, p += stride) {
+		#pragma GCC unroll 4
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK)
+			fast_block(p + (size_t)j * sz, dtype, rcp, si, delta, k, under, &f);
+		if (r % 4 == 3) /* 16 terms a lane a row: 64, then double */
+			flush_fast(&f, t);
+	}
+	flush_fast(&f, t);
+	*fp = f;
+}
+
+#define TILE_FAST(name, dt)                                                                       \
+	__attribute__((noinline)) static void name(const char *p, size_t stride, int64_t rows,     \
+						   const float *rcp, const float *si,               \
+						   const int32_t *delta, const struct consts *k,    \
+						   bool under, struct fast_sums *f,                 \
+						   struct dli_block_terms *t)                       \
+	{                                                                                         \
+		tile_fast(p, dt, stride, rows, rcp, si, delta, k, under, f, t);                   \
+	}
+TILE_FAST(tile_fast_f32, DLI_DTYPE_F32)
+TILE_FAST(tile_fast_bf16, DLI_DTYPE_BF16)
+TILE_FAST(tile_fast_f16, DLI_DTYPE_F16)
+
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
 		     struct dli_block_terms *t)
@@ -655,12 +695,16 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 	};
-	const size_t sz = dli_dtype_size(dtype);
+	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
 	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
+	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
@@ -668,14 +712,23 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			scalar_tile(ctx, r0, c0);
 			continue;
 		}
-		__m256i m = _mm256_setzero_si256();
+		__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1);
+		const __m256i one = _mm256_set1_epi32(1);
 		for (int64_t r = r0; r < r1; r++) {
 			const char *p = data + (size_t)(r * cols + c0) * sz;
+			if (r + FB_AHEAD < r1)
+				for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
+					_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+			#pragma GCC unroll 4
 			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 				__m256i a[4];
 				load_abs(p + (size_t)j * sz, dtype, &k, a);
 				m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
 									 _mm256_max_epu32(a[2], a[3])));
+				/* the smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+				#pragma GCC unroll 4
+				for (int h = 0; h < 4; h++)
+					lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 			}
 		}
 		uint32_t amax_bits = hmax_epu32(m);
@@ -693,6 +746,28 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK);
 		if (amax_bits == 0)
 			continue;
+		float top = amax * scale; /* exact: the scale is a power of two */
+		uint32_t top_bits;
+		memcpy(&top_bits, &top, sizeof(top_bits));
+		if (top_bits <= maxbits) {
+			/* No saturation: the fast steps, as MXFP8's batches (see batch), with the
+			 * underflows counted only when the smallest nonzero |x| can underflow. */
+			uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
+			float lowest;
+			memcpy(&lowest, &lmin, sizeof(lowest));
+			bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
+			uint32_t sbits;
+			memcpy(&sbits, &scale, sizeof(sbits));
+			const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
+			const char *p = data + (size_t)(r0 * cols + c0) * sz;
+			if (dtype == DLI_DTYPE_F32)
+				tile_fast_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
+			else if (dtype == DLI_DTYPE_BF16)
+				tile_fast_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
+			else
+				tile_fast_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
+			continue;
+		}
 		__m256 rcpv = _mm256_set1_ps(scale), siv = _mm256_set1_ps(si);
 		for (int64_t r = r0; r < r1; r++) {
 			const char *p = data + (size_t)(r * cols + c0) * sz;
@@ -709,10 +784,12 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		flush(&l, acc, t);
 	}
 	t->count += count;
-	t->err += reduce_pd(acc[0]);
-	t->dot += reduce_pd(acc[1]);
-	t->dqs += reduce_pd(acc[2]);
-	t->xs += reduce_pd(acc[3]);
+	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
+	t->err += reduce_pd(acc[0]) + ferr;
+	/* the fast steps' sum x dq, as in rows_avx2 */
+	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
+	t->dqs += reduce_pd(acc[2]) + fdqs;
+	t->xs += reduce_pd(acc[3]) + fxs;
 }
 
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
