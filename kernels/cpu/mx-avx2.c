@@ -649,38 +649,78 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 /* Rows ahead of the current one that the tile passes prefetch. */
 #define FB_AHEAD 8
 
-/* The fast steps over one tile of `rows` rows (row stride `stride` bytes) whose largest element
- * scales to at most fp8_max: no call inside, so the sums stay in registers. */
-INLINE void tile_fast(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
+/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
+ * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
+ * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
+ * acc; else the fast steps into f. `clean`: NaN and infinities zeroed, which leaves them out of
+ * every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
 		      const float *rcp, const float *si, const int32_t *delta, const struct consts *k,
-		      bool under, struct fast_sums *fp, struct dli_block_terms *t)
+		      const bool under, const bool sat, const bool clean, struct fast_sums *fp,
+		      struct lanes *lp, __m256d acc[4], struct dli_block_terms *t)
 {
 	const size_t sz = dli_dtype_size(dtype);
+	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
 	struct fast_sums f = *fp;
+	struct lanes l = *lp;
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
 		#pragma GCC unroll 4
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK)
-			fast_block(p + (size_t)j * sz, dtype, rcp, si, delta, k, under, &f);
-		if (r % 4 == 3) /* 16 terms a lane a row: 64, then double */
-			flush_fast(&f, t);
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++) {
+				if (clean)
+					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+				if (sat)
+					step(a[h], rb, sb, k, &l);
+				else
+					step_fast(a[h], rb, sb, db, k, under, &f.l);
+			}
+		}
+		if (r % 4 == 3) { /* 16 terms a lane a row: 64, then double */
+			if (sat)
+				flush(&l, acc, t);
+			else
+				flush_fast(&f, t);
+		}
 	}
-	flush_fast(&f, t);
+	if (sat)
+		flush(&l, acc, t);
+	else
+		flush_fast(&f, t);
 	*fp = f;
+	*lp = l;
 }
 
-#define TILE_FAST(name, dt)                                                                       \
-	__attribute__((noinline)) static void name(const char *p, size_t stride, int64_t rows,     \
-						   const float *rcp, const float *si,               \
-						   const int32_t *delta, const struct consts *k,    \
-						   bool under, struct fast_sums *f,                 \
-						   struct dli_block_terms *t)                       \
+#define TILE_STEPS(name, dt)                                                                      \
+	__attribute__((noinline)) static void name(                                               \
+		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
+		const int32_t *delta, const struct consts *k, bool under, bool sat, bool clean,   \
+		struct fast_sums *f, struct lanes *l, __m256d acc[4], struct dli_block_terms *t)  \
 	{                                                                                         \
-		tile_fast(p, dt, stride, rows, rcp, si, delta, k, under, f, t);                   \
+		if (sat)                                                                          \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, true, true, f, l, \
+				  acc, t);                                                        \
+		else if (clean && under)                                                          \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, true, f,  \
+				  l, acc, t);                                                     \
+		else if (clean)                                                                   \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, true, f, \
+				  l, acc, t);                                                     \
+		else if (under)                                                                   \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, false, f, \
+				  l, acc, t);                                                     \
+		else                                                                              \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, false, f,\
+				  l, acc, t);                                                     \
 	}
-TILE_FAST(tile_fast_f32, DLI_DTYPE_F32)
-TILE_FAST(tile_fast_bf16, DLI_DTYPE_BF16)
-TILE_FAST(tile_fast_f16, DLI_DTYPE_F16)
+TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
+TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
+TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
 
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
@@ -731,57 +771,70 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 					lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 			}
 		}
-		uint32_t amax_bits = hmax_epu32(m);
-		if (amax_bits != 0 && (amax_bits > 0x5d800000u || amax_bits < 0x21800000u)) {
-			scalar_tile(ctx, r0, c0); /* NaN, inf, or beyond the float lanes' range */
+		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
+		uint64_t nonfinite = 0;
+		if (amax_bits > 0x7f7fffffu) {
+			/* NaN or an infinity: a second look (from cache) for the largest finite
+			 * magnitude, an infinity (the scalar pass's amax, with NaN left out) and the
+			 * count of both, which the terms leave out. */
+			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+			__m256i fm = _mm256_setzero_si256(), inf = _mm256_setzero_si256();
+			for (int64_t r = r0; r < r1; r++) {
+				const char *p = data + (size_t)(r * cols + c0) * sz;
+				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+					__m256i a[4];
+					load_abs(p + (size_t)j * sz, dtype, &k, a);
+					for (int h = 0; h < 4; h++) {
+						__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+						nonfinite += (uint64_t)__builtin_popcount((unsigned)
+							_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+						fm = _mm256_max_epu32(fm, _mm256_andnot_si256(nf, a[h]));
+						inf = _mm256_or_si256(inf, _mm256_cmpeq_epi32(
+							a[h], _mm256_set1_epi32(0x7f800000)));
+					}
+				}
+			}
+			fin_bits = hmax_epu32(fm);
+			amax_bits = _mm256_testz_si256(inf, inf) ? fin_bits : 0x7f800000u;
+		}
+		if (fin_bits != 0 && (fin_bits > 0x5d800000u || fin_bits < 0x21800000u)) {
+			scalar_tile(ctx, r0, c0); /* beyond the float lanes' range */
 			continue;
 		}
-		float amax;
+		float amax, fin;
 		memcpy(&amax, &amax_bits, sizeof(amax));
+		memcpy(&fin, &fin_bits, sizeof(fin));
 		float scale = dli_fp8b_scale(amax, format, dtype, true), si = 1.0f / scale;
 		if (si < t->lo)
 			t->lo = si;
 		if (si > t->hi)
 			t->hi = si;
-		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK);
-		if (amax_bits == 0)
+		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK) - nonfinite;
+		if (fin_bits == 0)
 			continue;
-		float top = amax * scale; /* exact: the scale is a power of two */
+		float top = fin * scale; /* exact: the scale is a power of two */
 		uint32_t top_bits;
 		memcpy(&top_bits, &top, sizeof(top_bits));
-		if (top_bits <= maxbits) {
-			/* No saturation: the fast steps, as MXFP8's batches (see batch), with the
-			 * underflows counted only when the smallest nonzero |x| can underflow. */
-			uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
-			float lowest;
-			memcpy(&lowest, &lmin, sizeof(lowest));
-			bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
-			uint32_t sbits;
-			memcpy(&sbits, &scale, sizeof(sbits));
-			const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
-			const char *p = data + (size_t)(r0 * cols + c0) * sz;
-			if (dtype == DLI_DTYPE_F32)
-				tile_fast_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
-			else if (dtype == DLI_DTYPE_BF16)
-				tile_fast_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
-			else
-				tile_fast_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, &f, t);
-			continue;
-		}
-		__m256 rcpv = _mm256_set1_ps(scale), siv = _mm256_set1_ps(si);
-		for (int64_t r = r0; r < r1; r++) {
-			const char *p = data + (size_t)(r * cols + c0) * sz;
-			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-				__m256i a[4];
-				load_abs(p + (size_t)j * sz, dtype, &k, a);
-				#pragma GCC unroll 8
-				for (int h = 0; h < 4; h++)
-					step(a[h], rcpv, siv, &k, &l);
-			}
-			if ((r - r0) % 4 == 3) /* 64 terms a lane, then double */
-				flush(&l, acc, t);
-		}
-		flush(&l, acc, t);
+		/* Without saturation, the fast steps, as MXFP8's batches (see batch), with the
+		 * underflows counted only when the smallest nonzero |x| can underflow. */
+		uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
+		float lowest;
+		memcpy(&lowest, &lmin, sizeof(lowest));
+		bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
+		bool sat = top_bits > maxbits, clean = nonfinite > 0;
+		uint32_t sbits;
+		memcpy(&sbits, &scale, sizeof(sbits));
+		const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
+		const char *p = data + (size_t)(r0 * cols + c0) * sz;
+		if (dtype == DLI_DTYPE_F32)
+			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+				       &f, &l, acc, t);
+		else if (dtype == DLI_DTYPE_BF16)
+			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat,
+					clean, &f, &l, acc, t);
+		else
+			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+				       &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
