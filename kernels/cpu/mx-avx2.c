@@ -722,6 +722,72 @@ TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
 TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
 TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
 
+/* A tile's largest magnitude bits in the lanes of *m, and its smallest nonzero one less 1 in those
+ * of *lowm (zeros wrap to the top), the rows FB_AHEAD ahead prefetched. */
+INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+			int64_t r1, int64_t c0, const struct consts *k, __m256i *m_out,
+			__m256i *lowm_out)
+{
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
+	const __m256i one = _mm256_set1_epi32(1);
+	__m256i m = *m_out, lowm = *lowm_out;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * sz;
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		#pragma GCC unroll 4
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+								 _mm256_max_epu32(a[2], a[3])));
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++)
+				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		}
+	}
+	*m_out = m;
+	*lowm_out = lowm;
+}
+
+/* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
+ * magnitude bits are the top half of its float's, so the extremes carry over, widened once. */
+INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+			     __m256i *m_out, __m256i *lowm_out)
+{
+	const size_t stride = (size_t)cols * 2;
+	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1);
+	uint16_t mv[16], lv[16];
+	uint32_t mx = 0, lo = 0xffff;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * 2;
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+			__m256i a = _mm256_and_si256(
+				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
+			m = _mm256_max_epu16(m, a);
+			low = _mm256_min_epu16(low, _mm256_sub_epi16(a, one16));
+		}
+	}
+	_mm256_storeu_si256((__m256i *)mv, m);
+	_mm256_storeu_si256((__m256i *)lv, low);
+	for (int i = 0; i < 16; i++) {
+		mx = mv[i] > mx ? mv[i] : mx;
+		lo = lv[i] < lo ? lv[i] : lo;
+	}
+	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
+	 * to 0xffffffff as the 32-bit lanes would) */
+	*m_out = _mm256_set1_epi32((int)(mx << 16));
+	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
+}
+
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
 		     struct dli_block_terms *t)
@@ -753,24 +819,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			continue;
 		}
 		__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1);
-		const __m256i one = _mm256_set1_epi32(1);
-		for (int64_t r = r0; r < r1; r++) {
-			const char *p = data + (size_t)(r * cols + c0) * sz;
-			if (r + FB_AHEAD < r1)
-				for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
-					_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
-			#pragma GCC unroll 4
-			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-				__m256i a[4];
-				load_abs(p + (size_t)j * sz, dtype, &k, a);
-				m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
-									 _mm256_max_epu32(a[2], a[3])));
-				/* the smallest nonzero magnitude, less 1 (zeros wrap to the top) */
-				#pragma GCC unroll 4
-				for (int h = 0; h < 4; h++)
-					lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
-			}
-		}
+		if (dtype == DLI_DTYPE_BF16)
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm);
+		else
+			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
 		uint64_t nonfinite = 0;
 		if (amax_bits > 0x7f7fffffu) {
