@@ -193,15 +193,39 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 		  struct fast_sums *f)
 {
 	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
-	#pragma GCC unroll 8
-	for (int b = 0; b < BATCH; b++) {
-		__m256i a[4];
-		load_abs(p + b * bstride, dtype, k, a);
-		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
-		/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+	if (dtype == DLI_DTYPE_BF16) {
+		/* bf16 in its own 16-bit lanes (a bf16's magnitude bits are the top half of its
+		 * float's, so maxima and minima carry over), widened once a block */
+		const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+		__m256i low16 = _mm256_set1_epi16(-1);
 		#pragma GCC unroll 8
-		for (int h = 0; h < 4; h++)
-			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		for (int b = 0; b < BATCH; b++) {
+			const __m256i *q = (const __m256i *)(p + b * bstride);
+			__m256i a0 = _mm256_and_si256(_mm256_loadu_si256(q), abs16);
+			__m256i a1 = _mm256_and_si256(_mm256_loadu_si256(q + 1), abs16);
+			__m256i mm = _mm256_max_epu16(a0, a1);
+			/* each 32-bit lane's pair: its larger one in the low half, as float bits */
+			mm = _mm256_max_epu16(mm, _mm256_srli_epi32(mm, 16));
+			m[b] = _mm256_slli_epi32(mm, 16);
+			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
+									 _mm256_sub_epi16(a1, one16)));
+		}
+		/* as float bits less 1: ((l + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
+		__m256i l = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
+					     _mm256_set1_epi32(0xffff));
+		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(l, one), 16), one);
+	} else {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++) {
+			__m256i a[4];
+			load_abs(p + b * bstride, dtype, k, a);
+			m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+						_mm256_max_epu32(a[2], a[3]));
+			/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+			#pragma GCC unroll 8
+			for (int h = 0; h < 4; h++)
+				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		}
 	}
 	__m256i amax = hmax8(m);
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
