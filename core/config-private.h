@@ -137,7 +137,10 @@ int dli_config_params(struct dli_config *config, const struct dli_node *node,
 		      struct dli_value **out, struct dli_error *err);
 
 /* Whether two targets of one feature could act on the same (gemm, tensor). */
-bool dli_target_overlaps(const struct dli_target *a, const struct dli_target *b);
+static inline bool dli_target_overlaps(const struct dli_target *a, const struct dli_target *b)
+{
+	return (a->gemms & b->gemms) && (a->tensors & b->tensors);
+}
 
 /* Gives the host's tensor names of an earlier config (`names[0..n)`, the standard ones first) the
  * same ids in `config`, before dli_config_resolve: a reloaded config keeps the ids a host holds.

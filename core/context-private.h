@@ -1,4 +1,5 @@
-/* The context and layer handles: what dli_init builds and the dispatch hot path reads. */
+/* The context and layer handles: what dli_init builds and the dispatch hot path reads. Types only,
+ * but for dli_context_open: each file's functions are declared in its own header. */
 #ifndef DLI_CONTEXT_PRIVATE_H
 #define DLI_CONTEXT_PRIVATE_H
 
@@ -11,9 +12,20 @@
 
 #include "config-private.h"
 #include "registry-private.h"
-#include "stats-private.h"
 
 struct dli_loader;
+struct dli_cuda_backend;
+
+/* A context's CUDA backend (dli_cuda.so), loaded on the first CUDA tensor one of its accumulators
+ * sees, and closed by dli_destroy after every accumulator is gone. */
+struct dli_stats_backend {
+	struct dli_context *ctx;
+	pthread_mutex_t lock; /* serializes the one load attempt */
+	atomic_bool tried;    /* a load was attempted: once per context, so one message at most */
+	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
+	void *handle;
+	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
+};
 
 /* A created feature instance (one per config target). */
 struct dli_instance {
@@ -137,90 +149,9 @@ struct dli_context {
 #endif
 };
 
-/* Reports a feature's failed inspect call: the first of the context as an error (message log and
- * stderr) naming layer, tensor, iteration and feature; every one counted. */
-void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const char *call,
-			int gemm, int tensor, int64_t iteration, int rc);
-
-/* Reports a failed dli_modify_tensor (`b` NULL when no feature modifies at this iteration):
- * every one in the message log and dli_last_error, the first also on stderr. */
-void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gemm, int tensor,
-		       int64_t iteration, int rc, const struct dli_tensor *in,
-		       const struct dli_tensor *out);
-
-/* The layer and tensor of the inspect call this thread is in, for messages of code that only sees
- * a tensor (statistics refusals): writes " (layer 'x', tensor 'y')" into buf, or "" outside such a
- * call (core/dispatch.c). */
-void dli_call_site(char *buf, size_t size);
-
-/* Set by dli_layer_plan while it asks the slots (core/dispatch.c). */
-extern _Thread_local bool dli_planning;
-
-/* "bf16[4x8] cuda:0 non-contiguous", or "NULL" (core/diagnose.c). */
-void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t);
-
-/* Stores `text` as this thread's dli_last_error for `ctx` (core/diagnose.c). */
-void dli_last_error_set(const struct dli_context *ctx, const char *text);
-
-/* Warns once about config that the host's calls never reached: sections that selected none of the
- * layers the host asked for, features configured for GEMMs or tensors the host never asked about.
- * Called at the end of the first step, or at dli_destroy when no step ran (core/diagnose.c). */
-void dli_report_silent_noops(struct dli_context *ctx);
-
-/* dli_log for messages that go only to the message logs, never to stderr, whatever the level. */
-void dli_log_quiet(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-/* The host table every module gets (each context copies it). Entries may look at it before any
- * context exists, e.g. for `dlinspect plugins`. */
-extern const struct dli_host dli_host_template;
-
 /* dli_init without loggers when `with_loggers` is false: for `dlinspect check`, which must not write
- * logs. Messages then go to stderr. */
+ * logs. Messages then go to stderr (core/context.c). */
 int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
 		     struct dli_error *err);
-
-/* The plugin search path: `extra` dirs, then $DLINSPECT_PLUGIN_PATH (':'-separated), then the
- * install dir. *out is an array of owned strings; free with dli_search_dirs_free. */
-int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
-		    struct dli_error *err);
-void dli_search_dirs_free(char **dirs, size_t n);
-
-/* Builds the handle for `name` (dispatch.c); called by dli_layer_get under layers_lock. */
-int dli_layer_create(struct dli_context *ctx, const char *name, struct dli_layer **out,
-		     struct dli_error *err);
-void dli_layer_destroy(struct dli_layer *layer);
-/* Builds, into a new *staged, the tables `l` would have under ctx's current feature instances;
- * dli_layer_commit swaps them into `l` (whose old tables are then detached and freed), and
- * dli_layer_unstage drops a staged copy not committed (core/reload.c). */
-int dli_layer_stage(struct dli_layer *l, struct dli_layer **staged, struct dli_error *err);
-void dli_layer_commit(struct dli_layer *l, struct dli_layer *staged);
-void dli_layer_unstage(struct dli_layer *staged);
-
-/* Creates ctx->instances from ctx->config's targets / destroys them (core/context.c). */
-int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err);
-void dli_context_destroy_instances(struct dli_context *ctx);
-
-/* Reload state from the options and the environment, after the config is in force (0 or -EINVAL
- * with *err set); the check dli_step makes; freeing (core/reload.c). */
-int dli_reload_init(struct dli_context *ctx, const struct dli_options *o, const char *path,
-		    struct dli_error *err);
-void dli_reload_at_step(struct dli_context *ctx);
-void dli_reload_finish(struct dli_context *ctx);
-
-/* Drops every cached answer (dli_iteration_set). */
-void dli_layer_forget(struct dli_layer *layer);
-
-/* The handle for `name` if it exists, else NULL. Lock-free: the string-taking calls use it on every
- * call. */
-struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name);
-
-/* Fans a histogram out to the loggers that take them, same error rule as scalars. */
-int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_t iteration,
-			       const struct dli_histogram *h);
-
-/* Fans a scalar out to every logger; reports each logger's first failure once. */
-int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
-			    double value);
 
 #endif

@@ -1,5 +1,5 @@
-/* The context: dli_init/dli_destroy, the host table given to modules, messages and logger fan-out,
- * layer handles by name, and step counting. */
+/* The context: the options, dli_init/dli_destroy (what a run loads and makes, in order), and
+ * stepping. */
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -9,21 +9,18 @@
 #include <strings.h>
 
 #include "context-private.h"
+#include "diagnose-private.h"
+#include "dispatch-private.h"
 #include "error-private.h"
-#include "escape-private.h"
-#include "fsutil-private.h"
+#include "host-private.h"
+#include "instances-private.h"
+#include "layers-private.h"
 #include "loader-private.h"
-#include "names-private.h"
+#include "messages-private.h"
 #include "nvtx-private.h"
 #include "reduce-private.h"
-#include "schedule-private.h"
+#include "reload-private.h"
 #include "stats-private.h"
-
-#ifndef DLI_PLUGINDIR
-#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
-#endif
-
-static const char *const level_names[] = {"error", "warning", "info", "debug"};
 
 void dli_options_init(struct dli_options *o)
 {
@@ -34,315 +31,6 @@ void dli_options_init(struct dli_options *o)
 	o->world_size = 1;
 	o->log_level = -1;
 	o->config_reload_steps = -1;
-}
-
-/* ---- Messages ---- */
-
-/* "dlinspect: [what: ]text" on stderr, one line whatever the text holds: messages quote layer names,
- * which are the host's (core/escape-private.h). */
-static void stderr_line(const char *what, const char *text)
-{
-	char line[4096];
-	dli_escape(line, sizeof line, text);
-	fprintf(stderr, "dlinspect: %s%s%s\n", what ? what : "", what ? ": " : "", line);
-}
-
-static void log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, const char *fmt,
-		   va_list ap)
-{
-	if (!ctx || !fmt || (int)level < 0 || (int)level > ctx->log_level)
-		return;
-	char text[2048];
-	vsnprintf(text, sizeof text, fmt, ap);
-	size_t taken = 0;
-	for (size_t i = 0; i < ctx->n_loggers; i++) {
-		const struct dli_logger_ops *ops = ctx->loggers[i].desc->ops;
-		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_text) && ops->log_text) {
-			ops->log_text(ctx->loggers[i].state, level, text);
-			taken++;
-		}
-	}
-	/* Errors always reach the terminal too; other messages only when no logger took them. */
-	if (!quiet && (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING)))
-		stderr_line(level_names[level], text);
-}
-
-void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	log_va(ctx, level, false, fmt, ap);
-	va_end(ap);
-}
-
-void dli_log_quiet(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	log_va(ctx, level, true, fmt, ap);
-	va_end(ap);
-}
-
-/* Folds logger `l`'s result `r` for `what` `name` into the fan-out's first error, which is
- * returned. A failure is reported once per logger: a full disk would otherwise flood every other
- * log. */
-static int logger_result(struct dli_context *ctx, struct dli_logger_instance *l, int r, int first,
-			 const char *what, const char *name, int64_t iteration)
-{
-	if (r >= 0)
-		return first;
-	if (!atomic_exchange(&l->failed, true))
-		dli_log(ctx, DLI_LOG_ERROR,
-			"logger '%s' could not write %s'%s' at iteration %lld: %s (further errors of "
-			"this logger are not reported; training continues)",
-			l->desc->name, what, name, (long long)iteration, strerror(-r));
-	return first ? first : r;
-}
-
-int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t iteration,
-			    double value)
-{
-	int first = 0;
-	for (size_t i = 0; i < ctx->n_loggers; i++) {
-		struct dli_logger_instance *l = &ctx->loggers[i];
-		int r = l->desc->ops->log_scalar(l->state, name, iteration, value);
-		first = logger_result(ctx, l, r, first, "", name, iteration);
-	}
-	return first;
-}
-
-int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_t iteration,
-			       const struct dli_histogram *h)
-{
-	int first = 0;
-	for (size_t i = 0; i < ctx->n_loggers; i++) {
-		struct dli_logger_instance *l = &ctx->loggers[i];
-		const struct dli_logger_ops *ops = l->desc->ops;
-		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) || !ops->log_histogram)
-			continue;
-		int r = ops->log_histogram(l->state, name, iteration, h);
-		first = logger_result(ctx, l, r, first, "the histogram ", name, iteration);
-	}
-	return first;
-}
-
-/* ---- The host table ---- */
-
-static void host_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static void host_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	log_va(ctx, level, false, fmt, ap);
-	va_end(ap);
-}
-
-static int64_t host_iteration(const struct dli_context *ctx)
-{
-	return ctx->iteration;
-}
-
-static int host_rank(const struct dli_context *ctx)
-{
-	return ctx->rank;
-}
-
-static int host_world_size(const struct dli_context *ctx)
-{
-	return ctx->world_size;
-}
-
-static const char *host_log_dir(const struct dli_context *ctx)
-{
-	return ctx->log_dir;
-}
-
-static const char *host_gemm_name(enum dli_gemm gemm)
-{
-	return dli_gemm_name(gemm);
-}
-
-static const char *host_tensor_name(const struct dli_context *ctx, int tensor)
-{
-	if (tensor < 0 || (size_t)tensor >= ctx->n_tensors)
-		return NULL;
-	return ctx->config ? ctx->config->tensor_names[tensor] : NULL;
-}
-
-/* The first request wins; those racing it (other threads' features) are dropped, not waited for. */
-static void host_request_stop(struct dli_context *ctx, const char *reason)
-{
-	int none = 0;
-	if (!ctx || !atomic_compare_exchange_strong(&ctx->stop_state, &none, 1))
-		return;
-	snprintf(ctx->stop_reason, sizeof ctx->stop_reason, "%s",
-		 reason && reason[0] ? reason : "a feature asked the host to stop");
-	atomic_store(&ctx->stop_state, 2);
-}
-
-const struct dli_host dli_host_template = {
-	.size = sizeof(struct dli_host),
-	.abi_major = DLI_ABI_MAJOR,
-	.abi_minor = DLI_ABI_MINOR,
-	.log = host_log,
-	.iteration = host_iteration,
-	.rank = host_rank,
-	.world_size = host_world_size,
-	.log_dir = host_log_dir,
-	.emit_scalar = dli_context_emit_scalar,
-	.emit_histogram = dli_context_emit_histogram,
-	.fp8_cast = dli_fp8_cast,
-	.schedule_active = dli_schedule_active,
-	.schedule_next = dli_schedule_next,
-	.schedule_query = dli_schedule_query,
-	.gemm_name = host_gemm_name,
-	.tensor_name = host_tensor_name,
-	/* Statistics (core/stats.c, kernels/). */
-	.stats_acc_create = dli_stats_acc_create,
-	.stats_acc_destroy = dli_stats_acc_destroy,
-	.stats_add = dli_stats_add,
-	.stats_add_quantized = dli_stats_add_quantized,
-	.stats_acc_read = dli_stats_acc_read,
-	.stats_acc_reset = dli_stats_acc_reset,
-	.stats_value = dli_stats_value,
-	.stat_name = dli_stat_name,
-	.fp8_scale = dli_fp8_scale,
-	.tensor_amax = dli_tensor_amax,
-	.stats_acc_histogram = dli_stats_acc_histogram,
-	.stats_acc_read_histogram = dli_stats_acc_read_histogram,
-	.make_dirs = dli_make_dirs,
-	.stats_acc_read_sized = dli_stats_acc_read_sized,
-	.stats_value_sized = dli_stats_value_sized,
-	.request_stop = host_request_stop,
-	.stats_add_block = dli_stats_add_block,
-	.block_fake_quant = dli_block_fake_quant,
-	.stats_acc_share = dli_stats_acc_share,
-	.stats_acc_scope = dli_stats_acc_scope,
-};
-
-/* ---- Names ---- */
-
-int dli_gemm_from_name(const char *name)
-{
-	for (int g = 0; g < DLI_GEMM_COUNT; g++)
-		if (name && !strcmp(name, dli_gemm_name(g)))
-			return g;
-	return -1;
-}
-
-int dli_tensor_id(const struct dli_context *ctx, const char *name)
-{
-	if (!name)
-		return -1;
-	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT; t++)
-		if (!strcmp(name, dli_standard_tensor_name(t)))
-			return t;
-	for (size_t t = DLI_TENSOR_STANDARD_COUNT; ctx && ctx->config && t < ctx->n_tensors; t++)
-		if (!strcmp(name, ctx->config->tensor_names[t]))
-			return (int)t;
-	return -1;
-}
-
-const char *dli_layer_name(const struct dli_layer *layer)
-{
-	return layer ? layer->name : NULL;
-}
-
-/* ---- Layer handles by name ---- */
-
-static uint64_t name_hash(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
-
-static struct dli_layer *table_find(const struct dli_layer_table *t, const char *name, uint64_t h)
-{
-	for (size_t i = h & t->mask;; i = (i + 1) & t->mask) {
-		struct dli_layer *l = atomic_load_explicit(&t->slots[i], memory_order_acquire);
-		if (!l || !strcmp(l->name, name))
-			return l;
-	}
-}
-
-static struct dli_layer_table *table_new(size_t cap)
-{
-	struct dli_layer_table *t = calloc(1, sizeof *t);
-	if (!t || !(t->slots = calloc(cap, sizeof *t->slots))) {
-		free(t);
-		return NULL;
-	}
-	t->mask = cap - 1;
-	return t;
-}
-
-static void table_put(struct dli_layer_table *t, struct dli_layer *l)
-{
-	size_t i = name_hash(l->name) & t->mask;
-	while (atomic_load_explicit(&t->slots[i], memory_order_relaxed))
-		i = (i + 1) & t->mask;
-	atomic_store_explicit(&t->slots[i], l, memory_order_release);
-}
-
-struct dli_layer *dli_layer_find(struct dli_context *ctx, const char *name)
-{
-	return table_find(atomic_load_explicit(&ctx->layers, memory_order_acquire), name,
-			  name_hash(name));
-}
-
-int dli_layer_get(struct dli_context *ctx, const char *name, struct dli_layer **out,
-		  struct dli_error *err)
-{
-	if (out)
-		*out = NULL;
-	if (!ctx || !name || !out)
-		return dli_error_set(err, -EINVAL, NULL, "dli_layer_get: NULL argument");
-	uint64_t h = name_hash(name);
-	struct dli_layer *l = table_find(atomic_load_explicit(&ctx->layers, memory_order_acquire),
-					 name, h);
-	if (l) {
-		*out = l;
-		return 0;
-	}
-	pthread_mutex_lock(&ctx->layers_lock);
-	struct dli_layer_table *t = atomic_load_explicit(&ctx->layers, memory_order_relaxed);
-	int r = 0;
-	if ((l = table_find(t, name, h)))
-		goto done;
-	if (ctx->n_layers == ctx->cap_layer_list) {
-		size_t cap = ctx->cap_layer_list ? 2 * ctx->cap_layer_list : 64;
-		struct dli_layer **list = realloc(ctx->layer_list, cap * sizeof *list);
-		if (!list) {
-			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
-			goto done;
-		}
-		ctx->layer_list = list;
-		ctx->cap_layer_list = cap;
-	}
-	if ((ctx->n_layers + 1) * 2 > t->mask + 1) {
-		/* Readers may still walk the old table: keep it until dli_destroy. */
-		struct dli_layer_table *grown = table_new(2 * (t->mask + 1));
-		if (!grown) {
-			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
-			goto done;
-		}
-		for (size_t i = 0; i < ctx->n_layers; i++)
-			table_put(grown, ctx->layer_list[i]);
-		grown->older = t;
-		atomic_store_explicit(&ctx->layers, grown, memory_order_release);
-		t = grown;
-	}
-	if ((r = dli_layer_create(ctx, name, &l, err)))
-		goto done;
-	ctx->layer_list[ctx->n_layers++] = l;
-	table_put(t, l);
-done:
-	pthread_mutex_unlock(&ctx->layers_lock);
-	*out = r ? NULL : l;
-	return r;
 }
 
 /* ---- Steps ---- */
@@ -452,7 +140,7 @@ int dli_step(struct dli_context *ctx)
 static int parse_level(const char *s, int *out)
 {
 	for (int i = 0; i < 4; i++) {
-		if (!strcasecmp(s, level_names[i]) || (s[0] == '0' + i && !s[1])) {
+		if (!strcasecmp(s, dli_log_level_names[i]) || (s[0] == '0' + i && !s[1])) {
 			*out = i;
 			return 0;
 		}
@@ -526,51 +214,6 @@ static int config_path_from_env(struct dli_context *ctx, const struct dli_option
 		dli_log(ctx, DLI_LOG_WARNING,
 			"NV_DEBUG_TOOL_CONFIG is set but NV_DEBUG_TOOL_ENABLED is not 1: debugging "
 			"stays off (set NV_DEBUG_TOOL_ENABLED=1, or DLINSPECT_CONFIG)");
-	return 0;
-}
-
-void dli_search_dirs_free(char **dirs, size_t n)
-{
-	for (size_t i = 0; dirs && i < n; i++)
-		free(dirs[i]);
-	free(dirs);
-}
-
-int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
-		    struct dli_error *err)
-{
-	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
-	size_t cap = n_extra + 2;
-	for (const char *p = env; p && *p; p++)
-		cap += *p == ':';
-	char **dirs = calloc(cap, sizeof *dirs);
-	if (!dirs)
-		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-	size_t c = 0;
-	for (size_t i = 0; i < n_extra; i++)
-		if (extra[i] && extra[i][0])
-			dirs[c++] = strdup(extra[i]);
-	if (env) {
-		const char *p = env;
-		for (;;) {
-			const char *end = strchr(p, ':');
-			size_t len = end ? (size_t)(end - p) : strlen(p);
-			if (len)
-				dirs[c++] = strndup(p, len);
-			if (!end)
-				break;
-			p = end + 1;
-		}
-	}
-	dirs[c++] = strdup(DLI_PLUGINDIR);
-	for (size_t i = 0; i < c; i++) {
-		if (!dirs[i]) {
-			dli_search_dirs_free(dirs, c);
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-		}
-	}
-	*out = dirs;
-	*n = c;
 	return 0;
 }
 
@@ -667,53 +310,6 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 	return 0;
 }
 
-int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
-{
-	struct dli_config *cfg = ctx->config;
-	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
-	if (!ctx->instances)
-		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-	for (size_t i = 0; i < cfg->n_targets; i++) {
-		const struct dli_target *t = &cfg->targets[i];
-		const struct dli_feature_desc *d = t->feature->desc;
-		struct dli_feature_create_args args = {
-			.size = sizeof args,
-			.ctx = ctx,
-			.host = &ctx->host,
-			.where = t->where_text,
-			.section = t->section->name,
-			.params = t->params,
-			.n_params = d->n_params,
-			.schedule = (d->flags & DLI_FEATURE_SCHEDULED) ? &t->schedule : NULL,
-			.gemms = (d->flags & DLI_FEATURE_GEMMS) ? t->gemms : 0,
-			.tensors = (d->flags & DLI_FEATURE_TENSORS) ? t->tensors : 0,
-		};
-		struct dli_instance *inst = &ctx->instances[ctx->n_instances];
-		inst->target = t;
-		inst->ops = d->ops;
-		struct dli_error perr = {.code = -EINVAL};
-		int r = d->ops->create(&args, &inst->state, &perr);
-		if (r) {
-			*err = perr;
-			err->code = r;
-			return dli_error_prefix(err, &t->where, "%s.%s: could not create the feature: ",
-						t->section->name, d->name);
-		}
-		ctx->n_instances++;
-	}
-	return 0;
-}
-
-void dli_context_destroy_instances(struct dli_context *ctx)
-{
-	for (size_t i = ctx->n_instances; i-- > 0;)
-		if (ctx->instances[i].ops->destroy)
-			ctx->instances[i].ops->destroy(ctx->instances[i].state);
-	free(ctx->instances);
-	ctx->instances = NULL;
-	ctx->n_instances = 0;
-}
-
 /* The first message log line: what this run loaded, so a log read later says how it was made. */
 static void log_start(struct dli_context *ctx)
 {
@@ -792,7 +388,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	size_t n_dirs = 0;
 	int r = 0;
 	const char *path = NULL;
-	struct dli_layer_table *t = table_new(64);
+	struct dli_layer_table *t = dli_layer_table_create(64);
 	if (!t) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
 		goto fail;
@@ -874,7 +470,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		dli_log(ctx, DLI_LOG_WARNING, "%s", ctx->config->warnings[i]);
 		/* A tensor name nobody declared is invisible in a run: say so where people look. */
 		if (ctx->config->warnings_loud[i] && with_loggers && ctx->log_level >= DLI_LOG_WARNING)
-			stderr_line(NULL, ctx->config->warnings[i]);
+			dli_stderr_line(NULL, ctx->config->warnings[i]);
 	}
 	if (with_loggers && (r = dli_reload_init(ctx, o, o->config_yaml ? NULL : path, err)))
 		goto fail;
@@ -899,11 +495,7 @@ void dli_destroy(struct dli_context *ctx)
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);
-	for (struct dli_layer_table *t = atomic_load(&ctx->layers), *older; t; t = older) {
-		older = t->older;
-		free(t->slots);
-		free(t);
-	}
+	dli_layer_table_destroy(atomic_load(&ctx->layers));
 	dli_context_destroy_instances(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)

@@ -7,7 +7,9 @@
 #include <string.h>
 
 #include "context-private.h"
+#include "diagnose-private.h"
 #include "escape-private.h"
+#include "messages-private.h"
 #include "names-private.h"
 
 /* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ----

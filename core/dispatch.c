@@ -11,8 +11,12 @@
 #include <string.h>
 
 #include "context-private.h"
+#include "diagnose-private.h"
+#include "dispatch-private.h"
 #include "error-private.h"
+#include "messages-private.h"
 #include "nvtx-private.h"
+#include "stats-private.h"
 
 #define HAS_OP(ops, name) (DLI_HAS_MEMBER(ops, struct dli_feature_ops, name) && (ops)->name)
 
@@ -403,13 +407,6 @@ static inline bool slot_answer(struct dli_layer *l, struct dli_slot *s, enum cal
 	return slot_ask(l, s, kind, gemm, tensor, next);
 }
 
-static inline bool answer_default(bool dflt, int64_t *next)
-{
-	if (next)
-		*next = DLI_NEVER;
-	return dflt;
-}
-
 /* ---- Evaluation passes (dli_mode_set): nothing is inspected, only `in_eval` features modify ----
  * Rare next to training calls, so not cached: the slot caches hold training answers only. FP8
  * answers do not depend on the pass and never come here. */
@@ -554,23 +551,6 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 		"%s; training continues, later failures are counted and reported at the end", text);
 }
 
-/* The inspect call this thread is in: set around the features' inspect methods only (a thread-local
- * store each), so that a statistics refusal can name what it refused. */
-static _Thread_local const struct dli_layer *site_layer;
-static _Thread_local int site_tensor;
-
-void dli_call_site(char *buf, size_t size)
-{
-	const char *tname = site_layer ? site_layer->ctx->host.tensor_name(site_layer->ctx,
-									     site_tensor)
-				       : NULL;
-	if (site_layer)
-		snprintf(buf, size, " (layer '%s', tensor '%s')", site_layer->name,
-			 tname ? tname : "?");
-	else if (size)
-		buf[0] = 0;
-}
-
 int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise)
@@ -593,15 +573,15 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
-		site_layer = l;
-		site_tensor = tensor;
+		dli_site_layer = l;
+		dli_site_tensor = tensor;
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor(&b->call, tensor, hp, rowwise, colwise);
 		if (nvtx)
 			dli_nvtx_pop();
-		site_layer = NULL;
+		dli_site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor", -1, tensor, it, r);
 		if (r && !first)
@@ -631,15 +611,15 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_POSTQ, gemm, tensor, it, &nx))
 			continue;
-		site_layer = l;
-		site_tensor = tensor;
+		dli_site_layer = l;
+		dli_site_tensor = tensor;
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
 		if (nvtx)
 			dli_nvtx_pop();
-		site_layer = NULL;
+		dli_site_layer = NULL;
 		if (r)
 			dli_inspect_failed(l, b, "inspect_tensor_postquantize", gemm, tensor, it, r);
 		if (r && !first)
@@ -690,59 +670,4 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 	}
 	CALL_LEAVE(l->ctx);
 	return r;
-}
-
-/* ---- String-taking calls: one lock-free hash lookup, then the handle call. ---- */
-
-static struct dli_layer *layer_by_name(struct dli_context *ctx, const char *name)
-{
-	if (!ctx || !name)
-		return NULL;
-	struct dli_layer *l = dli_layer_find(ctx, name);
-	if (l)
-		return l;
-	struct dli_error err;
-	if (dli_layer_get(ctx, name, &l, &err)) {
-		dli_log(ctx, DLI_LOG_ERROR, "%s", err.message);
-		return NULL;
-	}
-	return l;
-}
-
-bool dli_fp8_gemm_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
-				  int64_t *next)
-{
-	struct dli_layer *l = layer_by_name(ctx, layer);
-	int g = dli_gemm_from_name(gemm);
-	if (!l || g < 0)
-		return answer_default(true, next);
-	return dli_fp8_gemm_enabled(l, (enum dli_gemm)g, next);
-}
-
-bool dli_modify_tensor_enabled_by_name(struct dli_context *ctx, const char *layer, const char *gemm,
-				       const char *tensor, int64_t *next)
-{
-	struct dli_layer *l = layer_by_name(ctx, layer);
-	int g = dli_gemm_from_name(gemm);
-	if (!l || g < 0)
-		return answer_default(false, next);
-	return dli_modify_tensor_enabled(l, (enum dli_gemm)g, dli_tensor_id(ctx, tensor), next);
-}
-
-bool dli_inspect_tensor_enabled_by_name(struct dli_context *ctx, const char *layer,
-					const char *tensor, int64_t *next)
-{
-	struct dli_layer *l = layer_by_name(ctx, layer);
-	if (!l)
-		return answer_default(false, next);
-	return dli_inspect_tensor_enabled(l, dli_tensor_id(ctx, tensor), next);
-}
-
-int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const char *tensor,
-			       const struct dli_tensor *hp)
-{
-	if (!ctx || !layer || !tensor)
-		return -EINVAL;
-	struct dli_layer *l = layer_by_name(ctx, layer);
-	return l ? dli_inspect_tensor(l, dli_tensor_id(ctx, tensor), hp, NULL, NULL) : 0;
 }

@@ -48,6 +48,13 @@ int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *
 			    const char *symbol, void **handle, void **sym, struct dli_error *err);
 void dli_loader_close_backend(void *handle); /* accepts NULL */
 
+/* The plugin search path: `extra` dirs, then $DLINSPECT_PLUGIN_PATH (':'-separated), then the
+ * install dir. *out is an array of owned strings; free with dli_search_dirs_free
+ * (core/loader-files.c). */
+int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
+		    struct dli_error *err);
+void dli_search_dirs_free(char **dirs, size_t n);
+
 /* Unloads every module. Accepts NULL. */
 void dli_loader_destroy(struct dli_loader *loader);
 

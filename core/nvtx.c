@@ -8,6 +8,7 @@
 #include <strings.h>
 
 #include "context-private.h"
+#include "messages-private.h"
 #include "nvtx-private.h"
 
 #ifdef DLI_HAVE_NVTX

@@ -4,6 +4,8 @@
 #include <stdio.h>
 
 #include "context-private.h"
+#include "diagnose-private.h"
+#include "messages-private.h"
 #include "stats-private.h"
 
 bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, const char *where)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "context-private.h"
+#include "dispatch-private.h"
 
 int dli_mode_set(struct dli_context *ctx, enum dli_mode mode)
 {

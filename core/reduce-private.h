@@ -30,20 +30,7 @@ int dli_stats_acc_scope(struct dli_stats_acc *acc);
  * same keys, still exist: +1 before it makes them, -1 when it gives them up. A key is refused as
  * a duplicate only within one generation. Destroying an accumulator removes its share. */
 void dli_reduce_generation(struct dli_context *ctx, int delta);
-/* stats.c calls it when a shared accumulator is destroyed. */
+/* Removes a destroyed accumulator's share (dli_stats_acc_set_share hands it to core/stats.c). */
 void dli_reduce_forget(struct dli_context *ctx, struct dli_stats_acc *acc);
-
-/* core/stats.c, for the reduction: the accumulator's merged local record (waiting for device
- * work) and, when it keeps a histogram, its counts (DLI_HISTOGRAM_BUCKETS of them) into `counts`;
- * and the reduced record and counts put back in place of what it held. */
-int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,
-			bool *has_hist);
-void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
-			   const uint64_t *counts);
-struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc);
-/* The accumulator's entry in the reduction (core/reduce.c), NULL when not shared. */
-struct dli_share;
-struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc);
-void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share);
 
 #endif

@@ -21,8 +21,10 @@
 #include "error-private.h"
 #include "kernels-private.h"
 #include "loader-private.h"
+#include "messages-private.h"
 #include "reduce-private.h"
 #include "schedule-private.h"
+#include "stats-private.h"
 
 #define DLI_REDUCE_MAGIC 0x646c69726564310aull /* "dlired1\n" */
 #define DLI_REDUCE_DEFAULT_TIMEOUT 300.0
@@ -253,7 +255,7 @@ void dli_reduce_close(struct dli_context *ctx)
 	}
 	free(red->groups);
 	for (size_t i = 0; i < red->n_shares; i++) {
-		dli_stats_acc_set_share(red->shares[i]->acc, NULL);
+		dli_stats_acc_set_share(red->shares[i]->acc, NULL, NULL);
 		free(red->shares[i]->key);
 		free(red->shares[i]);
 	}
@@ -358,7 +360,7 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 					 .schedule = share->schedule, .group = (size_t)g,
 					 .scope = DLI_SCOPE_RANK, .generation = red->generation};
 		red->shares[red->n_shares++] = sh;
-		dli_stats_acc_set_share(acc, sh);
+		dli_stats_acc_set_share(acc, sh, dli_reduce_forget);
 	}
 	pthread_mutex_unlock(&red->lock);
 	if (r == -EEXIST)
@@ -381,7 +383,7 @@ void dli_reduce_forget(struct dli_context *ctx, struct dli_stats_acc *acc)
 		red->shares[sh->index]->index = sh->index;
 		free(sh->key);
 		free(sh);
-		dli_stats_acc_set_share(acc, NULL);
+		dli_stats_acc_set_share(acc, NULL, NULL);
 	}
 	pthread_mutex_unlock(&red->lock);
 }

@@ -11,10 +11,14 @@
 #include <string.h>
 
 #include "context-private.h"
+#include "dispatch-private.h"
 #include "error-private.h"
+#include "instances-private.h"
 #include "loader-private.h"
+#include "messages-private.h"
 #include "nvtx-private.h"
 #include "reduce-private.h"
+#include "reload-private.h"
 
 /* Larger than this is refused before parsing (the parser's own limit is checked there too). */
 #define RELOAD_MAX_BYTES (64u << 20)

@@ -13,16 +13,7 @@
 
 struct dli_cuda_backend;
 
-/* A context's CUDA backend (dli_cuda.so), loaded on the first CUDA tensor one of its accumulators
- * sees, and closed by dli_destroy after every accumulator is gone. */
-struct dli_stats_backend {
-	struct dli_context *ctx;
-	pthread_mutex_t lock; /* serializes the one load attempt */
-	atomic_bool tried;    /* a load was attempted: once per context, so one message at most */
-	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
-	void *handle;
-	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
-};
+struct dli_stats_backend;
 
 void dli_stats_backend_init(struct dli_stats_backend *b, struct dli_context *ctx);
 void dli_stats_backend_finish(struct dli_stats_backend *b);
@@ -56,5 +47,21 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			const struct dli_block_spec *spec);
 int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 			 const struct dli_block_spec *spec);
+
+/* For the reduction across ranks (core/reduce.c): the accumulator's merged local record (waiting
+ * for device work) and, when it keeps a histogram, its counts (DLI_HISTOGRAM_BUCKETS of them) into
+ * `counts`; and the reduced record and counts put back in place of what it held. */
+int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,
+			bool *has_hist);
+void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
+			   const uint64_t *counts);
+struct dli_context *dli_stats_acc_context(const struct dli_stats_acc *acc);
+/* The accumulator's entry in the reduction, NULL when not shared; `forget` is called with the
+ * share still set when the accumulator is destroyed (the reduction drops it there: statistics
+ * never call the reduction themselves). */
+struct dli_share;
+struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc);
+void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share,
+			     void (*forget)(struct dli_context *ctx, struct dli_stats_acc *acc));
 
 #endif

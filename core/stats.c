@@ -16,6 +16,7 @@
 #include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-private.h"
+#include "messages-private.h"
 #include "names-private.h"
 #include "reduce-private.h"
 #include "stats-private.h"
@@ -70,6 +71,8 @@ struct dli_stats_acc {
 	bool hist_device;
 
 	struct dli_share *share; /* registered with stats_acc_share (core/reduce.c), or NULL */
+	/* Called with the share set when the accumulator goes (the reduction's dli_reduce_forget). */
+	void (*forget)(struct dli_context *ctx, struct dli_stats_acc *acc);
 };
 
 static const char *dtype_name(enum dli_dtype d)
@@ -196,8 +199,8 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 {
 	if (!acc)
 		return;
-	if (acc->share)
-		dli_reduce_forget(acc->ctx, acc);
+	if (acc->share && acc->forget)
+		acc->forget(acc->ctx, acc);
 	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].dacc)
@@ -617,9 +620,11 @@ struct dli_share *dli_stats_acc_get_share(const struct dli_stats_acc *acc)
 	return acc->share;
 }
 
-void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share)
+void dli_stats_acc_set_share(struct dli_stats_acc *acc, struct dli_share *share,
+			     void (*forget)(struct dli_context *ctx, struct dli_stats_acc *acc))
 {
 	acc->share = share;
+	acc->forget = forget;
 }
 
 int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec, uint64_t *counts,

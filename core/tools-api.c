@@ -2,12 +2,12 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "tools-api.h"
-
 #include "config-private.h"
 #include "context-private.h"
+#include "host-private.h"
 #include "loader-private.h"
 #include "registry-private.h"
+#include "tools-api.h"
 
 int dli_tools_open(const struct dli_options *options, struct dli_context **out,
 		   struct dli_error *err)

@@ -12,6 +12,7 @@
 #include <dlinspect/dlinspect.h>
 
 #include "context-private.h"
+#include "host-private.h"
 #include "kernels-private.h"
 #include "loader-private.h"
 #include "registry-private.h"

@@ -10,7 +10,7 @@
 #include <dlinspect/dlinspect.h>
 
 #include "check.h"
-#include "context-private.h" /* dli_host_template */
+#include "host-private.h" /* dli_host_template */
 #include "kernels-private.h" /* dli_fp8_encode/decode */
 #include "stats-private.h"   /* dli_tensor_amax */
 

@@ -1,0 +1,472 @@
+/* Config values: messages that name the key path, scalars (YAML 1.1 booleans and integers, lists,
+ * choices) and the typed parameter values checked against a module's schema. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "config-private.h"
+#include "config-values-private.h"
+#include "config-yaml-private.h"
+#include "names-private.h"
+#include "registry-private.h"
+#include "strset-private.h"
+
+/* ---- Messages with a key path ---- */
+
+size_t dli_cfg_path_push(struct resolver *rs, const char *name)
+{
+	size_t mark = strlen(rs->path);
+	snprintf(rs->path + mark, sizeof rs->path - mark, "%s%s", mark ? "." : "", name);
+	return mark;
+}
+
+void dli_cfg_path_pop(struct resolver *rs, size_t mark)
+{
+	rs->path[mark] = '\0';
+}
+
+int dli_cfg_fail(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+{
+	char text[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	if (rs->path[0])
+		return dli_error_set(rs->err, -EINVAL, &at->where, "%s: %s", rs->path, text);
+	return dli_error_set(rs->err, -EINVAL, &at->where, "%s", text);
+}
+
+int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+{
+	struct dli_config *cfg = rs->cfg;
+	char text[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	char **w = realloc(cfg->warnings, (cfg->n_warnings + 1) * sizeof *w);
+	if (!w)
+		return -ENOMEM;
+	cfg->warnings = w;
+	bool *loud = realloc(cfg->warnings_loud, (cfg->n_warnings + 1) * sizeof *loud);
+	if (!loud)
+		return -ENOMEM;
+	cfg->warnings_loud = loud;
+	loud[cfg->n_warnings] = false;
+	w[cfg->n_warnings] =
+	    dli_cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file, at->where.line,
+			   at->where.column, rs->path, rs->path[0] ? ": " : "", text);
+	if (!w[cfg->n_warnings])
+		return -ENOMEM;
+	cfg->n_warnings++;
+	return 0;
+}
+
+const char *dli_cfg_kind_name(const struct dli_node *n)
+{
+	if (dli_cfg_is_null(n))
+		return "nothing";
+	return n->kind == DLI_NODE_MAP ? "a mapping" : n->kind == DLI_NODE_SEQ ? "a list" : "a scalar";
+}
+
+/* ---- Scalars ---- */
+
+int dli_cfg_want_scalar(struct resolver *rs, const struct dli_node *n, const char *what)
+{
+	if (n->kind != DLI_NODE_SCALAR || dli_cfg_is_null(n))
+		return dli_cfg_fail(rs, n, "expected %s, got %s", what, dli_cfg_kind_name(n));
+	return 0;
+}
+
+int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
+{
+	static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+	if (n->kind == DLI_NODE_SCALAR && n->plain) {
+		for (size_t i = 0; i < 3; i++) {
+			if (!strcasecmp(n->text, yes[i]) || !strcasecmp(n->text, no[i])) {
+				*out = !strcasecmp(n->text, yes[i]);
+				return 0;
+			}
+		}
+	}
+	if (n->kind == DLI_NODE_SCALAR && !dli_cfg_is_null(n))
+		return dli_cfg_fail(rs, n, "expected true or false, got '%s'", n->text);
+	return dli_cfg_fail(rs, n, "expected true or false, got %s", dli_cfg_kind_name(n));
+}
+
+/* A YAML 1.1 integer as PyYAML (the peers' loader) reads one: an optional sign, then decimal,
+ * 0x hex, 0b binary or 0-prefixed octal digits, '_' allowed between digits ("1_000"). Returns
+ * false for anything else, or when it does not fit in 64 bits. */
+static bool yaml11_int(const char *t, int64_t *out)
+{
+	bool neg = *t == '-';
+	if (*t == '-' || *t == '+')
+		t++;
+	int base = 10;
+	if (t[0] == '0' && (t[1] == 'x' || t[1] == 'X'))
+		base = 16, t += 2;
+	else if (t[0] == '0' && (t[1] == 'b' || t[1] == 'B'))
+		base = 2, t += 2;
+	else if (t[0] == '0' && t[1])
+		base = 8, t += 1;
+	if (!*t || *t == '_')
+		return false;
+	uint64_t v = 0;
+	for (; *t; t++) {
+		int d;
+		if (*t == '_')
+			continue;
+		if (*t >= '0' && *t <= '9')
+			d = *t - '0';
+		else if (*t >= 'a' && *t <= 'f')
+			d = *t - 'a' + 10;
+		else if (*t >= 'A' && *t <= 'F')
+			d = *t - 'A' + 10;
+		else
+			return false;
+		if (d >= base || v > (UINT64_MAX - (uint64_t)d) / (uint64_t)base)
+			return false;
+		v = v * (uint64_t)base + (uint64_t)d;
+	}
+	if (v > (uint64_t)INT64_MAX + neg)
+		return false;
+	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
+	return true;
+}
+
+/* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
+ * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
+int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
+{
+	if (dli_cfg_want_scalar(rs, n, "an integer"))
+		return -EINVAL;
+	if (n->plain && yaml11_int(n->text, out))
+		return 0;
+	char *end;
+	errno = 0;
+	double d = n->plain ? strtod(n->text, &end) : NAN;
+	bool number = n->plain && end != n->text && !*end && !errno && isfinite(d) &&
+		      !strpbrk(n->text, "xXnN"); /* no hex floats, inf or nan spellings */
+	if (number && d == floor(d) && fabs(d) < 0x1p63) {
+		*out = (int64_t)d;
+		return 0;
+	}
+	if (number && d == floor(d))
+		return dli_cfg_fail(
+		    rs, n, "expected an integer, got '%s' (out of the 64-bit range)", n->text);
+	if (number)
+		return dli_cfg_fail(
+		    rs, n, "expected an integer, got '%s' (a number with a fraction)", n->text);
+	return dli_cfg_fail(rs, n, "expected an integer, got '%s'", n->text);
+}
+
+static int want_float(struct resolver *rs, const struct dli_node *n, double *out)
+{
+	if (dli_cfg_want_scalar(rs, n, "a number"))
+		return -EINVAL;
+	const char *t = n->text;
+	const char *u = t[0] == '-' || t[0] == '+' ? t + 1 : t;
+	if (n->plain && (!strcasecmp(u, ".inf") || !strcasecmp(t, ".nan"))) {
+		*out = !strcasecmp(t, ".nan") ? NAN : t[0] == '-' ? -INFINITY : INFINITY;
+		return 0;
+	}
+	char *end;
+	errno = 0;
+	double v = strtod(t, &end);
+	/* strtod also takes "inf", "nan" and hex floats: YAML spells those .inf/.nan, so refuse. */
+	if (!n->plain || end == t || *end || errno == ERANGE || isnan(v) || isinf(v))
+		return dli_cfg_fail(rs, n, "expected a number, got '%s'", t);
+	*out = v;
+	return 0;
+}
+
+int dli_cfg_listed_twice(struct resolver *rs, const struct dli_node *at, const char *text,
+			 const struct dli_node *first)
+{
+	return dli_cfg_fail(rs, at, "'%s' is listed twice (first at line %d, column %d)", text,
+			    first->where.line, first->where.column);
+}
+
+/* A list of scalars; a bare scalar is a one-item list. Items are the nodes' texts. */
+int dli_cfg_want_list(struct resolver *rs, const struct dli_node *n, const char *what,
+		      const struct dli_node *const **items, size_t *count)
+{
+	if (n->kind == DLI_NODE_SCALAR && !dli_cfg_is_null(n)) {
+		struct dli_node **one = dli_cfg_calloc(rs->cfg, 1, sizeof *one);
+		if (!one)
+			return -ENOMEM;
+		one[0] = (struct dli_node *)n;
+		*items = (const struct dli_node *const *)one;
+		*count = 1;
+		return 0;
+	}
+	if (n->kind != DLI_NODE_SEQ)
+		return dli_cfg_fail(rs, n, "expected a list of %s, got %s", what,
+				    dli_cfg_kind_name(n));
+	if (n->n == 0)
+		return dli_cfg_fail(rs, n, "expected a list of %s, got an empty list", what);
+	for (size_t i = 0; i < n->n; i++)
+		if (dli_cfg_want_scalar(rs, n->items[i], what))
+			return -EINVAL;
+	*items = (const struct dli_node *const *)n->items;
+	*count = n->n;
+	return 0;
+}
+
+/* One rule for every list of names (docs/config.md, "Lists"): a name given twice is an error at the
+ * second, naming the first. `texts` (NULL: the items' own) are the names as compared, e.g. a
+ * statistic in the schema's spelling. Linear in the list's length. */
+int dli_cfg_listed_once(struct resolver *rs, const struct dli_node *const *items,
+			const char *const *texts, size_t count)
+{
+	if (count < 2)
+		return 0;
+	struct dli_strset seen = {0};
+	int r = 0;
+	for (size_t i = 0; i < count && !r; i++) {
+		const char *text = texts ? texts[i] : items[i]->text;
+		bool added;
+		size_t *first = dli_strset_slot(&seen, text, &added);
+		if (!first)
+			r = -ENOMEM;
+		else if (added)
+			*first = i;
+		else
+			r = dli_cfg_listed_twice(rs, items[i], text, items[*first]);
+	}
+	dli_strset_finish(&seen);
+	return r;
+}
+
+int dli_cfg_want_choice(struct resolver *rs, const struct dli_node *n, const char *const *choices,
+			size_t n_choices, const char *what)
+{
+	for (size_t i = 0; i < n_choices; i++)
+		if (!strcmp(n->text, choices[i]))
+			return (int)i;
+	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
+		if (!strcasecmp(n->text, choices[i]))
+			return (int)i;
+	/* A long list (LogFp8TensorStats' recipe-prefixed names) is not cut silently: the names that
+	 * fit, then how many there are and where to read them all. */
+	char hint[128], list[512] = "";
+	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
+	size_t off = 0, shown = 0;
+	for (; shown < n_choices; shown++) {
+		size_t len = strlen(choices[shown]) + (shown ? 2 : 0);
+		if (off + len > 360)
+			break;
+		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", shown ? ", " : "",
+					choices[shown]);
+	}
+	if (shown < n_choices)
+		snprintf(list + off, sizeof list - off,
+			 ", ... (%zu in all; `dlinspect plugins --explain` lists every one)", n_choices);
+	dli_cfg_fail(rs, n, "unknown %s '%s'%s; expected one of: %s", what, n->text, hint, list);
+	return -1;
+}
+
+static size_t count_choices(const char *const *choices)
+{
+	size_t n = 0;
+	while (choices && choices[n])
+		n++;
+	return n;
+}
+
+/* ---- Parameter values ---- */
+
+int dli_cfg_parse_value(struct resolver *rs, const struct dli_param_desc *d,
+			const struct dli_node *n, struct dli_value *v)
+{
+	struct dli_config *cfg = rs->cfg;
+	v->type = d->type;
+	v->where = dli_cfg_where_text(cfg, &n->where);
+	if (!v->where)
+		return -ENOMEM;
+	size_t nc = count_choices(d->choices);
+	switch (d->type) {
+	case DLI_PARAM_BOOL: return dli_cfg_want_bool(rs, n, &v->u.b);
+	case DLI_PARAM_INT:
+	case DLI_PARAM_FLOAT: {
+		/* The schema's range, and never NaN: the same check in check and run (registry.c). */
+		char why[256];
+		int r = d->type == DLI_PARAM_INT ? dli_cfg_want_int(rs, n, &v->u.i)
+						 : want_float(rs, n, &v->u.f);
+		if (r == 0 && !dli_param_number_ok(d, d->type == DLI_PARAM_INT ? (double)v->u.i : v->u.f,
+						   n->text, why, sizeof why))
+			return dli_cfg_fail(rs, n, "%s", why);
+		return r;
+	}
+	case DLI_PARAM_STRING:
+		if (dli_cfg_want_scalar(rs, n, "a string"))
+			return -EINVAL;
+		int cs = nc ? dli_cfg_want_choice(rs, n, d->choices, nc, d->key) : 0;
+		if (cs < 0)
+			return -EINVAL;
+		v->u.s = nc ? d->choices[cs] : n->text; /* a choice in the schema's spelling */
+		return 0;
+	case DLI_PARAM_STRING_LIST: {
+		const struct dli_node *const *items;
+		size_t count;
+		int r = dli_cfg_want_list(rs, n, "strings", &items, &count);
+		if (r)
+			return r;
+		const char **s = dli_cfg_calloc(cfg, count + 1, sizeof *s);
+		if (!s)
+			return -ENOMEM;
+		for (size_t i = 0; i < count; i++) {
+			int ci = nc ? dli_cfg_want_choice(rs, items[i], d->choices, nc, d->key) : 0;
+			if (ci < 0)
+				return -EINVAL;
+			s[i] = nc ? d->choices[ci] : items[i]->text;
+		}
+		if ((r = dli_cfg_listed_once(rs, items, s, count)))
+			return r;
+		v->u.list.items = s;
+		v->u.list.n = count;
+		return 0;
+	}
+	case DLI_PARAM_INT_PAIRS: {
+		if (n->kind != DLI_NODE_SEQ || n->n == 0)
+			return dli_cfg_fail(rs, n, "expected a list of [start, end] pairs, got %s",
+					    dli_cfg_kind_name(n));
+		struct dli_int_pair *p = dli_cfg_calloc(cfg, n->n, sizeof *p);
+		if (!p)
+			return -ENOMEM;
+		for (size_t i = 0; i < n->n; i++) {
+			const struct dli_node *pair = n->items[i];
+			if (pair->kind != DLI_NODE_SEQ || pair->n != 2)
+				return dli_cfg_fail(
+				    rs, pair, "expected a [start, end] pair, got %s",
+				    pair->kind == DLI_NODE_SEQ ? "a list of another length"
+							       : dli_cfg_kind_name(pair));
+			if (dli_cfg_want_int(rs, pair->items[0], &p[i].first) ||
+			    dli_cfg_want_int(rs, pair->items[1], &p[i].second))
+				return -EINVAL;
+		}
+		v->u.pairs.items = p;
+		v->u.pairs.n = n->n;
+		return 0;
+	}
+	}
+	return dli_cfg_fail(rs, n, "unsupported parameter type");
+}
+
+/* Fills the values nobody set from the schema's defaults (a module's own YAML text). */
+int dli_cfg_fill_defaults(struct resolver *rs, const struct dli_param_desc *schema, size_t n,
+			  struct dli_value *values, const char *owner, const struct dli_node *block)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (values[i].set)
+			continue;
+		if (schema[i].required)
+			return dli_cfg_fail(rs, block, "%s needs '%s' (%s)", owner, schema[i].key,
+					    schema[i].doc ? schema[i].doc : "no default");
+		values[i].type = schema[i].type;
+		if (!schema[i].default_value)
+			continue;
+		struct dli_node *root;
+		struct dli_error inner = {0};
+		struct dli_config *cfg = rs->cfg;
+		const char *saved_path = cfg->path;
+		char name[160];
+		snprintf(name, sizeof name, "<default of %s.%s>", owner, schema[i].key);
+		cfg->path = dli_cfg_strdup(cfg, name);
+		int r = cfg->path
+			    ? dli_cfg_build_tree(cfg, schema[i].default_value,
+						 strlen(schema[i].default_value), &root, &inner)
+			    : -ENOMEM;
+		cfg->path = (char *)saved_path;
+		if (r || !root)
+			return dli_error_set(rs->err, r ? r : -EINVAL, NULL,
+					     "%s: the module's default for '%s' (\"%s\") is not valid YAML",
+					     owner, schema[i].key, schema[i].default_value);
+		struct resolver inner_rs = {.cfg = cfg, .reg = rs->reg, .err = &inner};
+		if (dli_cfg_parse_value(&inner_rs, &schema[i], root, &values[i]))
+			return dli_error_set(rs->err, -EINVAL, NULL,
+					     "%s: the module's default for '%s' is invalid: %s", owner,
+					     schema[i].key, inner.message);
+		values[i].set = false;
+	}
+	return 0;
+}
+
+/* Index of `key` in the schema (by key or alias), or -1. */
+int dli_cfg_schema_find(const struct dli_param_desc *schema, size_t n, const char *key)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!strcmp(schema[i].key, key) || (schema[i].alias && !strcmp(schema[i].alias, key)))
+			return (int)i;
+	return -1;
+}
+
+/* Sets values[idx] from `node` under `key`; an entry already set by the same block is a duplicate
+ * (key and alias both given), one inherited from an outer block is overridden. */
+int dli_cfg_set_param(struct resolver *rs, const struct dli_param_desc *schema, int idx,
+		      const struct dli_node *key, const struct dli_node *node,
+		      struct dli_value *values, const bool *set_here)
+{
+	if (set_here && set_here[idx])
+		return dli_cfg_fail(rs, key, "'%s' is given twice (as '%s' and as '%s')",
+				    schema[idx].key, schema[idx].key,
+				    schema[idx].alias ? schema[idx].alias : schema[idx].key);
+	size_t mark = dli_cfg_path_push(rs, key->text);
+	int r = dli_cfg_parse_value(rs, &schema[idx], node, &values[idx]);
+	dli_cfg_path_pop(rs, mark);
+	if (r)
+		return r;
+	values[idx].set = true;
+	return 0;
+}
+
+int dli_config_params(struct dli_config *config, const struct dli_node *node,
+		      const struct dli_param_desc *schema, size_t n_schema, const char *owner,
+		      struct dli_value **out, struct dli_error *err)
+{
+	struct resolver rs = {.cfg = config, .err = err};
+	dli_cfg_path_push(&rs, owner);
+	struct dli_value *values = dli_cfg_calloc(config, n_schema, sizeof *values);
+	bool *set_here = dli_cfg_calloc(config, n_schema + 1, sizeof *set_here);
+	if (!values || !set_here)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	if (node && !dli_cfg_is_null(node)) {
+		if (node->kind != DLI_NODE_MAP)
+			return dli_cfg_fail(&rs, node, "expected a mapping of parameters, got %s",
+					    dli_cfg_kind_name(node));
+		for (size_t i = 0; i < node->n; i++) {
+			const struct dli_node *key = node->keys[i];
+			int idx = dli_cfg_schema_find(schema, n_schema, key->text);
+			if (idx < 0) {
+				const char **keys =
+				    dli_cfg_calloc(config, n_schema + 1, sizeof *keys);
+				if (!keys)
+					return -ENOMEM;
+				for (size_t k = 0; k < n_schema; k++)
+					keys[k] = schema[k].key;
+				char hint[128];
+				dli_suggest_text(hint, sizeof hint, key->text, keys, n_schema);
+				return dli_cfg_fail(&rs, key, "unknown key '%s'%s%s", key->text,
+						    hint,
+						    n_schema ? "" : " (it takes no parameters)");
+			}
+			int r = dli_cfg_set_param(&rs, schema, idx, key, node->items[i], values,
+						  set_here);
+			if (r)
+				return r;
+			set_here[idx] = true;
+		}
+	}
+	int r =
+	    dli_cfg_fill_defaults(&rs, schema, n_schema, values, owner, node ? node : config->root);
+	if (r)
+		return r;
+	*out = values;
+	return 0;
+}

@@ -1,0 +1,11 @@
+/* Feature instances (core/instances.c). */
+#ifndef DLI_INSTANCES_PRIVATE_H
+#define DLI_INSTANCES_PRIVATE_H
+
+#include <dlinspect/plugin.h>
+
+/* Creates ctx->instances from ctx->config's targets / destroys them. */
+int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err);
+void dli_context_destroy_instances(struct dli_context *ctx);
+
+#endif
