@@ -174,7 +174,8 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			return dli_error_set(err, -EINVAL, NULL,
 					     "dli_init: options.comm_ops lacks one of rank, world_size, "
 					     "group_create, allgather, barrier");
-		return reduce_new(ctx, ops, o->comm, false, "host", err);
+		return reduce_new(ctx, ops, o->comm, false,
+				  o->comm_name && *o->comm_name ? o->comm_name : "host", err);
 	}
 	const char *name = getenv("DLINSPECT_COMMUNICATOR");
 	if (!name || !*name)
@@ -189,8 +190,12 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			if (strcmp(d->name, name) != 0)
 				continue;
 			void *comm = NULL;
-			if ((r = d->ops->open(&comm, err)))
+			if ((r = d->ops->open(&comm, err))) {
+				/* The module fills the message; the code is its return value (a
+				 * module need not set err->code, and a 0 there read as success). */
+				err->code = r;
 				return dli_error_prefix(err, NULL, "communicator '%s': ", name);
+			}
 			return reduce_new(ctx, d->ops, comm, true, name, err);
 		}
 	}

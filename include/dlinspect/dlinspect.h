@@ -129,6 +129,9 @@ struct dli_options {
 	 * dli_destroy. NULL: the one DLINSPECT_COMMUNICATOR names, if any. */
 	const struct dli_comm_ops *comm_ops;
 	void *comm;
+	/* ABI 1.3: the name messages give the host's communicator ("torch"), borrowed for dli_init;
+	 * NULL: "host". */
+	const char *comm_name;
 };
 
 /* Sets every field to its default. */
