@@ -77,6 +77,7 @@ struct dli_reduce {
 	struct dli_group *groups;
 	size_t n_groups;
 	uint64_t collectives, bytes; /* since the start: what the DEBUG lines add up */
+	uint64_t steps;              /* dli_reduce_step calls that reduced a group */
 	/* Raised while a config reload makes its instances (dli_reduce_generation): their
 	 * accumulators share the old instances' keys until the old ones are destroyed. */
 	unsigned generation;
@@ -700,6 +701,7 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 			j--;
 		}
 	}
+	bool any = false;
 	for (size_t oi = 0; order && oi < red->n_groups; oi++) {
 		size_t gi = order[oi], n_act = 0;
 		for (size_t i = 0; i < red->n_shares; i++) {
@@ -709,8 +711,31 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 		}
 		if (n_act)
 			reduce_group(ctx, red, gi, act, n_act, iteration);
+		any = any || n_act;
 	}
+	red->steps += any;
 	free(order);
 	free(act);
 	pthread_mutex_unlock(&red->lock);
+}
+
+int dli_reduce_counters(struct dli_context *ctx, uint64_t *steps, uint64_t *collectives,
+			uint64_t *bytes)
+{
+	uint64_t v[3] = {0, 0, 0};
+	struct dli_reduce *red = ctx ? ctx->reduce : NULL;
+	if (red) {
+		pthread_mutex_lock(&red->lock);
+		v[0] = red->steps;
+		v[1] = red->collectives;
+		v[2] = red->bytes;
+		pthread_mutex_unlock(&red->lock);
+	}
+	if (steps)
+		*steps = v[0];
+	if (collectives)
+		*collectives = v[1];
+	if (bytes)
+		*bytes = v[2];
+	return !ctx ? -EINVAL : red ? 0 : -ENOTSUP;
 }
