@@ -2,6 +2,7 @@
  * stepping. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,15 +23,30 @@
 #include "reload-private.h"
 #include "stats-private.h"
 
-void dli_options_init(struct dli_options *o)
+/* The members of struct dli_options in ABI 1.0: a host built against that header has no more. */
+#define DLI_OPTIONS_SIZE_1_0 offsetof(struct dli_options, tensor_names)
+
+/* Writes `size` bytes, the host's struct, never more: a host built against an older header passes
+ * its smaller struct. */
+void dli_options_init_sized(struct dli_options *o, size_t size)
 {
-	if (!o)
+	if (!o || size < sizeof o->size)
 		return;
-	memset(o, 0, sizeof *o);
-	o->size = sizeof *o;
-	o->world_size = 1;
-	o->log_level = -1;
-	o->config_reload_steps = -1;
+	memset(o, 0, size);
+	o->size = (uint32_t)(size < sizeof *o ? size : sizeof *o);
+	if (DLI_HAS_MEMBER(o, struct dli_options, world_size))
+		o->world_size = 1;
+	if (DLI_HAS_MEMBER(o, struct dli_options, log_level))
+		o->log_level = -1;
+	if (DLI_HAS_MEMBER(o, struct dli_options, config_reload_steps))
+		o->config_reload_steps = -1;
+}
+
+/* The symbol of 1.0, which every host built before 1.3 calls, whatever the size of its struct:
+ * only the 1.0 members are certain to be there. */
+void(dli_options_init)(struct dli_options *o)
+{
+	dli_options_init_sized(o, DLI_OPTIONS_SIZE_1_0);
 }
 
 /* ---- Steps ---- */
