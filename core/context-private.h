@@ -14,16 +14,16 @@
 #include "registry-private.h"
 
 struct dli_loader;
-struct dli_cuda_backend;
+struct dli_backend_ops;
 
-/* A context's CUDA backend (dli_cuda.so), loaded on the first CUDA tensor one of its accumulators
- * sees, and closed by dli_destroy after every accumulator is gone. */
+/* A context's CUDA backend (the module dli_cuda.so), loaded on the first CUDA tensor one of its
+ * accumulators sees, and unloaded by dli_destroy after every accumulator is gone. */
 struct dli_stats_backend {
 	struct dli_context *ctx;
 	pthread_mutex_t lock; /* serializes the one load attempt */
 	atomic_bool tried;    /* a load was attempted: once per context, so one message at most */
-	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
-	void *handle;
+	_Atomic(const struct dli_backend_ops *) ops; /* NULL when absent or unusable */
+	struct dli_loader *loader; /* the backend's module, loaded through a loader of its own */
 	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
 };
 

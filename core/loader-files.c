@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-files-private.h"
 #include "loader-private.h"
@@ -27,13 +26,6 @@ bool dli_is_module_file(const char *file)
 	size_t len = strlen(file);
 
 	return len > 3 && strcmp(file + len - 3, ".so") == 0;
-}
-
-/* Shared objects of dlinspect itself that live on the plugin path but are not modules (the CUDA
- * backend, opened with dli_loader_open_backend): a directory scan must not try them as modules. */
-bool dli_is_helper_file(const char *file)
-{
-	return strcmp(file, DLI_CUDA_BACKEND_FILE ".so") == 0;
 }
 
 /* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
@@ -266,7 +258,7 @@ int dli_candidates_collect(char *const *dirs, size_t n_dirs, struct dli_candidat
 		struct dirent *ent;
 		int rc = 0;
 		while (rc == 0 && (ent = readdir(dir)) != NULL)
-			if (dli_is_module_file(ent->d_name) && !dli_is_helper_file(ent->d_name))
+			if (dli_is_module_file(ent->d_name))
 				rc = dli_candidates_push(c, dirs[d], ent->d_name);
 		closedir(dir);
 		if (rc < 0)

@@ -16,7 +16,6 @@
 
 #include <ltdl.h>
 
-#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-check-private.h"
 #include "loader-files-private.h"
@@ -358,11 +357,13 @@ int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory listing the plugin dirs");
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
-		/* A communicator loads only when picked (DLINSPECT_COMMUNICATOR): loading it would
-		 * bring its library (MPI) into every run. Its namespace note says what it is. */
+		/* A communicator loads only when picked (DLINSPECT_COMMUNICATOR), a device backend on
+		 * the first tensor in that device's memory: loading either would bring its library (MPI,
+		 * the CUDA driver) into every run. Its namespace note says what it is. */
 		struct dli_elf_info elf;
 		if (dli_elf_inspect(c.v[i].path, &elf) == 0 && elf.has_ns &&
-		    strcmp(elf.ns, DLI_COMM_NAMESPACE) == 0)
+		    (strcmp(elf.ns, DLI_COMM_NAMESPACE) == 0 ||
+		     strcmp(elf.ns, DLI_BACKEND_NAMESPACE) == 0))
 			continue;
 		rc = dli_load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
 	}
@@ -510,97 +511,6 @@ const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n)
 {
 	*n = loader ? loader->n_dirs : 0;
 	return loader ? (const char *const *)loader->dirs : NULL;
-}
-
-int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *file,
-			    const char *symbol, void **handle, void **sym, struct dli_error *err)
-{
-	char *path = NULL, why[512];
-	lt_dlhandle h = NULL;
-	void *s = NULL;
-	int rc;
-
-	*handle = NULL;
-	*sym = NULL;
-	for (size_t d = 0; d < n_dirs && !path; d++) {
-		if (!dirs[d] || !*dirs[d])
-			continue;
-		if (!(path = dli_path_join(dirs[d], file, "")))
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", file);
-		if (!dli_is_regular(path)) {
-			free(path);
-			path = NULL;
-		}
-	}
-	if (!path) {
-		char list[640] = "";
-		for (size_t d = 0, off = 0; d < n_dirs && off < sizeof list; d++)
-			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", d ? ", " : "",
-						dirs[d] ? dirs[d] : "");
-		return dli_error_set(err, -ENOENT, NULL, "no %s in %s%s", file,
-				     n_dirs ? "the plugin dirs " : "an empty plugin path", list);
-	}
-	/* The same file policy as for modules: the backend is code from the plugin path too. */
-	struct stat st;
-	rc = 0;
-	if (stat(path, &st) != 0 || (rc = dli_file_policy(path, &st, err)) < 0) {
-		if (rc == 0)
-			rc = dli_error_set(err, -errno, NULL, "cannot load %s: %s", path,
-					   strerror(errno));
-		free(path);
-		return rc;
-	}
-	if ((rc = dli_ltdl_acquire(err)) < 0) {
-		free(path);
-		return rc;
-	}
-	pthread_mutex_lock(&dli_ltdl_lock);
-	/* The same RTLD_NOW probe as for modules: a backend whose runtime library (libcudart) is
-	 * missing must fail here with the linker's reason, not at its first call. */
-	void *probe = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!probe) {
-		const char *e = dlerror();
-		snprintf(why, sizeof why, "%s", e ? e : "unknown dynamic linker error");
-	} else {
-		lt_dladvise advise;
-		if (lt_dladvise_init(&advise) == 0) {
-			if (lt_dladvise_local(&advise) == 0)
-				h = lt_dlopenadvise(path, advise);
-			lt_dladvise_destroy(&advise);
-		}
-		if (!h) {
-			const char *e = lt_dlerror();
-			snprintf(why, sizeof why, "libltdl: %s", e ? e : "unknown error");
-		}
-		s = h ? lt_dlsym(h, symbol) : NULL;
-		if (h && !s)
-			lt_dlclose(h);
-		dlclose(probe);
-	}
-	pthread_mutex_unlock(&dli_ltdl_lock);
-
-	if (!h)
-		rc = dli_open_error(err, path, why);
-	else if (!s)
-		rc = dli_error_set(err, -ENOEXEC, NULL, "%s does not export %s", path, symbol);
-	free(path);
-	if (rc < 0) {
-		dli_ltdl_release();
-		return rc;
-	}
-	*handle = h;
-	*sym = s;
-	return 0;
-}
-
-void dli_loader_close_backend(void *handle)
-{
-	if (!handle)
-		return;
-	pthread_mutex_lock(&dli_ltdl_lock);
-	lt_dlclose((lt_dlhandle)handle);
-	pthread_mutex_unlock(&dli_ltdl_lock);
-	dli_ltdl_release();
 }
 
 void dli_loader_destroy(struct dli_loader *loader)

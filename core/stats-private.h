@@ -11,7 +11,6 @@
 
 #include "kernels-private.h"
 
-struct dli_cuda_backend;
 
 struct dli_stats_backend;
 
