@@ -121,8 +121,8 @@ struct dli_config {
  * used in messages; NULL means "<string>") into a tree, and reads the top-level `extensions` and
  * `loggers` keys. The sections are read later by dli_config_resolve, once the modules they need are
  * loaded. On success *out is owned by the caller (dli_config_destroy). */
-int dli_config_parse(const char *path, const char *yaml_text, struct dli_config **out,
-		     struct dli_error *err);
+int dli_config_create(const char *path, const char *yaml_text, struct dli_config **out,
+		      struct dli_error *err);
 
 /* Checks the sections and loggers against the loaded features' schemas and fills sections,
  * targets, logger params and tensor names. Every error names file:line:column, the section and the

@@ -1,5 +1,5 @@
 /* The context and layer handles: what dli_init builds and the dispatch hot path reads. Types only,
- * but for dli_context_open: each file's functions are declared in its own header. */
+ * but for dli_context_create: each file's functions are declared in its own header. */
 #ifndef DLI_CONTEXT_PRIVATE_H
 #define DLI_CONTEXT_PRIVATE_H
 
@@ -149,9 +149,10 @@ struct dli_context {
 #endif
 };
 
-/* dli_init without loggers when `with_loggers` is false: for `dlinspect check`, which must not write
- * logs. Messages then go to stderr (core/context.c). */
-int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
-		     struct dli_error *err);
+/* dli_init, and without loggers when `with_loggers` is false: for `dlinspect check`, which must not
+ * write logs (messages then go to stderr). dli_context_destroy is dli_destroy (core/context.c). */
+int dli_context_create(const struct dli_options *options, bool with_loggers,
+		       struct dli_context **out, struct dli_error *err);
+void dli_context_destroy(struct dli_context *ctx);
 
 #endif

@@ -341,13 +341,19 @@ static void log_start(struct dli_context *ctx)
 		modules, ctx->rank, ctx->world_size, (long long)ctx->iteration);
 }
 
+/* The public names of the context's lifecycle (dlinspect.h). */
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
 {
-	return dli_context_open(options, true, out, err);
+	return dli_context_create(options, true, out, err);
 }
 
-int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
-		     struct dli_error *err)
+void dli_destroy(struct dli_context *ctx)
+{
+	dli_context_destroy(ctx);
+}
+
+int dli_context_create(const struct dli_options *options, bool with_loggers,
+		       struct dli_context **out, struct dli_error *err)
 {
 	struct dli_options defaults;
 	dli_options_init(&defaults);
@@ -444,7 +450,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		return 0;
 	}
 	/* YAML text is named "<string>" in messages, even when a config_path is also set. */
-	if ((r = dli_config_parse(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config, err)))
+	if ((r = dli_config_create(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config,
+				   err)))
 		goto fail;
 	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err)))
 		goto fail;
@@ -453,7 +460,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);
 	if ((r = load_modules(ctx, o, err)))
 		goto fail;
-	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
+	if ((r = dli_registry_init(&ctx->registry, ctx->loader, err)))
 		goto fail;
 	/* dlinspect check (no loggers) opens no communicator: it runs on one process. */
 	if (with_loggers && (r = dli_reduce_open(ctx, o, err)))
@@ -475,7 +482,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = ctx->config->n_tensor_names;
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
-	if ((r = dli_context_create_instances(ctx, err)))
+	if ((r = dli_instances_create(ctx, err)))
 		goto fail;
 	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
@@ -498,11 +505,11 @@ fail:
 	if (err && !err->code)
 		err->code = r;
 	ctx->stepped = true; /* nothing ran: no silent no-op to report */
-	dli_destroy(ctx);
+	dli_context_destroy(ctx);
 	return r;
 }
 
-void dli_destroy(struct dli_context *ctx)
+void dli_context_destroy(struct dli_context *ctx)
 {
 	if (!ctx)
 		return;
@@ -512,7 +519,7 @@ void dli_destroy(struct dli_context *ctx)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);
 	dli_layer_table_destroy(atomic_load(&ctx->layers));
-	dli_context_destroy_instances(ctx);
+	dli_instances_destroy(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,

@@ -50,8 +50,8 @@ typedef Elf32_Sym dli_elf_sym;
 
 
 /* Whether the defined dynamic symbols of section `sh` (SHT_DYNSYM) include `want`. */
-static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
-			    const dli_elf_shdr *sh, const char *want)
+static bool elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
+			const dli_elf_shdr *sh, const char *want)
 {
 	dli_elf_shdr str;
 	if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(dli_elf_sym) ||
@@ -74,8 +74,8 @@ static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_eh
 }
 
 /* The namespace note of note section `sh`, if it holds one. */
-static bool dli_elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
-			    size_t size)
+static bool elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
+			size_t size)
 {
 	static const char owner[] = DLI_NOTE_NAME;
 	if (sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
@@ -133,9 +133,10 @@ int dli_elf_inspect(const char *path, struct dli_elf_info *info)
 			dli_elf_shdr sh;
 			memcpy(&sh, b + eh.e_shoff + i * sizeof sh, sizeof sh);
 			if (sh.sh_type == SHT_DYNSYM && !info->has_entry)
-				info->has_entry = dli_elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
+				info->has_entry =
+				    elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
 			else if (sh.sh_type == SHT_NOTE && !info->has_ns)
-				info->has_ns = dli_elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
+				info->has_ns = elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
 		}
 	}
 	munmap((void *)b, len);
@@ -212,12 +213,12 @@ void dli_candidates_finish(struct dli_candidates *c)
 	free(c->v);
 }
 
-static int dli_candidate_cmp(const void *a, const void *b)
+static int candidate_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct dli_candidate *)a)->name, ((const struct dli_candidate *)b)->name);
 }
 
-static int dli_candidates_push(struct dli_candidates *c, const char *dir, const char *file)
+static int candidates_push(struct dli_candidates *c, const char *dir, const char *file)
 {
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 16;
@@ -259,12 +260,12 @@ int dli_candidates_collect(char *const *dirs, size_t n_dirs, struct dli_candidat
 		int rc = 0;
 		while (rc == 0 && (ent = readdir(dir)) != NULL)
 			if (dli_is_module_file(ent->d_name))
-				rc = dli_candidates_push(c, dirs[d], ent->d_name);
+				rc = candidates_push(c, dirs[d], ent->d_name);
 		closedir(dir);
 		if (rc < 0)
 			return rc;
 		if (c->n > first) /* c->v is still NULL after a first dir without modules */
-			qsort(c->v + first, c->n - first, sizeof(*c->v), dli_candidate_cmp);
+			qsort(c->v + first, c->n - first, sizeof(*c->v), candidate_cmp);
 		size_t kept = first;
 		for (size_t i = first; i < c->n; i++) {
 			bool seen = false;
