@@ -10,7 +10,7 @@
 
 #include <dlinspect/plugin.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 #include "registry-private.h"
 
 struct dli_loader;
@@ -148,11 +148,5 @@ struct dli_context {
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
 #endif
 };
-
-/* dli_init, and without loggers when `with_loggers` is false: for `dlinspect check`, which must not
- * write logs (messages then go to stderr). dli_context_destroy is dli_destroy (core/context.c). */
-int dli_context_create(const struct dli_options *options, bool with_loggers,
-		       struct dli_context **out, struct dli_error *err);
-void dli_context_destroy(struct dli_context *ctx);
 
 #endif

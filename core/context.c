@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "config-private.h"
+#include "config-values-private.h"
 #include "context-private.h"
 #include "diagnose-private.h"
 #include "dispatch-private.h"
@@ -16,6 +18,7 @@
 #include "host-private.h"
 #include "instances-private.h"
 #include "layers-private.h"
+#include "lifecycle-private.h"
 #include "loader-private.h"
 #include "messages-private.h"
 #include "nvtx-private.h"

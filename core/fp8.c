@@ -6,8 +6,8 @@
 #include <dlinspect/dlinspect.h>
 
 #include "cpu/fp8-private.h"
+#include "fp8-private.h"
 #include "kernels-private.h"
-#include "stats-private.h"
 
 #define CHUNK 4096
 

@@ -1,4 +1,4 @@
-/* What the loader reads before it loads anything: the plugin search path, which files on it are
+/* What the loader reads before it loads anything: which files on the plugin path are
  * modules (regular files, owned safely, ELF objects defining the entry), and the namespace notes
  * read from them as data. */
 #include <dirent.h>
@@ -15,11 +15,6 @@
 
 #include "error-private.h"
 #include "loader-files-private.h"
-#include "loader-private.h"
-
-#ifndef DLI_PLUGINDIR
-#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
-#endif
 
 bool dli_is_module_file(const char *file)
 {
@@ -280,52 +275,5 @@ int dli_candidates_collect(char *const *dirs, size_t n_dirs, struct dli_candidat
 		}
 		c->n = kept;
 	}
-	return 0;
-}
-
-/* ---- The search path ---- */
-
-void dli_search_dirs_free(char **dirs, size_t n)
-{
-	for (size_t i = 0; dirs && i < n; i++)
-		free(dirs[i]);
-	free(dirs);
-}
-
-int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
-		    struct dli_error *err)
-{
-	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
-	size_t cap = n_extra + 2;
-	for (const char *p = env; p && *p; p++)
-		cap += *p == ':';
-	char **dirs = calloc(cap, sizeof *dirs);
-	if (!dirs)
-		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-	size_t c = 0;
-	for (size_t i = 0; i < n_extra; i++)
-		if (extra[i] && extra[i][0])
-			dirs[c++] = strdup(extra[i]);
-	if (env) {
-		const char *p = env;
-		for (;;) {
-			const char *end = strchr(p, ':');
-			size_t len = end ? (size_t)(end - p) : strlen(p);
-			if (len)
-				dirs[c++] = strndup(p, len);
-			if (!end)
-				break;
-			p = end + 1;
-		}
-	}
-	dirs[c++] = strdup(DLI_PLUGINDIR);
-	for (size_t i = 0; i < c; i++) {
-		if (!dirs[i]) {
-			dli_search_dirs_free(dirs, c);
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-		}
-	}
-	*out = dirs;
-	*n = c;
 	return 0;
 }

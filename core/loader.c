@@ -21,6 +21,10 @@
 #include "loader-files-private.h"
 #include "loader-private.h"
 
+#ifndef DLI_PLUGINDIR
+#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
+#endif
+
 /* libltdl keeps process-wide state (its handle list, its last error), so every lt_* call in the
  * process goes through this one lock. lt_dlinit/lt_dlexit pair up through `ltdl_users`, so
  * several loaders (several contexts) can live at once. */
@@ -526,4 +530,51 @@ void dli_loader_destroy(struct dli_loader *loader)
 	free(loader->dirs);
 	free(loader);
 	ltdl_release();
+}
+
+/* ---- The search path ---- */
+
+void dli_search_dirs_free(char **dirs, size_t n)
+{
+	for (size_t i = 0; dirs && i < n; i++)
+		free(dirs[i]);
+	free(dirs);
+}
+
+int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
+		    struct dli_error *err)
+{
+	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
+	size_t cap = n_extra + 2;
+	for (const char *p = env; p && *p; p++)
+		cap += *p == ':';
+	char **dirs = calloc(cap, sizeof *dirs);
+	if (!dirs)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	size_t c = 0;
+	for (size_t i = 0; i < n_extra; i++)
+		if (extra[i] && extra[i][0])
+			dirs[c++] = strdup(extra[i]);
+	if (env) {
+		const char *p = env;
+		for (;;) {
+			const char *end = strchr(p, ':');
+			size_t len = end ? (size_t)(end - p) : strlen(p);
+			if (len)
+				dirs[c++] = strndup(p, len);
+			if (!end)
+				break;
+			p = end + 1;
+		}
+	}
+	dirs[c++] = strdup(DLI_PLUGINDIR);
+	for (size_t i = 0; i < c; i++) {
+		if (!dirs[i]) {
+			dli_search_dirs_free(dirs, c);
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		}
+	}
+	*out = dirs;
+	*n = c;
+	return 0;
 }

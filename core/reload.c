@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config-private.h"
 #include "context-private.h"
 #include "dispatch-private.h"
 #include "error-private.h"

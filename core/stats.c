@@ -17,7 +17,6 @@
 #include "loader-private.h"
 #include "messages-private.h"
 #include "names-private.h"
-#include "reduce-private.h"
 #include "stats-private.h"
 
 /* The pass shared within one dli_inspect_tensor (stats-private.h). The tensor is borrowed and

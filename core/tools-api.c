@@ -5,6 +5,7 @@
 #include "config-private.h"
 #include "context-private.h"
 #include "host-private.h"
+#include "lifecycle-private.h"
 #include "loader-private.h"
 #include "registry-private.h"
 #include "tools-api.h"

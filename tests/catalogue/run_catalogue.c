@@ -29,6 +29,7 @@
 #include <dlinspect/version.h>
 
 #include "context-private.h"
+#include "lifecycle-private.h"
 
 enum kind { KIND_CONFIG, KIND_LAYER, KIND_OPTION, KIND_MODULE };
 
