@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,51 @@ static inline enum dli_dtype dli_feature_hybrid_format(int tensor)
 	bool backward = tensor == DLI_TENSOR_GRADIENT || tensor == DLI_TENSOR_DGRAD ||
 			tensor == DLI_TENSOR_WGRAD;
 	return backward ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
+}
+
+/* Whether the host has the statistics calls (a test's stand-in table may lack them): a feature
+ * refuses to make an instance there rather than crash at the first tensor. Says so in err. */
+static inline bool dli_feature_has_stats(const struct dli_host *host, struct dli_error *err)
+{
+	if (DLI_HAS_MEMBER(host, struct dli_host, fp8_scale) && host->stats_add)
+		return true;
+	snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
+	return false;
+}
+
+/* Whether the host has the current-scaling cast calls (ABI 1.1: a 1.0 host has none); says so in
+ * err when not. */
+static inline bool dli_feature_has_casts(const struct dli_host *host, struct dli_error *err)
+{
+	if (DLI_HAS_MEMBER(host, struct dli_host, tensor_amax) && host->tensor_amax &&
+	    host->fp8_cast && host->fp8_scale)
+		return true;
+	snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
+	return false;
+}
+
+/* Whether the host's casts read `in`: contiguous f32, f16 or bf16 in host memory. */
+static inline bool dli_feature_cast_input(const struct dli_tensor *in)
+{
+	return in->device.type == DLI_DEVICE_CPU && in->contiguous &&
+	       (in->dtype == DLI_DTYPE_F32 || in->dtype == DLI_DTYPE_F16 ||
+		in->dtype == DLI_DTYPE_BF16);
+}
+
+/* Per-tensor current scaling (docs/statistics.md), the cast of FakeQuant and PerTensorScaling:
+ * scale = fp8_max / amax(in) / 2^margin, out = cast(in * scale) (FP8 codes, or for an f32 `out`
+ * the dequantized values). *scale gets the scale. 0 or the host's error. */
+static inline int dli_feature_current_cast(const struct dli_host *host, const struct dli_tensor *in,
+					   struct dli_tensor *out, enum dli_dtype format,
+					   double margin, float *scale)
+{
+	float amax;
+	int r = host->tensor_amax(in, &amax);
+
+	if (r)
+		return r;
+	*scale = host->fp8_scale(amax, format, margin);
+	return host->fp8_cast(in, out, format, *scale);
 }
 
 /* A log tag ("{layer}_{tensor}_{stat}") of any length: layer names come from the host and have no

@@ -3,71 +3,44 @@
  * TransformerEngine's LogTensorStats (features/log_tensor_stats) is another feature, fed by
  * inspect_tensor and logged at step end; docs/config.md, "Namespaces", compares the two. */
 #include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include <dlinspect/plugin.h>
 
-#include "feature-util.h"
+#include "stats-skeleton.h"
 
 /* The peer's set. The config matches them case-insensitively in this namespace and hands over
  * these spellings, which are also the log names' (the peer lowercases them). */
 static const char *const dli_blts_stat_names[] = {
 	"min", "max", "mean", "std", "l1_norm", "l2_norm", NULL,
 };
-static const enum dli_stat dli_blts_stat_ids[] = {
-	DLI_STAT_MIN, DLI_STAT_MAX, DLI_STAT_MEAN, DLI_STAT_STD, DLI_STAT_L1_NORM, DLI_STAT_L2_NORM,
-};
-#define DLI_BLTS_N_STATS (sizeof(dli_blts_stat_ids) / sizeof(dli_blts_stat_ids[0]))
-
-struct dli_blts {
-	const struct dli_host *host;
-	struct dli_context *ctx;
-	struct dli_schedule schedule; /* ranges copied: config memory is gone after create */
-	uint64_t tensors;
-	enum dli_stat stats[DLI_BLTS_N_STATS];
-	size_t n_stats;
-};
+static const struct dli_sf_recipe dli_blts_recipe = {
+	.stats = DLI_SF_STAT_BIT(DLI_STAT_MIN) | DLI_SF_STAT_BIT(DLI_STAT_MAX) |
+		 DLI_SF_STAT_BIT(DLI_STAT_MEAN) | DLI_SF_STAT_BIT(DLI_STAT_STD) |
+		 DLI_SF_STAT_BIT(DLI_STAT_L1_NORM) | DLI_SF_STAT_BIT(DLI_STAT_L2_NORM)};
 
 static int dli_blts_create(const struct dli_feature_create_args *args, void **instance,
 			   struct dli_error *err)
 {
 	const struct dli_value *stats = &args->params[0];
-	struct dli_blts *self;
+	int r;
+	struct dli_sf *self = dli_sf_create(args, sizeof(*self), err, &r);
 
-	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
-		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
-		return -ENOTSUP;
+	if (!self)
+		return r;
+	for (size_t i = 0; i < stats->u.list.n && !r; i++)
+		r = dli_sf_want(self, stats->u.list.items[i], &dli_blts_recipe, 1, err);
+	if (r) {
+		dli_sf_destroy(self);
+		return r;
 	}
-	if (!(self = calloc(1, sizeof(*self))))
-		return -ENOMEM;
-	self->host = args->host;
-	self->ctx = args->ctx;
-	self->tensors = args->tensors;
-	if (dli_feature_schedule_copy(&self->schedule, args->schedule)) {
-		free(self);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < stats->u.list.n; i++)
-		for (size_t s = 0; s < DLI_BLTS_N_STATS; s++)
-			if (!strcmp(stats->u.list.items[i], dli_blts_stat_names[s]))
-				self->stats[self->n_stats++] = dli_blts_stat_ids[s];
 	*instance = self;
 	return 0;
 }
 
-static void dli_blts_destroy(void *instance)
-{
-	struct dli_blts *self = instance;
-
-	if (self)
-		free((void *)self->schedule.ranges);
-	free(self);
-}
-
 /* Whether `name` is one of the instance's tensors (names, not ids: the generic call passes names). */
-static bool dli_blts_selects(const struct dli_blts *self, const char *name)
+static bool dli_blts_selects(const struct dli_sf *self, const char *name)
 {
 	for (int id = 0; id < 64; id++) {
 		const char *t;
@@ -80,7 +53,7 @@ static bool dli_blts_selects(const struct dli_blts *self, const char *name)
 
 static int dli_blts_call(const struct dli_feature_call *c, const char *name, void *args)
 {
-	const struct dli_blts *self = c->instance;
+	const struct dli_sf *self = c->instance;
 	const struct dli_host *host = self->host;
 	const struct dli_log_tensor_stats_args *a = args;
 
@@ -96,23 +69,16 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 	/* One call, one set of lines, as the peer logs them: nothing is merged across calls. */
 	struct dli_stats_acc *acc = host->stats_acc_create(c->ctx);
 	struct dli_stats_record rec;
+	const bool have[1] = {true};
+	const char mark[1][32] = {""};
 	int r;
 
 	if (!acc)
 		return -ENOMEM;
 	if ((r = host->stats_add(acc, a->tensor, NULL)) == 0 &&
-	    (r = host->stats_acc_read(acc, &rec)) == 0 && rec.count) {
-		for (size_t k = 0; k < self->n_stats; k++) {
-			struct dli_feature_tag tag;
-			const char *line = dli_feature_tag(&tag, "%s_%s_%s", c->layer_name,
-							   a->tensor_name, host->stat_name(self->stats[k]));
-			int e = line ? host->emit_scalar(c->ctx, line, iteration,
-							 host->stats_value(&rec, self->stats[k]))
-				     : -ENOMEM;
-			dli_feature_tag_free(&tag);
-			r = r ? r : e;
-		}
-	}
+	    (r = host->stats_acc_read(acc, &rec)) == 0 && rec.count)
+		r = dli_sf_emit(self, c->ctx, c->layer_name, a->tensor_name, iteration, &rec, have,
+				mark, NULL);
 	host->stats_acc_destroy(acc);
 	return r;
 }
@@ -120,7 +86,7 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 static const struct dli_feature_ops dli_blts_ops = {
 	.size = sizeof(struct dli_feature_ops),
 	.create = dli_blts_create,
-	.destroy = dli_blts_destroy,
+	.destroy = dli_sf_destroy,
 	.call = dli_blts_call,
 };
 

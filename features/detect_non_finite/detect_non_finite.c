@@ -131,10 +131,8 @@ static int dnf_create(const struct dli_feature_create_args *args, void **instanc
 	const struct dli_value *p = args->params;
 	struct dnf *self;
 
-	if (!DLI_HAS_MEMBER(args->host, struct dli_host, fp8_scale) || !args->host->stats_add) {
-		snprintf(err->message, sizeof(err->message), "the host has no statistics calls");
+	if (!dli_feature_has_stats(args->host, err))
 		return -ENOTSUP;
-	}
 	if (!(self = calloc(1, sizeof(*self))))
 		return -ENOMEM;
 	self->host = args->host;

@@ -28,12 +28,8 @@ static int dli_fq_create(const struct dli_feature_create_args *args, void **inst
 {
 	struct dli_fq *self;
 
-	/* fp8_cast and tensor_amax are ABI 1.1: a 1.0 host has no casts. */
-	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
-	    !args->host->fp8_cast || !args->host->fp8_scale) {
-		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
+	if (!dli_feature_has_casts(args->host, err))
 		return -ENOTSUP;
-	}
 	if (!(self = calloc(1, sizeof(*self))))
 		return -ENOMEM;
 	self->host = args->host;
@@ -93,13 +89,11 @@ static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm 
 				struct dli_tensor *out)
 {
 	const struct dli_fq *self = c->instance;
-	float amax;
-	int r;
+	float scale;
 
 	if (!in || !out || out->dtype != DLI_DTYPE_F32)
 		return -EINVAL;
-	if (in->device.type != DLI_DEVICE_CPU || !in->contiguous ||
-	    (in->dtype != DLI_DTYPE_F32 && in->dtype != DLI_DTYPE_F16 && in->dtype != DLI_DTYPE_BF16))
+	if (!dli_feature_cast_input(in))
 		return -ENOTSUP;
 	if (self->mxfp8) {
 		/* Row-wise blocks: what TransformerEngine's dequantize() of an MXFP8 tensor reads. */
@@ -107,10 +101,7 @@ static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm 
 					      .format = self->format};
 		return self->host->block_fake_quant(in, out, &spec);
 	}
-	if ((r = self->host->tensor_amax(in, &amax)))
-		return r;
-	return self->host->fp8_cast(in, out, self->format,
-				    self->host->fp8_scale(amax, self->format, self->margin));
+	return dli_feature_current_cast(self->host, in, out, self->format, self->margin, &scale);
 }
 
 static const struct dli_feature_ops dli_fq_ops = {

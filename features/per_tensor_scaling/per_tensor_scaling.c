@@ -20,12 +20,8 @@ static int dli_pts_create(const struct dli_feature_create_args *args, void **ins
 {
 	struct dli_pts *self;
 
-	/* fp8_cast and tensor_amax are ABI 1.1: a 1.0 host has no casts. */
-	if (!DLI_HAS_MEMBER(args->host, struct dli_host, tensor_amax) || !args->host->tensor_amax ||
-	    !args->host->fp8_cast || !args->host->fp8_scale) {
-		snprintf(err->message, sizeof(err->message), "the host has no FP8 cast calls");
+	if (!dli_feature_has_casts(args->host, err))
 		return -ENOTSUP;
-	}
 	if (!(self = calloc(1, sizeof(*self))))
 		return -ENOMEM;
 	self->host = args->host;
@@ -61,13 +57,12 @@ static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm
 	const struct dli_pts *self = c->instance;
 	enum dli_dtype format = dli_pts_format(tensor, quantizer);
 	float *scale_inv_out = NULL;
-	float amax;
+	float scale;
 	int r;
 
 	if (!in || !out || (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2))
 		return -EINVAL;
-	if (in->device.type != DLI_DEVICE_CPU || !in->contiguous ||
-	    (in->dtype != DLI_DTYPE_F32 && in->dtype != DLI_DTYPE_F16 && in->dtype != DLI_DTYPE_BF16))
+	if (!dli_feature_cast_input(in))
 		return -ENOTSUP;
 	if (out->dtype == format) {
 		/* Codes mean nothing without the scale_inv that decodes them. */
@@ -78,10 +73,7 @@ static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm
 	} else if (out->dtype != DLI_DTYPE_F32) {
 		return -EINVAL;
 	}
-	if ((r = self->host->tensor_amax(in, &amax)))
-		return r;
-	float scale = self->host->fp8_scale(amax, format, self->margin);
-	if ((r = self->host->fp8_cast(in, out, format, scale)))
+	if ((r = dli_feature_current_cast(self->host, in, out, format, self->margin, &scale)))
 		return r;
 	if (scale_inv_out)
 		*scale_inv_out = 1.0f / scale;
