@@ -148,10 +148,23 @@ static void test_the_sized_init_writes_exactly_the_size_given(void)
 	dli_options_init(NULL);
 }
 
+/* The way a 1.0 host writes it: its struct on its stack (a sanitizer build catches a write past it). */
+static void test_a_1_0_struct_on_the_stack(void)
+{
+	struct dli_options o;
+	dli_options_init(&o);
+	expect_1_0_defaults(&o);
+	struct dli_context *ctx = NULL;
+	o.log_level = 0;
+	CHECK_INT(dli_init(&o, &ctx, NULL), 0);
+	dli_destroy(ctx);
+}
+
 int main(void)
 {
 	test_the_1_0_init_writes_only_a_1_0_struct();
 	test_dli_init_takes_a_1_0_struct();
 	test_the_sized_init_writes_exactly_the_size_given();
+	test_a_1_0_struct_on_the_stack();
 	return check_exit();
 }
