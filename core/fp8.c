@@ -2,10 +2,12 @@
  * that current scaling starts from. */
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 
 #include <dlinspect/dlinspect.h>
 
 #include "cpu/fp8-private.h"
+#include "cpu/nvfp4-recipe-private.h"
 #include "fp8-private.h"
 #include "kernels-private.h"
 
@@ -91,12 +93,29 @@ int dli_tensor_amax(const struct dli_tensor *t, float *amax)
 	return 0;
 }
 
+/* NVFP4 with the recipe's options, the ones of ABI 1.3 read only when the caller's spec has them. */
+static int dli_nvfp4_spec_fake_quant(const void *data, enum dli_dtype dtype, int64_t rows,
+				     int64_t cols, const struct dli_block_spec *spec, float *out)
+{
+	struct dli_nvfp4_opts opts = {0};
+
+	if (spec->size >= offsetof(struct dli_block_spec, rht_seed) + sizeof(spec->rht_seed)) {
+		opts.stochastic = spec->stochastic_rounding != 0;
+		opts.seed = spec->seed;
+		opts.rht = spec->rht != 0;
+		opts.signs = dli_nvfp4_rht_signs(spec->rht_seed);
+	}
+	return dli_cpu_nvfp4_fake_quantize_opts(data, dtype, rows, cols,
+						spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
+						spec->columnwise != 0, &opts, NULL, out);
+}
+
 int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 			 const struct dli_block_spec *spec)
 {
-	if (!in || !out || !spec || spec->size < sizeof(struct dli_block_spec) ||
-	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
-	     spec->recipe != DLI_BLOCK_FP8_2D))
+	if (!in || !out || !spec ||
+	    spec->size < offsetof(struct dli_block_spec, stochastic_rounding) ||
+	    spec->recipe < DLI_BLOCK_MXFP8 || spec->recipe > DLI_BLOCK_NVFP4_2D)
 		return -EINVAL;
 	if (in->device.type != DLI_DEVICE_CPU || out->device.type != DLI_DEVICE_CPU)
 		return -ENOTSUP;
@@ -108,6 +127,8 @@ int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 		return -EINVAL;
 	int64_t cols = in->ndim > 0 ? in->shape[in->ndim - 1] : 1;
 	int64_t rows = cols ? n / cols : 0;
+	if (spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D)
+		return dli_nvfp4_spec_fake_quant(in->data, in->dtype, rows, cols, spec, out->data);
 	if (spec->recipe != DLI_BLOCK_MXFP8)
 		return dli_cpu_fp8b_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
 						  spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,

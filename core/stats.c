@@ -585,7 +585,14 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	if (!acc || !t || !spec)
 		return -EINVAL;
 	bool nvfp4 = spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D;
-	if (spec->size < sizeof(struct dli_block_spec) ||
+	/* A 1.2 module's spec stops before the NVFP4 recipe options (ABI 1.3), which this pass
+	 * does not do: asked for, they are refused rather than ignored. */
+	if (spec->size >= offsetof(struct dli_block_spec, rht_seed) + sizeof(spec->rht_seed) &&
+	    (spec->stochastic_rounding || spec->rht))
+		return refuse(acc, "the block-scaled statistics round to nearest-even without the "
+				   "Hadamard transform: stochastic_rounding and rht are for "
+				   "block_fake_quant only");
+	if (spec->size < offsetof(struct dli_block_spec, stochastic_rounding) ||
 	    (spec->recipe != DLI_BLOCK_MXFP8 && spec->recipe != DLI_BLOCK_FP8_1D &&
 	     spec->recipe != DLI_BLOCK_FP8_2D && !nvfp4) ||
 	    (!nvfp4 && spec->format != DLI_DTYPE_F8E4M3 && spec->format != DLI_DTYPE_F8E5M2))

@@ -13,6 +13,7 @@
 const char *const dlt_scaling_names[DLT_SCALING_COUNT] = {
 	[DLT_SCALING_DELAYED] = "delayed", [DLT_SCALING_CURRENT] = "current",
 	[DLT_SCALING_MXFP8] = "mxfp8", [DLT_SCALING_BLOCK] = "block",
+	[DLT_SCALING_NVFP4] = "nvfp4",
 };
 
 void dlt_recipe_default(struct dlt_recipe *r)
@@ -118,6 +119,20 @@ int dlt_fp8_quantize_current(struct dlt_fp8_meta *m, const struct dlt_recipe *r,
 	return cast_with_scale(m, x, n, codes, dq);
 }
 
+/* NVFP4BlockScaling's treatment of tensor `kind` (fp8_recipe.h). */
+static void dlt_nvfp4_spec(int kind, int rows, bool columnwise, struct dli_block_spec *spec)
+{
+	static uint64_t stochastic_casts;
+
+	spec->recipe = kind == DLI_TENSOR_WEIGHT ? DLI_BLOCK_NVFP4_2D : DLI_BLOCK_NVFP4;
+	if (kind == DLI_TENSOR_GRADIENT) {
+		spec->stochastic_rounding = 1;
+		spec->seed = ++stochastic_casts;
+	}
+	/* The wgrad GEMM's operands; rht_seed 0: TransformerEngine's fixed sign vector. */
+	spec->rht = columnwise && kind != DLI_TENSOR_WEIGHT && rows % 16 == 0;
+}
+
 int dlt_block_quantize(enum dlt_scaling scaling, int kind, enum dli_dtype format, const float *x,
 		       int rows, int cols, bool columnwise, float *dq)
 {
@@ -125,6 +140,8 @@ int dlt_block_quantize(enum dlt_scaling scaling, int kind, enum dli_dtype format
 				      .columnwise = columnwise};
 	if (scaling == DLT_SCALING_MXFP8)
 		spec.recipe = DLI_BLOCK_MXFP8;
+	else if (scaling == DLT_SCALING_NVFP4)
+		dlt_nvfp4_spec(kind, rows, columnwise, &spec);
 	else {
 		/* Float8BlockScaling's defaults: x and gradient 1-D, weight 2-D, power-of-two
 		 * scales. */

@@ -23,16 +23,20 @@ enum dlt_scaling {
 	DLT_SCALING_MXFP8,   /* 32-element blocks, E8M0 scales (MXFP8BlockScaling) */
 	DLT_SCALING_BLOCK,   /* 1 x 128 blocks (activation, gradient), 128 x 128 (weight), fp32
 			      * power-of-two scales (Float8BlockScaling) */
+	DLT_SCALING_NVFP4,   /* E2M1 elements, 1 x 16 blocks (16 x 16 for weights) with E4M3 scales
+			      * and an fp32 tensor scale; stochastic rounding for gradients, the
+			      * random Hadamard transform on the wgrad GEMM's operands
+			      * (NVFP4BlockScaling) */
 	DLT_SCALING_COUNT
 };
 
-/* "delayed", "current", "mxfp8", "block". */
+/* "delayed", "current", "mxfp8", "block", "nvfp4". */
 extern const char *const dlt_scaling_names[DLT_SCALING_COUNT];
 
 /* Whether the recipe scales blocks (its row-wise and column-wise copies differ), not tensors. */
 static inline bool dlt_scaling_blocked(enum dlt_scaling s)
 {
-	return s == DLT_SCALING_MXFP8 || s == DLT_SCALING_BLOCK;
+	return s == DLT_SCALING_MXFP8 || s == DLT_SCALING_BLOCK || s == DLT_SCALING_NVFP4;
 }
 
 struct dlt_recipe {
@@ -76,8 +80,12 @@ int dlt_fp8_quantize_current(struct dlt_fp8_meta *m, const struct dlt_recipe *r,
  * dli_tensor_kind: activation, gradient or weight) in `format`, dequantized into dq (fp32):
  * dlinspect's dli_block_fake_quant with MXFP8 blocks, or FP8 block scaling's 1 x 128 blocks (128 x 1
  * for the column-wise copy) for activations and gradients and 128 x 128 for weights, power-of-two
- * scales. `columnwise` picks the copy whose blocks run down the columns. 0 or what
- * dli_block_fake_quant returned. */
+ * scales. `columnwise` picks the copy whose blocks run down the columns. NVFP4 (`format` not
+ * read): NVFP4BlockScaling's defaults, 16 x 16 tiles for weights, 1 x 16 blocks otherwise,
+ * stochastic rounding for gradients (the n-th stochastic cast of the process has seed n, so a
+ * run is reproducible), the random Hadamard transform (TransformerEngine's signs) on the
+ * column-wise copies of activations and gradients when the rows are a multiple of 16 (not
+ * otherwise: TransformerEngine refuses such a shape). 0 or what dli_block_fake_quant returned. */
 int dlt_block_quantize(enum dlt_scaling scaling, int kind, enum dli_dtype format, const float *x,
 		       int rows, int cols, bool columnwise, float *dq);
 

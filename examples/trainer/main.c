@@ -249,13 +249,19 @@ static int train(const struct options *o)
 			       "forward, E5M2 gradients\n", o->recipe.history_len,
 			       o->recipe.algo == DLT_AMAX_MAX ? "max" : "most_recent", o->recipe.margin);
 		else if (o->precision == DLT_FP8)
-			printf("  FP8 recipe: %s; E4M3 forward, E5M2 gradients\n",
+			printf("  FP8 recipe: %s%s\n",
 			       o->recipe.scaling == DLT_SCALING_CURRENT ?
 				       "current scaling (per tensor, from its own amax)" :
 			       o->recipe.scaling == DLT_SCALING_MXFP8 ?
 				       "MXFP8 (32-element blocks, E8M0 scales)" :
+			       o->recipe.scaling == DLT_SCALING_NVFP4 ?
+				       "NVFP4 (E2M1 elements instead of FP8: 1 x 16 blocks, 16 x 16 "
+				       "weights, E4M3 block scales, stochastically rounded gradients, "
+				       "Hadamard-transformed wgrad operands)" :
 				       "FP8 block scaling (1 x 128 activations and gradients, "
-				       "128 x 128 weights, power-of-two fp32 scales)");
+				       "128 x 128 weights, power-of-two fp32 scales)",
+			       o->recipe.scaling == DLT_SCALING_NVFP4 ? "" :
+				       "; E4M3 forward, E5M2 gradients");
 		if (o->bad_step >= 0)
 			printf("  data: step %" PRId64 " holds one corrupted record (every feature = %g), "
 			       "masked out of the loss\n", o->bad_step, o->bad_value);
@@ -470,8 +476,8 @@ static void usage(FILE *f, const char *argv0)
 		"  --amax-history N     delayed scaling's amax history length (default 1024)\n"
 		"  --amax-algo A        max or most_recent (default max)\n"
 		"  --margin M           scale = fp8_max / amax / 2^M (default 0)\n"
-		"  --recipe R           FP8 scaling: delayed, current, mxfp8 or block (default\n"
-		"                       delayed; docs/trainer.md)\n"
+		"  --recipe R           FP8 scaling: delayed, current, mxfp8, block or nvfp4\n"
+		"                       (default delayed; docs/trainer.md)\n"
 		"  --lr X               Adam's peak learning rate (default 0.002)\n"
 		"  --noise X            std of the target noise; the loss floor is X^2 (default 0.1)\n"
 		"  --bad-step N         one record of step N's batch is corrupted (every feature set\n"

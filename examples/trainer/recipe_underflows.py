@@ -2,7 +2,9 @@
 """How many values of a dumped activation each FP8 recipe's casts turn into 0 (README, "Which
 recipes the corrupted batch hurts"): for a tensor that DumpTensors wrote (high precision), the
 underflows% of per-tensor current scaling, of MXFP8's row-wise (1 x 32) and column-wise (32 x 1)
-copies and of FP8 block scaling's 1 x 128, 128 x 1 and 128 x 128 copies, E4M3 elements.
+copies and of FP8 block scaling's 1 x 128, 128 x 1 and 128 x 128 copies, E4M3 elements; and of
+NVFP4's 1 x 16 and 16 x 1 copies (E2M1 elements; the wgrad copy without the Hadamard transform,
+after which a zero no longer stands for one value of the tensor).
 
 Written with numpy and ml_dtypes from the recipes' rules (docs/block-scaling.md), apart from
 dlinspect's codec, so its MXFP8 and 128 x 128 figures also cross-check LogFp8TensorStats's
@@ -46,6 +48,34 @@ def scale_of(block, recipe):
     return pow2_floor(s) if recipe == "block" else s
 
 
+def nvfp4_underflows(x, br, bc):
+    """NVFP4 (docs/block-scaling.md, rules 1-5): an fp32 tensor scale 2688 / amax, E4M3 block
+    scales, E2M1 elements rounded to nearest even with saturation to +-6."""
+    f32 = np.float32
+    amax = f32(np.max(np.where(np.isnan(x), 0, np.abs(x))))
+    with np.errstate(divide="ignore"):
+        s_enc = f32(2688.0) / amax
+    s_enc = min(s_enc, f32(np.finfo(f32).max))
+    if amax == 0 or s_enc == 0:
+        s_enc = f32(1.0)
+    s_dec = f32(1.0 / np.float64(s_enc))
+    rows, cols = x.shape
+    zero = 0
+    for r0 in range(0, rows, br):
+        for c0 in range(0, cols, bc):
+            b = x[r0:r0 + br, c0:c0 + bc]
+            bmax = f32(np.max(np.where(np.isnan(b), 0, np.abs(b))))
+            sc = np.minimum(f32(bmax * f32(s_enc * f32(1.0 / 6.0))), f32(448))
+            sc = f32(sc.astype(ml_dtypes.float8_e4m3fn).astype(f32))
+            with np.errstate(divide="ignore"):
+                enc = f32(1.0) / f32(sc * s_dec)
+            enc = min(enc, f32(np.finfo(f32).max))
+            q = np.clip((b * enc).astype(f32), -6, 6).astype(ml_dtypes.float4_e2m1fn)
+            q = q.astype(f32)
+            zero += int(np.count_nonzero((q == 0) & (b != 0) & np.isfinite(b)))
+    return 100.0 * zero / x.size
+
+
 def underflows(x, br, bc, recipe):
     rows, cols = x.shape
     zero = 0
@@ -74,6 +104,11 @@ def main():
         ("block, 128 x 128 (weights; the stats' what-if)", 128, 128, "block"),
     ]:
         print(f"  {label:48s} underflows% {underflows(x, br, bc, recipe):.6g}")
+    for label, br, bc in [
+        ("nvfp4, row-wise 1 x 16 (fprop)", 1, 16),
+        ("nvfp4, column-wise 16 x 1 (wgrad, no transform)", 16, 1),
+    ]:
+        print(f"  {label:48s} underflows% {nvfp4_underflows(x, br, bc):.6g}")
 
 
 if __name__ == "__main__":

@@ -329,7 +329,10 @@ float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
  * `spec` (MXFP8, or FP8 block scaling in 1 x 128 / 128 x 128 blocks), `in` viewed as rows x cols
  * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 of the same element count, both
  * contiguous host memory (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
- * DLINSPECT_1.2. */
+ * DLINSPECT_1.2. Since 1.3 also NVFP4 (DLI_BLOCK_NVFP4: 1 x 16 blocks, 16 x 1 with `columnwise`;
+ * DLI_BLOCK_NVFP4_2D: 16 x 16 tiles) with the recipe's stochastic rounding and random Hadamard
+ * transform (the spec's 1.3 members); -EINVAL for the transform with 16 x 16 tiles or a length
+ * along the blocks that is not a multiple of 16. A spec of 1.2's size is read as before. */
 struct dli_block_spec; /* dlinspect/stats.h */
 int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 			 const struct dli_block_spec *spec);

@@ -292,12 +292,14 @@ struct dli_host {
 	 * with the quantize-and-compare terms of `spec`'s block-scaled quantization instead of a
 	 * per-tensor one (scale_inv_min/max over the blocks' scales). The tensor is viewed as
 	 * rows x cols, cols its last dimension. Host memory only for now: -ENOTSUP for a CUDA
-	 * tensor; -EINVAL for a spec it does not know (recipe, format, size). */
+	 * tensor; -EINVAL for a spec it does not know (recipe, format, size) or with the NVFP4
+	 * recipe options of ABI 1.3 set (stochastic_rounding, rht: block_fake_quant only). */
 	int (*stats_add_block)(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			       const struct dli_block_spec *spec);
 	/* out = dequant(quant(in)) under `spec` (for modify_tensor features): in f32, f16 or bf16,
 	 * out f32 of the same element count, both contiguous host memory (borrowed). 0, -EINVAL,
-	 * -ENOTSUP for device memory. */
+	 * -ENOTSUP for device memory. dli_block_fake_quant (dlinspect.h): NVFP4 and its recipe
+	 * options from ABI 1.3. */
 	int (*block_fake_quant)(const struct dli_tensor *in, struct dli_tensor *out,
 				const struct dli_block_spec *spec);
 

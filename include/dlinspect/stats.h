@@ -99,6 +99,20 @@ struct dli_block_spec {
 	enum dli_dtype format; /* the elements' format: DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2 */
 	int columnwise;        /* nonzero: blocks run down the columns (the column-wise copy) */
 	int pow2_scales;       /* FP8 block scaling: scales rounded down to powers of two */
+	/* ---- ABI 1.3: TransformerEngine's NVFP4 recipe options, read by dli_block_fake_quant for
+	 * DLI_BLOCK_NVFP4 / DLI_BLOCK_NVFP4_2D only; a caller whose `size` stops before them gets
+	 * them all off (docs/block-scaling.md, "NVFP4 recipe options"). ---- */
+	/* Nonzero: the E2M1 codes round stochastically (the recipe's gradients), with 8 random bits
+	 * per element drawn from `seed` and the element's index in its copy; the same seed gives
+	 * the same result. */
+	int stochastic_rounding;
+	uint64_t seed;
+	/* Nonzero: the random Hadamard transform (16 x 16, with a sign vector) along the 1-D
+	 * blocks before the cast (the recipe's column-wise copies of activations and gradients),
+	 * undone after it, so the values come back in the tensor's own basis. Needs DLI_BLOCK_NVFP4
+	 * and a multiple of 16 elements along the blocks (the rows when `columnwise`). */
+	int rht;
+	uint64_t rht_seed; /* the sign vector: 0 TransformerEngine's fixed one, else from this seed */
 };
 
 #ifdef __cplusplus
