@@ -77,6 +77,7 @@ struct dli_reduce {
 	struct dli_group *groups;
 	size_t n_groups;
 	uint64_t collectives, bytes; /* since the start: what the DEBUG lines add up */
+	uint64_t steps;              /* dli_reduce_step calls that reduced a group */
 	/* Raised while a config reload makes its instances (dli_reduce_generation): their
 	 * accumulators share the old instances' keys until the old ones are destroyed. */
 	unsigned generation;
@@ -173,7 +174,8 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			return dli_error_set(err, -EINVAL, NULL,
 					     "dli_init: options.comm_ops lacks one of rank, world_size, "
 					     "group_create, allgather, barrier");
-		return reduce_new(ctx, ops, o->comm, false, "host", err);
+		return reduce_new(ctx, ops, o->comm, false,
+				  o->comm_name && *o->comm_name ? o->comm_name : "host", err);
 	}
 	const char *name = getenv("DLINSPECT_COMMUNICATOR");
 	if (!name || !*name)
@@ -188,8 +190,12 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *o, struct
 			if (strcmp(d->name, name) != 0)
 				continue;
 			void *comm = NULL;
-			if ((r = d->ops->open(&comm, err)))
+			if ((r = d->ops->open(&comm, err))) {
+				/* The module fills the message; the code is its return value (a
+				 * module need not set err->code, and a 0 there read as success). */
+				err->code = r;
 				return dli_error_prefix(err, NULL, "communicator '%s': ", name);
+			}
 			return reduce_new(ctx, d->ops, comm, true, name, err);
 		}
 	}
@@ -695,6 +701,7 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 			j--;
 		}
 	}
+	bool any = false;
 	for (size_t oi = 0; order && oi < red->n_groups; oi++) {
 		size_t gi = order[oi], n_act = 0;
 		for (size_t i = 0; i < red->n_shares; i++) {
@@ -704,8 +711,31 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 		}
 		if (n_act)
 			reduce_group(ctx, red, gi, act, n_act, iteration);
+		any = any || n_act;
 	}
+	red->steps += any;
 	free(order);
 	free(act);
 	pthread_mutex_unlock(&red->lock);
+}
+
+int dli_reduce_counters(struct dli_context *ctx, uint64_t *steps, uint64_t *collectives,
+			uint64_t *bytes)
+{
+	uint64_t v[3] = {0, 0, 0};
+	struct dli_reduce *red = ctx ? ctx->reduce : NULL;
+	if (red) {
+		pthread_mutex_lock(&red->lock);
+		v[0] = red->steps;
+		v[1] = red->collectives;
+		v[2] = red->bytes;
+		pthread_mutex_unlock(&red->lock);
+	}
+	if (steps)
+		*steps = v[0];
+	if (collectives)
+		*collectives = v[1];
+	if (bytes)
+		*bytes = v[2];
+	return !ctx ? -EINVAL : red ? 0 : -ENOTSUP;
 }

@@ -18,6 +18,7 @@
 #include "registry-private.h"
 
 #include "dlpack.h"
+#include "pycomm.h"
 
 /* ---- Module state ---- */
 
@@ -29,6 +30,8 @@ static PyObject *g_layers;     /* dict: layer name -> Layer, for the current con
 static PyObject *g_tensor_ids; /* dict: tensor name -> id, for the current context */
 static PyObject *g_error;        /* dlinspect.Error */
 static PyObject *g_config_error; /* dlinspect.ConfigError(Error) */
+/* The Python communicator of the current context (pycomm.c), or NULL. */
+static void *g_comm;
 
 static const char *const gemm_names[DLI_GEMM_COUNT] = {"fprop", "dgrad", "wgrad"};
 static const char *const std_tensor_names[DLI_TENSOR_STANDARD_COUNT] = {
@@ -1335,15 +1338,15 @@ static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
 }
 
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
- *       log_level) */
+ *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
 	const char *path, *yaml, *log_dir;
-	PyObject *dirs, *tnames;
+	PyObject *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
 	int level;
-	if (!PyArg_ParseTuple(args, "zzzO!LOi", &path, &yaml, &log_dir, &PyList_Type, &dirs,
-			      &initial, &tnames, &level))
+	if (!PyArg_ParseTuple(args, "zzzO!LOi|O", &path, &yaml, &log_dir, &PyList_Type, &dirs,
+			      &initial, &tnames, &level, &comm_obj))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -1357,10 +1360,13 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	const char **dv = PyMem_Calloc((size_t)nd + 1, sizeof(char *));
 	const char **tv = PyMem_Calloc((size_t)nt + 1, sizeof(char *));
 	PyObject *ret = NULL;
+	void *comm = NULL;
 	if (!dv || !tv) {
 		PyErr_NoMemory();
 		goto out;
 	}
+	if (comm_obj != Py_None && dli_py_comm_new(comm_obj, &comm))
+		goto out;
 	for (Py_ssize_t i = 0; i < nd; i++)
 		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i))))
 			goto out;
@@ -1380,6 +1386,11 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 		o.tensor_names = tv;
 		o.n_tensor_names = (size_t)nt;
 	}
+	if (comm) {
+		o.comm_ops = &dli_py_comm_ops;
+		o.comm = comm;
+		o.comm_name = dli_py_comm_name(comm);
+	}
 	struct dli_error err;
 	struct dli_context *ctx = NULL;
 	int rc;
@@ -1391,12 +1402,15 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 		goto out;
 	}
 	g_ctx = ctx;
+	g_comm = comm;
+	comm = NULL;
 	g_gen++;
 	PyDict_Clear(g_layers);
 	PyDict_Clear(g_tensor_ids);
 	ret = Py_None;
 	Py_INCREF(ret);
 out:
+	dli_py_comm_free(comm);
 	PyMem_Free(dv);
 	PyMem_Free(tv);
 	return ret;
@@ -1413,6 +1427,8 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 		Py_BEGIN_ALLOW_THREADS
 		dli_destroy(ctx);
 		Py_END_ALLOW_THREADS
+		dli_py_comm_free(g_comm);
+		g_comm = NULL;
 	}
 	Py_RETURN_NONE;
 }
@@ -1778,7 +1794,8 @@ PyMODINIT_FUNC PyInit__dlinspect(void)
 	Py_INCREF(&LayerType);
 	if (PyModule_AddObject(m, "Error", g_error) || PyModule_AddObject(m, "ConfigError", g_config_error) ||
 	    PyModule_AddObject(m, "Layer", (PyObject *)&LayerType) ||
-	    PyModule_AddObject(m, "NEVER", PyLong_FromLongLong(DLI_NEVER)))
+	    PyModule_AddObject(m, "NEVER", PyLong_FromLongLong(DLI_NEVER)) ||
+	    PyModule_AddFunctions(m, dli_py_comm_methods))
 		goto fail;
 	return m;
 fail:

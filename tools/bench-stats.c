@@ -1,7 +1,8 @@
 /* `dlinspect bench stats`: throughput of the statistics passes against the machine's read bandwidth
  * measured in the same run (a plain SIMD sum over the same buffer, same prefetch, same threads),
  * with the design's targets (all statistics of f32 >= 0.90 of it; bf16 and the FP8
- * quantize-and-compare pass >= 0.80; MXFP8's what-if pass >= 0.70; NVFP4's >= 0.50; each of them
+ * quantize-and-compare pass >= 0.80; MXFP8's and FP8 block scaling's what-if passes >= 0.70;
+ * NVFP4's >= 0.50; each of them
  * on data with a
  * NaN or an infinity every 1000
  * elements >= 0.60), and numpy's speed on the same statistics when it is there. The SIMD path is
@@ -21,7 +22,7 @@
 #include "tools-api.h"
 
 #define REPS 10
-#define MAX_ROWS 32
+#define MAX_ROWS (4 * NP) /* every pass, on 1 and all threads, clean and with NaN */
 /* The MXFP8 rows view the buffer as rows of this many columns (a typical hidden size). */
 #define MX_COLS 4096
 
@@ -110,7 +111,8 @@ static void read_chunk(void *arg, int64_t c, int worker)
 
 /* ---- The passes ---- */
 
-enum pass_kind { READ, STATS_F32, STATS_BF16, FP8_F32, FP8_BF16, MX_F32, MX_BF16, NV_F32, NV_BF16 };
+enum pass_kind { READ, STATS_F32, STATS_BF16, FP8_F32, FP8_BF16, MX_F32, MX_BF16, NV_F32, NV_BF16,
+		 FB_F32, FB_BF16 };
 
 struct bench {
 	float *f32;
@@ -168,6 +170,14 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 	case NV_BF16:
 		rc = dli_cpu_nvfp4_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS, 1, false,
 					   &o, &r);
+		break;
+	case FB_F32: /* FP8 block scaling's what-if (128 x 128 tiles, power-of-two scales, E4M3) */
+		rc = dli_cpu_fp8b_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
+					  DLI_DTYPE_F8E4M3, 2, false, true, &o, &r);
+		break;
+	case FB_BF16:
+		rc = dli_cpu_fp8b_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+					  DLI_DTYPE_F8E4M3, 2, false, true, &o, &r);
 		break;
 	}
 	double t = now_s() - t0;
@@ -253,6 +263,8 @@ static const struct {
 	{MX_BF16, "mxfp8_compare_bf16", "mxfp8_compare_bf16_nan", 0.70},
 	{NV_F32, "nvfp4_compare_f32", "nvfp4_compare_f32_nan", 0.50},
 	{NV_BF16, "nvfp4_compare_bf16", "nvfp4_compare_bf16_nan", 0.50},
+	{FB_F32, "fp8b_compare_f32", "fp8b_compare_f32_nan", 0.70},
+	{FB_BF16, "fp8b_compare_bf16", "fp8b_compare_bf16_nan", 0.70},
 };
 enum { NP = sizeof(passes) / sizeof(passes[0]) };
 

@@ -144,13 +144,27 @@ static bool uses_cast(const struct dlt_linear *l, const struct dlt_run *run, int
 	return run->precision == DLT_FP8 && l->fp8[g] && !l->modify[g][t];
 }
 
+/* Whether the cast was made in this step's current pass (a microbatch has its own tensors). */
+static bool cast_current(const struct dlt_operand_state *s, const struct dlt_run *run)
+{
+	return s->cast_step == run->step && s->cast_pass == run->pass;
+}
+
+/* Whether tensor t of the layer is inspected as an empty tensor here: every rank of the TP group
+ * holds it whole, and TP rank 0 hands it for the group. */
+static bool tp_elsewhere(const struct dlt_linear *l, const struct dlt_run *run, int t)
+{
+	return run->comm && run->comm->tp_size > 1 && run->comm->tp_rank != 0 &&
+	       (l->tp_whole >> t & 1u);
+}
+
 /* Casts tensor t once per step (a weight in fprop serves dgrad too; an activation serves wgrad). */
 static int cast(struct dlt_linear *l, struct dlt_run *run, int t, const float *hp, int rows,
 		int cols)
 {
 	struct dlt_operand_state *s = &l->op[t];
 	size_t n = (size_t)rows * cols;
-	if (run->precision == DLT_FP32 || s->cast_step == run->step)
+	if (run->precision == DLT_FP32 || cast_current(s, run))
 		return 0;
 	bool row = run->precision == DLT_BF16 || uses_cast(l, run, t, 0);
 	bool col = run->precision == DLT_BF16 || uses_cast(l, run, t, 1);
@@ -178,6 +192,7 @@ static int cast(struct dlt_linear *l, struct dlt_run *run, int t, const float *h
 		s->cast_ok[0] = row;
 		s->cast_ok[1] = col;
 		s->cast_step = run->step;
+		s->cast_pass = run->pass;
 		return 0;
 	}
 	if (r)
@@ -185,6 +200,7 @@ static int cast(struct dlt_linear *l, struct dlt_run *run, int t, const float *h
 	/* A per-tensor cast serves both GEMMs. */
 	s->cast_ok[0] = s->cast_ok[1] = true;
 	s->cast_step = run->step;
+	s->cast_pass = run->pass;
 	return 0;
 }
 
@@ -218,7 +234,7 @@ static int operand(struct dlt_linear *l, struct dlt_run *run, int t, int k, cons
 		int r = cast(l, run, t, hp, rows, cols);
 		if (r)
 			return r;
-		if (s->cast_step != run->step || !s->cast_ok[k])
+		if (!cast_current(s, run) || !s->cast_ok[k])
 			return 0; /* fp32 after a failed modify, where no cast was planned */
 		op->values = k && s->cast_col ? s->cast_col : s->cast;
 		/* A block-scaled copy hands no codes: the GEMM runs on its dequantized values (a
@@ -257,7 +273,7 @@ static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, cons
 	if (!l->inspect[t])
 		return;
 	struct dlt_operand_state *s = &l->op[t];
-	struct dli_tensor x = view(hp, rows, cols);
+	struct dli_tensor x = view(hp, tp_elsewhere(l, run, t) ? 0 : rows, cols);
 	struct dli_quantized_tensor q = {.data = x, .scale_inv = &s->meta.scale_inv,
 					 .scale_inv_count = 1};
 	q.data.data = s->codes;
@@ -265,7 +281,7 @@ static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, cons
 	/* A block-scaled recipe's copies are not handed over: a dli_quantized_tensor's scale_invs
 	 * do not say how its blocks lie. LogFp8TensorStats's mxfp8_ and fp8_block_scaling_ stats
 	 * quantize the high-precision tensor themselves (docs/block-scaling.md). */
-	bool have = run->precision == DLT_FP8 && s->cast_step == run->step &&
+	bool have = run->precision == DLT_FP8 && cast_current(s, run) &&
 		    !dlt_scaling_blocked(run->recipe.scaling);
 	const struct dli_quantized_tensor *row = have && uses_cast(l, run, t, 0) ? &q : NULL;
 	const struct dli_quantized_tensor *col = have && uses_cast(l, run, t, 1) ? &q : NULL;
@@ -301,6 +317,8 @@ static int result(struct dlt_linear *l, struct dlt_run *run, enum dli_gemm g, in
 			note_error(run, l, "modify_tensor", t, r);
 	}
 	if (l->inspect[t]) {
+		if (tp_elsewhere(l, run, t))
+			x.shape[0] = 0;
 		mirror(run, &l->inspect[t], &x, NULL);
 		run->inspects++;
 		int r;
@@ -343,9 +361,21 @@ int dlt_linear_forward(struct dlt_linear *l, struct dlt_run *run, const float *x
 	/* fprop: y[rows x out] = x[rows x in] . W^T */
 	if ((r = gemm(run, rows, l->out, l->in, &a, false, &w, true, y)))
 		return r;
+	/* Row-parallel: each TP rank has multiplied its block of the input features. */
+	if (l->tp_mode == DLT_TP_ROW && run->comm && run->comm->tp_size > 1 &&
+	    (r = run->comm->sum(run->comm->state, DLT_GROUP_TP, y, (size_t)rows * l->out)))
+		return r;
 	if (run->step == run->inject_step && run->inject_layer && !strcmp(l->name, run->inject_layer))
 		y[(size_t)(rows / 2) * l->out + l->out / 2] = run->inject_value;
 	return result(l, run, DLI_GEMM_FPROP, DLI_TENSOR_OUTPUT, y, rows, l->out);
+}
+
+/* Column-parallel: each TP rank's dgrad covers its block of the output features only. */
+static int tp_dgrad_sum(struct dlt_linear *l, struct dlt_run *run, float *dx, int rows)
+{
+	if (l->tp_mode != DLT_TP_COLUMN || !run->comm || run->comm->tp_size == 1)
+		return 0;
+	return run->comm->sum(run->comm->state, DLT_GROUP_TP, dx, (size_t)rows * l->in);
 }
 
 int dlt_linear_backward(struct dlt_linear *l, struct dlt_run *run, const float *dy, float *dx)
@@ -360,6 +390,7 @@ int dlt_linear_backward(struct dlt_linear *l, struct dlt_run *run, const float *
 		if ((r = operand(l, run, DLI_TENSOR_GRADIENT, 0, dy, rows, l->out, &g)) ||
 		    (r = operand(l, run, DLI_TENSOR_WEIGHT, 1, l->w, l->out, l->in, &w)) ||
 		    (r = gemm(run, rows, l->in, l->out, &g, false, &w, false, dx)) ||
+		    (r = tp_dgrad_sum(l, run, dx, rows)) ||
 		    (r = result(l, run, DLI_GEMM_DGRAD, DLI_TENSOR_DGRAD, dx, rows, l->in)))
 			return r;
 	}

@@ -13,6 +13,7 @@
 
 #include "fp8_recipe.h"
 #include "gemm.h"
+#include "parallel.h"
 
 enum dlt_precision {
 	DLT_FP32, /* every GEMM in fp32 */
@@ -48,6 +49,11 @@ struct dlt_run {
 	int64_t inject_step;
 	const char *inject_layer;
 	float inject_value;
+	/* Data and tensor parallelism (parallel.h); NULL in one process. */
+	const struct dlt_comm *comm;
+	/* Forward-backward passes so far: several per step with microbatches (--microbatches, and a
+	 * data-parallel rank's shard), so that a cast is remade for each microbatch's tensors. */
+	int64_t pass;
 };
 
 /* Per input tensor of the GEMMs (activation, gradient, weight: ids 0..2 of enum dli_tensor_kind). */
@@ -60,6 +66,7 @@ struct dlt_operand_state {
 	int64_t cast_step; /* the step `cast` was made at; -1 none */
 	bool cast_ok[2];   /* at cast_step: the row-wise / column-wise copy was made */
 	float *modified[2]; /* modify_tensor's output for the row-wise / column-wise GEMM, lazily */
+	int64_t cast_pass;  /* the run's pass `cast` was made in (with cast_step) */
 };
 
 #define DLT_N_OPERANDS 3
@@ -78,6 +85,15 @@ struct dlt_linear {
 	bool fp8[DLI_GEMM_COUNT];
 	bool inspect[DLI_TENSOR_STANDARD_COUNT];
 	bool modify[DLI_GEMM_COUNT][DLI_TENSOR_STANDARD_COUNT];
+	/* Tensor parallelism (Megatron's names): a column-parallel Linear holds a block of the
+	 * output features (its dgrad is a partial sum, summed over the TP group in backward), a
+	 * row-parallel one a block of the input features (its output is summed over the TP group
+	 * in forward). */
+	enum { DLT_TP_NONE, DLT_TP_COLUMN, DLT_TP_ROW } tp_mode;
+	/* The tensors (bits of 1 << enum dli_tensor_kind) that every rank of the TP group holds
+	 * whole: inspected on TP rank 0 only (an empty tensor on the others), so that the
+	 * statistics reduced across ranks count each element once. */
+	unsigned tp_whole;
 };
 
 /* Allocates the layer's weight (zeroed: the caller initializes it), its buffers for up to

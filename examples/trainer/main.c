@@ -36,6 +36,11 @@ struct options {
 	int print_every;
 	bool quiet, no_dlinspect, bench;
 	int bench_rounds, bench_steps;
+	/* --microbatches, --parallel, --tp (docs/distributed.md, "The trainer under mpirun") */
+	int micro;
+	enum { PAR_NONE, PAR_DATA, PAR_TENSOR } parallel;
+	int tp;                      /* 0: the world size */
+	const struct dlt_comm *comm; /* set under --parallel */
 };
 
 /* Everything one training run owns. */
@@ -49,6 +54,10 @@ struct trainer {
 	struct dlt_model model;
 	struct dlt_task task;
 	float *x, *target, *mask;
+	int batch; /* rows of the whole batch (x holds them all; a DP rank trains on its shard) */
+	int micro; /* pieces of this rank's shard; the step goes through dlt_model_train_step_split
+		    * when it is > 1 or under --parallel */
+	double step_seconds; /* of run.dli_seconds, in dli_step (where the ranks' records meet) */
 };
 
 static const char *const precision_names[] = {"fp32", "bf16", "fp8"};
@@ -116,6 +125,10 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 		d.config_path = o->config;
 		d.config_yaml = config_yaml;
 		d.log_dir = log_dir;
+		if (o->comm) {
+			d.rank = o->comm->rank;
+			d.world_size = o->comm->size;
+		}
 		if ((r = dli_init(&d, &t->dli, &err))) {
 			fprintf(stderr, "dlinspect-train: %s\n", err.message);
 			return r;
@@ -149,12 +162,19 @@ static int trainer_init(struct trainer *t, const struct options *o, bool use_dli
 	t->run.inject_step = o->inject_step;
 	t->run.inject_layer = o->inject_layer;
 	t->run.inject_value = o->inject_value;
+	t->run.comm = o->comm;
+	t->batch = o->model.batch;
+	t->micro = o->micro;
 	if (o->trace && !(t->run.trace = fopen(o->trace, "w"))) {
 		r = -errno;
 		fprintf(stderr, "dlinspect-train: %s: %s\n", o->trace, strerror(errno));
 		goto fail;
 	}
-	if ((r = dlt_model_init(&t->model, &o->model, &t->run, &err))) {
+	/* The model's buffers hold one piece: this rank's shard of the batch, or a microbatch. */
+	struct dlt_model_options mo = o->model;
+	int dp = o->comm ? o->comm->dp_size : 1;
+	mo.batch = ((o->model.batch + dp - 1) / dp + o->micro - 1) / o->micro;
+	if ((r = dlt_model_init(&t->model, &mo, &t->run, &err))) {
 		fprintf(stderr, "dlinspect-train: %s\n", r == -ENOMEM ? "out of memory" : err.message);
 		goto fail;
 	}
@@ -187,10 +207,13 @@ fail:
 /* One step: the data (outside *seconds), the model's step and dli_step (inside). */
 static int trainer_step(struct trainer *t, double *loss, double *seconds)
 {
-	int rows = t->model.o.batch;
+	int rows = t->batch;
 	dlt_task_batch(&t->task, t->run.step, rows, t->x, t->target, t->mask);
 	double t0 = dlt_now();
-	int r = dlt_model_train_step(&t->model, &t->run, t->x, t->target, t->mask, rows, loss);
+	int r = t->micro > 1 || t->run.comm ?
+			dlt_model_train_step_split(&t->model, &t->run, t->x, t->target, t->mask, rows,
+						   t->micro, loss) :
+			dlt_model_train_step(&t->model, &t->run, t->x, t->target, t->mask, rows, loss);
 	if (!r && t->dli) {
 		double t1 = t->run.timed ? dlt_now() : 0.0;
 		if ((r = dli_step(t->dli)) == -ECANCELED)
@@ -198,13 +221,65 @@ static int trainer_step(struct trainer *t, double *loss, double *seconds)
 				t->run.step, dli_last_error(t->dli));
 		else if (r)
 			fprintf(stderr, "dlinspect-train: dli_step: %s\n", strerror(-r));
-		if (t->run.timed)
-			t->run.dli_seconds += dlt_now() - t1;
+		if (t->run.timed) {
+			double dt = dlt_now() - t1;
+			t->run.dli_seconds += dt;
+			t->step_seconds += dt;
+		}
 	}
 	if (seconds)
 		*seconds += dlt_now() - t0;
 	t->run.step++;
 	return r;
+}
+
+/* The layout of the ranks, under --parallel. */
+static void print_parallel(const struct options *o)
+{
+	const struct dlt_comm *c = o->comm;
+	const char *comm = getenv("DLINSPECT_COMMUNICATOR");
+	if (o->micro > 1)
+		printf("  microbatches: %d per %s (gradients accumulated, one update per step)\n",
+		       o->micro, c && c->dp_size > 1 ? "rank's shard" : "batch");
+	if (!c)
+		return;
+	printf("  parallel: %d rank(s): data parallel %d x tensor parallel %d%s; rank 0's shard of "
+	       "the batch: %d of %d rows\n", c->size, c->dp_size, c->tp_size,
+	       c->tp_size > 1 ? " (the MLPs' fc1 column-, fc2 row-parallel)" : "",
+	       o->model.batch / c->dp_size, o->model.batch);
+	printf("  statistics reduced across ranks through communicator: %s\n",
+	       o->no_dlinspect ? "none (--no-dlinspect)" : comm && comm[0] ? comm :
+	       "none (DLINSPECT_COMMUNICATOR is empty): per rank");
+}
+
+/* The model's fingerprint, and under --parallel whether the ranks that should hold the same
+ * parameters do: the data-parallel ranks all of them (a wrong all-reduce shows here). */
+static int report_model(const struct options *o, struct trainer *t, bool lead)
+{
+	uint64_t h = dlt_model_hash(&t->model);
+	int same = 1;
+	const struct dlt_comm *c = o->comm;
+	if (c && c->dp_size > 1 && c->same_u64(c->state, DLT_GROUP_DP, h, &same))
+		same = 0;
+	int all = same;
+	/* Every DP group answers; rank 0 reports for the world. */
+	if (c && c->size > 1) {
+		float v = same ? 0.0f : 1.0f;
+		if (!c->max(c->state, DLT_GROUP_WORLD, &v, 1))
+			all = v == 0.0f;
+	}
+	if (lead) {
+		if (!c || c->tp_size == 1)
+			printf("model parameters: hash %016" PRIx64 "%s\n", h,
+			       c && c->dp_size > 1 ? all ? ", identical on every data-parallel rank" :
+				       ", NOT identical on the data-parallel ranks" : "");
+		else
+			printf("model parameters: rank 0's blocks hash %016" PRIx64 "; %s\n", h,
+			       c->dp_size == 1 ? "no data parallelism" :
+			       all ? "identical on every data-parallel rank" :
+				     "NOT identical on the data-parallel ranks");
+	}
+	return all ? 0 : 1;
 }
 
 static double mean_of(const double *v, int64_t from, int64_t to)
@@ -226,9 +301,12 @@ static int train(const struct options *o)
 	}
 	if (trainer_init(&t, o, !o->no_dlinspect, NULL, log_dir))
 		return 1;
+	/* Under mpirun rank 0 speaks and writes loss.csv: the loss is the whole batch's on every
+	 * rank. */
+	bool lead = !o->comm || o->comm->rank == 0, quiet = o->quiet || !lead;
 	char csv_path[4200];
 	snprintf(csv_path, sizeof csv_path, "%s/loss.csv", log_dir);
-	FILE *csv = fopen(csv_path, "w");
+	FILE *csv = fopen(lead ? csv_path : "/dev/null", "w");
 	double *losses = calloc((size_t)o->model.steps + 1, sizeof *losses);
 	if (!csv || !losses) {
 		fprintf(stderr, "dlinspect-train: %s: %s\n", csv_path, strerror(errno));
@@ -240,7 +318,7 @@ static int train(const struct options *o)
 	}
 	fprintf(csv, "step,loss\n");
 	const char *env = getenv("DLINSPECT_CONFIG");
-	if (!o->quiet) {
+	if (!quiet) {
 		printf("dlinspect-train: %s, %d layers, width %d, batch %d, %" PRId64 " steps, seed %" PRIu64
 		       "\n", precision_names[o->precision], o->model.layers, o->model.width,
 		       o->model.batch, o->model.steps, o->model.seed);
@@ -271,6 +349,7 @@ static int train(const struct options *o)
 			       o->inject_step);
 		printf("  config: %s\n", o->no_dlinspect ? "dlinspect off (--no-dlinspect)" :
 			o->config ? o->config : env && env[0] ? env : "none");
+		print_parallel(o);
 	}
 	double seconds = 0;
 	int rc = 0;
@@ -280,6 +359,15 @@ static int train(const struct options *o)
 		double loss;
 		/* -ECANCELED: dlinspect asked to stop (DetectNonFinite); the step itself was done. */
 		int sr = trainer_step(&t, &loss, &seconds);
+		/* Under mpirun a rank that stops (DetectNonFinite on its shard, an error) stops every
+		 * rank, or the others would wait for it in the next gradient sum. */
+		if (o->comm && o->comm->size > 1) {
+			float stop[2] = {sr == -ECANCELED, sr && sr != -ECANCELED};
+			if (o->comm->max(o->comm->state, DLT_GROUP_WORLD, stop, 2))
+				stop[1] = 1.0f;
+			sr = stop[1] != 0.0f ? (sr && sr != -ECANCELED ? sr : -EIO) :
+			     stop[0] != 0.0f ? -ECANCELED : 0;
+		}
 		if (sr && sr != -ECANCELED) {
 			rc = 1;
 			break;
@@ -287,7 +375,7 @@ static int train(const struct options *o)
 		losses[s] = loss;
 		done = s + 1;
 		fprintf(csv, "%" PRId64 ",%.9g\n", s, loss);
-		if (!o->quiet && (s % every == 0 || s == o->model.steps - 1 || sr))
+		if (!quiet && (s % every == 0 || s == o->model.steps - 1 || sr))
 			printf("  step %5" PRId64 "  loss %.5f\n", s, loss);
 		if (sr) {
 			rc = 1;
@@ -302,14 +390,17 @@ static int train(const struct options *o)
 	fclose(csv);
 	int64_t n = done, tail = n >= 50 ? 50 : n; /* the steps run */
 	double floor = (double)o->noise * o->noise;
-	printf("loss summary (%s): first step %.4f, mean of the last %" PRId64 " steps %.5f "
+	if (report_model(o, &t, lead))
+		rc = 1;
+	if (lead)
+		printf("loss summary (%s): first step %.4f, mean of the last %" PRId64 " steps %.5f "
 	       "(floor %.4f = noise variance, ratio %.2f)\n", precision_names[o->precision],
 	       n ? losses[0] : NAN, tail, mean_of(losses, n - tail, n), floor,
 	       mean_of(losses, n - tail, n) / floor);
 	int error = t.run.error;
 	if (error)
 		fprintf(stderr, "dlinspect-train: a dlinspect call failed: %s\n", t.run.error_msg);
-	if (!o->quiet) {
+	if (!quiet) {
 		printf("  %.2f s in training steps (%.1f steps/s); dlinspect calls: %" PRIu64
 		       " queries, %" PRIu64 " inspect_tensor, %" PRIu64 " modify_tensor\n", seconds,
 		       seconds > 0 ? (double)n / seconds : 0.0, t.run.queries, t.run.inspects,
@@ -401,9 +492,15 @@ static int bench(const struct options *o)
 		if (trainer_init(&t[made], made == 2 ? &stats : &plain, made > 0,
 				 made == 2 && !o->config ? bench_yaml : NULL, dir))
 			goto out;
-	printf("overhead benchmark: %s, %d layers, width %d, batch %d; %d rounds of %d steps per "
-	       "mode, modes alternated in one process\n", precision_names[o->precision],
-	       o->model.layers, o->model.width, o->model.batch, rounds, steps);
+	const struct dlt_comm *c = o->comm;
+	bool lead = !c || c->rank == 0;
+	if (lead) {
+		printf("overhead benchmark: %s, %d layers, width %d, batch %d; %d rounds of %d steps "
+		       "per mode, modes alternated in one process\n", precision_names[o->precision],
+		       o->model.layers, o->model.width, o->model.batch, rounds, steps);
+		if (c || o->micro > 1)
+			print_parallel(o);
+	}
 	double secs[BENCH_MODES][BENCH_MAX_ROUNDS], ratio[BENCH_MODES][BENCH_MAX_ROUNDS];
 	double loss[BENCH_MODES] = {0};
 	/* Warm-up, untimed: the first queries, the allocations and the caches. */
@@ -416,6 +513,7 @@ static int bench(const struct options *o)
 	for (int m = 1; m < BENCH_MODES; m++) {
 		t[m].run.timed = true;
 		t[m].run.dli_seconds = 0;
+		t[m].step_seconds = 0;
 	}
 	for (int r = 0; r < rounds; r++)
 		for (int k = 0; k < BENCH_MODES; k++) {
@@ -425,7 +523,8 @@ static int bench(const struct options *o)
 				if (trainer_step(&t[m], &loss[m], &secs[m][r]))
 					goto out;
 		}
-	printf("  %-40s %9s %10s %22s\n", "mode", "steps/s", "timed", "inside dlinspect");
+	if (lead)
+		printf("  %-40s %9s %10s %22s\n", "mode", "steps/s", "timed", "inside dlinspect");
 	double base = 0;
 	for (int m = 0; m < BENCH_MODES; m++) {
 		double per[BENCH_MAX_ROUNDS];
@@ -436,28 +535,90 @@ static int bench(const struct options *o)
 		double rate = median(per, rounds), over = 100.0 * (median(ratio[m], rounds) - 1.0);
 		if (m == 0) {
 			base = 1.0 / rate;
-			printf("  %-40s %9.2f\n", names[m], rate);
+			if (lead)
+				printf("  %-40s %9.2f\n", names[m], rate);
 			continue;
 		}
 		/* The direct measure, per step, against a step without dlinspect. */
 		double inside = t[m].run.dli_seconds / ((double)rounds * steps);
 		double direct = 100.0 * inside / base;
-		printf("  %-40s %9.2f %+9.2f%% %8.1f us = %6.3f%%   target <= %.1f%%  %s\n", names[m],
-		       rate, over, 1e6 * inside, direct, targets[m],
-		       direct <= targets[m] && over <= targets[m] ? "met" :
-		       direct <= targets[m] ? "met by the direct measure" : "NOT met");
+		/* Several ranks: the largest share of any rank (a collective's wait counts where it
+		 * waits). */
+		double in_step = t[m].step_seconds / ((double)rounds * steps);
+		float worst[3] = {(float)inside, (float)direct, (float)in_step};
+		if (c && c->size > 1 && !c->max(c->state, DLT_GROUP_WORLD, worst, 3)) {
+			inside = worst[0];
+			direct = worst[1];
+			in_step = worst[2];
+		}
+		if (lead)
+			printf("  %-40s %9.2f %+9.2f%% %8.1f us = %6.3f%%   target <= %.1f%%  %s\n",
+			       names[m], rate, over, 1e6 * inside, direct, targets[m],
+			       direct <= targets[m] && over <= targets[m] ? "met" :
+			       direct <= targets[m] ? "met by the direct measure" : "NOT met");
+		if (lead && c && c->size > 1)
+			printf("  %-40s %21s %8.1f us of it in dli_step (the reduction: it waits there "
+			       "for the last rank)\n", "", "", 1e6 * in_step);
 	}
-	printf("  timed: median over rounds of (round time / the same round's time without dlinspect) - 1;\n"
-	       "  inside dlinspect: the time spent in dlinspect's calls, per step and as a share of a\n"
-	       "  step without dlinspect\n");
-	printf("  same losses without dlinspect and with no config: %s\n",
-	       loss[0] == loss[1] ? "yes" : "NO");
-	printf("  statistics of the third run: %s/nvdlfw_inspect_statistics_logs/\n", dir);
+	uint64_t red_steps = 0, red_coll = 0, red_bytes = 0;
+	bool reduced = !dli_reduce_counters(t[2].dli, &red_steps, &red_coll, &red_bytes);
+	if (lead) {
+		printf("  timed: median over rounds of (round time / the same round's time without dlinspect) - 1;\n"
+		       "  inside dlinspect: the time spent in dlinspect's calls, per step and as a share of a\n"
+		       "  step without dlinspect%s\n", c && c->size > 1 ? " (the largest of the ranks)" : "");
+		printf("  same losses without dlinspect and with no config: %s\n",
+		       loss[0] == loss[1] ? "yes" : "NO");
+		if (reduced && red_steps)
+			printf("  statistics reduced across ranks: %" PRIu64 " scheduled steps, %.2f "
+			       "collectives and %.0f bytes gathered per scheduled step (rank 0; the "
+			       "first step agrees on the record size: one collective more)\n", red_steps,
+			       (double)red_coll / (double)red_steps, (double)red_bytes / (double)red_steps);
+		else if (c && c->size > 1)
+			printf("  statistics not reduced across ranks (no communicator)\n");
+		printf("  statistics of the third run: %s/nvdlfw_inspect_statistics_logs/\n", dir);
+	}
 	rc = 0;
 out:
 	for (int m = 0; m < made; m++)
 		trainer_finish(&t[m]);
 	return rc;
+}
+
+/* --parallel: MPI's ranks and groups, then the run. */
+static int run_parallel(struct options *o, int *argc, char ***argv)
+{
+#ifdef DLT_HAVE_MPI
+	struct dlt_comm comm;
+	char msg[256];
+	int tp_wanted = o->parallel == PAR_DATA ? 1 : o->tp;
+	if (dlt_parallel_init(&comm, argc, argv, tp_wanted ? tp_wanted : 0, msg, sizeof msg)) {
+		fprintf(stderr, "dlinspect-train: --parallel: %s\n", msg);
+		return 2;
+	}
+	int rc = 2;
+	o->comm = &comm;
+	if (comm.tp_size > 4 * o->model.width)
+		fprintf(stderr, "dlinspect-train: --tp %d: the MLPs have only %d hidden features\n",
+			comm.tp_size, 4 * o->model.width);
+	else if (o->model.batch < comm.dp_size * o->micro)
+		fprintf(stderr, "dlinspect-train: batch %d: too few rows for %d data-parallel rank(s) "
+			"x %d microbatch(es)\n", o->model.batch, comm.dp_size, o->micro);
+	else {
+		/* dlinspect reduces the statistics through its mpi communicator unless told
+		 * otherwise (an empty DLINSPECT_COMMUNICATOR: per rank). */
+		setenv("DLINSPECT_COMMUNICATOR", "mpi", 0);
+		rc = o->bench ? bench(o) : train(o);
+	}
+	dlt_parallel_finish(&comm);
+	return rc;
+#else
+	(void)argc;
+	(void)argv;
+	fprintf(stderr, "dlinspect-train: --parallel %s needs a build with MPI: this one was "
+		"configured without it (Debian: apt-get install libopenmpi-dev openmpi-bin, then "
+		"meson setup --reconfigure)\n", o->parallel == PAR_DATA ? "data" : "tensor");
+	return 2;
+#endif
 }
 
 static void usage(FILE *f, const char *argv0)
@@ -493,7 +654,15 @@ static void usage(FILE *f, const char *argv0)
 		"  --bench-steps N      steps per mode and round (default 100)\n"
 		"  --inputs N           input features (default 8)\n"
 		"  --outputs N          regression targets (default 16)\n"
-		"  --quiet              the loss summary only\n",
+		"  --quiet              the loss summary only\n"
+		"  --microbatches N     split each batch (each rank's shard) into N microbatches and\n"
+		"                       accumulate their gradients (default 1)\n"
+		"  --parallel data|tensor\n"
+		"                       under mpirun: data: each rank trains on its shard of the batch,\n"
+		"                       gradients summed across ranks; tensor: the MLPs' fc1 column-\n"
+		"                       and fc2 row-parallel over --tp ranks (docs/distributed.md)\n"
+		"  --tp N               tensor-parallel size for --parallel tensor, dividing the world;\n"
+		"                       the other factor is data parallel (default: the world size)\n",
 		argv0);
 }
 
@@ -547,7 +716,7 @@ int main(int argc, char **argv)
 		O_STEPS = 256, O_BATCH, O_WIDTH, O_LAYERS, O_SEED, O_PRECISION, O_CONFIG, O_LOG_DIR,
 		O_NO_DLI, O_HISTORY, O_ALGO, O_MARGIN, O_LR, O_NOISE, O_BAD_STEP, O_BAD_VALUE,
 		O_PRINT, O_TRACE, O_BENCH, O_ROUNDS, O_BSTEPS, O_QUIET, O_HELP, O_D_IN, O_D_OUT,
-		O_INJECT, O_RECIPE,
+		O_INJECT, O_RECIPE, O_MICRO, O_PARALLEL, O_TP,
 	};
 	static const struct option longopts[] = {
 		{"steps", required_argument, NULL, O_STEPS},
@@ -577,6 +746,9 @@ int main(int argc, char **argv)
 		{"outputs", required_argument, NULL, O_D_OUT},
 		{"inject-nonfinite", required_argument, NULL, O_INJECT},
 		{"recipe", required_argument, NULL, O_RECIPE},
+		{"microbatches", required_argument, NULL, O_MICRO},
+		{"parallel", required_argument, NULL, O_PARALLEL},
+		{"tp", required_argument, NULL, O_TP},
 		{NULL, 0, NULL, 0},
 	};
 	struct options o = {
@@ -591,6 +763,7 @@ int main(int argc, char **argv)
 		.print_every = -1,
 		.bench_rounds = 7,
 		.bench_steps = 100,
+		.micro = 1,
 	};
 	dlt_recipe_default(&o.recipe);
 	const char *env_dir = getenv("DLINSPECT_LOG_DIR");
@@ -645,6 +818,12 @@ int main(int argc, char **argv)
 					ok = true;
 				}
 			break;
+		case O_MICRO: ok = parse_long(optarg, 1, 1 << 20, &v); o.micro = (int)v; break;
+		case O_PARALLEL:
+			ok = !strcmp(optarg, "data") || !strcmp(optarg, "tensor");
+			o.parallel = !strcmp(optarg, "data") ? PAR_DATA : PAR_TENSOR;
+			break;
+		case O_TP: ok = parse_long(optarg, 1, 1 << 16, &v); o.tp = (int)v; break;
 		case O_HELP: usage(stdout, argv[0]); return 0;
 		default: usage(stderr, argv[0]); return 2;
 		}
@@ -667,5 +846,17 @@ int main(int argc, char **argv)
 	}
 	if (o.print_every < 0)
 		o.print_every = o.model.steps >= 10 ? (int)(o.model.steps / 10) : 1;
-	return o.bench ? bench(&o) : train(&o);
+	if (o.tp && o.parallel != PAR_TENSOR) {
+		fprintf(stderr, "%s: --tp needs --parallel tensor\n", argv[0]);
+		return 2;
+	}
+	if (o.parallel == PAR_NONE) {
+		if (o.model.batch < o.micro) {
+			fprintf(stderr, "%s: --microbatches %d: the batch has %d rows\n", argv[0],
+				o.micro, o.model.batch);
+			return 2;
+		}
+		return o.bench ? bench(&o) : train(&o);
+	}
+	return run_parallel(&o, &argc, &argv);
 }

@@ -116,6 +116,7 @@ static int add_param(struct dlt_model *m, float *p, float *g, size_t n)
 	q->p = p;
 	q->g = g;
 	q->n = n;
+	m->n_grads += n;
 	q->m = calloc(n, sizeof(float));
 	q->v = calloc(n, sizeof(float));
 	return q->m && q->v ? 0 : -ENOMEM;
@@ -131,16 +132,27 @@ int dlt_model_init(struct dlt_model *m, const struct dlt_model_options *o, struc
 {
 	memset(m, 0, sizeof *m);
 	m->o = *o;
-	int w = o->width, hid = m->hidden = 4 * o->width, rows = o->batch, L = o->layers, r;
+	/* Tensor parallelism: this rank's block [lo, lo + hid) of the 4 x width hidden features. */
+	int tp = run->comm ? run->comm->tp_size : 1, tr = run->comm ? run->comm->tp_rank : 0;
+	int full = 4 * o->width, lo = (int)((int64_t)full * tr / tp);
+	int w = o->width, hid = m->hidden = (int)((int64_t)full * (tr + 1) / tp) - lo;
+	int rows = o->batch, L = o->layers, r;
 	char name[96];
 	uint64_t s = o->seed ^ 0x3d3d3d3dull;
+	/* The whole MLP weights are drawn on every rank, in one order, and each rank keeps its block:
+	 * the model is the single process's whatever the TP size. */
+	float *whole = NULL;
+	if (hid < 1)
+		return -EINVAL;
 	m->blocks = calloc((size_t)L, sizeof *m->blocks);
 	m->h = calloc((size_t)L + 1, sizeof *m->h);
 	m->params = calloc(4 * (size_t)L + 4, sizeof *m->params);
-	if (!m->blocks || !m->h || !m->params)
+	whole = malloc((size_t)full * w * sizeof *whole);
+	if (!m->blocks || !m->h || !m->params || !whole)
 		goto nomem;
 	if ((r = dlt_linear_init(&m->input, run, "model.input_layer", o->d_in, w, rows, err)))
 		goto fail;
+	m->input.tp_whole = ~0u;
 	init_normal(m->input.w, (size_t)w * o->d_in, 1.0f / sqrtf((float)o->d_in), &s);
 	for (int i = 0; i <= L; i++)
 		if (!(m->h[i] = buf((size_t)rows * w)))
@@ -155,9 +167,19 @@ int dlt_model_init(struct dlt_model *m, const struct dlt_model_options *o, struc
 		snprintf(name, sizeof name, "model.layers.%d.mlp.fc2", i);
 		if ((r = dlt_linear_init(&b->fc2, run, name, hid, w, rows, err)))
 			goto fail;
-		init_normal(b->fc1.w, (size_t)hid * w, 1.0f / sqrtf((float)w), &s);
+		/* fc1 column-parallel: rows lo.. of W1 (full x w); fc2 row-parallel: columns lo.. of
+		 * W2 (w x full). The input of fc1 and the output of fc2 are whole on every TP rank. */
+		b->fc1.tp_mode = DLT_TP_COLUMN;
+		b->fc1.tp_whole = 1u << DLI_TENSOR_ACTIVATION | 1u << DLI_TENSOR_DGRAD;
+		b->fc2.tp_mode = DLT_TP_ROW;
+		b->fc2.tp_whole = 1u << DLI_TENSOR_OUTPUT | 1u << DLI_TENSOR_GRADIENT;
+		init_normal(whole, (size_t)full * w, 1.0f / sqrtf((float)w), &s);
+		memcpy(b->fc1.w, whole + (size_t)lo * w, (size_t)hid * w * sizeof *whole);
 		/* Residual branches scaled down so the stream's variance stays O(1) at init. */
-		init_normal(b->fc2.w, (size_t)w * hid, 1.0f / sqrtf((float)hid * 2 * L), &s);
+		init_normal(whole, (size_t)w * full, 1.0f / sqrtf((float)full * 2 * L), &s);
+		for (int k = 0; k < w; k++)
+			memcpy(b->fc2.w + (size_t)k * hid, whole + (size_t)k * full + lo,
+			       (size_t)hid * sizeof *whole);
 		if (!(b->ln_out = buf((size_t)rows * w)) || !(b->pre = buf((size_t)rows * hid)) ||
 		    !(b->act = buf((size_t)rows * hid)) || !(b->tmp = buf((size_t)rows * hid)))
 			goto nomem;
@@ -166,6 +188,7 @@ int dlt_model_init(struct dlt_model *m, const struct dlt_model_options *o, struc
 		goto fail;
 	if ((r = dlt_linear_init(&m->output, run, "model.output_layer", w, o->d_out, rows, err)))
 		goto fail;
+	m->output.tp_whole = ~0u;
 	init_normal(m->output.w, (size_t)o->d_out * w, 1.0f / sqrtf((float)w), &s);
 	if (!(m->z = buf((size_t)rows * w)) || !(m->y = buf((size_t)rows * o->d_out)) ||
 	    !(m->dy = buf((size_t)rows * o->d_out)) || !(m->dz = buf((size_t)rows * w)) ||
@@ -179,16 +202,20 @@ int dlt_model_init(struct dlt_model *m, const struct dlt_model_options *o, struc
 		    (r = add_param(m, b->ln.beta, b->ln.dbeta, (size_t)w)) ||
 		    (r = add_param(m, b->fc1.w, b->fc1.dw, (size_t)hid * w)))
 			break;
+		m->params[m->n_params - 1].sharded = tp > 1;
 		r = add_param(m, b->fc2.w, b->fc2.dw, (size_t)w * hid);
+		m->params[m->n_params - 1].sharded = tp > 1;
 	}
 	if (r || (r = add_param(m, m->ln_f.gamma, m->ln_f.dgamma, (size_t)w)) ||
 	    (r = add_param(m, m->ln_f.beta, m->ln_f.dbeta, (size_t)w)) ||
 	    (r = add_param(m, m->output.w, m->output.dw, (size_t)o->d_out * w)))
 		goto fail;
+	free(whole);
 	return 0;
 nomem:
 	r = -ENOMEM;
 fail:
+	free(whole);
 	dlt_model_finish(m);
 	return r;
 }
@@ -224,6 +251,7 @@ void dlt_model_finish(struct dlt_model *m)
 	free(m->dh);
 	free(m->dhid);
 	free(m->dhid2);
+	free(m->gacc);
 	memset(m, 0, sizeof *m);
 }
 
@@ -249,13 +277,22 @@ static float learning_rate(const struct dlt_model_options *o, int64_t step)
 }
 
 /* Adam (beta 0.9, 0.999, eps 1e-8) after scaling every gradient so their global norm is at most
- * o.clip. */
-static void optimizer_step(struct dlt_model *m, int64_t step)
+ * o.clip. Under tensor parallelism the norm takes each sharded parameter's blocks from every TP
+ * rank and each replicated one once. */
+static int optimizer_step(struct dlt_model *m, const struct dlt_comm *comm, int64_t step)
 {
-	double sq = 0;
-	for (size_t i = 0; i < m->n_params; i++)
+	double sq = 0, sq_shard = 0;
+	for (size_t i = 0; i < m->n_params; i++) {
+		double *to = m->params[i].sharded ? &sq_shard : &sq;
 		for (size_t k = 0; k < m->params[i].n; k++)
-			sq += (double)m->params[i].g[k] * m->params[i].g[k];
+			*to += (double)m->params[i].g[k] * m->params[i].g[k];
+	}
+	if (comm && comm->tp_size > 1) {
+		int r = comm->sum_f64(comm->state, DLT_GROUP_TP, &sq_shard, 1);
+		if (r)
+			return r;
+		sq += sq_shard;
+	}
 	double norm = sqrt(sq);
 	float c = m->o.clip > 0 && norm > m->o.clip ? (float)(m->o.clip / norm) : 1.0f;
 	m->adam_t++;
@@ -270,6 +307,7 @@ static void optimizer_step(struct dlt_model *m, int64_t step)
 			p->p[k] -= lr * (p->m[k] / bc1) / (sqrtf(p->v[k] / bc2) + 1e-8f);
 		}
 	}
+	return 0;
 }
 
 static void step_end(struct dlt_linear *l, void *run)
@@ -277,11 +315,13 @@ static void step_end(struct dlt_linear *l, void *run)
 	dlt_linear_step_end(l, run);
 }
 
-int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *x,
-			 const float *target, const float *mask, int rows, double *loss)
+int dlt_model_forward_backward(struct dlt_model *m, struct dlt_run *run, const float *x,
+			       const float *target, const float *mask, int rows, double loss_rows,
+			       double *loss_sum)
 {
 	int w = m->o.width, hid = m->hidden, L = m->o.layers, dout = m->o.d_out, r;
 	size_t nw = (size_t)rows * w, nh = (size_t)rows * hid;
+	run->pass++;
 
 	/* Forward. */
 	if ((r = dlt_linear_forward(&m->input, run, x, rows, m->h[0])))
@@ -301,10 +341,8 @@ int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *
 	if ((r = dlt_linear_forward(&m->output, run, m->z, rows, m->y)))
 		return r;
 
-	/* Loss: mean squared error over the rows the mask keeps. */
-	double n = 0, sum = 0;
-	for (int i = 0; i < rows; i++)
-		n += mask[i] != 0.0f;
+	/* Loss: mean squared error over the rows the mask keeps (of the whole batch). */
+	double n = loss_rows, sum = 0;
 	float inv = n > 0 ? (float)(2.0 / (n * dout)) : 0.0f;
 	for (int i = 0; i < rows; i++)
 		for (int o = 0; o < dout; o++) {
@@ -313,7 +351,7 @@ int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *
 			sum += (double)e * e;
 			m->dy[k] = inv * e;
 		}
-	*loss = n > 0 ? sum / (n * dout) : 0.0;
+	*loss_sum = sum;
 
 	/* Backward. */
 	/* LayerNorm's parameter gradients accumulate over rows; a Linear's wgrad overwrites. */
@@ -336,10 +374,140 @@ int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *
 		for (size_t k = 0; k < nw; k++)
 			m->dh[k] += m->dz[k];
 	}
-	if ((r = dlt_linear_backward(&m->input, run, m->dh, NULL)))
-		return r;
+	return dlt_linear_backward(&m->input, run, m->dh, NULL);
+}
 
-	optimizer_step(m, run->step);
-	dlt_model_each_linear(m, step_end, run);
-	return 0;
+int dlt_model_update(struct dlt_model *m, struct dlt_run *run)
+{
+	int r = optimizer_step(m, run->comm, run->step);
+	if (!r)
+		dlt_model_each_linear(m, step_end, run);
+	return r;
+}
+
+int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *x,
+			 const float *target, const float *mask, int rows, double *loss)
+{
+	double n = 0, sum;
+	for (int i = 0; i < rows; i++)
+		n += mask[i] != 0.0f;
+	int r = dlt_model_forward_backward(m, run, x, target, mask, rows, n, &sum);
+	if (r)
+		return r;
+	*loss = n > 0 ? sum / (n * m->o.d_out) : 0.0;
+	return dlt_model_update(m, run);
+}
+
+/* The parameters' gradients into (add false) or onto (add true) the flat buffer m->gacc, in
+ * parameter order; `back` copies them from it instead. */
+static void grads_flat(struct dlt_model *m, bool add, bool back)
+{
+	float *f = m->gacc;
+	for (size_t i = 0; i < m->n_params; i++) {
+		float *g = m->params[i].g;
+		size_t n = m->params[i].n;
+		if (back)
+			memcpy(g, f, n * sizeof *g);
+		else if (!add)
+			memcpy(f, g, n * sizeof *g);
+		else
+			for (size_t k = 0; k < n; k++)
+				f[k] += g[k];
+		f += n;
+	}
+}
+
+/* Delayed scaling across ranks: every rank's amax of this step is the world's maximum, as
+ * TransformerEngine reduces amaxes over its FP8 group, so that the scales stay the same on every
+ * rank (data parallel) and are those of the whole tensor (a TP shard). */
+struct amax_walk {
+	float *v;
+	size_t n;
+	bool put;
+};
+
+static void amax_each(struct dlt_linear *l, void *arg)
+{
+	struct amax_walk *a = arg;
+	for (int t = 0; t < DLT_N_OPERANDS; t++) {
+		float *slot = &l->op[t].meta.history[l->op[t].meta.pos];
+		if (a->put)
+			*slot = a->v[a->n];
+		else
+			a->v[a->n] = *slot;
+		a->n++;
+	}
+}
+
+static int amax_reduce(struct dlt_model *m, struct dlt_run *run)
+{
+	const struct dlt_comm *c = run->comm;
+	if (!c || c->size == 1 || run->precision != DLT_FP8 ||
+	    run->recipe.scaling != DLT_SCALING_DELAYED)
+		return 0;
+	size_t n = (2 + 2 * (size_t)m->o.layers) * DLT_N_OPERANDS;
+	struct amax_walk a = {.v = malloc(n * sizeof(float))};
+	if (!a.v)
+		return -ENOMEM;
+	dlt_model_each_linear(m, amax_each, &a);
+	int r = c->max(c->state, DLT_GROUP_WORLD, a.v, n);
+	a.n = 0;
+	a.put = true;
+	if (!r)
+		dlt_model_each_linear(m, amax_each, &a);
+	free(a.v);
+	return r;
+}
+
+int dlt_model_train_step_split(struct dlt_model *m, struct dlt_run *run, const float *x,
+			       const float *target, const float *mask, int rows, int micro,
+			       double *loss)
+{
+	const struct dlt_comm *c = run->comm;
+	int dp = c ? c->dp_size : 1, dr = c ? c->dp_rank : 0, d_in = m->o.d_in, dout = m->o.d_out;
+	int first = (int)((int64_t)rows * dr / dp), shard = (int)((int64_t)rows * (dr + 1) / dp) - first;
+	double n = 0, sum = 0, piece_sum;
+	int r = 0;
+	if (micro < 1 || shard < micro)
+		return -EINVAL;
+	if (!m->gacc && !(m->gacc = malloc(m->n_grads * sizeof *m->gacc)))
+		return -ENOMEM;
+	for (int i = 0; i < rows; i++)
+		n += mask[i] != 0.0f;
+	for (int k = 0; k < micro && !r; k++) {
+		int lo = first + (int)((int64_t)shard * k / micro);
+		int hi = first + (int)((int64_t)shard * (k + 1) / micro);
+		r = dlt_model_forward_backward(m, run, x + (size_t)lo * d_in, target + (size_t)lo * dout,
+					       mask + lo, hi - lo, n, &piece_sum);
+		sum = k ? sum + piece_sum : piece_sum;
+		if (!r)
+			grads_flat(m, k > 0, false);
+	}
+	/* The data-parallel ranks' gradients (and losses) added in rank order: the sums a single
+	 * process makes when it takes the same pieces as microbatches. */
+	if (!r && dp > 1)
+		r = c->sum(c->state, DLT_GROUP_DP, m->gacc, m->n_grads);
+	if (!r && dp > 1)
+		r = c->sum_f64(c->state, DLT_GROUP_DP, &sum, 1);
+	if (!r)
+		grads_flat(m, false, true);
+	if (!r)
+		r = amax_reduce(m, run);
+	if (r)
+		return r;
+	*loss = n > 0 ? sum / (n * dout) : 0.0;
+	return dlt_model_update(m, run);
+}
+
+uint64_t dlt_model_hash(const struct dlt_model *m)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	for (size_t i = 0; i < m->n_params; i++) {
+		const unsigned char *b = (const unsigned char *)m->params[i].p;
+		for (size_t k = 0; k < m->params[i].n * sizeof(float); k++) {
+			h ^= b[k];
+			h *= 0x100000001b3ull;
+		}
+	}
+	return h;
 }

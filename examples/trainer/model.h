@@ -31,11 +31,12 @@ struct dlt_block {
 struct dlt_param {
 	float *p, *g, *m, *v;
 	size_t n;
+	bool sharded; /* tensor parallelism: each TP rank holds a block (fc1, fc2) */
 };
 
 struct dlt_model {
 	struct dlt_model_options o;
-	int hidden;
+	int hidden;      /* the MLPs' hidden features this rank holds: 4 x width, or its TP block */
 	struct dlt_linear input, output;
 	struct dlt_block *blocks;
 	struct dlt_layernorm ln_f;
@@ -44,6 +45,8 @@ struct dlt_model {
 	struct dlt_param *params;
 	size_t n_params;
 	int64_t adam_t;
+	size_t n_grads;  /* elements of all parameters */
+	float *gacc;     /* gradients accumulated over microbatches, and summed across DP ranks */
 };
 
 /* Builds and initializes the model (weights from o->seed); every Linear gets its dlinspect handle
@@ -57,6 +60,28 @@ void dlt_model_finish(struct dlt_model *m);
  * the recipe's end-of-step scale update. The caller then calls dli_step and advances run->step. */
 int dlt_model_train_step(struct dlt_model *m, struct dlt_run *run, const float *x,
 			 const float *target, const float *mask, int rows, double *loss);
+
+/* The parts of dlt_model_train_step, for microbatches and data parallelism: a forward and backward
+ * pass over `rows` rows whose loss is normalized by `loss_rows` (the masked-in rows of the whole
+ * batch), leaving the gradients of this pass in the parameters and the sum of squared errors in
+ * *loss_sum; then the update (clipped Adam, the recipe's scale update). */
+int dlt_model_forward_backward(struct dlt_model *m, struct dlt_run *run, const float *x,
+			       const float *target, const float *mask, int rows, double loss_rows,
+			       double *loss_sum);
+int dlt_model_update(struct dlt_model *m, struct dlt_run *run);
+
+/* A step on a batch of `rows` rows split into pieces: with run->comm, this data-parallel rank's
+ * shard (rows * dp_rank / dp_size ..), itself in `micro` microbatches; the gradients of the pieces
+ * are added in order, then across the DP ranks in rank order (parallel.h), and the FP8 amaxes of
+ * delayed scaling are the world's maxima. The same model and loss on every DP rank, and, bit for
+ * bit, those of one process taking the same pieces as microbatches. -EINVAL when a piece would be
+ * empty. */
+int dlt_model_train_step_split(struct dlt_model *m, struct dlt_run *run, const float *x,
+			       const float *target, const float *mask, int rows, int micro,
+			       double *loss);
+
+/* FNV-1a over the bytes of every parameter this rank holds: equal models, equal hashes. */
+uint64_t dlt_model_hash(const struct dlt_model *m);
 
 /* Calls fn on every Linear of the model, in forward order. */
 void dlt_model_each_linear(struct dlt_model *m, void (*fn)(struct dlt_linear *, void *), void *arg);

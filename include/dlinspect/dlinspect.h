@@ -129,6 +129,9 @@ struct dli_options {
 	 * dli_destroy. NULL: the one DLINSPECT_COMMUNICATOR names, if any. */
 	const struct dli_comm_ops *comm_ops;
 	void *comm;
+	/* ABI 1.3: the name messages give the host's communicator ("torch"), borrowed for dli_init;
+	 * NULL: "host". */
+	const char *comm_name;
 };
 
 /* Sets every field to its default. A call compiles to dli_options_init_sized with the size of the
@@ -356,6 +359,15 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
  * tensor, and a tensor that cannot be read (that also writes one line saying why). Thread-safe
  * like the handle calls. Since DLINSPECT_1.2. */
 bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, const char *where);
+
+/* ---- What the reduction across ranks costs (docs/distributed.md) ---- */
+/* Counts since dli_init of the statistics reduction across ranks: the steps at which at least one
+ * group reduced, the collectives it started (an all-gather per group and step, two when the
+ * records outgrew the agreed size) and the bytes those collectives gathered on this rank. Any
+ * pointer may be NULL. 0, or -ENOTSUP (counts 0) when the context has no communicator;
+ * -EINVAL for a NULL context. Call between steps (not during dli_step). Since DLINSPECT_1.3. */
+int dli_reduce_counters(struct dli_context *ctx, uint64_t *steps, uint64_t *collectives,
+			uint64_t *bytes);
 
 #ifdef __cplusplus
 }

@@ -4,8 +4,11 @@
  * subtract 2^(exponent + 23 - mbits), exponent clamped to the format's normals, s clamped to its
  * max), and dq = r * 2^(e - 127) is exact too; the terms are sums of non-negative products (x and
  * dq share their sign), summed in float lanes and widened to double every few blocks. Every other
- * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the scalar
- * reference. Compiled with AVX2, FMA and F16C flags. */
+ * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the
+ * one-block path (vector steps that leave NaN and infinities out, or the scalar reference); a
+ * batch of eight blocks sends only those there, after a call-free loop over the row's batches
+ * (a call would keep the sums in memory: every vector register is the caller's to save).
+ * Compiled with AVX2, FMA and F16C flags. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -52,6 +55,7 @@ INLINE uint64_t sum_epi32(__m256i v)
 	uint64_t s = 0;
 
 	_mm256_storeu_si256((__m256i *)l, v);
+	#pragma GCC unroll 8
 	for (int i = 0; i < 8; i++)
 		s += (uint32_t)l[i];
 	return s;
@@ -71,6 +75,7 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 {
 	if (dtype == DLI_DTYPE_BF16) {
 		/* 16 bf16 a load: the even ones shifted up, the odd ones masked. */
+		#pragma GCC unroll 8
 		for (int h = 0; h < 2; h++) {
 			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
 			a[2 * h] = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
@@ -78,6 +83,7 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 		}
 		return;
 	}
+	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++) {
 		__m256 x = dtype == DLI_DTYPE_F32
 				   ? _mm256_loadu_ps((const float *)p + 8 * h)
@@ -112,9 +118,11 @@ INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struc
 INLINE __m256i hmax8(const __m256i m[8])
 {
 	__m256i t[4], u[2];
+	#pragma GCC unroll 8
 	for (int i = 0; i < 4; i++)
 		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
 					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
 	for (int i = 0; i < 2; i++)
 		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
 					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
@@ -157,20 +165,67 @@ struct fast_sums {
 	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
 };
 
-/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns false,
- * having added nothing, when a block needs the one-block path: an amax that is 0, NaN, inf or
- * outside [2^-60, 2^60], or that scales above fp8_max. */
-INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
+/* One block through the fast steps, its reciprocal, scale and log2(rcp) (plus the rounding
+ * constant's exponent offset) broadcast from memory: a broadcast load costs no vector pipe, a lane
+ * permute does. */
+INLINE void fast_block(const char *p, enum dli_dtype dtype, const float *rcp, const float *si,
+		       const int32_t *delta, const struct consts *k, bool under, struct fast_sums *f)
+{
+	__m256i a[4];
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
+	load_abs(p, dtype, k, a);
+	if (under)
+		#pragma GCC unroll 8
+		for (int h = 0; h < 4; h++)
+			step_fast(a[h], rb, sb, db, k, true, &f->l);
+	else
+		#pragma GCC unroll 8
+		for (int h = 0; h < 4; h++)
+			step_fast(a[h], rb, sb, db, k, false, &f->l);
+}
+
+/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns the mask of
+ * the blocks it left to the one-block path (bit b for block b): an amax that is 0, NaN, inf or
+ * outside [2^-60, 2^60], or that scales above fp8_max. The others go through the fast steps, so
+ * that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
 		  struct fast_sums *f)
 {
 	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
-	for (int b = 0; b < BATCH; b++) {
-		__m256i a[4];
-		load_abs(p + b * bstride, dtype, k, a);
-		m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]), _mm256_max_epu32(a[2], a[3]));
-		/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
-		for (int h = 0; h < 4; h++)
-			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+	if (dtype == DLI_DTYPE_BF16) {
+		/* bf16 in its own 16-bit lanes (a bf16's magnitude bits are the top half of its
+		 * float's, so maxima and minima carry over), widened once a block */
+		const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+		__m256i low16 = _mm256_set1_epi16(-1);
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++) {
+			const __m256i *q = (const __m256i *)(p + b * bstride);
+			__m256i a0 = _mm256_and_si256(_mm256_loadu_si256(q), abs16);
+			__m256i a1 = _mm256_and_si256(_mm256_loadu_si256(q + 1), abs16);
+			__m256i mm = _mm256_max_epu16(a0, a1);
+			/* each 32-bit lane's pair: its larger one in the low half, as float bits */
+			mm = _mm256_max_epu16(mm, _mm256_srli_epi32(mm, 16));
+			m[b] = _mm256_slli_epi32(mm, 16);
+			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
+									 _mm256_sub_epi16(a1, one16)));
+		}
+		/* as float bits less 1: ((l + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
+		__m256i l = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
+					     _mm256_set1_epi32(0xffff));
+		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(l, one), 16), one);
+	} else {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++) {
+			__m256i a[4];
+			load_abs(p + b * bstride, dtype, k, a);
+			m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+						_mm256_max_epu32(a[2], a[3]));
+			/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+			#pragma GCC unroll 8
+			for (int h = 0; h < 4; h++)
+				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		}
 	}
 	__m256i amax = hmax8(m);
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
@@ -190,14 +245,19 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	/* the largest element scaled: above fp8_max only by the rounding of v */
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
-	if (!_mm256_testz_si256(bad, bad))
-		return false;
-	f->emin_seen = _mm256_min_epu32(f->emin_seen, e);
+	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	if (bad_mask == 0xff)
+		return bad_mask;
+	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
+	e = _mm256_andnot_si256(bad, e);
+	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
+								      bad, _mm256_set1_epi32(255))));
 	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
 	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
 	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
 	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
-	 * it, a tie, would round to the even 0). */
+	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
+	 * which can only make `under` true where it need not be. */
 	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
@@ -212,19 +272,23 @@ INLINE bool batch(const char *p, enum dli_dtype dtype, size_t bstride, const str
 	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
 	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
 					 k->cadd);
-	for (int b = 0; b < BATCH; b++) {
-		__m256i a[4], idx = _mm256_set1_epi32(b);
-		__m256 rb = _mm256_permutevar8x32_ps(rcp, idx), sb = _mm256_permutevar8x32_ps(si, idx);
-		__m256i db = _mm256_permutevar8x32_epi32(delta, idx);
-		load_abs(p + b * bstride, dtype, k, a);
-		if (under)
-			for (int h = 0; h < 4; h++)
-				step_fast(a[h], rb, sb, db, k, true, &f->l);
-		else
-			for (int h = 0; h < 4; h++)
-				step_fast(a[h], rb, sb, db, k, false, &f->l);
+	/* each block's from memory (see fast_block) */
+	float rcps[BATCH], sis[BATCH];
+	int32_t deltas[BATCH];
+	_mm256_storeu_ps(rcps, rcp);
+	_mm256_storeu_ps(sis, si);
+	_mm256_storeu_si256((__m256i *)deltas, delta);
+	if (!bad_mask) {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++)
+			fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k, under, f);
+	} else {
+		for (int b = 0; b < BATCH; b++)
+			if (!(bad_mask >> b & 1))
+				fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k,
+					   under, f);
 	}
-	return true;
+	return bad_mask;
 }
 
 INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
@@ -256,6 +320,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		__m256i finm = _mm256_set1_epi32(0x7f7fffff), fmax8 = _mm256_setzero_si256();
 		unsigned nonfinite = 0;
 		bool inf = false;
+		#pragma GCC unroll 8
 		for (int h = 0; h < 4; h++) {
 			__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
 			inf = inf || !_mm256_testz_si256(
@@ -281,6 +346,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 				t->lo = sid;
 			if (sid > t->hi)
 				t->hi = sid;
+			#pragma GCC unroll 8
 			for (int h = 0; h < 4; h++) {
 				__m256 xa = _mm256_castsi256_ps(a[h]);
 				__m256i xz = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
@@ -317,6 +383,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		t->lo = sid;
 	if (sid > t->hi)
 		t->hi = sid;
+	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++)
 		step(a[h], rcp, si, k, l);
 	*count += block_n;
@@ -335,6 +402,52 @@ INLINE void flush_fast(struct fast_sums *f, struct dli_block_terms *t)
 	f->l.err = f->l.dqs = f->l.xs = _mm256_setzero_ps();
 	f->l.under = _mm256_setzero_si256();
 }
+
+/* Batches in a row segment (rows_avx2) */
+#define SEGMENT 32
+
+/* n batches from p on through the fast steps into *f, their counts into *count; masks[i] is batch
+ * i's blocks left to the one-block path. No call inside: every vector register is the caller's
+ * to save, so a call in this loop would keep the sums in memory. */
+INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct consts *k,
+		    struct fast_sums *fp, int *fast_pending, uint64_t *count,
+		    struct dli_block_terms *t, uint8_t *masks)
+{
+	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
+	struct fast_sums f = *fp;
+	int pend = *fast_pending;
+	uint64_t cnt = 0;
+
+	for (int i = 0; i < n; i++, p += BATCH * bstride) {
+		#pragma GCC unroll 8
+		for (size_t j = 0; j < BATCH * bstride; j += 64)
+			_mm_prefetch(p + j + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		int bad = batch(p, dtype, bstride, k, &f);
+		masks[i] = (uint8_t)bad;
+		if (bad == 0xff)
+			continue;
+		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)bad)) * DLI_MX_BLOCK;
+		/* 32 terms a lane a batch: two batches, then double */
+		if (++pend == 2) {
+			flush_fast(&f, t);
+			pend = 0;
+		}
+	}
+	*fp = f;
+	*fast_pending = pend;
+	*count += cnt;
+}
+
+#define BATCHES(name, dt)                                                                         \
+	__attribute__((noinline)) static void name(const char *p, int n, const struct consts *k,  \
+						   struct fast_sums *f, int *pend, uint64_t *count,  \
+						   struct dli_block_terms *t, uint8_t *masks)       \
+	{                                                                                         \
+		batches(p, dt, n, k, f, pend, count, t, masks);                                   \
+	}
+BATCHES(batches_f32, DLI_DTYPE_F32)
+BATCHES(batches_bf16, DLI_DTYPE_BF16)
+BATCHES(batches_f16, DLI_DTYPE_F16)
 
 INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
 		      struct dli_block_terms *t)
@@ -363,26 +476,30 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			      .emax_seen = _mm256_setzero_si256()};
 	int pending = 0, fast_pending = 0;
 	uint64_t count = 0;
+	uint8_t masks[SEGMENT];
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *row = ps->data + (size_t)(r * cols) * sz;
 		int64_t c = 0;
-		for (; c + BATCH * DLI_MX_BLOCK <= full; c += BATCH * DLI_MX_BLOCK) {
+		/* The row's batches in segments: the fast steps first (a call-free loop), then the
+		 * blocks they left out. */
+		while (c + BATCH * DLI_MX_BLOCK <= full) {
+			int64_t nb = (full - c) / (BATCH * DLI_MX_BLOCK);
+			int n = nb < SEGMENT ? (int)nb : SEGMENT;
 			const char *p = row + (size_t)c * sz;
-			for (size_t i = 0; i < BATCH * bstride; i += 64)
-				_mm_prefetch(p + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-			if (batch(p, dtype, bstride, &k, &f)) {
-				count += BATCH * DLI_MX_BLOCK;
-				/* 32 terms a lane a batch: two batches, then double */
-				if (++fast_pending == 2) {
-					flush_fast(&f, t);
-					fast_pending = 0;
-				}
-				continue;
-			}
-			for (int b = 0; b < BATCH; b++)
-				one_block(ps, dtype, p + b * bstride, r * cols + c + b * DLI_MX_BLOCK,
-					  &k, &l, acc, &pending, &count, t);
+			if (dtype == DLI_DTYPE_F32)
+				batches_f32(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else if (dtype == DLI_DTYPE_BF16)
+				batches_bf16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else
+				batches_f16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			for (int i = 0; i < n; i++)
+				for (int b = 0; masks[i] && b < BATCH; b++)
+					if (masks[i] >> b & 1)
+						one_block(ps, dtype, p + ((size_t)i * BATCH + b) * bstride,
+							  r * cols + c + ((int64_t)i * BATCH + b) * DLI_MX_BLOCK,
+							  &k, &l, acc, &pending, &count, t);
+			c += (int64_t)n * BATCH * DLI_MX_BLOCK;
 		}
 		for (; c < full; c += DLI_MX_BLOCK)
 			one_block(ps, dtype, row + (size_t)c * sz, r * cols + c, &k, &l, acc,
@@ -548,7 +665,153 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 }
 
 /* FP8 block scaling's 128 x 128 tiles with power-of-two scales: the same exact-scaling argument
- * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). */
+ * as MXFP8's, one scale a tile (dli_fp8b_scale, as the scalar pass computes it). A tile is read
+ * twice, its amax and smallest magnitude first (from memory, with the rows a few ahead
+ * prefetched: each row of a tile is a short run of its own page, which the hardware prefetchers
+ * barely follow), then its steps (from L2). */
+
+/* Rows ahead of the current one that the tile passes prefetch. */
+#define FB_AHEAD 8
+
+/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
+ * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
+ * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
+ * acc; else the fast steps into f. `clean`: NaN and infinities zeroed, which leaves them out of
+ * every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
+		      const float *rcp, const float *si, const int32_t *delta, const struct consts *k,
+		      const bool under, const bool sat, const bool clean, struct fast_sums *fp,
+		      struct lanes *lp, __m256d acc[4], struct dli_block_terms *t)
+{
+	const size_t sz = dli_dtype_size(dtype);
+	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+	struct fast_sums f = *fp;
+	struct lanes l = *lp;
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
+
+	for (int64_t r = 0; r < rows; r++, p += stride) {
+		#pragma GCC unroll 4
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++) {
+				if (clean)
+					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+				if (sat)
+					step(a[h], rb, sb, k, &l);
+				else
+					step_fast(a[h], rb, sb, db, k, under, &f.l);
+			}
+		}
+		if (r % 4 == 3) { /* 16 terms a lane a row: 64, then double */
+			if (sat)
+				flush(&l, acc, t);
+			else
+				flush_fast(&f, t);
+		}
+	}
+	if (sat)
+		flush(&l, acc, t);
+	else
+		flush_fast(&f, t);
+	*fp = f;
+	*lp = l;
+}
+
+#define TILE_STEPS(name, dt)                                                                      \
+	__attribute__((noinline)) static void name(                                               \
+		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
+		const int32_t *delta, const struct consts *k, bool under, bool sat, bool clean,   \
+		struct fast_sums *f, struct lanes *l, __m256d acc[4], struct dli_block_terms *t)  \
+	{                                                                                         \
+		if (sat)                                                                          \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, true, true, f, l, \
+				  acc, t);                                                        \
+		else if (clean && under)                                                          \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, true, f,  \
+				  l, acc, t);                                                     \
+		else if (clean)                                                                   \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, true, f, \
+				  l, acc, t);                                                     \
+		else if (under)                                                                   \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, false, f, \
+				  l, acc, t);                                                     \
+		else                                                                              \
+			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, false, f,\
+				  l, acc, t);                                                     \
+	}
+TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
+TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
+TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
+
+/* A tile's largest magnitude bits in the lanes of *m, and its smallest nonzero one less 1 in those
+ * of *lowm (zeros wrap to the top), the rows FB_AHEAD ahead prefetched. */
+INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+			int64_t r1, int64_t c0, const struct consts *k, __m256i *m_out,
+			__m256i *lowm_out)
+{
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
+	const __m256i one = _mm256_set1_epi32(1);
+	__m256i m = *m_out, lowm = *lowm_out;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * sz;
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		#pragma GCC unroll 4
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+								 _mm256_max_epu32(a[2], a[3])));
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++)
+				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		}
+	}
+	*m_out = m;
+	*lowm_out = lowm;
+}
+
+/* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
+ * magnitude bits are the top half of its float's, so the extremes carry over, widened once. */
+INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+			     __m256i *m_out, __m256i *lowm_out)
+{
+	const size_t stride = (size_t)cols * 2;
+	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1);
+	uint16_t mv[16], lv[16];
+	uint32_t mx = 0, lo = 0xffff;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * 2;
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+			__m256i a = _mm256_and_si256(
+				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
+			m = _mm256_max_epu16(m, a);
+			low = _mm256_min_epu16(low, _mm256_sub_epi16(a, one16));
+		}
+	}
+	_mm256_storeu_si256((__m256i *)mv, m);
+	_mm256_storeu_si256((__m256i *)lv, low);
+	for (int i = 0; i < 16; i++) {
+		mx = mv[i] > mx ? mv[i] : mx;
+		lo = lv[i] < lo ? lv[i] : lo;
+	}
+	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
+	 * to 0xffffffff as the 32-bit lanes would) */
+	*m_out = _mm256_set1_epi32((int)(mx << 16));
+	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
+}
+
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
 		     struct dli_block_terms *t)
@@ -562,12 +825,16 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 	};
-	const size_t sz = dli_dtype_size(dtype);
+	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
 	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
+	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
@@ -575,50 +842,83 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			scalar_tile(ctx, r0, c0);
 			continue;
 		}
-		__m256i m = _mm256_setzero_si256();
-		for (int64_t r = r0; r < r1; r++) {
-			const char *p = data + (size_t)(r * cols + c0) * sz;
-			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-				__m256i a[4];
-				load_abs(p + (size_t)j * sz, dtype, &k, a);
-				m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
-									 _mm256_max_epu32(a[2], a[3])));
+		__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1);
+		if (dtype == DLI_DTYPE_BF16)
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm);
+		else
+			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm);
+		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
+		uint64_t nonfinite = 0;
+		if (amax_bits > 0x7f7fffffu) {
+			/* NaN or an infinity: a second look (from cache) for the largest finite
+			 * magnitude, an infinity (the scalar pass's amax, with NaN left out) and the
+			 * count of both, which the terms leave out. */
+			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+			__m256i fm = _mm256_setzero_si256(), inf = _mm256_setzero_si256();
+			for (int64_t r = r0; r < r1; r++) {
+				const char *p = data + (size_t)(r * cols + c0) * sz;
+				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+					__m256i a[4];
+					load_abs(p + (size_t)j * sz, dtype, &k, a);
+					for (int h = 0; h < 4; h++) {
+						__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+						nonfinite += (uint64_t)__builtin_popcount((unsigned)
+							_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+						fm = _mm256_max_epu32(fm, _mm256_andnot_si256(nf, a[h]));
+						inf = _mm256_or_si256(inf, _mm256_cmpeq_epi32(
+							a[h], _mm256_set1_epi32(0x7f800000)));
+					}
+				}
 			}
+			fin_bits = hmax_epu32(fm);
+			amax_bits = _mm256_testz_si256(inf, inf) ? fin_bits : 0x7f800000u;
 		}
-		uint32_t amax_bits = hmax_epu32(m);
-		if (amax_bits != 0 && (amax_bits > 0x5d800000u || amax_bits < 0x21800000u)) {
-			scalar_tile(ctx, r0, c0); /* NaN, inf, or beyond the float lanes' range */
+		if (fin_bits != 0 && (fin_bits > 0x5d800000u || fin_bits < 0x21800000u)) {
+			scalar_tile(ctx, r0, c0); /* beyond the float lanes' range */
 			continue;
 		}
-		float amax;
+		float amax, fin;
 		memcpy(&amax, &amax_bits, sizeof(amax));
+		memcpy(&fin, &fin_bits, sizeof(fin));
 		float scale = dli_fp8b_scale(amax, format, dtype, true), si = 1.0f / scale;
 		if (si < t->lo)
 			t->lo = si;
 		if (si > t->hi)
 			t->hi = si;
-		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK);
-		if (amax_bits == 0)
+		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK) - nonfinite;
+		if (fin_bits == 0)
 			continue;
-		__m256 rcpv = _mm256_set1_ps(scale), siv = _mm256_set1_ps(si);
-		for (int64_t r = r0; r < r1; r++) {
-			const char *p = data + (size_t)(r * cols + c0) * sz;
-			for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-				__m256i a[4];
-				load_abs(p + (size_t)j * sz, dtype, &k, a);
-				for (int h = 0; h < 4; h++)
-					step(a[h], rcpv, siv, &k, &l);
-			}
-			if ((r - r0) % 4 == 3) /* 64 terms a lane, then double */
-				flush(&l, acc, t);
-		}
-		flush(&l, acc, t);
+		float top = fin * scale; /* exact: the scale is a power of two */
+		uint32_t top_bits;
+		memcpy(&top_bits, &top, sizeof(top_bits));
+		/* Without saturation, the fast steps, as MXFP8's batches (see batch), with the
+		 * underflows counted only when the smallest nonzero |x| can underflow. */
+		uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
+		float lowest;
+		memcpy(&lowest, &lmin, sizeof(lowest));
+		bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
+		bool sat = top_bits > maxbits, clean = nonfinite > 0;
+		uint32_t sbits;
+		memcpy(&sbits, &scale, sizeof(sbits));
+		const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
+		const char *p = data + (size_t)(r0 * cols + c0) * sz;
+		if (dtype == DLI_DTYPE_F32)
+			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+				       &f, &l, acc, t);
+		else if (dtype == DLI_DTYPE_BF16)
+			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat,
+					clean, &f, &l, acc, t);
+		else
+			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+				       &f, &l, acc, t);
 	}
 	t->count += count;
-	t->err += reduce_pd(acc[0]);
-	t->dot += reduce_pd(acc[1]);
-	t->dqs += reduce_pd(acc[2]);
-	t->xs += reduce_pd(acc[3]);
+	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
+	t->err += reduce_pd(acc[0]) + ferr;
+	/* the fast steps' sum x dq, as in rows_avx2 */
+	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
+	t->dqs += reduce_pd(acc[2]) + fdqs;
+	t->xs += reduce_pd(acc[3]) + fxs;
 }
 
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,

@@ -1,21 +1,21 @@
 /* NVFP4's row-wise compare with AVX2 (kernels/cpu/nvfp4.c has the rules and the scalar reference):
- * eight 1 x 16 blocks at a time, their amaxes in one vector and their E4M3 scales, multipliers and
- * dequantization factors computed in its lanes by the scalar rules' float operations (the E4M3
- * rounding by integer nearest-even on the dropped mantissa bits, or on multiples of 2^-9 below
- * 2^-6), then each block's elements eight a vector: x * multiplier rounded to float, the E2M1
- * magnitude code as the count of the seven rounding boundaries it passes (the scalar code's
- * comparisons), the dequantized value looked up from the eight magnitudes times the factor, the
- * sign put back. The sums are in double lanes: products of two floats are exact in double, so
- * only the order of the additions differs from the scalar pass. Blocks holding NaN or an infinity,
- * and a row's last partial block, go to the scalar block; the global amax has its own AVX2 pass. */
+ * eight 1 x 16 blocks at a time, their amaxes in one vector (integer maxima of the magnitude bits)
+ * and their E4M3 scales, multipliers and dequantization factors computed in its lanes by the scalar
+ * rules' float operations (the E4M3 rounding by integer nearest-even on the dropped mantissa bits,
+ * or on multiples of 2^-9 below 2^-6), then each block's elements eight a vector, as magnitudes
+ * (x and its dequantized value share their sign): |x| * multiplier rounded to float, its E2M1
+ * value by the float rounding trick (see elements), times the factor. The sums are in double
+ * lanes, one short chain a block added to the running sums: products of two floats are exact in
+ * double, so only the order of the additions differs from the scalar pass; sum x dq is derived
+ * from the other three. The vector loop is a function with no call inside, so that the sums stay
+ * in registers; blocks holding NaN or an infinity go to the scalar block after each segment of
+ * the row, a row's last partial block too; the global amax has its own AVX2 pass. */
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
 #include <string.h>
 
 #include "nvfp4-private.h"
-
-static const float e2m1_values[8] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f };
 
 static inline __m256 load8(const void *data, enum dli_dtype dtype, int64_t i)
 {
@@ -39,53 +39,12 @@ static inline double hsum(__m256d v)
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
 }
 
-struct acc {
-	__m256d err, dot, dqs, xs;
-	__m256i under, over; /* 32-bit lane counts, widened per row */
-};
-
-/* Four of the eight float lanes, as doubles, into the sums. */
-static inline void add4(struct acc *a, __m128 x, __m128 dq)
-{
-	__m256d xd = _mm256_cvtps_pd(x), dd = _mm256_cvtps_pd(dq), d = _mm256_sub_pd(xd, dd);
-	a->err = _mm256_fmadd_pd(d, d, a->err);
-	a->dot = _mm256_fmadd_pd(xd, dd, a->dot);
-	a->dqs = _mm256_fmadd_pd(dd, dd, a->dqs);
-	a->xs = _mm256_fmadd_pd(xd, xd, a->xs);
-}
-
-static inline void elements(struct acc *a, __m256 x, __m256 enc, __m256 mags)
-{
-	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-	__m256 s = _mm256_mul_ps(x, enc), m = _mm256_and_ps(s, absmask);
-	/* Each comparison is -1 where it holds: their sum is minus the code. */
-	__m256i c = _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
-	c = _mm256_add_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(0.75f), _CMP_GE_OQ)));
-	c = _mm256_add_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(1.25f), _CMP_GT_OQ)));
-	c = _mm256_add_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(1.75f), _CMP_GE_OQ)));
-	c = _mm256_add_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(2.5f), _CMP_GT_OQ)));
-	c = _mm256_add_epi32(c, _mm256_castps_si256(_mm256_cmp_ps(m, _mm256_set1_ps(3.5f), _CMP_GE_OQ)));
-	__m256 over = _mm256_cmp_ps(m, _mm256_set1_ps(5.0f), _CMP_GT_OQ);
-	c = _mm256_add_epi32(c, _mm256_castps_si256(over));
-	c = _mm256_sub_epi32(_mm256_setzero_si256(), c);
-	__m256 dq = _mm256_permutevar8x32_ps(mags, c);
-	dq = _mm256_or_ps(dq, _mm256_andnot_ps(absmask, x)); /* x's sign (the magnitude's is +) */
-	/* underflow: x != 0 and code 0; overflow: |s| > 6 */
-	__m256i zero_code = _mm256_cmpeq_epi32(c, _mm256_setzero_si256());
-	__m256i nonzero_x = _mm256_castps_si256(
-		_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_NEQ_OQ));
-	a->under = _mm256_sub_epi32(a->under, _mm256_and_si256(zero_code, nonzero_x));
-	a->over = _mm256_sub_epi32(a->over, _mm256_castps_si256(
-					     _mm256_cmp_ps(m, _mm256_set1_ps(6.0f), _CMP_GT_OQ)));
-	add4(a, _mm256_castps256_ps128(x), _mm256_castps256_ps128(dq));
-	add4(a, _mm256_extractf128_ps(x, 1), _mm256_extractf128_ps(dq, 1));
-}
-
 static inline uint64_t lanes(__m256i v)
 {
 	uint32_t u[8];
 	uint64_t n = 0;
 	_mm256_storeu_si256((__m256i *)u, v);
+	#pragma GCC unroll 8
 	for (int k = 0; k < 8; k++)
 		n += u[k];
 	return n;
@@ -98,8 +57,12 @@ float dli_nvfp4_amax_avx2(const void *data, enum dli_dtype dtype, int64_t i0, in
 	float m;
 	int64_t i = i0;
 
-	/* max(a, m) is m when a is NaN: NaN left out, as fmaxf leaves it. */
+	/* max(a, m) is m when a is NaN: NaN left out, as fmaxf leaves it. The pass is a read of
+	 * the tensor: prefetched as the read reference of `dlinspect bench stats` is. */
+	const size_t sz = dtype == DLI_DTYPE_F32 ? 4 : 2;
 	for (; i + 16 <= i1; i += 16) {
+		/* 16 elements: one line of f32, half of one of bf16 */
+		_mm_prefetch((const char *)data + (size_t)i * sz + DLI_PREFETCH_BYTES, _MM_HINT_T0);
 		m0 = _mm256_max_ps(_mm256_and_ps(load8(data, dtype, i), absmask), m0);
 		m1 = _mm256_max_ps(_mm256_and_ps(load8(data, dtype, i + 8), absmask), m1);
 	}
@@ -137,80 +100,248 @@ static inline __m256 e4m3_round(__m256 v)
 				_mm256_cmp_ps(v, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
 }
 
+/* The eight maxima of eight vectors of magnitude bits, m[k]'s in lane k: a transpose by unpacks,
+ * max at each level. */
+static inline __m256i hmax8(const __m256i m[8])
+{
+	__m256i t[4], u[2];
+	#pragma GCC unroll 8
+	for (int i = 0; i < 4; i++)
+		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
+					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
+	for (int i = 0; i < 2; i++)
+		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+	return _mm256_max_epu32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
+				_mm256_permute2x128_si256(u[0], u[1], 0x31));
+}
+
+/* A block's 16 magnitudes as float bits in two vectors (lane order does not matter: the block's
+ * terms are sums); bf16 by one load, the even elements shifted up and the odd ones masked. */
+static inline void load_abs16(const char *data, enum dli_dtype dtype, int64_t i, __m256i a[2])
+{
+	const __m256i absmask = _mm256_set1_epi32(0x7fffffff);
+	if (dtype == DLI_DTYPE_F32) {
+		a[0] = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)((const float *)data + i)),
+					absmask);
+		a[1] = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)((const float *)data + i + 8)), absmask);
+		return;
+	}
+	__m256i w = _mm256_loadu_si256((const __m256i *)((const uint16_t *)data + i));
+	a[0] = _mm256_and_si256(_mm256_slli_epi32(w, 16), absmask);
+	a[1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+}
+
+/* One block's sums in double, each a short chain of its own, added to the running sums once a
+ * block so that no long chain of dependent additions sets the pace. */
+struct dsums {
+	__m256d err, dqs, xs;
+};
+
+/* Eight magnitudes m of one block, with its multiplier and its dequantization factor: the E2M1
+ * value r of m * enc (the scalar rules' s = x * enc and |s|: the product's magnitude is the
+ * same), rounded by the float trick: add and subtract C = 2^(max(exponent, 0) + 22), which rounds
+ * to one mantissa bit (steps of 0.5 below 2, 1 up to 4, 2 up to 8) to nearest-even, after
+ * clamping to 6. Each tie lands on the code the scalar comparisons give (0.25 -> 0, 0.75 -> 1,
+ * 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is
+ * the scalar's e2m1_values[c] * dqs. x and dq share their sign, so the terms are those of the
+ * magnitudes; the underflows are (r == 0) less (x == 0), the overflows |s| > 6. */
+static inline void elements(__m256i mb, __m256 enc, __m256 dqs, __m256i *under, __m256i *over,
+			    __m256d *d_err, __m256d *d_dqs, __m256d *d_xs, bool first)
+{
+	const __m256i expmask = _mm256_set1_epi32(0x7f800000);
+	__m256 m = _mm256_castsi256_ps(mb);
+	__m256 s = _mm256_mul_ps(m, enc);
+	__m256 sc = _mm256_min_ps(s, _mm256_set1_ps(6.0f));
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(sc), expmask),
+				     _mm256_set1_epi32(127 << 23));
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(22 << 23)));
+	__m256 r = _mm256_sub_ps(_mm256_add_ps(sc, c), c);
+	__m256 dq = _mm256_mul_ps(r, dqs);
+	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
+	__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
+	*under = _mm256_add_epi32(_mm256_sub_epi32(*under, rz), xz);
+	*over = _mm256_sub_epi32(*over, _mm256_castps_si256(
+					       _mm256_cmp_ps(s, _mm256_set1_ps(6.0f), _CMP_GT_OQ)));
+	#pragma GCC unroll 8
+	for (int h = 0; h < 2; h++) {
+		__m128 mh = h ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m);
+		__m128 qh = h ? _mm256_extractf128_ps(dq, 1) : _mm256_castps256_ps128(dq);
+		__m256d xd = _mm256_cvtps_pd(mh), dd = _mm256_cvtps_pd(qh);
+		__m256d d = _mm256_sub_pd(xd, dd);
+		if (first && !h) {
+			*d_err = _mm256_mul_pd(d, d);
+			*d_dqs = _mm256_mul_pd(dd, dd);
+			*d_xs = _mm256_mul_pd(xd, xd);
+		} else {
+			*d_err = _mm256_fmadd_pd(d, d, *d_err);
+			*d_dqs = _mm256_fmadd_pd(dd, dd, *d_dqs);
+			*d_xs = _mm256_fmadd_pd(xd, xd, *d_xs);
+		}
+	}
+}
+
+static inline void row_sums_reset(struct dsums *a)
+{
+	a->err = a->dqs = a->xs = _mm256_setzero_pd();
+}
+
+/* One whole block of finite values whose magnitudes are in a[2], into the running sums. */
+static inline void block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256i *under,
+			   __m256i *over, struct dsums *sum)
+{
+	__m256d e, q, x;
+	elements(a[0], enc, dqs, under, over, &e, &q, &x, true);
+	elements(a[1], enc, dqs, under, over, &e, &q, &x, false);
+	sum->err = _mm256_add_pd(sum->err, e);
+	sum->dqs = _mm256_add_pd(sum->dqs, q);
+	sum->xs = _mm256_add_pd(sum->xs, x);
+}
+
+static inline double hmin_ps(__m256 v)
+{
+	__m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+	m = _mm_min_ss(m, _mm_movehdup_ps(m));
+	return _mm_cvtss_f32(m);
+}
+
+/* Groups of eight blocks in a row segment (see rows) */
+#define SEGMENT 64
+
+/* What the vector groups have summed so far. */
+struct state {
+	struct dsums sum;
+	__m256i under, over; /* 32-bit lane counts (at most 2 a lane a block), widened per row */
+	__m256 lo, hi;       /* the scale range, in lanes (+inf / -inf while none) */
+	uint64_t count;
+};
+
+/* n_groups groups of eight blocks from element i0 on, into *st, with no call inside: every vector
+ * register is a caller's to save, so a call in this loop would keep the sums in memory. The
+ * groups' blocks holding NaN or an infinity are left out and marked in bad_masks, one byte a
+ * group, for the scalar block. */
+static inline __attribute__((always_inline)) void
+segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups,
+	struct state *st, uint8_t *bad_masks)
+{
+	const size_t sz = dtype == DLI_DTYPE_F32 ? 4 : 2, gbytes = 8 * DLI_NVFP4_BLOCK * sz;
+	/* The scalar rules' constants: S_enc * float(1/6), float(1 / S_enc). */
+	const __m256 mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f));
+	const __m256 s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc));
+	const __m256 amax_g = _mm256_set1_ps(ps->amax);
+	struct dsums sum = st->sum;
+	__m256i under = st->under, over = st->over;
+	__m256 lo = st->lo, hi = st->hi;
+	uint64_t count = 0;
+	const char *p = ps->data + (size_t)i0 * sz;
+
+	for (int g = 0; g < n_groups; g++, p += gbytes) {
+		__m256i m[8];
+		#pragma GCC unroll 8
+		for (size_t b = 0; b < gbytes; b += 64)
+			_mm_prefetch(p + b + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		#pragma GCC unroll 8
+		for (int k = 0; k < 8; k++) {
+			__m256i a[2];
+			load_abs16(p, dtype, k * DLI_NVFP4_BLOCK, a);
+			m[k] = _mm256_max_epu32(a[0], a[1]);
+		}
+		__m256i amax = hmax8(m);
+		/* NaN and inf have the largest magnitude bits. Their lanes' scales are not used. */
+		__m256i nf = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff));
+		int bad = _mm256_movemask_ps(_mm256_castsi256_ps(nf));
+		__m256 bm = _mm256_andnot_ps(_mm256_castsi256_ps(nf), _mm256_castsi256_ps(amax));
+		__m256 vs = e4m3_round(_mm256_mul_ps(bm, mult));
+		__m256 ve = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(vs, s_dec)),
+					  _mm256_set1_ps(FLT_MAX));
+		__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, amax_g), _mm256_set1_ps(1.0f / 2688.0f));
+		/* the range over the blocks of a nonzero scale, these ones */
+		__m256 unused = _mm256_or_ps(_mm256_cmp_ps(vs, _mm256_setzero_ps(), _CMP_EQ_OQ),
+					     _mm256_castsi256_ps(nf));
+		lo = _mm256_min_ps(lo, _mm256_blendv_ps(vd, _mm256_set1_ps(INFINITY), unused));
+		hi = _mm256_max_ps(hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
+		bad_masks[g] = (uint8_t)bad;
+		/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
+		float enc[8], dqs[8];
+		_mm256_storeu_ps(enc, ve);
+		_mm256_storeu_ps(dqs, vd);
+		#pragma GCC unroll 8
+		for (int k = 0; k < 8; k++) {
+			if (bad >> k & 1)
+				continue;
+			__m256i a[2];
+			__m256 ek = _mm256_broadcast_ss(enc + k), dk = _mm256_broadcast_ss(dqs + k);
+			load_abs16(p, dtype, k * DLI_NVFP4_BLOCK, a);
+			block16(a, ek, dk, &under, &over, &sum);
+			count += DLI_NVFP4_BLOCK;
+		}
+	}
+	st->sum = sum;
+	st->under = under;
+	st->over = over;
+	st->lo = lo;
+	st->hi = hi;
+	st->count += count;
+}
+
+__attribute__((noinline)) static void segment_f32(const struct nv_pass *ps, int64_t i0, int n,
+						  struct state *st, uint8_t *bad_masks)
+{
+	segment(ps, DLI_DTYPE_F32, i0, n, st, bad_masks);
+}
+
+__attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int64_t i0, int n,
+						   struct state *st, uint8_t *bad_masks)
+{
+	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
+}
+
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
-	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
-	const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-	const __m256 vals = _mm256_loadu_ps(e2m1_values);
 	const enum dli_dtype dtype = ps->dtype == DLI_DTYPE_F32 ? DLI_DTYPE_F32 : DLI_DTYPE_BF16;
-	/* The scalar rules' constants: S_enc * float(1/6), float(1 / S_enc). */
-	const float mult = ps->s_enc * (1.0f / 6.0f), s_dec = (float)(1.0 / (double)ps->s_enc);
+	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
+	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
+	uint8_t bad_masks[SEGMENT];
 
+	row_sums_reset(&st.sum);
+	st.under = st.over = _mm256_setzero_si256();
 	for (int64_t r = r0; r < r1; r++) {
-		struct acc a = { _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
-				 _mm256_setzero_pd(), _mm256_setzero_si256(), _mm256_setzero_si256() };
-		uint64_t count = 0;
 		int64_t c = 0;
-		/* Eight blocks at a time: their scales in the lanes of one vector. */
-		for (; c + group <= full; c += group) {
-			float bm[8], enc[8], dqs[8], scf[8];
-			int bad = 0;
-			for (int k = 0; k < 8; k++) {
-				int64_t i = r * cols + c + k * DLI_NVFP4_BLOCK;
-				__m256 m0 = _mm256_and_ps(load8(ps->data, dtype, i), absmask);
-				__m256 m1 = _mm256_and_ps(load8(ps->data, dtype, i + 8), absmask);
-				__m256 nf = _mm256_or_ps(
-					_mm256_cmp_ps(m0, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ),
-					_mm256_cmp_ps(m1, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
-				if (_mm256_movemask_ps(nf))
-					bad |= 1 << k;
-				bm[k] = bad >> k & 1 ? 0.0f : hmax(_mm256_max_ps(m0, m1));
-			}
-			__m256 vs = e4m3_round(_mm256_mul_ps(_mm256_loadu_ps(bm), _mm256_set1_ps(mult)));
-			__m256 ve = _mm256_min_ps(
-				_mm256_div_ps(_mm256_set1_ps(1.0f),
-					      _mm256_mul_ps(vs, _mm256_set1_ps(s_dec))),
-				_mm256_set1_ps(FLT_MAX));
-			__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, _mm256_set1_ps(ps->amax)),
-						  _mm256_set1_ps(1.0f / 2688.0f));
-			_mm256_storeu_ps(enc, ve);
-			_mm256_storeu_ps(dqs, vd);
-			_mm256_storeu_ps(scf, vs);
-			for (int k = 0; k < 8; k++) {
-				int64_t i = r * cols + c + k * DLI_NVFP4_BLOCK;
-				if (bad >> k & 1) {
-					dli_nvfp4_block_scalar(ps, r, c + k * DLI_NVFP4_BLOCK,
-							       DLI_NVFP4_BLOCK, t);
-					continue;
-				}
-				if (scf[k] != 0.0f) {
-					if (dqs[k] < t->lo)
-						t->lo = dqs[k];
-					if (dqs[k] > t->hi)
-						t->hi = dqs[k];
-				}
-				__m256 mags = _mm256_mul_ps(vals, _mm256_set1_ps(dqs[k]));
-				__m256 ven = _mm256_set1_ps(enc[k]);
-				elements(&a, load8(ps->data, dtype, i), ven, mags);
-				elements(&a, load8(ps->data, dtype, i + 8), ven, mags);
-				count += DLI_NVFP4_BLOCK;
-			}
+		/* Eight blocks at a time: their amaxes in one vector, their scales in its lanes; in
+		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity go to the
+		 * scalar block after the segment. */
+		while (c + group <= full) {
+			int64_t n = (full - c) / group;
+			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
+			if (dtype == DLI_DTYPE_F32)
+				segment_f32(ps, r * cols + c, n_groups, &st, bad_masks);
+			else
+				segment_bf16(ps, r * cols + c, n_groups, &st, bad_masks);
+			for (int g = 0; g < n_groups; g++)
+				for (int k = 0; bad_masks[g] && k < 8; k++)
+					if (bad_masks[g] >> k & 1)
+						dli_nvfp4_block_scalar(
+							ps, r, c + (g * 8 + k) * DLI_NVFP4_BLOCK,
+							DLI_NVFP4_BLOCK, t);
+			c += n_groups * group;
 		}
 		/* The rest of the whole blocks one at a time, the scale by the scalar rules. */
 		for (; c < full; c += DLI_NVFP4_BLOCK) {
-			int64_t i = r * cols + c;
-			__m256 x0 = load8(ps->data, dtype, i), x1 = load8(ps->data, dtype, i + 8);
-			__m256 m0 = _mm256_and_ps(x0, absmask), m1 = _mm256_and_ps(x1, absmask);
+			const int64_t i = r * cols + c;
+			__m256i a[2];
+			load_abs16(ps->data, dtype, i, a);
+			__m256i mx = _mm256_max_epu32(a[0], a[1]);
 			/* NaN or inf anywhere: the scalar block (it leaves them out). */
-			__m256 bad = _mm256_or_ps(
-				_mm256_cmp_ps(m0, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ),
-				_mm256_cmp_ps(m1, _mm256_set1_ps(FLT_MAX), _CMP_NLE_UQ));
-			if (_mm256_movemask_ps(bad)) {
+			if (!_mm256_testz_si256(_mm256_cmpgt_epi32(mx, _mm256_set1_epi32(0x7f7fffff)),
+						_mm256_set1_epi32(-1))) {
 				dli_nvfp4_block_scalar(ps, r, c, DLI_NVFP4_BLOCK, t);
 				continue;
 			}
-			float bmax = hmax(_mm256_max_ps(m0, m1));
+			float bmax = hmax(_mm256_castsi256_ps(mx));
 			uint8_t sc = dli_nvfp4_block_scale(bmax, ps->s_enc);
 			float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
 			float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
@@ -220,21 +351,29 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				if (dqs > t->hi)
 					t->hi = dqs;
 			}
-			/* The eight magnitudes times the factor, each product as the scalar's. */
-			__m256 mags = _mm256_mul_ps(vals, _mm256_set1_ps(dqs));
-			__m256 ve = _mm256_set1_ps(enc);
-			elements(&a, x0, ve, mags);
-			elements(&a, x1, ve, mags);
-			count += DLI_NVFP4_BLOCK;
+			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &st.under, &st.over,
+				&st.sum);
+			st.count += DLI_NVFP4_BLOCK;
 		}
-		t->count += count;
-		t->under += lanes(a.under);
-		t->over += lanes(a.over);
-		t->err += hsum(a.err);
-		t->dot += hsum(a.dot);
-		t->dqs += hsum(a.dqs);
-		t->xs += hsum(a.xs);
 		if (full < cols)
 			dli_nvfp4_block_scalar(ps, r, full, cols - full, t);
+		t->under += lanes(st.under);
+		t->over += lanes(st.over);
+		st.under = st.over = _mm256_setzero_si256();
 	}
+	t->count += st.count;
+	double err = hsum(st.sum.err), dqs = hsum(st.sum.dqs), xs = hsum(st.sum.xs);
+	t->err += err;
+	t->dqs += dqs;
+	t->xs += xs;
+	/* x and dq share their sign, and dq is 0 or within a factor of about 2 of x: sum x dq is
+	 * (sum x^2 + sum dq^2 - sum (x - dq)^2) / 2 with nothing cancelling. A dq that overflowed
+	 * to inf (the only way a sum of squares of floats is infinite in double) belongs to a
+	 * nonzero x, so sum x dq is inf too. */
+	t->dot += isinf(dqs) ? dqs : (xs + dqs - err) / 2;
+	double l = hmin_ps(st.lo), h = hmax(st.hi);
+	if (l < t->lo)
+		t->lo = l;
+	if (h > t->hi)
+		t->hi = h;
 }

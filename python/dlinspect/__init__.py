@@ -11,6 +11,7 @@ import json
 import logging as _logging
 import math
 import os
+import sys
 
 from . import _dlinspect as _c
 from ._dlinspect import (  # noqa: F401  (re-exported)
@@ -102,7 +103,7 @@ def config_to_yaml(config):
 
 def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_step=0,
                default_logging_enabled=True, *, config=None, tensor_names=None,
-               statistics_logger=None, log_level=None, **kwargs):
+               statistics_logger=None, log_level=None, comm=None, **kwargs):
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
 
     config_file: path of a YAML config (None: $DLINSPECT_CONFIG, and if unset no config, so every
@@ -114,6 +115,12 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     default_logging_enabled is accepted as nvdlfw_inspect's: which loggers run is the config's
     `loggers` key (absent: the file logger). A config error raises ConfigError with its
     file:line:column; nothing exits the process.
+    comm: how statistics are reduced across ranks (docs/distributed.md, "torch.distributed"):
+    None (the default) follows $DLINSPECT_COMMUNICATOR when set ("torch", or a module's name),
+    else uses torch.distributed when the host initialized it; "torch" requires it; a torch ProcessGroup reduces within
+    that group (dlinspect's ranks are the group's); False uses none (each rank logs its own
+    shards, unless $DLINSPECT_COMMUNICATOR names a module); any other object implementing the
+    protocol of dlinspect.distributed is used as is.
     """
     if statistics_logger is not None:
         raise NotImplementedError(
@@ -141,7 +148,37 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     _c._init(os.fspath(config_file) if config_file else None, yaml_text,
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              int(init_training_step), None if tensor_names is None else [str(t) for t in tensor_names],
-             level)
+             level, _communicator(comm))
+
+
+def _communicator(comm):
+    """The communicator object initialize(comm=...) gives the core, or None."""
+    env = os.environ.get("DLINSPECT_COMMUNICATOR", "")
+    if comm is None:
+        if env == "torch":
+            comm = "torch"
+        elif env:
+            return None  # a communicator module: the core loads it
+        else:
+            # Only a torch the host imported: dlinspect never imports it for a check.
+            dist = sys.modules.get("torch.distributed")
+            if dist is None or not (dist.is_available() and dist.is_initialized()):
+                return None
+            comm = "torch"
+    if comm is False:
+        if env == "torch":
+            raise ValueError("initialize(comm=False), but DLINSPECT_COMMUNICATOR=torch")
+        return None
+    if isinstance(comm, str):
+        if comm != "torch":
+            raise ValueError(f"comm must be None, False, \"torch\", a torch ProcessGroup or a "
+                             f"communicator object, not {comm!r}")
+        from .distributed import TorchCommunicator
+        return TorchCommunicator()
+    if type(comm).__module__.startswith("torch"):
+        from .distributed import TorchCommunicator
+        return TorchCommunicator(group=comm)
+    return comm
 
 
 def end_debug():

@@ -1,0 +1,164 @@
+/* FP8 block scaling's compare pass (128 x 128 tiles, power-of-two scales) on its AVX2 path against
+ * the scalar reference of the same library (kernels/cpu/fp8-block.c), which test_mx holds to a
+ * naive reference: f32, bf16 and f16 input, E4M3 and E5M2, shapes with partial tiles and strips,
+ * and the tiles the AVX2 path treats apart: NaN and infinities (an infinity makes the tile's scale
+ * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, zeros, and
+ * magnitudes beyond the float lanes' range (the scalar tile). Counts and the scale range must be
+ * equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to double every few
+ * rows). Exits 77 when the CPU has no AVX2. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels-private.h"
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+
+static uint64_t next_u64(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+/* A value in [-2, 2) */
+static float uniform(void)
+{
+	return (float)(((double)(next_u64() >> 11) * 0x1p-53 - 0.5) * 4);
+}
+
+enum kind { PLAIN, WIDE, ZEROS, BANDS, NONFINITE, NONFINITE_WIDE, NAN_ONLY, HUGE_TILE, KINDS };
+
+static float value(enum kind kind, int64_t i, int64_t cols)
+{
+	float v = uniform();
+	switch (kind) {
+	case WIDE: /* 2^-20 .. 2^20 around it: underflows in E4M3 */
+		return ldexpf(v, (int)(next_u64() % 41) - 20);
+	case ZEROS:
+		return next_u64() % 3 ? v : 0.0f;
+	case BANDS: /* each column band of tiles its own magnitude, 2^-60 .. 2^60 and past */
+		return ldexpf(v, (int)(i % cols / 128) * 30 - 70);
+	case NONFINITE:
+	case NONFINITE_WIDE:
+		if (kind == NONFINITE_WIDE)
+			v = ldexpf(v, (int)(next_u64() % 41) - 20);
+		if (next_u64() % 500 == 0) {
+			uint64_t u = next_u64() % 3;
+			return u == 0 ? NAN : u == 1 ? INFINITY : -INFINITY;
+		}
+		return v;
+	case NAN_ONLY:
+		return next_u64() % 700 == 0 ? NAN : v;
+	case HUGE_TILE: /* one tile's amax beyond 2^60: the scalar tile */
+		return i == 5 ? 0x1p70f : v;
+	default:
+		return v;
+	}
+}
+
+/* x's float bits cut to bf16 or f16 (the mantissa truncated: any pattern is input as good as
+ * another, the two paths see the same); f16 flushes below its normals and overflows to inf. */
+static void narrow(const float *x, int64_t n, enum dli_dtype dt, uint16_t *out)
+{
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof(u));
+		if (dt == DLI_DTYPE_BF16) {
+			out[i] = isnan(x[i]) ? (uint16_t)0x7fc0 : (uint16_t)(u >> 16);
+			continue;
+		}
+		uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+		int e = (int)(u >> 23 & 0xff) - 127;
+		if (isnan(x[i]))
+			out[i] = 0x7e00;
+		else if (e > 15)
+			out[i] = sign | 0x7c00;
+		else if (e < -14)
+			out[i] = sign;
+		else
+			out[i] = (uint16_t)(sign | (uint32_t)(e + 15) << 10 | (u & 0x7fffff) >> 13);
+	}
+}
+
+static bool close_to(double a, double b)
+{
+	return a == b || fabs(a - b) <= 1e-5 * fmax(fabs(a), fabs(b));
+}
+
+int main(void)
+{
+	static const int64_t shapes[][2] = {{128, 128}, {256, 512}, {200, 300}, {129, 257},
+					    {384, 128}, {1, 128}, {130, 4096}};
+	static const enum dli_dtype dtypes[] = {DLI_DTYPE_F32, DLI_DTYPE_BF16, DLI_DTYPE_F16};
+	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
+	const struct dli_cpu_options scalar = {.simd = DLI_SIMD_SCALAR, .threads = 1};
+	struct dli_stats_record probe;
+	float one = 1.0f;
+
+	if (dli_cpu_fp8b_compare(&one, DLI_DTYPE_F32, 1, 1, DLI_DTYPE_F8E4M3, 2, false, true, &avx2,
+				 &probe) == -ENOTSUP) {
+		printf("no AVX2 on this CPU: skipped\n");
+		return 77;
+	}
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(*x));
+		void *in = malloc((size_t)n * sizeof(float));
+		if (!x || !in) {
+			CHECK(false);
+			free(x);
+			free(in);
+			return check_exit();
+		}
+		for (int kind = 0; kind < KINDS; kind++) {
+			for (int64_t i = 0; i < n; i++)
+				x[i] = value((enum kind)kind, i, cols);
+			for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+				enum dli_dtype dt = dtypes[di];
+				if (dt == DLI_DTYPE_F32)
+					memcpy(in, x, (size_t)n * sizeof(float));
+				else
+					narrow(x, n, dt, in);
+				for (int f = 0; f < 2; f++) {
+					enum dli_dtype fmt = f ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
+					struct dli_stats_record a, s;
+					int ra = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false,
+								      true, &avx2, &a);
+					int rs = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false,
+								      true, &scalar, &s);
+					bool ok = ra == 0 && rs == 0 && a.fp8_count == s.fp8_count &&
+						  a.underflows == s.underflows &&
+						  a.overflows == s.overflows && close_to(a.err_sq, s.err_sq) &&
+						  close_to(a.dot, s.dot) && close_to(a.dq_sq, s.dq_sq) &&
+						  close_to(a.x_sq, s.x_sq) &&
+						  a.scale_inv_min == s.scale_inv_min &&
+						  a.scale_inv_max == s.scale_inv_max;
+					CHECK(ok);
+					if (!ok)
+						fprintf(stderr,
+							"%lld x %lld, kind %d, dtype %d, format %d: count %llu/%llu "
+							"under %llu/%llu over %llu/%llu err %.9g/%.9g dot %.9g/%.9g "
+							"dq %.9g/%.9g x %.9g/%.9g scale_inv %g/%g .. %g/%g\n",
+							(long long)rows, (long long)cols, kind, (int)dt, (int)fmt,
+							(unsigned long long)a.fp8_count,
+							(unsigned long long)s.fp8_count,
+							(unsigned long long)a.underflows,
+							(unsigned long long)s.underflows,
+							(unsigned long long)a.overflows,
+							(unsigned long long)s.overflows, a.err_sq, s.err_sq, a.dot,
+							s.dot, a.dq_sq, s.dq_sq, a.x_sq, s.x_sq, a.scale_inv_min,
+							s.scale_inv_min, a.scale_inv_max, s.scale_inv_max);
+				}
+			}
+		}
+		free(x);
+		free(in);
+	}
+	return check_exit();
+}
