@@ -2,7 +2,7 @@
 #ifndef DLI_CONFIG_BLOCKS_PRIVATE_H
 #define DLI_CONFIG_BLOCKS_PRIVATE_H
 
-#include "config-private.h"
+#include "config-types-private.h"
 #include "config-values-private.h"
 
 /* The capacity config->targets starts with (it doubles). */

@@ -10,7 +10,7 @@
 #include <strings.h>
 
 #include "config-blocks-private.h"
-#include "config-private.h"
+#include "config-types-private.h"
 #include "config-values-private.h"
 #include "config-yaml-private.h"
 #include "feature-keys-private.h"

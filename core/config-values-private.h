@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 
 /* While resolving, `path` holds where we are, e.g. "fc_stats.transformer_engine.LogTensorStats". */
 struct resolver {
@@ -47,5 +47,11 @@ int dli_cfg_want_list(struct resolver *rs, const struct dli_node *n, const char 
 int dli_cfg_want_scalar(struct resolver *rs, const struct dli_node *n, const char *what);
 int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* Parses a standalone parameter map (e.g. a logger's) against a schema. `node` may be NULL (all
+ * defaults). `owner` names the feature or logger in messages. Values are owned by the config. */
+int dli_config_params(struct dli_config *config, const struct dli_node *node,
+		      const struct dli_param_desc *schema, size_t n_schema, const char *owner,
+		      struct dli_value **out, struct dli_error *err);
 
 #endif

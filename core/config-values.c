@@ -9,7 +9,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 #include "config-values-private.h"
 #include "config-yaml-private.h"
 #include "names-private.h"

@@ -5,7 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 
 /* Limits on what a config may be (docs/config.md, "Limits"): far above any real config (the
  * largest shipped one is a few KB and a few hundred nodes), low enough that a broken or hostile one

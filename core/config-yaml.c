@@ -11,7 +11,7 @@
 
 #include <yaml.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 #include "config-yaml-private.h"
 #include "strset-private.h"
 

@@ -92,8 +92,8 @@ static int too_big(struct dli_error *err, const char *path)
 			     path, MAX_CONFIG_BYTES >> 20);
 }
 
-int dli_config_parse(const char *path, const char *yaml_text, struct dli_config **out,
-		     struct dli_error *err)
+int dli_config_create(const char *path, const char *yaml_text, struct dli_config **out,
+		      struct dli_error *err)
 {
 	*out = NULL;
 	struct dli_config *cfg = calloc(1, sizeof *cfg);

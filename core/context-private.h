@@ -1,5 +1,5 @@
 /* The context and layer handles: what dli_init builds and the dispatch hot path reads. Types only,
- * but for dli_context_open: each file's functions are declared in its own header. */
+ * but for dli_context_create: each file's functions are declared in its own header. */
 #ifndef DLI_CONTEXT_PRIVATE_H
 #define DLI_CONTEXT_PRIVATE_H
 
@@ -10,20 +10,20 @@
 
 #include <dlinspect/plugin.h>
 
-#include "config-private.h"
+#include "config-types-private.h"
 #include "registry-private.h"
 
 struct dli_loader;
-struct dli_cuda_backend;
+struct dli_backend_ops;
 
-/* A context's CUDA backend (dli_cuda.so), loaded on the first CUDA tensor one of its accumulators
- * sees, and closed by dli_destroy after every accumulator is gone. */
+/* A context's CUDA backend (the module dli_cuda.so), loaded on the first CUDA tensor one of its
+ * accumulators sees, and unloaded by dli_destroy after every accumulator is gone. */
 struct dli_stats_backend {
 	struct dli_context *ctx;
 	pthread_mutex_t lock; /* serializes the one load attempt */
 	atomic_bool tried;    /* a load was attempted: once per context, so one message at most */
-	_Atomic(const struct dli_cuda_backend *) ops; /* NULL when absent or unusable */
-	void *handle;
+	_Atomic(const struct dli_backend_ops *) ops; /* NULL when absent or unusable */
+	struct dli_loader *loader; /* the backend's module, loaded through a loader of its own */
 	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
 };
 
@@ -148,10 +148,5 @@ struct dli_context {
 	atomic_int calls_in_flight; /* dli_step checks it is 0 */
 #endif
 };
-
-/* dli_init without loggers when `with_loggers` is false: for `dlinspect check`, which must not write
- * logs. Messages then go to stderr (core/context.c). */
-int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
-		     struct dli_error *err);
 
 #endif

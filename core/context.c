@@ -2,12 +2,15 @@
  * stepping. */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
+#include "config-private.h"
+#include "config-values-private.h"
 #include "context-private.h"
 #include "diagnose-private.h"
 #include "dispatch-private.h"
@@ -15,6 +18,7 @@
 #include "host-private.h"
 #include "instances-private.h"
 #include "layers-private.h"
+#include "lifecycle-private.h"
 #include "loader-private.h"
 #include "messages-private.h"
 #include "nvtx-private.h"
@@ -22,15 +26,30 @@
 #include "reload-private.h"
 #include "stats-private.h"
 
-void dli_options_init(struct dli_options *o)
+/* The members of struct dli_options in ABI 1.0: a host built against that header has no more. */
+#define DLI_OPTIONS_SIZE_1_0 offsetof(struct dli_options, tensor_names)
+
+/* Writes `size` bytes, the host's struct, never more: a host built against an older header passes
+ * its smaller struct. */
+void dli_options_init_sized(struct dli_options *o, size_t size)
 {
-	if (!o)
+	if (!o || size < sizeof o->size)
 		return;
-	memset(o, 0, sizeof *o);
-	o->size = sizeof *o;
-	o->world_size = 1;
-	o->log_level = -1;
-	o->config_reload_steps = -1;
+	memset(o, 0, size);
+	o->size = (uint32_t)(size < sizeof *o ? size : sizeof *o);
+	if (DLI_HAS_MEMBER(o, struct dli_options, world_size))
+		o->world_size = 1;
+	if (DLI_HAS_MEMBER(o, struct dli_options, log_level))
+		o->log_level = -1;
+	if (DLI_HAS_MEMBER(o, struct dli_options, config_reload_steps))
+		o->config_reload_steps = -1;
+}
+
+/* The symbol of 1.0, which every host built before 1.3 calls, whatever the size of its struct:
+ * only the 1.0 members are certain to be there. */
+void(dli_options_init)(struct dli_options *o)
+{
+	dli_options_init_sized(o, DLI_OPTIONS_SIZE_1_0);
 }
 
 /* ---- Steps ---- */
@@ -325,13 +344,19 @@ static void log_start(struct dli_context *ctx)
 		modules, ctx->rank, ctx->world_size, (long long)ctx->iteration);
 }
 
+/* The public names of the context's lifecycle (dlinspect.h). */
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
 {
-	return dli_context_open(options, true, out, err);
+	return dli_context_create(options, true, out, err);
 }
 
-int dli_context_open(const struct dli_options *options, bool with_loggers, struct dli_context **out,
-		     struct dli_error *err)
+void dli_destroy(struct dli_context *ctx)
+{
+	dli_context_destroy(ctx);
+}
+
+int dli_context_create(const struct dli_options *options, bool with_loggers,
+		       struct dli_context **out, struct dli_error *err)
 {
 	struct dli_options defaults;
 	dli_options_init(&defaults);
@@ -428,7 +453,8 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 		return 0;
 	}
 	/* YAML text is named "<string>" in messages, even when a config_path is also set. */
-	if ((r = dli_config_parse(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config, err)))
+	if ((r = dli_config_create(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config,
+				   err)))
 		goto fail;
 	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err)))
 		goto fail;
@@ -437,7 +463,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);
 	if ((r = load_modules(ctx, o, err)))
 		goto fail;
-	if ((r = dli_registry_build(&ctx->registry, ctx->loader, err)))
+	if ((r = dli_registry_init(&ctx->registry, ctx->loader, err)))
 		goto fail;
 	/* dlinspect check (no loggers) opens no communicator: it runs on one process. */
 	if (with_loggers && (r = dli_reduce_open(ctx, o, err)))
@@ -459,7 +485,7 @@ int dli_context_open(const struct dli_options *options, bool with_loggers, struc
 	ctx->n_tensors = ctx->config->n_tensor_names;
 	if ((r = create_loggers(ctx, !with_loggers, err)))
 		goto fail;
-	if ((r = dli_context_create_instances(ctx, err)))
+	if ((r = dli_instances_create(ctx, err)))
 		goto fail;
 	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
@@ -482,11 +508,11 @@ fail:
 	if (err && !err->code)
 		err->code = r;
 	ctx->stepped = true; /* nothing ran: no silent no-op to report */
-	dli_destroy(ctx);
+	dli_context_destroy(ctx);
 	return r;
 }
 
-void dli_destroy(struct dli_context *ctx)
+void dli_context_destroy(struct dli_context *ctx)
 {
 	if (!ctx)
 		return;
@@ -496,7 +522,7 @@ void dli_destroy(struct dli_context *ctx)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);
 	dli_layer_table_destroy(atomic_load(&ctx->layers));
-	dli_context_destroy_instances(ctx);
+	dli_instances_destroy(ctx);
 	unsigned long long failures = atomic_load(&ctx->inspect_failures);
 	if (failures > 1)
 		dli_log(ctx, DLI_LOG_ERROR,

@@ -8,8 +8,8 @@
 
 #include "cpu/fp8-private.h"
 #include "cpu/nvfp4-recipe-private.h"
+#include "fp8-private.h"
 #include "kernels-private.h"
-#include "stats-private.h"
 #include "strided-private.h"
 
 #define CHUNK 4096

@@ -4,6 +4,7 @@
 #include <stdio.h>
 
 #include "context-private.h"
+#include "fp8-private.h"
 #include "fsutil-private.h"
 #include "host-private.h"
 #include "messages-private.h"

@@ -5,7 +5,7 @@
 #include <dlinspect/plugin.h>
 
 /* Creates ctx->instances from ctx->config's targets / destroys them. */
-int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err);
-void dli_context_destroy_instances(struct dli_context *ctx);
+int dli_instances_create(struct dli_context *ctx, struct dli_error *err);
+void dli_instances_destroy(struct dli_context *ctx);
 
 #endif

@@ -6,7 +6,7 @@
 #include "error-private.h"
 #include "instances-private.h"
 
-int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
+int dli_instances_create(struct dli_context *ctx, struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	ctx->instances = calloc(cfg->n_targets + 1, sizeof *ctx->instances);
@@ -43,7 +43,7 @@ int dli_context_create_instances(struct dli_context *ctx, struct dli_error *err)
 	return 0;
 }
 
-void dli_context_destroy_instances(struct dli_context *ctx)
+void dli_instances_destroy(struct dli_context *ctx)
 {
 	for (size_t i = ctx->n_instances; i-- > 0;)
 		if (ctx->instances[i].ops->destroy)

@@ -126,6 +126,24 @@ int dli_module_copy(struct dli_loaded *m)
 		}
 		mod->comms = cv;
 	}
+	/* Backends (1.3): the same, for a module whose table ends before them. */
+	if (!DLI_HAS_MEMBER(mod, struct dli_module, n_backends)) {
+		mod->backends = NULL;
+		mod->n_backends = 0;
+	}
+	if (mod->n_backends) {
+		const struct dli_backend_desc **bv = copy_block(m, "", 0,
+								mod->n_backends * sizeof(*bv));
+		if (!bv)
+			return -ENOMEM;
+		for (size_t i = 0; i < mod->n_backends; i++) {
+			struct dli_backend_desc *d = copy_table(m, mod->backends[i], sizeof(*d));
+			if (!d || !(d->ops = copy_table(m, mod->backends[i]->ops, sizeof(*d->ops))))
+				return -ENOMEM;
+			bv[i] = d;
+		}
+		mod->backends = bv;
+	}
 	m->module = mod;
 	return 0;
 }
@@ -233,6 +251,26 @@ int dli_module_check(const struct dli_module *mod, const char *name, const char 
 					     "module '%s' (%s): communicator '%s' lacks one of open, "
 					     "rank, size, group_create, allgather, barrier", name, path,
 					     c->name);
+	}
+
+	size_t n_backends = DLI_HAS_MEMBER(mod, struct dli_module, n_backends) ? mod->n_backends : 0;
+	if (n_backends && !mod->backends)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "module '%s' (%s): %zu backends declared but no array", name, path,
+				     n_backends);
+	for (size_t i = 0; i < n_backends; i++) {
+		const struct dli_backend_desc *b = mod->backends[i];
+		if (!b || b->size < DLI_BACKEND_DESC_SIZE_1_3 || !b->name || !*b->name || !b->ops)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): backend #%zu is NULL, too small, or has "
+					     "no name or ops table", name, path, i);
+		const struct dli_backend_ops *o = b->ops;
+		if (o->size < DLI_BACKEND_OPS_SIZE_1_3 || !o->acc_create || !o->acc_destroy ||
+		    !o->add || !o->add_quantized || !o->read || !o->reset)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "module '%s' (%s): backend '%s' lacks one of acc_create, "
+					     "acc_destroy, add, add_quantized, read, reset", name, path,
+					     b->name);
 	}
 
 	for (size_t i = 0; i < mod->n_loggers; i++) {

@@ -36,9 +36,6 @@ struct dli_elf_info {
 
 /* "*.so". */
 bool dli_is_module_file(const char *file);
-/* Shared objects of dlinspect itself that live on the plugin path but are not modules (the CUDA
- * backend, opened with dli_loader_open_backend): a directory scan must not try them as modules. */
-bool dli_is_helper_file(const char *file);
 /* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
 bool dli_is_regular(const char *path);
 /* Reads `path` as data, never loading it: 0 (info filled; info->elf false for anything that is not

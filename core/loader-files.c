@@ -1,4 +1,4 @@
-/* What the loader reads before it loads anything: the plugin search path, which files on it are
+/* What the loader reads before it loads anything: which files on the plugin path are
  * modules (regular files, owned safely, ELF objects defining the entry), and the namespace notes
  * read from them as data. */
 #include <dirent.h>
@@ -13,27 +13,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-files-private.h"
-#include "loader-private.h"
-
-#ifndef DLI_PLUGINDIR
-#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
-#endif
 
 bool dli_is_module_file(const char *file)
 {
 	size_t len = strlen(file);
 
 	return len > 3 && strcmp(file + len - 3, ".so") == 0;
-}
-
-/* Shared objects of dlinspect itself that live on the plugin path but are not modules (the CUDA
- * backend, opened with dli_loader_open_backend): a directory scan must not try them as modules. */
-bool dli_is_helper_file(const char *file)
-{
-	return strcmp(file, DLI_CUDA_BACKEND_FILE ".so") == 0;
 }
 
 /* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
@@ -58,8 +45,8 @@ typedef Elf32_Sym dli_elf_sym;
 
 
 /* Whether the defined dynamic symbols of section `sh` (SHT_DYNSYM) include `want`. */
-static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
-			    const dli_elf_shdr *sh, const char *want)
+static bool elf_defines(const unsigned char *b, size_t len, const dli_elf_ehdr *eh,
+			const dli_elf_shdr *sh, const char *want)
 {
 	dli_elf_shdr str;
 	if (sh->sh_link >= eh->e_shnum || sh->sh_entsize != sizeof(dli_elf_sym) ||
@@ -82,8 +69,8 @@ static bool dli_elf_defines(const unsigned char *b, size_t len, const dli_elf_eh
 }
 
 /* The namespace note of note section `sh`, if it holds one. */
-static bool dli_elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
-			    size_t size)
+static bool elf_note_ns(const unsigned char *b, size_t len, const dli_elf_shdr *sh, char *ns,
+			size_t size)
 {
 	static const char owner[] = DLI_NOTE_NAME;
 	if (sh->sh_offset > len || sh->sh_size > len - sh->sh_offset)
@@ -141,9 +128,10 @@ int dli_elf_inspect(const char *path, struct dli_elf_info *info)
 			dli_elf_shdr sh;
 			memcpy(&sh, b + eh.e_shoff + i * sizeof sh, sizeof sh);
 			if (sh.sh_type == SHT_DYNSYM && !info->has_entry)
-				info->has_entry = dli_elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
+				info->has_entry =
+				    elf_defines(b, len, &eh, &sh, DLI_MODULE_ENTRY_NAME);
 			else if (sh.sh_type == SHT_NOTE && !info->has_ns)
-				info->has_ns = dli_elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
+				info->has_ns = elf_note_ns(b, len, &sh, info->ns, sizeof info->ns);
 		}
 	}
 	munmap((void *)b, len);
@@ -220,12 +208,12 @@ void dli_candidates_finish(struct dli_candidates *c)
 	free(c->v);
 }
 
-static int dli_candidate_cmp(const void *a, const void *b)
+static int candidate_cmp(const void *a, const void *b)
 {
 	return strcmp(((const struct dli_candidate *)a)->name, ((const struct dli_candidate *)b)->name);
 }
 
-static int dli_candidates_push(struct dli_candidates *c, const char *dir, const char *file)
+static int candidates_push(struct dli_candidates *c, const char *dir, const char *file)
 {
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? c->cap * 2 : 16;
@@ -266,13 +254,13 @@ int dli_candidates_collect(char *const *dirs, size_t n_dirs, struct dli_candidat
 		struct dirent *ent;
 		int rc = 0;
 		while (rc == 0 && (ent = readdir(dir)) != NULL)
-			if (dli_is_module_file(ent->d_name) && !dli_is_helper_file(ent->d_name))
-				rc = dli_candidates_push(c, dirs[d], ent->d_name);
+			if (dli_is_module_file(ent->d_name))
+				rc = candidates_push(c, dirs[d], ent->d_name);
 		closedir(dir);
 		if (rc < 0)
 			return rc;
 		if (c->n > first) /* c->v is still NULL after a first dir without modules */
-			qsort(c->v + first, c->n - first, sizeof(*c->v), dli_candidate_cmp);
+			qsort(c->v + first, c->n - first, sizeof(*c->v), candidate_cmp);
 		size_t kept = first;
 		for (size_t i = first; i < c->n; i++) {
 			bool seen = false;
@@ -287,52 +275,5 @@ int dli_candidates_collect(char *const *dirs, size_t n_dirs, struct dli_candidat
 		}
 		c->n = kept;
 	}
-	return 0;
-}
-
-/* ---- The search path ---- */
-
-void dli_search_dirs_free(char **dirs, size_t n)
-{
-	for (size_t i = 0; dirs && i < n; i++)
-		free(dirs[i]);
-	free(dirs);
-}
-
-int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
-		    struct dli_error *err)
-{
-	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
-	size_t cap = n_extra + 2;
-	for (const char *p = env; p && *p; p++)
-		cap += *p == ':';
-	char **dirs = calloc(cap, sizeof *dirs);
-	if (!dirs)
-		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-	size_t c = 0;
-	for (size_t i = 0; i < n_extra; i++)
-		if (extra[i] && extra[i][0])
-			dirs[c++] = strdup(extra[i]);
-	if (env) {
-		const char *p = env;
-		for (;;) {
-			const char *end = strchr(p, ':');
-			size_t len = end ? (size_t)(end - p) : strlen(p);
-			if (len)
-				dirs[c++] = strndup(p, len);
-			if (!end)
-				break;
-			p = end + 1;
-		}
-	}
-	dirs[c++] = strdup(DLI_PLUGINDIR);
-	for (size_t i = 0; i < c; i++) {
-		if (!dirs[i]) {
-			dli_search_dirs_free(dirs, c);
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
-		}
-	}
-	*out = dirs;
-	*n = c;
 	return 0;
 }

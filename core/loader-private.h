@@ -38,19 +38,8 @@ const char *dli_loader_path(const struct dli_loader *loader, size_t i);
 /* The search dirs, in order (borrowed from the loader). */
 const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n);
 
-/* Opens a helper shared object that is not a module (e.g. the CUDA statistics backend,
- * dli_cuda.so): the first regular file `file` in `dirs` (borrowed), bound at once (RTLD_NOW,
- * local), and its symbol `symbol`. On success *handle (close with dli_loader_close_backend) and
- * *sym are set and 0 is returned; -ENOENT when no dir holds the file (the message lists the dirs),
- * -ENOEXEC when it cannot be opened (with the dynamic linker's reason) or lacks the symbol. Takes
- * its own libltdl reference, so it works with or without a live loader. */
-int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *file,
-			    const char *symbol, void **handle, void **sym, struct dli_error *err);
-void dli_loader_close_backend(void *handle); /* accepts NULL */
-
 /* The plugin search path: `extra` dirs, then $DLINSPECT_PLUGIN_PATH (':'-separated), then the
- * install dir. *out is an array of owned strings; free with dli_search_dirs_free
- * (core/loader-files.c). */
+ * install dir. *out is an array of owned strings; free with dli_search_dirs_free. */
 int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
 		    struct dli_error *err);
 void dli_search_dirs_free(char **dirs, size_t n);

@@ -16,17 +16,20 @@
 
 #include <ltdl.h>
 
-#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-check-private.h"
 #include "loader-files-private.h"
 #include "loader-private.h"
 
+#ifndef DLI_PLUGINDIR
+#define DLI_PLUGINDIR "/usr/local/lib/dlinspect/plugins"
+#endif
+
 /* libltdl keeps process-wide state (its handle list, its last error), so every lt_* call in the
- * process goes through this one lock. lt_dlinit/lt_dlexit pair up through `dli_ltdl_users`, so
+ * process goes through this one lock. lt_dlinit/lt_dlexit pair up through `ltdl_users`, so
  * several loaders (several contexts) can live at once. */
-static pthread_mutex_t dli_ltdl_lock = PTHREAD_MUTEX_INITIALIZER;
-static unsigned dli_ltdl_users;
+static pthread_mutex_t ltdl_lock = PTHREAD_MUTEX_INITIALIZER;
+static unsigned ltdl_users;
 
 struct dli_loader {
 	const struct dli_host *host;
@@ -37,31 +40,31 @@ struct dli_loader {
 	size_t n_mods, cap_mods;
 };
 
-static int dli_ltdl_acquire(struct dli_error *err)
+static int ltdl_acquire(struct dli_error *err)
 {
 	int rc = 0;
 
-	pthread_mutex_lock(&dli_ltdl_lock);
-	if (dli_ltdl_users == 0 && lt_dlinit() != 0) {
+	pthread_mutex_lock(&ltdl_lock);
+	if (ltdl_users == 0 && lt_dlinit() != 0) {
 		const char *why = lt_dlerror();
 		rc = dli_error_set(err, -EIO, NULL, "cannot initialise libltdl: %s",
 				   why ? why : "unknown error");
 	} else {
-		dli_ltdl_users++;
+		ltdl_users++;
 	}
-	pthread_mutex_unlock(&dli_ltdl_lock);
+	pthread_mutex_unlock(&ltdl_lock);
 	return rc;
 }
 
-static void dli_ltdl_release(void)
+static void ltdl_release(void)
 {
-	pthread_mutex_lock(&dli_ltdl_lock);
-	if (dli_ltdl_users > 0 && --dli_ltdl_users == 0)
+	pthread_mutex_lock(&ltdl_lock);
+	if (ltdl_users > 0 && --ltdl_users == 0)
 		lt_dlexit();
-	pthread_mutex_unlock(&dli_ltdl_lock);
+	pthread_mutex_unlock(&ltdl_lock);
 }
 
-static long dli_loaded_find(const struct dli_loader *loader, const char *name, const char *real)
+static long loaded_find(const struct dli_loader *loader, const char *name, const char *real)
 {
 	for (size_t i = 0; i < loader->n_mods; i++) {
 		const struct dli_loaded *m = &loader->mods[i];
@@ -71,12 +74,12 @@ static long dli_loaded_find(const struct dli_loader *loader, const char *name, c
 	return -1;
 }
 
-static void dli_loaded_close(struct dli_loaded *m)
+static void loaded_close(struct dli_loaded *m)
 {
 	if (m->handle) {
-		pthread_mutex_lock(&dli_ltdl_lock);
+		pthread_mutex_lock(&ltdl_lock);
 		lt_dlclose(m->handle);
-		pthread_mutex_unlock(&dli_ltdl_lock);
+		pthread_mutex_unlock(&ltdl_lock);
 	}
 	for (size_t i = 0; i < m->n_copies; i++)
 		free(m->copies[i]);
@@ -88,7 +91,7 @@ static void dli_loaded_close(struct dli_loaded *m)
 }
 
 /* Reports why the dynamic linker refused `path`, with a hint at the likely cause. */
-static int dli_open_error(struct dli_error *err, const char *path, const char *why)
+static int open_error(struct dli_error *err, const char *path, const char *why)
 {
 	size_t len = strlen(path);
 	const char *hint = "";
@@ -108,8 +111,8 @@ static int dli_open_error(struct dli_error *err, const char *path, const char *w
 
 /* Opens `path`, calls its entry and checks what it returns. On success *m owns the handle and the
  * strings; on failure nothing stays open. */
-static int dli_module_open(const struct dli_loader *loader, const char *path, const char *name,
-			   const char *real, struct dli_loaded *m, struct dli_error *err)
+static int module_open(const struct dli_loader *loader, const char *path, const char *name,
+		       const char *real, struct dli_loaded *m, struct dli_error *err)
 {
 	char why[512];
 	int rc;
@@ -119,11 +122,11 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 	m->name = strdup(name);
 	m->real = strdup(real);
 	if (!m->path || !m->name || !m->real) {
-		dli_loaded_close(m);
+		loaded_close(m);
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", path);
 	}
 
-	pthread_mutex_lock(&dli_ltdl_lock);
+	pthread_mutex_lock(&ltdl_lock);
 	/* libltdl opens with RTLD_LAZY and says "file not found" for any failure. Opening with
 	 * RTLD_NOW first makes a module with an unresolved function fail here, with dlerror()
 	 * naming the symbol or the missing library, instead of loading and then killing the process
@@ -133,9 +136,9 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 	if (!probe) {
 		const char *e = dlerror();
 		snprintf(why, sizeof why, "%s", e ? e : "unknown dynamic linker error");
-		pthread_mutex_unlock(&dli_ltdl_lock);
-		dli_loaded_close(m);
-		return dli_open_error(err, path, why);
+		pthread_mutex_unlock(&ltdl_lock);
+		loaded_close(m);
+		return open_error(err, path, why);
 	}
 	lt_dladvise advise;
 	if (lt_dladvise_init(&advise) == 0) {
@@ -150,17 +153,17 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 	}
 	void *sym = m->handle ? lt_dlsym(m->handle, DLI_MODULE_ENTRY_NAME) : NULL;
 	dlclose(probe);
-	pthread_mutex_unlock(&dli_ltdl_lock);
+	pthread_mutex_unlock(&ltdl_lock);
 
 	if (!m->handle) {
-		dli_loaded_close(m);
-		return dli_open_error(err, path, why);
+		loaded_close(m);
+		return open_error(err, path, why);
 	}
 	if (!sym) {
 		rc = dli_error_set(err, -ENOEXEC, NULL,
 				   "%s is not a dlinspect module: it does not export %s (define it with "
 				   "DLI_EXPORT, see dlinspect/plugin.h)", path, DLI_MODULE_ENTRY_NAME);
-		dli_loaded_close(m);
+		loaded_close(m);
 		return rc;
 	}
 
@@ -173,7 +176,7 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 		rc = dli_error_set(err, -ECANCELED, NULL,
 				   "module '%s' (%s): module refused to load (its %s returned NULL)", name,
 				   path, DLI_MODULE_ENTRY_NAME);
-		dli_loaded_close(m);
+		loaded_close(m);
 		return rc;
 	}
 	rc = dli_module_check(m->module, name, path, err);
@@ -186,18 +189,18 @@ static int dli_module_open(const struct dli_loader *loader, const char *path, co
 		rc = dli_params_check(m->module->loggers[i]->params, m->module->loggers[i]->n_params,
 				      m->module->loggers[i]->name, name, path, err);
 	if (rc < 0)
-		dli_loaded_close(m);
+		loaded_close(m);
 	return rc;
 }
 
-static int dli_loaded_append(struct dli_loader *loader, struct dli_loaded *m, struct dli_error *err)
+static int loaded_append(struct dli_loader *loader, struct dli_loaded *m, struct dli_error *err)
 {
 	if (loader->n_mods == loader->cap_mods) {
 		size_t cap = loader->cap_mods ? loader->cap_mods * 2 : 8;
 		struct dli_loaded *v = realloc(loader->mods, cap * sizeof(*v));
 		if (!v) {
 			int rc = dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", m->path);
-			dli_loaded_close(m);
+			loaded_close(m);
 			return rc;
 		}
 		loader->mods = v;
@@ -208,7 +211,7 @@ static int dli_loaded_append(struct dli_loader *loader, struct dli_loaded *m, st
 }
 
 /* The resolved path of `path` in *real (owned), or a copy of `path` when it cannot be resolved. */
-static int dli_realpath(const char *path, char **real)
+static int real_path(const char *path, char **real)
 {
 	*real = realpath(path, NULL);
 	if (!*real && errno != ENOMEM)
@@ -219,8 +222,8 @@ static int dli_realpath(const char *path, char **real)
 /* Loads the module file at `path` unless a module of that name or that file is already loaded.
  * With `out`, *out says where it is (either way). With `ns`, a module not declaring that namespace
  * is closed again and *out is -1; `ns_seen` (optional) collects every namespace met. */
-static int dli_load_file(struct dli_loader *loader, const char *path, const char *ns,
-			 struct dli_strings *ns_seen, long *out, struct dli_error *err)
+static int load_file(struct dli_loader *loader, const char *path, const char *ns,
+		     struct dli_strings *ns_seen, long *out, struct dli_error *err)
 {
 	const char *base = strrchr(path, '/');
 	struct dli_loaded m;
@@ -243,10 +246,10 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 		return rc;
 
 	name = strndup(base, strlen(base) - 3);
-	if (!name || dli_realpath(path, &real) < 0)
+	if (!name || real_path(path, &real) < 0)
 		goto nomem;
 
-	at = dli_loaded_find(loader, name, real);
+	at = loaded_find(loader, name, real);
 	if (at >= 0) {
 		const struct dli_module *mod = loader->mods[at].module;
 		if (ns_seen && dli_strings_add(ns_seen, mod->ns) < 0)
@@ -277,7 +280,7 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 				   DLI_MODULE_ENTRY_NAME);
 		goto out;
 	}
-	rc = dli_module_open(loader, path, name, real, &m, err);
+	rc = module_open(loader, path, name, real, &m, err);
 	if (rc < 0)
 		goto out;
 	/* The note is how a namespace finds its modules: it must say what the descriptor says. */
@@ -286,19 +289,19 @@ static int dli_load_file(struct dli_loader *loader, const char *path, const char
 				   "module '%s' (%s) declares namespace '%s' with DLI_MODULE_NAMESPACE but "
 				   "'%s' in its descriptor", name, path, elf.ns,
 				   m.module->ns ? m.module->ns : "(none)");
-		dli_loaded_close(&m);
+		loaded_close(&m);
 		goto out;
 	}
 	if (ns_seen && dli_strings_add(ns_seen, m.module->ns) < 0) {
-		dli_loaded_close(&m);
+		loaded_close(&m);
 		goto nomem;
 	}
 	if (ns && (!m.module->ns || strcmp(m.module->ns, ns) != 0)) {
 		/* Opened only to read its namespace: not part of what was asked for. */
-		dli_loaded_close(&m);
+		loaded_close(&m);
 		goto out;
 	}
-	rc = dli_loaded_append(loader, &m, err);
+	rc = loaded_append(loader, &m, err);
 	if (rc == 0)
 		at = (long)loader->n_mods - 1;
 out:
@@ -325,7 +328,7 @@ int dli_loader_create(const struct dli_host *host, const char *const *dirs, size
 	loader = calloc(1, sizeof(*loader));
 	if (!loader)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory creating the module loader");
-	rc = dli_ltdl_acquire(err);
+	rc = ltdl_acquire(err);
 	if (rc < 0) {
 		free(loader);
 		return rc;
@@ -358,22 +361,24 @@ int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory listing the plugin dirs");
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
-		/* A communicator loads only when picked (DLINSPECT_COMMUNICATOR): loading it would
-		 * bring its library (MPI) into every run. Its namespace note says what it is. */
+		/* A communicator loads only when picked (DLINSPECT_COMMUNICATOR), a device backend on
+		 * the first tensor in that device's memory: loading either would bring its library (MPI,
+		 * the CUDA driver) into every run. Its namespace note says what it is. */
 		struct dli_elf_info elf;
 		if (dli_elf_inspect(c.v[i].path, &elf) == 0 && elf.has_ns &&
-		    strcmp(elf.ns, DLI_COMM_NAMESPACE) == 0)
+		    (strcmp(elf.ns, DLI_COMM_NAMESPACE) == 0 ||
+		     strcmp(elf.ns, DLI_BACKEND_NAMESPACE) == 0))
 			continue;
-		rc = dli_load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
+		rc = load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
 	}
 	dli_candidates_finish(&c);
 	return rc;
 }
 
 /* The -ENOENT message: what was looked for, where, and the nearest name seen. */
-static int dli_not_found(const struct dli_loader *loader, const char *entry, const char *name,
-			 const struct dli_candidates *c, const struct dli_strings *ns_seen,
-			 struct dli_error *err)
+static int not_found(const struct dli_loader *loader, const char *entry, const char *name,
+		     const struct dli_candidates *c, const struct dli_strings *ns_seen,
+		     struct dli_error *err)
 {
 	char dirs[640] = "";
 	size_t off = 0;
@@ -414,7 +419,7 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 					     "the module, or let the host allow module paths "
 					     "(dli_options.allow_module_paths, dlinspect check "
 					     "--allow-module-path)", entry);
-		return dli_load_file(loader, entry, NULL, NULL, NULL, err);
+		return load_file(loader, entry, NULL, NULL, NULL, err);
 	}
 
 	/* "x.so" means the module x: users write the file name too. */
@@ -422,7 +427,7 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	char *name = dli_is_module_file(entry) ? strndup(entry, len - 3) : strdup(entry);
 	if (!name)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory loading '%s'", entry);
-	if (dli_loaded_find(loader, name, NULL) >= 0) {
+	if (loaded_find(loader, name, NULL) >= 0) {
 		free(name);
 		return 0;
 	}
@@ -436,7 +441,7 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 		}
 		bool found = dli_is_regular(path);
 		if (found)
-			rc = dli_load_file(loader, path, NULL, NULL, NULL, err);
+			rc = load_file(loader, path, NULL, NULL, NULL, err);
 		free(path);
 		if (found) {
 			free(name);
@@ -470,7 +475,7 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 		}
 		if (strcmp(elf.ns, name) != 0)
 			continue;
-		rc = dli_load_file(loader, c.v[i].path, name, NULL, &at, err);
+		rc = load_file(loader, c.v[i].path, name, NULL, &at, err);
 		if (rc < 0)
 			dli_error_prefix(err, NULL,
 					 "no module %s.so, so '%s' was taken as a namespace; while "
@@ -479,7 +484,7 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 			matched++;
 	}
 	if (rc == 0 && matched == 0)
-		rc = dli_not_found(loader, entry, name, &c, &ns_seen, err);
+		rc = not_found(loader, entry, name, &c, &ns_seen, err);
 	dli_strings_finish(&ns_seen);
 	dli_candidates_finish(&c);
 	free(name);
@@ -512,108 +517,64 @@ const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n)
 	return loader ? (const char *const *)loader->dirs : NULL;
 }
 
-int dli_loader_open_backend(const char *const *dirs, size_t n_dirs, const char *file,
-			    const char *symbol, void **handle, void **sym, struct dli_error *err)
-{
-	char *path = NULL, why[512];
-	lt_dlhandle h = NULL;
-	void *s = NULL;
-	int rc;
-
-	*handle = NULL;
-	*sym = NULL;
-	for (size_t d = 0; d < n_dirs && !path; d++) {
-		if (!dirs[d] || !*dirs[d])
-			continue;
-		if (!(path = dli_path_join(dirs[d], file, "")))
-			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading %s", file);
-		if (!dli_is_regular(path)) {
-			free(path);
-			path = NULL;
-		}
-	}
-	if (!path) {
-		char list[640] = "";
-		for (size_t d = 0, off = 0; d < n_dirs && off < sizeof list; d++)
-			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", d ? ", " : "",
-						dirs[d] ? dirs[d] : "");
-		return dli_error_set(err, -ENOENT, NULL, "no %s in %s%s", file,
-				     n_dirs ? "the plugin dirs " : "an empty plugin path", list);
-	}
-	/* The same file policy as for modules: the backend is code from the plugin path too. */
-	struct stat st;
-	rc = 0;
-	if (stat(path, &st) != 0 || (rc = dli_file_policy(path, &st, err)) < 0) {
-		if (rc == 0)
-			rc = dli_error_set(err, -errno, NULL, "cannot load %s: %s", path,
-					   strerror(errno));
-		free(path);
-		return rc;
-	}
-	if ((rc = dli_ltdl_acquire(err)) < 0) {
-		free(path);
-		return rc;
-	}
-	pthread_mutex_lock(&dli_ltdl_lock);
-	/* The same RTLD_NOW probe as for modules: a backend whose runtime library (libcudart) is
-	 * missing must fail here with the linker's reason, not at its first call. */
-	void *probe = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-	if (!probe) {
-		const char *e = dlerror();
-		snprintf(why, sizeof why, "%s", e ? e : "unknown dynamic linker error");
-	} else {
-		lt_dladvise advise;
-		if (lt_dladvise_init(&advise) == 0) {
-			if (lt_dladvise_local(&advise) == 0)
-				h = lt_dlopenadvise(path, advise);
-			lt_dladvise_destroy(&advise);
-		}
-		if (!h) {
-			const char *e = lt_dlerror();
-			snprintf(why, sizeof why, "libltdl: %s", e ? e : "unknown error");
-		}
-		s = h ? lt_dlsym(h, symbol) : NULL;
-		if (h && !s)
-			lt_dlclose(h);
-		dlclose(probe);
-	}
-	pthread_mutex_unlock(&dli_ltdl_lock);
-
-	if (!h)
-		rc = dli_open_error(err, path, why);
-	else if (!s)
-		rc = dli_error_set(err, -ENOEXEC, NULL, "%s does not export %s", path, symbol);
-	free(path);
-	if (rc < 0) {
-		dli_ltdl_release();
-		return rc;
-	}
-	*handle = h;
-	*sym = s;
-	return 0;
-}
-
-void dli_loader_close_backend(void *handle)
-{
-	if (!handle)
-		return;
-	pthread_mutex_lock(&dli_ltdl_lock);
-	lt_dlclose((lt_dlhandle)handle);
-	pthread_mutex_unlock(&dli_ltdl_lock);
-	dli_ltdl_release();
-}
-
 void dli_loader_destroy(struct dli_loader *loader)
 {
 	if (!loader)
 		return;
 	/* Reverse order of loading, like any unwinding. */
 	for (size_t i = loader->n_mods; i-- > 0;)
-		dli_loaded_close(&loader->mods[i]);
+		loaded_close(&loader->mods[i]);
 	free(loader->mods);
 	for (size_t i = 0; i < loader->n_dirs; i++)
 		free(loader->dirs[i]);
 	free(loader->dirs);
 	free(loader);
-	dli_ltdl_release();
+	ltdl_release();
+}
+
+/* ---- The search path ---- */
+
+void dli_search_dirs_free(char **dirs, size_t n)
+{
+	for (size_t i = 0; dirs && i < n; i++)
+		free(dirs[i]);
+	free(dirs);
+}
+
+int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
+		    struct dli_error *err)
+{
+	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
+	size_t cap = n_extra + 2;
+	for (const char *p = env; p && *p; p++)
+		cap += *p == ':';
+	char **dirs = calloc(cap, sizeof *dirs);
+	if (!dirs)
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	size_t c = 0;
+	for (size_t i = 0; i < n_extra; i++)
+		if (extra[i] && extra[i][0])
+			dirs[c++] = strdup(extra[i]);
+	if (env) {
+		const char *p = env;
+		for (;;) {
+			const char *end = strchr(p, ':');
+			size_t len = end ? (size_t)(end - p) : strlen(p);
+			if (len)
+				dirs[c++] = strndup(p, len);
+			if (!end)
+				break;
+			p = end + 1;
+		}
+	}
+	dirs[c++] = strdup(DLI_PLUGINDIR);
+	for (size_t i = 0; i < c; i++) {
+		if (!dirs[i]) {
+			dli_search_dirs_free(dirs, c);
+			return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+		}
+	}
+	*out = dirs;
+	*n = c;
+	return 0;
 }

@@ -37,8 +37,8 @@ struct dli_registry {
 
 /* Indexes every module of the loader. Two modules declaring the same feature name (or alias) in
  * one namespace, or the same logger name, is an error naming both files. */
-int dli_registry_build(struct dli_registry *registry, const struct dli_loader *loader,
-		       struct dli_error *err);
+int dli_registry_init(struct dli_registry *registry, const struct dli_loader *loader,
+		      struct dli_error *err);
 void dli_registry_finish(struct dli_registry *registry);
 
 /* By name or alias, in any namespace (the first loaded); NULL when unknown. */

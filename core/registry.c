@@ -105,7 +105,8 @@ static int clash(struct dli_error *err, const char *what, const char *name, cons
 			     what, name, a, b);
 }
 
-int dli_registry_build(struct dli_registry *r, const struct dli_loader *loader, struct dli_error *err)
+int dli_registry_init(struct dli_registry *r, const struct dli_loader *loader,
+		      struct dli_error *err)
 {
 	memset(r, 0, sizeof *r);
 	size_t n_mod = dli_loader_count(loader), nf = 0, nl = 0;

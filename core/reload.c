@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config-private.h"
 #include "context-private.h"
 #include "dispatch-private.h"
 #include "error-private.h"
@@ -219,7 +220,7 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	int r;
 	generation_take(&old, ctx);
 	if ((r = load_new_modules(ctx, cfg, err)) ||
-	    (r = dli_registry_build(&fresh.registry, ctx->loader, err)))
+	    (r = dli_registry_init(&fresh.registry, ctx->loader, err)))
 		goto fail_config;
 	if (ctx->reload.declared_given) {
 		cfg->declared_tensors = (const char *const *)ctx->reload.declared;
@@ -244,7 +245,7 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	fresh.n_tensors = cfg->n_tensor_names;
 	generation_put(ctx, &fresh); /* features' create may ask the host about the new config */
 	dli_reduce_generation(ctx, +1); /* new accumulators may share the old ones' keys */
-	if ((r = dli_context_create_instances(ctx, err)))
+	if ((r = dli_instances_create(ctx, err)))
 		goto fail_instances;
 	fresh.instances = ctx->instances;
 	fresh.n_instances = ctx->n_instances;
@@ -264,7 +265,7 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	free(staged);
 	ctx->instances = old.instances;
 	ctx->n_instances = old.n_instances;
-	dli_context_destroy_instances(ctx);
+	dli_instances_destroy(ctx);
 	ctx->instances = fresh.instances;
 	ctx->n_instances = fresh.n_instances;
 	dli_registry_finish(&old.registry);
@@ -281,7 +282,7 @@ fail_layers:
 		dli_layer_unstage(staged[i]);
 	free(staged);
 fail_instances:
-	dli_context_destroy_instances(ctx);
+	dli_instances_destroy(ctx);
 	dli_reduce_generation(ctx, -1);
 	generation_put(ctx, &old);
 fail_registry:
@@ -342,7 +343,7 @@ void dli_reload_at_step(struct dli_context *ctx)
 		return;
 	}
 	struct dli_config *cfg;
-	int r = dli_config_parse(rl->path, text, &cfg, &err);
+	int r = dli_config_create(rl->path, text, &cfg, &err);
 	free(text);
 	if (!r) {
 		pthread_mutex_lock(&ctx->layers_lock);

@@ -11,7 +11,6 @@
 
 #include "kernels-private.h"
 
-struct dli_cuda_backend;
 
 struct dli_stats_backend;
 
@@ -40,13 +39,9 @@ void dli_stats_share_end(void);
 /* Statistics passes over host tensors that this thread made (tests count reads with it). */
 extern _Thread_local unsigned long long dli_stats_host_passes;
 
-/* The host table's tensor_amax (defined in core/fp8.c, beside the casts it serves). */
-int dli_tensor_amax(const struct dli_tensor *t, float *amax);
-/* The host table's stats_add_block and block_fake_quant (core/stats.c, core/fp8.c). */
+/* The host table's stats_add_block. */
 int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			const struct dli_block_spec *spec);
-int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
-			 const struct dli_block_spec *spec);
 
 /* For the reduction across ranks (core/reduce.c): the accumulator's merged local record (waiting
  * for device work) and, when it keeps a histogram, its counts (DLI_HISTOGRAM_BUCKETS of them) into

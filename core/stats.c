@@ -13,12 +13,10 @@
 #include <string.h>
 
 #include "context-private.h"
-#include "cuda/backend.h"
 #include "error-private.h"
 #include "loader-private.h"
 #include "messages-private.h"
 #include "names-private.h"
-#include "reduce-private.h"
 #include "stats-private.h"
 #include "strided-private.h"
 
@@ -93,19 +91,35 @@ void dli_stats_backend_init(struct dli_stats_backend *b, struct dli_context *ctx
 
 void dli_stats_backend_finish(struct dli_stats_backend *b)
 {
-	dli_loader_close_backend(b->handle);
-	b->handle = NULL;
+	dli_loader_destroy(b->loader);
+	b->loader = NULL;
 	atomic_store(&b->ops, NULL);
 	pthread_mutex_destroy(&b->lock);
 }
 
-/* Opens dli_cuda.so from the context's plugin search path. On failure err says why. */
+/* The module of the backend of CUDA tensors (kernels/cuda/meson.build builds it). */
+#define CUDA_BACKEND_MODULE "dli_cuda"
+
+/* The CUDA backend of the modules `loader` holds, or NULL. */
+static const struct dli_backend_ops *backend_find(const struct dli_loader *loader)
+{
+	for (size_t i = 0; i < dli_loader_count(loader); i++) {
+		const struct dli_module *m = dli_loader_module(loader, i);
+		for (size_t k = 0; k < m->n_backends; k++)
+			if (m->backends[k]->device == DLI_DEVICE_CUDA)
+				return m->backends[k]->ops;
+	}
+	return NULL;
+}
+
+/* Loads the CUDA backend module from the context's plugin search path, through a loader of the
+ * backend's own: the context's loader stays as dli_init made it (no lock guards its module list).
+ * On failure err says why. */
 static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
 {
-	char file[64], **own = NULL;
+	char **own = NULL;
 	size_t n_dirs = 0;
 	const char *const *dirs = dli_loader_dirs(b->ctx->loader, &n_dirs);
-	void *handle, *sym;
 	int r;
 
 	/* A context without a config has no loader; its search path is the default one. */
@@ -114,33 +128,34 @@ static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
 			return r;
 		dirs = (const char *const *)own;
 	}
-	snprintf(file, sizeof file, "%s.so", DLI_CUDA_BACKEND_FILE);
-	r = dli_loader_open_backend(dirs, n_dirs, file, DLI_CUDA_BACKEND_ENTRY_NAME, &handle, &sym,
-				    err);
-	dli_search_dirs_free(own, n_dirs);
-	if (r)
-		return r;
-	/* Object-to-function pointer: POSIX guarantees the representations match. */
-	dli_cuda_backend_entry_fn entry;
-	memcpy(&entry, &sym, sizeof entry);
-	const struct dli_cuda_backend *ops = entry();
-	if (!ops || !DLI_HAS_MEMBER(ops, struct dli_cuda_backend, reset) || !ops->acc_create ||
-	    !ops->acc_destroy || !ops->add || !ops->add_quantized || !ops->read || !ops->reset) {
-		dli_loader_close_backend(handle);
-		return dli_error_set(err, -ENOEXEC, NULL,
-				     "%s returned no usable backend table (built against other "
-				     "headers?)", file);
+	r = dli_loader_create(&b->ctx->host, dirs, n_dirs, &b->loader, err);
+	if (!r && (r = dli_loader_load(b->loader, CUDA_BACKEND_MODULE, err)) == -ENOENT) {
+		char list[640] = "";
+		for (size_t d = 0, off = 0; d < n_dirs && off < sizeof list; d++)
+			off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", d ? ", " : "",
+						dirs[d] ? dirs[d] : "");
+		dli_error_set(err, -ENOENT, NULL, "no %s.so in %s%s", CUDA_BACKEND_MODULE,
+			      n_dirs ? "the plugin dirs " : "an empty plugin path", list);
 	}
-	b->handle = handle;
+	dli_search_dirs_free(own, n_dirs);
+	const struct dli_backend_ops *ops = r ? NULL : backend_find(b->loader);
+	if (!r && !ops)
+		r = dli_error_set(err, -ENOEXEC, NULL, "%s.so has no backend for CUDA tensors",
+				  CUDA_BACKEND_MODULE);
+	if (r) {
+		dli_loader_destroy(b->loader);
+		b->loader = NULL;
+		return r;
+	}
 	atomic_store_explicit(&b->ops, ops, memory_order_release);
 	return 0;
 }
 
 /* The backend, loading it on first use. After the first attempt this is one atomic load. */
-static const struct dli_cuda_backend *backend_get(struct dli_stats_acc *acc)
+static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 {
 	struct dli_stats_backend *b = acc->backend;
-	const struct dli_cuda_backend *ops = atomic_load_explicit(&b->ops, memory_order_acquire);
+	const struct dli_backend_ops *ops = atomic_load_explicit(&b->ops, memory_order_acquire);
 	if (ops || atomic_load(&b->tried))
 		return ops;
 	struct dli_error err = {0};
@@ -157,12 +172,12 @@ static const struct dli_cuda_backend *backend_get(struct dli_stats_acc *acc)
 			"statistics of CUDA tensors need dlinspect built with CUDA (nvcc found at "
 			"build time, meson option cuda) and its backend %s.so on the plugin path: %s. "
 			"CUDA tensors get no statistics in this run (reported once)",
-			DLI_CUDA_BACKEND_FILE, err.message);
+			CUDA_BACKEND_MODULE, err.message);
 	return ops;
 }
 
 /* The device accumulator for `device`, made on first use. Called under acc->lock. */
-static void *device_acc(struct dli_stats_acc *acc, const struct dli_cuda_backend *be, int device)
+static void *device_acc(struct dli_stats_acc *acc, const struct dli_backend_ops *be, int device)
 {
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].device == device)
@@ -202,7 +217,7 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 		return;
 	if (acc->share && acc->forget)
 		acc->forget(acc->ctx, acc);
-	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	const struct dli_backend_ops *be = atomic_load(&acc->backend->ops);
 	for (size_t i = 0; i < acc->n_devices; i++)
 		if (acc->devices[i].dacc)
 			be->acc_destroy(acc->devices[i].dacc);
@@ -306,7 +321,7 @@ static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		      const struct dli_fp8_spec *fp8, const struct dli_tensor *hp,
 		      const struct dli_quantized_tensor *q)
 {
-	const struct dli_cuda_backend *be = backend_get(acc);
+	const struct dli_backend_ops *be = backend_get(acc);
 	if (!be)
 		return -ENOTSUP;
 	pthread_mutex_lock(&acc->lock);
@@ -463,7 +478,7 @@ double dli_stats_value_sized(const struct dli_stats_record *r, size_t size, enum
 
 static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out)
 {
-	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	const struct dli_backend_ops *be = atomic_load(&acc->backend->ops);
 	int first = 0;
 	pthread_mutex_lock(&acc->lock);
 	*out = acc->host;
@@ -471,7 +486,7 @@ static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out)
 		if (!acc->devices[i].dacc)
 			continue;
 		struct dli_stats_record d;
-		int r = be->read(acc->devices[i].dacc, &d);
+		int r = be->read(acc->devices[i].dacc, &d, sizeof d);
 		if (r == 0)
 			dli_stats_merge(out, &d);
 		else if (!first)
@@ -485,7 +500,7 @@ void dli_stats_acc_reset(struct dli_stats_acc *acc)
 {
 	if (!acc)
 		return;
-	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	const struct dli_backend_ops *be = atomic_load(&acc->backend->ops);
 	pthread_mutex_lock(&acc->lock);
 	dli_stats_record_init(&acc->host);
 	if (acc->hist_counts)
@@ -661,7 +676,7 @@ int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec,
 void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_record *rec,
 			   const uint64_t *counts)
 {
-	const struct dli_cuda_backend *be = atomic_load(&acc->backend->ops);
+	const struct dli_backend_ops *be = atomic_load(&acc->backend->ops);
 	pthread_mutex_lock(&acc->lock);
 	/* The device records are in `rec` already (dli_stats_acc_local read them). */
 	for (size_t i = 0; i < acc->n_devices; i++)

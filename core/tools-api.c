@@ -5,6 +5,7 @@
 #include "config-private.h"
 #include "context-private.h"
 #include "host-private.h"
+#include "lifecycle-private.h"
 #include "loader-private.h"
 #include "registry-private.h"
 #include "tools-api.h"
@@ -12,7 +13,7 @@
 int dli_tools_open(const struct dli_options *options, struct dli_context **out,
 		   struct dli_error *err)
 {
-	return dli_context_open(options, false, out, err);
+	return dli_context_create(options, false, out, err);
 }
 
 void dli_tools_summarize(const struct dli_context *ctx, struct dli_tools_summary *out)

@@ -134,8 +134,15 @@ struct dli_options {
 	const char *comm_name;
 };
 
-/* Sets every field to its default. */
+/* Sets every field to its default. A call compiles to dli_options_init_sized with the size of the
+ * struct in the header the host was built with, so the library writes exactly that struct, whatever
+ * its own version (ABI 1.3). The function dli_options_init, which programs built against earlier
+ * headers call, writes only the members of 1.0 (up to log_level) and sets size to match: set a later
+ * member after it as usual, and set `size = sizeof(struct dli_options)` too if you call it (or
+ * rebuild against this header). Accepts NULL. */
 void dli_options_init(struct dli_options *options);
+void dli_options_init_sized(struct dli_options *options, size_t size);
+#define dli_options_init(options) dli_options_init_sized((options), sizeof(struct dli_options))
 
 /* Reads the config, loads the modules it names and creates the feature and logger instances.
  * On success *out is a new context owned by the caller (free with dli_destroy) and 0 is returned;

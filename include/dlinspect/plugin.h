@@ -539,6 +539,45 @@ struct dli_comm_desc {
 	const struct dli_comm_ops *ops;
 };
 
+/* ---- Device backends (ABI 1.3) ----
+ * A backend computes the statistics of tensors in device memory for the host table's stats_* calls:
+ * dlinspect's CUDA backend (dli_cuda.so, built when nvcc is found) is one. Its module declares the
+ * namespace DLI_BACKEND_NAMESPACE, so a directory scan (no `extensions`) skips it: loading it needs
+ * the device's driver. The core loads it by name, through the same loader as every module, when
+ * the first tensor in that device's memory reaches an accumulator. */
+#define DLI_BACKEND_NAMESPACE "backends"
+
+struct dli_backend_ops {
+	uint32_t size;
+	/* Required, and every member below: a device-side accumulator on device `device`, whose
+	 * record stays in device memory until read. NULL on failure, with the reason in `err`
+	 * (DLI_BACKEND_ERR_SIZE bytes). */
+	void *(*acc_create)(int device, char *err);
+	void (*acc_destroy)(void *dacc);
+	/* Queues one pass over `t` on its stream, merged into dacc on the device; never waits.
+	 * `fp8` means what it means for the host table's stats_add. */
+	int (*add)(void *dacc, const struct dli_tensor *t, const struct dli_fp8_spec *fp8);
+	int (*add_quantized)(void *dacc, const struct dli_tensor *hp,
+			     const struct dli_quantized_tensor *q);
+	/* Copies the merged record to the host, writing min(size, its own sizeof) bytes of `out`:
+	 * the one wait, at step end. */
+	int (*read)(void *dacc, struct dli_stats_record *out, size_t size);
+	void (*reset)(void *dacc);
+};
+#define DLI_BACKEND_ERR_SIZE 256
+
+struct dli_backend_desc {
+	uint32_t size;
+	const char *name; /* "cuda" */
+	enum dli_device_type device; /* the tensors it takes: DLI_DEVICE_CUDA */
+	const char *doc;
+	const struct dli_backend_ops *ops;
+};
+
+/* The sizes of the backend tables as 1.3 defined them: the least the host accepts. */
+#define DLI_BACKEND_OPS_SIZE_1_3 (offsetof(struct dli_backend_ops, reset) + sizeof(void *))
+#define DLI_BACKEND_DESC_SIZE_1_3 (offsetof(struct dli_backend_desc, ops) + sizeof(void *))
+
 /* ---- The module ---- */
 
 struct dli_module {
@@ -558,6 +597,10 @@ struct dli_module {
 	/* ---- ABI 1.2 ---- */
 	const struct dli_comm_desc *const *comms; /* communicators (a module of ABI < 1.2: none) */
 	size_t n_comms;
+
+	/* ---- ABI 1.3 ---- */
+	const struct dli_backend_desc *const *backends; /* device backends (ABI < 1.3: none) */
+	size_t n_backends;
 };
 
 /* ---- The namespace note (ABI 1.1) ----

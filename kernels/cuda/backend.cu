@@ -1,4 +1,5 @@
-/* dli_cuda.so: the CUDA backend table of kernels/cuda/backend.h. It checks a tensor, queues the
+/* dli_cuda.so: the CUDA backend, a module of namespace DLI_BACKEND_NAMESPACE whose one backend
+ * (struct dli_backend_ops, dlinspect/plugin.h) takes CUDA tensors. It checks a tensor, queues the
  * passes of kernels/cuda/passes.cu on the tensor's stream and leaves the result in the
  * accumulator's device record; only read() waits.
  *
@@ -32,7 +33,7 @@ namespace {
 
 /* Resident blocks of pass_threads threads an SM can hold at most (2048 threads on sm_80/sm_90). */
 constexpr int max_blocks_per_sm = 8;
-constexpr int err_len = 256; /* the size backend.h gives acc_create's message buffer */
+constexpr int err_len = DLI_BACKEND_ERR_SIZE; /* acc_create's message buffer */
 
 struct occupancy {
 	const void *fn;
@@ -54,7 +55,7 @@ struct dacc {
 	bool fresh;         /* no add since create or reset: the device record is stale */
 	occupancy occ[32];
 	int n_occ;
-	char err[err_len];  /* the last failure (backend.h has no way to hand it out yet) */
+	char err[err_len];  /* the last failure (the backend ops have no way to hand it out yet) */
 };
 
 int cuda_errno(cudaError_t e)
@@ -462,7 +463,7 @@ int acc_add_quantized(void *dacc_, const dli_tensor *hp, const dli_quantized_ten
 	return mark_queued(a, stream);
 }
 
-int acc_read(void *dacc_, dli_stats_record *out)
+int acc_read_record(void *dacc_, dli_stats_record *out)
 {
 	dacc *a = (dacc *)dacc_;
 	if (!a || !out)
@@ -485,6 +486,18 @@ int acc_read(void *dacc_, dli_stats_record *out)
 	return 0;
 }
 
+/* The table's read: the whole record, then as much of it as the caller's struct holds. */
+int acc_read(void *dacc, dli_stats_record *out, size_t size)
+{
+	if (!out)
+		return -EINVAL;
+	dli_stats_record rec;
+	record_init(rec);
+	int r = acc_read_record(dacc, &rec);
+	memcpy(out, &rec, size < sizeof rec ? size : sizeof rec);
+	return r;
+}
+
 void acc_reset(void *dacc_)
 {
 	dacc *a = (dacc *)dacc_;
@@ -494,21 +507,46 @@ void acc_reset(void *dacc_)
 	a->fresh = true;
 }
 
+
+const struct dli_backend_ops ops = {
+	sizeof(struct dli_backend_ops),
+	acc_create,
+	acc_destroy,
+	acc_add,
+	acc_add_quantized,
+	acc_read,
+	acc_reset,
+};
+
+const struct dli_backend_desc cuda_backend = {
+	sizeof(struct dli_backend_desc),
+	"cuda",
+	DLI_DEVICE_CUDA,
+	"statistics of tensors in CUDA device memory, computed on the tensor's stream",
+	&ops,
+};
+
+const struct dli_backend_desc *const backends[] = {&cuda_backend};
+
+const struct dli_module module = {
+	sizeof(struct dli_module),
+	DLI_ABI_MAJOR,
+	DLI_ABI_MINOR,
+	DLI_CUDA_BACKEND_FILE,
+	DLI_BACKEND_NAMESPACE,
+	"dlinspect's CUDA backend: statistics of CUDA tensors (loaded on the first one)",
+	nullptr, 0, nullptr, 0, nullptr, 0,
+	backends, 1,
+};
+
 } // namespace
 
-extern "C" __attribute__((visibility("default"))) const struct dli_cuda_backend *
-dli_cuda_backend_entry(void);
+/* Read without loading the file: a directory scan skips a backend (plugin.h). */
+DLI_MODULE_NAMESPACE(DLI_BACKEND_NAMESPACE);
 
-const struct dli_cuda_backend *dli_cuda_backend_entry(void)
+extern "C" DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host);
+
+const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *)
 {
-	static const struct dli_cuda_backend table = {
-		sizeof(struct dli_cuda_backend),
-		acc_create,
-		acc_destroy,
-		acc_add,
-		acc_add_quantized,
-		acc_read,
-		acc_reset,
-	};
-	return &table;
+	return &module;
 }

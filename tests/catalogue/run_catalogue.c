@@ -2,7 +2,7 @@
  * an attacker might give, with the exact error dlinspect must answer. The driver runs each through
  * the real dli_init path (as text and as a file, which must give the same message with the file's
  * name), and through dli_layer_get for entries that fail per layer; `dlinspect check`'s path
- * (dli_context_open without loggers) must refuse it with the same words; and counts them.
+ * (dli_context_create without loggers) must refuse it with the same words; and counts them.
  *
  *   run_catalogue CATALOGUE          check every entry; prints "N entries: N as expected"
  *   run_catalogue --print CATALOGUE  print every entry with the error it gets now (to review one)
@@ -29,6 +29,7 @@
 #include <dlinspect/version.h>
 
 #include "context-private.h"
+#include "lifecycle-private.h"
 
 enum kind { KIND_CONFIG, KIND_LAYER, KIND_OPTION, KIND_MODULE };
 
@@ -119,7 +120,7 @@ static void set_option(const char *name, struct dli_options *o)
 		o->log_level = 99;
 }
 
-/* What `dlinspect check` answers for the entry: dli_context_open without loggers, then the layer. */
+/* What `dlinspect check` answers for the entry: dli_context_create without loggers, then the layer. */
 static void run_check(const struct entry *e, const struct dli_options *run_options, char *got,
 		      size_t size)
 {
@@ -130,7 +131,7 @@ static void run_check(const struct entry *e, const struct dli_options *run_optio
 	o.config_path = NULL;
 	memset(&err, 0, sizeof err);
 	got[0] = '\0';
-	int r = dli_context_open(&o, false, &ctx, &err);
+	int r = dli_context_create(&o, false, &ctx, &err);
 	if (e->kind == KIND_LAYER && r == 0) {
 		struct dli_layer *layer = NULL;
 		memset(&err, 0, sizeof err);

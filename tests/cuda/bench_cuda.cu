@@ -56,7 +56,7 @@ __global__ void fill(void *buf, int dtype, unsigned long long n)
 	}
 }
 
-static const struct dli_cuda_backend *load_backend(const char *path)
+static const struct dli_backend_ops *load_backend(const char *path)
 {
 	char buf[4096];
 	void *h = NULL;
@@ -78,12 +78,12 @@ static const struct dli_cuda_backend *load_backend(const char *path)
 				"`meson devenv`\n", DLI_CUDA_BACKEND_FILE, why ? why : "not found");
 		return NULL;
 	}
-	void *sym = dlsym(h, DLI_CUDA_BACKEND_ENTRY_NAME);
+	void *sym = dlsym(h, DLI_MODULE_ENTRY_NAME);
 	if (!sym)
 		return NULL;
-	dli_cuda_backend_entry_fn entry;
+	dli_module_entry_fn entry;
 	memcpy(&entry, &sym, sizeof entry);
-	return entry();
+	return dli_cuda_backend_ops(entry(NULL));
 }
 
 struct result {
@@ -120,7 +120,7 @@ int main(int argc, char **argv)
 		       e != cudaSuccess ? cudaGetErrorString(e) : "none found");
 		return 77;
 	}
-	const struct dli_cuda_backend *be = load_backend(backend);
+	const struct dli_backend_ops *be = load_backend(backend);
 	if (!be)
 		return 1;
 	cudaDeviceProp prop;
@@ -190,7 +190,7 @@ int main(int argc, char **argv)
 		CUDA_OK(cudaEventRecord(t1, s));
 		struct dli_stats_record r;
 		if (rc == 0)
-			rc = be->read(acc, &r);
+			rc = be->read(acc, &r, sizeof r);
 		be->acc_destroy(acc);
 		if (rc) {
 			fprintf(stderr, "bench_cuda: %s: the backend returned %d\n", cases[c].name, rc);

@@ -27,7 +27,7 @@ extern "C" {
 
 using namespace dli_cuda;
 
-static const struct dli_cuda_backend *be;
+static const struct dli_backend_ops *be;
 
 /* ---- Random data ---- */
 
@@ -391,7 +391,7 @@ static dli_stats_record cuda_record(dli_tensor t, const dli_fp8_spec *fp8)
 		return r;
 	}
 	CHECK_INT(be->add(acc, &t, fp8), 0);
-	CHECK_INT(be->read(acc, &r), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	be->acc_destroy(acc);
 	return r;
 }
@@ -489,7 +489,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 			CHECK(acc != NULL);
 			if (acc) {
 				CHECK_INT(be->add_quantized(acc, &t, &qt), 0);
-				CHECK_INT(be->read(acc, &g), 0);
+				CHECK_INT(be->read(acc, &g, sizeof g), 0);
 				be->acc_destroy(acc);
 				CHECK_INT(dli_cpu_fp8_compare_quantized(hx, dt, q, f, &si, 1, n, NULL, &c), 0);
 				compare_fp8(g, c);
@@ -557,7 +557,7 @@ static void test_add_does_not_wait(void)
 	g.open.store(1);
 
 	dli_stats_record r, c, c2;
-	CHECK_INT(be->read(acc, &r), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	CHECK(!g.timed_out.load());
 	c = cpu_record(host, DLI_DTYPE_F32, n, &cur);
 	c2 = cpu_record(host, DLI_DTYPE_F32, n, NULL);
@@ -569,11 +569,11 @@ static void test_add_does_not_wait(void)
 
 	/* reset empties it without touching the device; adds start afresh. */
 	be->reset(acc);
-	CHECK_INT(be->read(acc, &r), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	dli_stats_record_init(&c);
 	CHECK(memcmp(&r, &c, sizeof r) == 0);
 	CHECK_INT(be->add(acc, &tb, NULL), 0);
-	CHECK_INT(be->read(acc, &r), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	compare_stats(r, cpu_record(host, DLI_DTYPE_F32, n / 2, NULL));
 
 	be->acc_destroy(acc);
@@ -629,7 +629,7 @@ static void test_refusals(void)
 	CHECK_INT(be->add_quantized(acc, &t, &q), -EINVAL);
 	/* Nothing got in. */
 	dli_stats_record r, e;
-	CHECK_INT(be->read(acc, &r), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	dli_stats_record_init(&e);
 	CHECK(memcmp(&r, &e, sizeof r) == 0);
 	be->acc_destroy(acc);
@@ -655,14 +655,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "dlopen %s: %s\n", argv[1], dlerror());
 		return 1;
 	}
-	void *sym = dlsym(h, DLI_CUDA_BACKEND_ENTRY_NAME);
+	void *sym = dlsym(h, DLI_MODULE_ENTRY_NAME);
 	CHECK(sym != NULL);
 	if (!sym)
 		return check_exit();
-	dli_cuda_backend_entry_fn entry;
+	dli_module_entry_fn entry;
 	memcpy(&entry, &sym, sizeof entry);
-	be = entry();
-	CHECK(be != NULL && be->size >= sizeof(struct dli_cuda_backend));
+	be = dli_cuda_backend_ops(entry(NULL));
+	CHECK(be != NULL && be->size >= sizeof(struct dli_backend_ops));
 	CHECK(be->acc_create && be->acc_destroy && be->add && be->add_quantized && be->read &&
 	      be->reset);
 

@@ -452,24 +452,52 @@ static void test_a_writable_or_foreign_module_is_refused(void)
 	}
 	remove_copy(dir, "good.so");
 
-	/* A helper library (the CUDA backend) found on the plugin path: the same policy. */
-	dir = copy_good("dli_helper.so", 0646);
+	/* A device backend (the CUDA backend's kind) found on the plugin path: the same policy. */
+	dir = copy_file(LOADER_BACKEND_DIR "/backend_fixture.so", "backend_fixture.so", 0646);
 	if (!dir) {
 		CHECK(!"mkdtemp");
 		return;
 	}
 	const char *hdirs[] = {dir};
-	void *handle = NULL, *sym = NULL;
-	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
-					  &err), -EPERM);
-	CHECK_CONTAINS(err.message, "/dli_helper.so: it is writable by everyone (mode 0646)");
-	CHECK(handle == NULL);
-	snprintf(path, sizeof path, "%s/dli_helper.so", dir);
+	loader = loader_strict(hdirs, 1);
+	CHECK_INT(dli_loader_load(loader, "backend_fixture", &err), -EPERM);
+	CHECK_CONTAINS(err.message, "/backend_fixture.so: it is writable by everyone (mode 0646)");
+	CHECK_INT(dli_loader_count(loader), 0);
+	snprintf(path, sizeof path, "%s/backend_fixture.so", dir);
 	CHECK_INT(chmod(path, 0644), 0);
-	CHECK_INT(dli_loader_open_backend(hdirs, 1, "dli_helper.so", "dli_module_entry", &handle, &sym,
-					  &err), 0);
-	dli_loader_close_backend(handle);
-	remove_copy(dir, "dli_helper.so");
+	CHECK_INT(dli_loader_load(loader, "backend_fixture", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	dli_loader_destroy(loader);
+	remove_copy(dir, "backend_fixture.so");
+}
+
+/* A device backend is a module like any other, but loaded only by its name (on the first tensor in
+ * its device's memory): a scan of the plugin path skips it, as it skips communicators. */
+static void test_a_backend_loads_by_name_only(void)
+{
+	struct dli_error err = {0};
+	const char *dirs[] = {LOADER_BACKEND_DIR};
+	struct dli_loader *loader = loader_strict(dirs, 1);
+	CHECK_INT(dli_loader_load_all(loader, &err), 0);
+	CHECK_INT(dli_loader_count(loader), 0);
+	CHECK_INT(dli_loader_load(loader, "backend_fixture", &err), 0);
+	CHECK_INT(dli_loader_count(loader), 1);
+	const struct dli_module *m = dli_loader_module(loader, 0);
+	CHECK(m != NULL);
+	if (m) {
+		CHECK_INT(m->n_backends, 1);
+		CHECK_STR(m->backends[0]->name, "fixture");
+		CHECK_INT(m->backends[0]->device, DLI_DEVICE_CUDA);
+		CHECK(m->backends[0]->ops->reset != NULL);
+		CHECK_INT(m->n_features + m->n_loggers + m->n_comms, 0);
+	}
+	/* A backend without one of its methods is refused when loaded, not when first called. */
+	CHECK_INT(dli_loader_load(loader, "backend_incomplete", &err), -EINVAL);
+	CHECK_CONTAINS(err.message, "module 'backend_incomplete' (");
+	CHECK_CONTAINS(err.message, "backend 'fixture' lacks one of acc_create, acc_destroy, add, "
+				    "add_quantized, read, reset");
+	CHECK_INT(dli_loader_count(loader), 1);
+	dli_loader_destroy(loader);
 }
 
 /* A shared object stripped of its section headers still loads in the dynamic linker (it reads
@@ -657,6 +685,7 @@ int main(void)
 	test_a_path_is_refused_unless_allowed();
 	test_finding_a_namespace_loads_nothing_else();
 	test_a_writable_or_foreign_module_is_refused();
+	test_a_backend_loads_by_name_only();
 	test_an_object_without_sections_is_not_loaded();
 	test_first_dir_in_search_order_wins();
 	test_load_all_takes_every_module_of_a_dir();

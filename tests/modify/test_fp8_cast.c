@@ -12,7 +12,7 @@
 #include "check.h"
 #include "host-private.h" /* dli_host_template */
 #include "kernels-private.h" /* dli_fp8_encode/decode */
-#include "stats-private.h"   /* dli_tensor_amax */
+#include "fp8-private.h"     /* dli_tensor_amax */
 
 #define N 10007
 

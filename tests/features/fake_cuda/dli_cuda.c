@@ -9,12 +9,6 @@
 
 #include "cuda/backend.h"
 
-#if defined(__GNUC__)
-#define FAKE_EXPORT __attribute__((visibility("default")))
-#else
-#define FAKE_EXPORT
-#endif
-
 struct fake_acc {
 	int device;
 	struct dli_stats_record r;
@@ -88,9 +82,10 @@ static int fake_add_quantized(void *dacc, const struct dli_tensor *hp,
 	return -95; /* -ENOTSUP */
 }
 
-static int fake_read(void *dacc, struct dli_stats_record *out)
+static int fake_read(void *dacc, struct dli_stats_record *out, size_t size)
 {
-	*out = ((struct fake_acc *)dacc)->r;
+	const struct dli_stats_record *r = &((struct fake_acc *)dacc)->r;
+	memcpy(out, r, size < sizeof *r ? size : sizeof *r);
 	return 0;
 }
 
@@ -99,8 +94,8 @@ static void fake_reset(void *dacc)
 	fake_init(&((struct fake_acc *)dacc)->r);
 }
 
-static const struct dli_cuda_backend fake_backend = {
-	.size = sizeof(struct dli_cuda_backend),
+static const struct dli_backend_ops fake_ops = {
+	.size = sizeof(struct dli_backend_ops),
 	.acc_create = fake_acc_create,
 	.acc_destroy = fake_acc_destroy,
 	.add = fake_add,
@@ -109,8 +104,30 @@ static const struct dli_cuda_backend fake_backend = {
 	.reset = fake_reset,
 };
 
-FAKE_EXPORT const struct dli_cuda_backend *dli_cuda_backend_entry(void);
-FAKE_EXPORT const struct dli_cuda_backend *dli_cuda_backend_entry(void)
+static const struct dli_backend_desc fake_backend = {
+	.size = sizeof(struct dli_backend_desc),
+	.name = "cuda",
+	.device = DLI_DEVICE_CUDA,
+	.doc = "a stand-in for the CUDA backend: \"device\" tensors in host memory",
+	.ops = &fake_ops,
+};
+
+static const struct dli_backend_desc *const backends[] = {&fake_backend};
+
+static const struct dli_module module = {
+	.size = sizeof(struct dli_module),
+	.abi_major = DLI_ABI_MAJOR,
+	.abi_minor = DLI_ABI_MINOR,
+	.name = DLI_CUDA_BACKEND_FILE,
+	.ns = DLI_BACKEND_NAMESPACE,
+	.backends = backends,
+	.n_backends = 1,
+};
+
+DLI_MODULE_NAMESPACE(DLI_BACKEND_NAMESPACE);
+
+DLI_EXPORT const struct dli_module *DLI_MODULE_ENTRY(const struct dli_host *host)
 {
-	return &fake_backend;
+	(void)host;
+	return &module;
 }
