@@ -113,10 +113,32 @@ static void read_chunk(void *arg, int64_t c, int worker)
 	}
 }
 
+/* A plain read of a view (kernels/cpu/runs-private.h): every run summed as floats, the same
+ * bytes a view's pass reads, in the same order: what the access pattern itself allows. */
+struct view_read_job {
+	const struct dli_cpu_runs *v;
+	enum dli_simd simd;
+	float *sums;
+};
+
+static void view_read_run(void *arg, int64_t c, int worker)
+{
+	struct view_read_job *j = arg;
+	int64_t bytes = j->v->run_len * (int64_t)dli_dtype_size(j->v->dtype);
+	const float *p = (const float *)((const char *)j->v->base + c * j->v->step[0]);
+	switch (j->simd) {
+#ifdef DLI_HAVE_X86_SIMD
+	case DLI_SIMD_AVX512: j->sums[c] = sum_avx512(p, bytes / 4); break;
+	case DLI_SIMD_AVX2: j->sums[c] = sum_avx2(p, bytes / 4); break;
+#endif
+	default: j->sums[c] = sum_scalar(p, bytes / 4); break;
+	}
+}
+
 /* ---- The passes ---- */
 
 enum pass_kind { READ, STATS_F32, STATS_BF16, FP8_F32, FP8_BF16, MX_F32, MX_BF16, NV_F32, NV_BF16,
-		 FB_F32, FB_BF16, COL_F32, COL_BF16 };
+		 FB_F32, FB_BF16, COL_F32, COL_BF16, ROW_F32, ROW_BF16 };
 
 struct bench {
 	float *f32;
@@ -128,6 +150,7 @@ struct bench {
 	float *saved32;     /* what poke_nonfinite replaced */
 	uint16_t *saved16;
 	struct dli_cpu_runs q32, q16; /* the Q thirds of the buffers seen as fused QKV outputs */
+	struct dli_cpu_runs r32, r16; /* every 2nd row of the buffers seen as [T, QKV_H] matrices */
 };
 
 static volatile double sink;
@@ -189,6 +212,12 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 		break;
 	case COL_BF16:
 		rc = dli_cpu_stats_runs(&b->q16, &o, &r);
+		break;
+	case ROW_BF16:
+		rc = dli_cpu_stats_runs(&b->r16, &o, &r);
+		break;
+	case ROW_F32:
+		rc = dli_cpu_stats_runs(&b->r32, &o, &r);
 		break;
 	}
 	double t = now_s() - t0;
@@ -278,6 +307,8 @@ static const struct {
 	{FB_BF16, "fp8b_compare_bf16", "fp8b_compare_bf16_nan", 0.70},
 	{COL_F32, "stats_f32_colblock", "stats_f32_colblock_nan", 0.80},
 	{COL_BF16, "stats_bf16_colblock", "stats_bf16_colblock_nan", 0.80},
+	{ROW_F32, "stats_f32_rowslice", "stats_f32_rowslice_nan", 0.80},
+	{ROW_BF16, "stats_bf16_rowslice", "stats_bf16_rowslice_nan", 0.80},
 };
 enum { NP = sizeof(passes) / sizeof(passes[0]) };
 
@@ -285,7 +316,8 @@ enum { NP = sizeof(passes) / sizeof(passes[0]) };
  * and ratio count only the bytes they read (the read reference reads the whole buffer). */
 static double view_share(const struct bench *b, enum pass_kind kind)
 {
-	const struct dli_cpu_runs *v = kind == COL_F32 ? &b->q32 : kind == COL_BF16 ? &b->q16 : NULL;
+	const struct dli_cpu_runs *v = kind == COL_F32 ? &b->q32 : kind == COL_BF16 ? &b->q16
+				     : kind == ROW_F32 ? &b->r32 : kind == ROW_BF16 ? &b->r16 : NULL;
 	return v ? (double)v->n * (double)dli_dtype_size(v->dtype) / (double)b->bytes : 1.0;
 }
 
@@ -296,6 +328,47 @@ static struct dli_cpu_runs qkv_view(const void *p, enum dli_dtype dt, int64_t n)
 	return (struct dli_cpu_runs){.base = p, .dtype = dt, .run_len = QKV_H, .n = rows * QKV_H,
 				     .inner = es, .n_outer = 1, .outer = {rows},
 				     .step = {3 * QKV_H * es}};
+}
+
+/* Every 2nd row of n elements of dt at p seen as a [T, QKV_H] matrix (t[::2] in numpy). */
+static struct dli_cpu_runs row_view(const void *p, enum dli_dtype dt, int64_t n)
+{
+	int64_t es = (int64_t)dli_dtype_size(dt), rows = n / (2 * QKV_H);
+	return (struct dli_cpu_runs){.base = p, .dtype = dt, .run_len = QKV_H, .n = rows * QKV_H,
+				     .inner = es, .n_outer = 1, .outer = {rows},
+				     .step = {2 * QKV_H * es}};
+}
+
+/* A view pass against a plain read of the same view, paired in each of REPS rounds as the table
+ * pairs every pass with a read: the ratio to what the access pattern allows (runs of QKV_H
+ * elements with gaps between them read slower than a whole buffer on most machines). Returns the
+ * median ratio, or a negative value when unavailable; *gbs gets the median view-read GB/s. */
+static double view_ratio(struct bench *b, enum pass_kind kind, int threads, enum dli_simd simd,
+			 double *gbs)
+{
+	const struct dli_cpu_runs *v = kind == COL_F32 ? &b->q32 : kind == COL_BF16 ? &b->q16
+				     : kind == ROW_F32 ? &b->r32 : &b->r16;
+	int64_t runs = v->outer[0];
+	double bytes = (double)v->n * (double)dli_dtype_size(v->dtype), tread[REPS], ratio[REPS];
+	float *sums = calloc((size_t)runs + 1, sizeof *sums);
+	if (!sums)
+		return -1;
+	struct view_read_job j = {.v = v, .simd = simd, .sums = sums};
+	for (int rep = 0; rep < REPS; rep++) {
+		double t0 = now_s();
+		dli_parallel_for(runs, threads, view_read_run, &j);
+		tread[rep] = now_s() - t0;
+		sink = sums[0];
+		double tp = run_once(b, kind, threads, simd);
+		if (tp < 0) {
+			free(sums);
+			return -1;
+		}
+		ratio[rep] = tread[rep] / tp;
+	}
+	free(sums);
+	*gbs = bytes / median(tread, REPS) / 1e9;
+	return median(ratio, REPS);
 }
 
 /* What every pass must reach on data with NaN or infinities: the tensors that have gone bad are
@@ -434,6 +507,8 @@ int dli_bench_stats(int argc, char **argv)
 	}
 	b.q32 = qkv_view(b.f32, DLI_DTYPE_F32, b.n32);
 	b.q16 = qkv_view(b.bf16, DLI_DTYPE_BF16, b.n16);
+	b.r32 = row_view(b.f32, DLI_DTYPE_F32, b.n32);
+	b.r16 = row_view(b.bf16, DLI_DTYPE_BF16, b.n16);
 	struct dli_stats_record r;
 	dli_cpu_stats(b.f32, DLI_DTYPE_F32, b.n32, NULL, &r);
 	b.scale32 = dli_fp8_scale((float)r.amax, DLI_DTYPE_F8E4M3, 0);
@@ -505,6 +580,19 @@ int dli_bench_stats(int argc, char **argv)
 				printf("  >= %.2f %s", w->target, q >= w->target ? "met" : "NOT MET");
 			printf("\n");
 		}
+		printf("  the strided views against a plain read of the same view (runs of %d elements "
+		       "with gaps: what the access pattern allows here):\n", QKV_H);
+		for (int k = 0; k < (all > 1 ? 2 : 1); k++)
+			for (enum pass_kind kind = COL_F32; kind <= ROW_BF16; kind++) {
+				int t = k ? all : 1;
+				double vg = 0, vr = view_ratio(&b, kind, t, simd, &vg);
+				const char *name = kind == COL_F32 ? "stats_f32_colblock"
+					: kind == COL_BF16 ? "stats_bf16_colblock"
+					: kind == ROW_F32 ? "stats_f32_rowslice" : "stats_bf16_rowslice";
+				if (vr > 0)
+					printf("  %-22s %7d   view read %6.2f GB/s, pass/view read %.3f\n", name,
+					       t, vg, vr);
+			}
 		if (np > 0)
 			printf("  numpy (min, max, mean, std, l1, l2, amax, nan/inf/zero counts; one call "
 			       "each): %.2f GB/s; ours/numpy %.1fx on 1 thread, %.1fx on %d\n",
