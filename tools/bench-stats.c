@@ -113,7 +113,7 @@ static void read_chunk(void *arg, int64_t c, int worker)
 	}
 }
 
-/* A plain read of a view (kernels/cpu/runs-private.h): every run summed as floats, the same
+/* A plain read of a view (struct dli_cpu_runs): every run summed as floats, the same
  * bytes a view's pass reads, in the same order: what the access pattern itself allows. */
 struct view_read_job {
 	const struct dli_cpu_runs *v;
