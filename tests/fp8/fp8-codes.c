@@ -7,26 +7,7 @@
 
 #include "kernels-private.h"
 #include "cpu/fp8-private.h"
-
-static void *read_all(const char *path, size_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long len;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)len + 1);
-		if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-			free(buf);
-			buf = NULL;
-		}
-		*size = (size_t)len;
-	}
-	fclose(f);
-	return buf;
-}
+#include "raw-io.h"
 
 int main(int argc, char **argv)
 {

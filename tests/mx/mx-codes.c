@@ -9,36 +9,7 @@
 #include <string.h>
 
 #include "kernels-private.h"
-
-static void *read_all(const char *path, size_t *size)
-{
-	FILE *f = fopen(path, "rb");
-	char *buf = NULL;
-	long len;
-
-	if (!f)
-		return NULL;
-	if (fseek(f, 0, SEEK_END) == 0 && (len = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
-		buf = malloc((size_t)len + 1);
-		if (buf && fread(buf, 1, (size_t)len, f) != (size_t)len) {
-			free(buf);
-			buf = NULL;
-		}
-		*size = (size_t)len;
-	}
-	fclose(f);
-	return buf;
-}
-
-static int write_all(const char *path, const void *p, size_t n)
-{
-	FILE *f = fopen(path, "wb");
-	int ok = f && fwrite(p, 1, n, f) == n;
-
-	if (f && fclose(f))
-		ok = 0;
-	return ok ? 0 : -EIO;
-}
+#include "raw-io.h"
 
 int main(int argc, char **argv)
 {
