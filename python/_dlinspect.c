@@ -932,8 +932,11 @@ static PyObject *do_inspect_tensor_enabled(LayerObject *l, PyObject *tensor, PyO
 	return answer(on, next, nx);
 }
 
-static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
-					  PyObject *it, PyObject *nx)
+/* The answer of a (gemm, tensor) query: dli_modify_tensor_enabled or
+ * dli_inspect_tensor_postquantize_enabled. */
+static PyObject *gemm_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor, PyObject *it,
+				     PyObject *nx,
+				     bool (*query)(struct dli_layer *, enum dli_gemm, int, int64_t *))
 {
 	struct dli_layer *h;
 	int g = gemm_of(gemm);
@@ -943,23 +946,20 @@ static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *gemm, PyObje
 	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
 		return NULL;
 	int64_t next = DLI_NEVER;
-	bool on = h ? dli_modify_tensor_enabled(h, g, t, &next) : false;
+	bool on = h ? query(h, g, t, &next) : false;
 	return answer(on, next, nx);
+}
+
+static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
+					  PyObject *it, PyObject *nx)
+{
+	return gemm_tensor_enabled(l, gemm, tensor, it, nx, dli_modify_tensor_enabled);
 }
 
 static PyObject *do_postquantize_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
 					 PyObject *it, PyObject *nx)
 {
-	struct dli_layer *h;
-	int g = gemm_of(gemm);
-	if (g < 0)
-		return NULL;
-	int t = tensor_of(tensor);
-	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
-		return NULL;
-	int64_t next = DLI_NEVER;
-	bool on = h ? dli_inspect_tensor_postquantize_enabled(h, g, t, &next) : false;
-	return answer(on, next, nx);
+	return gemm_tensor_enabled(l, gemm, tensor, it, nx, dli_inspect_tensor_postquantize_enabled);
 }
 
 static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *obj,

@@ -520,6 +520,30 @@ class TEFloat8Tensor:
         self._data, self._scale_inv, self._fp8_dtype = codes, scale_inv, fp8_dtype
 
 
+def test_postquantize_and_modify_queries_are_their_own():
+    """inspect_tensor_postquantize_enabled answers DumpTensors' quantized dumps, modify_tensor_enabled
+    FakeQuant: each query reaches its own feature call, not the other's."""
+    cfg = {
+        "dump": {
+            "enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
+            "transformer_engine": {
+                "DumpTensors": {"enabled": True, "tensors": ["activation"],
+                                "quantized_tensor": True, "freq": 2},
+            },
+        }
+    }
+    with Run(cfg):
+        L = dlinspect.layer("model.fc1")
+        assert L.inspect_tensor_postquantize_enabled("fprop", "activation") is True
+        assert L.inspect_tensor_postquantize_enabled("fprop", "gradient") is False
+        assert L.modify_tensor_enabled("fprop", "activation") is False
+        dlinspect.step()
+        on, nxt = L.inspect_tensor_postquantize_enabled("fprop", "activation", next=True)
+        assert on is False and nxt == 2
+        assert dlinspect.layer("model.fc2").inspect_tensor_postquantize_enabled(
+            "fprop", "activation") is False
+
+
 def test_quantized_tensors_tuple_and_te_object():
     cfg = {"q": {"enabled": True, "layers": {"layer_name_regex_pattern": ".*"},
                  "transformer_engine": {"LogFp8TensorStats": {
