@@ -4,6 +4,9 @@
 #define DLI_CPU_PRIVATE_H
 
 #include <stdint.h>
+#ifdef DLI_HAVE_X86_SIMD
+#include <immintrin.h>
+#endif
 
 #include "kernels-private.h"
 
@@ -80,6 +83,29 @@ void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct 
 #ifndef DLI_PREFETCH_BYTES
 #define DLI_PREFETCH_BYTES 4096
 #endif
+
+/* The floating-point mode the FP8 and block-scaled codecs' rules assume: round to nearest-even,
+ * no flush-to-zero (MXCSR bit 15), no denormals-are-zero (bit 6), whatever the host set. Returns
+ * the caller's mode, for dli_csr_restore. A no-op without x86 SIMD (C's defaults hold there). */
+static inline unsigned dli_csr_exact(void)
+{
+#ifdef DLI_HAVE_X86_SIMD
+	unsigned csr = _mm_getcsr();
+	_mm_setcsr(csr & ~0xe040u);
+	return csr;
+#else
+	return 0;
+#endif
+}
+
+static inline void dli_csr_restore(unsigned csr)
+{
+#ifdef DLI_HAVE_X86_SIMD
+	_mm_setcsr(csr);
+#else
+	(void)csr;
+#endif
+}
 
 /* The FP8-cast terms of a run of blocks in the block-scaled passes (MXFP8, FP8 block scaling,
  * NVFP4): counts, sums in double, the scale_inv range. */

@@ -121,10 +121,7 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 	int64_t r0 = c * ps->rows_per_chunk;
 	int64_t r1 = r0 + ps->rows_per_chunk < ps->rows ? r0 + ps->rows_per_chunk : ps->rows;
 	struct dli_stats_record scratch, *rec = ps->recs ? &ps->recs[c] : &scratch;
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0xe040u); /* nearest-even, no FTZ/DAZ, as the rules assume */
-#endif
+	unsigned csr = dli_csr_exact();
 	(void)worker;
 	dli_stats_record_init(rec);
 #ifdef DLI_HAVE_X86_SIMD
@@ -153,9 +150,7 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 		for (int64_t r = r0; r < r1; r += ps->brows)
 			for (int64_t col = 0; col < ps->cols; col += ps->bcols)
 				fb_block(ps, r, col, rec);
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
+	dli_csr_restore(csr);
 }
 
 static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,

@@ -323,19 +323,14 @@ static void pass_chunk(void *arg, int64_t c, int worker)
 	int64_t first = c * DLI_STATS_CHUNK;
 	int64_t m = ps->n - first < DLI_STATS_CHUNK ? ps->n - first : DLI_STATS_CHUNK;
 	const char *p = ps->data + (size_t)first * dli_dtype_size(ps->dtype);
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0xe040u); /* FTZ (bit 15), rounding (13-14) and DAZ (bit 6) cleared */
-#endif
+	unsigned csr = dli_csr_exact();
 	(void)worker;
 	if (ps->q)
 		ps->quantize(p, ps->dtype, m, ps->format, ps->scale, ps->q + first);
 	else
 		ps->compare(p, ps->dtype, m, ps->format, ps->scale,
 			    ps->recs ? &ps->recs[c] : ps->one);
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
+	dli_csr_restore(csr);
 }
 
 /* Runs every chunk, on threads when the input is large. The terms of chunk c land in recs[c]: the

@@ -226,18 +226,13 @@ static void mx_chunk(void *arg, int64_t c, int worker)
 	int64_t r0 = c * ps->rows_per_chunk;
 	int64_t r1 = r0 + ps->rows_per_chunk < ps->rows ? r0 + ps->rows_per_chunk : ps->rows;
 	struct dli_block_terms t = { .lo = INFINITY };
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0xe040u);
-#endif
+	unsigned csr = dli_csr_exact();
 	(void)worker;
 	mx_rows(ps, r0, r1, &t);
 	if (ps->recs) {
 		dli_block_terms_record(&t, &ps->recs[c]);
 	}
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
+	dli_csr_restore(csr);
 }
 
 #define MX_THREAD_MIN ((int64_t)1 << 20)

@@ -166,10 +166,7 @@ static void sr_fake(const float *x, int64_t rows, int64_t cols, int dims, bool c
 		    uint64_t seed, float *out)
 {
 	float amax = 0.0f;
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0xe040u);
-#endif
+	unsigned csr = dli_csr_exact();
 	for (int64_t i = 0; i < rows * cols; i++) {
 		float a = fabsf(x[i]);
 		amax = a > amax ? a : amax;
@@ -193,9 +190,7 @@ static void sr_fake(const float *x, int64_t rows, int64_t cols, int dims, bool c
 						 out);
 		}
 	}
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
+	dli_csr_restore(csr);
 }
 
 int dli_cpu_nvfp4_fake_quantize_opts(const void *data, enum dli_dtype dtype, int64_t rows,

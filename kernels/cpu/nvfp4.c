@@ -244,10 +244,7 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	int64_t r1 = r0 + ps->rows_per_chunk < ps->rows ? r0 + ps->rows_per_chunk : ps->rows;
 	struct dli_block_terms t = { .lo = INFINITY };
 	float amax = 0.0f;
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0xe040u);
-#endif
+	unsigned csr = dli_csr_exact();
 	(void)worker;
 #ifdef DLI_HAVE_X86_SIMD
 	/* The AVX2 pass does the row-wise comparison of f32 and bf16 (AVX-512 machines run it too). */
@@ -272,9 +269,7 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	if (ps->mode == NV_COMPARE) {
 		dli_block_terms_record(&t, &ps->recs[c]);
 	}
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
+	dli_csr_restore(csr);
 }
 
 #define NV_THREAD_MIN ((int64_t)1 << 20)
