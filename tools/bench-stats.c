@@ -312,6 +312,15 @@ static const struct {
 };
 enum { NP = sizeof(passes) / sizeof(passes[0]) };
 
+/* The index in passes[] of a pass kind. */
+static int kind_index(enum pass_kind kind)
+{
+	int p = 0;
+	while (p < NP - 1 && passes[p].kind != kind)
+		p++;
+	return p;
+}
+
 /* The share of the buffer's bytes a pass reads: the view's for the column-block rows, whose GB/s
  * and ratio count only the bytes they read (the read reference reads the whole buffer). */
 static double view_share(const struct bench *b, enum pass_kind kind)
@@ -377,7 +386,8 @@ static double view_ratio(struct bench *b, enum pass_kind kind, int threads, enum
 
 /* Every pass on 1 thread and on `all`, into rows (NP a thread count); returns the rows filled.
  * nonfinite: the rows of the poked data, whose target is NONFINITE_TARGET. */
-static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite, struct row *rows)
+static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite, const bool *sel,
+		    struct row *rows)
 {
 	int counts[2] = {1, all}, nr = 0;
 	for (int k = 0; k < (all > 1 ? 2 : 1); k++) {
@@ -390,7 +400,7 @@ static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite
 		double tread[NP][REPS], tpass[NP][REPS], ratio[NP][REPS];
 		bool avail[NP];
 		for (int p = 0; p < NP; p++)
-			avail[p] = true;
+			avail[p] = sel[p];
 		for (int rep = 0; rep < REPS; rep++) {
 			for (int p = 0; p < NP; p++) {
 				if (!avail[p])
@@ -407,6 +417,8 @@ static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite
 			}
 		}
 		for (int p = 0; p < NP; p++) {
+			if (!sel[p])
+				continue;
 			struct row *w = &rows[nr++];
 			w->name = nonfinite ? passes[p].nonfinite_name : passes[p].name;
 			w->threads = t;
@@ -447,15 +459,36 @@ static void poke_nonfinite(struct bench *b, bool on)
 	}
 }
 
-static const char usage[] = "usage: dlinspect bench stats [--json] [--size-mib N] [--threads N]\n";
+static const char usage[] = "usage: dlinspect bench stats [--json] [--size-mib N] [--threads N] "
+			    "[--only NAME[,NAME...]]\n"
+			    "  --only: the rows whose pass name contains one of the NAMEs (e.g. "
+			    "--only fp8_compare_bf16,rowslice)\n";
+
+/* Whether a pass name contains one of the comma-separated names in `only` (NULL: every pass). */
+static bool selected(const char *name, const char *only)
+{
+	if (!only)
+		return true;
+	for (const char *p = only; *p;) {
+		size_t len = strcspn(p, ",");
+		for (const char *q = name; len && strlen(q) >= len; q++)
+			if (!strncmp(q, p, len))
+				return true;
+		p += len + (p[len] == ',');
+	}
+	return false;
+}
 
 int dli_bench_stats(int argc, char **argv)
 {
 	bool json = false;
 	long size_mib = 256, max_threads = 0;
+	const char *only = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = true;
+		} else if (i + 1 < argc && !strcmp(argv[i], "--only")) {
+			only = argv[++i];
 		} else if (i + 1 < argc && (!strcmp(argv[i], "--size-mib") || !strcmp(argv[i], "--threads"))) {
 			char *end;
 			long v = strtol(argv[i + 1], &end, 10);
@@ -470,6 +503,14 @@ int dli_bench_stats(int argc, char **argv)
 			fprintf(stderr, "dlinspect bench stats: unknown argument '%s'\n%s", argv[i], usage);
 			return 2;
 		}
+	}
+	bool sel[NP];
+	int nsel = 0;
+	for (int p = 0; p < NP; p++)
+		nsel += sel[p] = selected(passes[p].name, only);
+	if (!nsel) {
+		fprintf(stderr, "dlinspect bench stats: --only '%s' names no pass\n%s", only, usage);
+		return 2;
 	}
 	int all = max_threads ? (int)max_threads : dli_cpu_threads(NULL);
 	enum dli_simd simd = dli_cpu_simd(NULL);
@@ -519,24 +560,26 @@ int dli_bench_stats(int argc, char **argv)
 	 * or an infinity (in blocks that hold them the passes take other, slower paths), with no
 	 * target: what a tensor that has gone bad costs. */
 	struct row rows[MAX_ROWS];
-	int nr = run_rows(&b, all, simd, false, rows);
+	int nr = run_rows(&b, all, simd, false, sel, rows);
+	int clean_rows = nr;
 	poke_nonfinite(&b, true);
-	nr += run_rows(&b, all, simd, true, rows + nr);
+	nr += run_rows(&b, all, simd, true, sel, rows + nr);
 	poke_nonfinite(&b, false);
 	bool ok = true;
+	/* the first rows of each thread count are stats_f32's when every pass runs */
 	double read1 = rows[0].read_gbs, stats1 = rows[0].gbs;
-	double stats_all = all > 1 ? rows[NP].gbs : stats1;
+	double stats_all = all > 1 ? rows[nsel].gbs : stats1;
 	for (int i = 0; i < nr; i++)
 		if (rows[i].available && rows[i].target > 0 && rows[i].ratio < rows[i].target)
 			ok = false;
-	double np = numpy_gbs(b.n32);
+	double np = sel[0] ? numpy_gbs(b.n32) : 0;
 
 	if (json) {
 		printf("{\"size_mib\": %ld, \"simd\": \"%s\", \"reps\": %d, \"prefetch_bytes\": %d, "
 		       "\"read_gbs\": {\"1\": %.3f", size_mib, dli_simd_name(simd), REPS,
 		       DLI_PREFETCH_BYTES, read1);
 		if (all > 1)
-			printf(", \"%d\": %.3f", all, rows[NP].read_gbs);
+			printf(", \"%d\": %.3f", all, rows[nsel].read_gbs);
 		printf("}, \"passes\": [");
 		for (int i = 0; i < nr; i++) {
 			struct row *w = &rows[i];
@@ -567,7 +610,7 @@ int dli_bench_stats(int argc, char **argv)
 		       "target");
 		for (int i = 0; i < nr; i++) {
 			struct row *w = &rows[i];
-			if (i == 2 * NP || (all == 1 && i == NP))
+			if (i == clean_rows)
 				printf("  the same data with every 1000th element NaN, +inf or -inf:\n");
 			if (!w->available) {
 				printf("  %-22s %7d   unavailable (not implemented in this build)\n", w->name,
@@ -585,6 +628,8 @@ int dli_bench_stats(int argc, char **argv)
 		for (int k = 0; k < (all > 1 ? 2 : 1); k++)
 			for (enum pass_kind kind = COL_F32; kind <= ROW_BF16; kind++) {
 				int t = k ? all : 1;
+				if (!sel[kind_index(kind)])
+					continue;
 				double vg = 0, vr = view_ratio(&b, kind, t, simd, &vg);
 				const char *name = kind == COL_F32 ? "stats_f32_colblock"
 					: kind == COL_BF16 ? "stats_bf16_colblock"
@@ -593,7 +638,9 @@ int dli_bench_stats(int argc, char **argv)
 					printf("  %-22s %7d   view read %6.2f GB/s, pass/view read %.3f\n", name,
 					       t, vg, vr);
 			}
-		if (np > 0)
+		if (!sel[0])
+			;
+		else if (np > 0)
 			printf("  numpy (min, max, mean, std, l1, l2, amax, nan/inf/zero counts; one call "
 			       "each): %.2f GB/s; ours/numpy %.1fx on 1 thread, %.1fx on %d\n",
 			       np, stats1 / np, (all > 1 ? stats_all : stats1) / np, all);
