@@ -25,10 +25,23 @@ struct lanes {
 	__m256i under, over;
 };
 
+/* The fast steps' float lanes: no sum x dq, no overflows. */
+struct fast_lanes {
+	__m256 err, dqs, xs;
+	__m256i under;
+};
+
+INLINE struct fast_lanes fast_lanes_zero(void)
+{
+	return (struct fast_lanes){_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+				   _mm256_setzero_si256()};
+}
+
 struct consts {
 	__m256i absmask, maxbits, expmask, emin, cadd;
 	__m256 maxrcp;   /* float(1 / fp8_max) */
-	__m256i emin_c;  /* the normals' smallest exponent plus 23 - mbits, in the exponent field */
+	__m256i chalf;   /* 23 - mbits in the exponent field, with the mantissa of 1.5 */
+	__m256i fbias;   /* 1 - bias: the format's smallest normal exponent */
 	__m256 half_sub; /* half the format's smallest subnormal */
 };
 
@@ -92,6 +105,27 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 	}
 }
 
+/* The 32 values of a block as floats, signs kept, in four vectors (lane order free, as above):
+ * bf16 by a shift and a mask, no magnitude mask, which the fast steps do without. */
+INLINE void load_values(const char *p, enum dli_dtype dtype, __m256 x[4])
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		#pragma GCC unroll 8
+		for (int h = 0; h < 2; h++) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+			x[2 * h] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+			x[2 * h + 1] = _mm256_castsi256_ps(
+				_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+		}
+		return;
+	}
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		x[h] = dtype == DLI_DTYPE_F32
+			       ? _mm256_loadu_ps((const float *)p + 8 * h)
+			       : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + h));
+}
+
 INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
 {
 	__m256 xa = _mm256_castsi256_ps(a);
@@ -131,66 +165,85 @@ INLINE __m256i hmax8(const __m256i m[8])
 }
 
 /* One step without the saturation and overflow count (a batch is taken only when no block's
- * largest element scales above fp8_max) and without sum x dq (flush derives it). s = |x| rcp is
- * normal or below the format's normals, and its exponent is |x|'s plus log2(rcp): the rounding
- * constant C = 2^(max(that, emin) + 23 - mbits) comes from |x|'s bits (`delta` is log2(rcp) and
- * the 23 - mbits in the exponent field; emin has the latter too), and s + C rounds in one FMA.
- * When `under`, the lanes count underflows: (r == 0) - (x == 0), an x of 0 giving r = 0. */
-INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, __m256i delta, const struct consts *k,
-		      bool under, struct lanes *l)
+ * largest element scales above fp8_max) and without sum x dq (flush derives it), in x's own scale:
+ * with a power-of-two scale, rounding x * rcp to the format's grid and scaling back by si is
+ * rounding x to that grid times si, so dq = (x + C) - C, two adds and no multiply, with
+ * C = 1.5 * 2^(max(E, grid_floor) + 23 - mbits) from x's exponent E (the 1.5 keeps x + C in C's binade
+ * for either sign of x, so x keeps its sign and needs no mask) and the block's `grid_floor`, the
+ * format's smallest normal exponent times si (in the exponent field; below it the grid is the
+ * subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times si. When
+ * `under`, the lanes count underflows: (dq == 0) - (x == 0), an x of 0 giving dq = 0. */
+INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, bool under,
+		      struct fast_lanes *l)
 {
-	__m256 xa = _mm256_castsi256_ps(a);
-	__m256i e = _mm256_max_epi32(_mm256_add_epi32(_mm256_and_si256(a, k->expmask), delta),
-				     k->emin_c);
-	__m256 c = _mm256_castsi256_ps(e);
-	__m256 r = _mm256_sub_ps(_mm256_fmadd_ps(xa, rcp, c), c);
-	__m256 dq = _mm256_mul_ps(r, si);
-	__m256 d = _mm256_fnmadd_ps(r, si, xa);
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(x), k->expmask), grid_floor);
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->chalf));
+	__m256 dq = _mm256_sub_ps(_mm256_add_ps(x, c), c);
+	__m256 d = _mm256_sub_ps(x, dq);
 
 	l->err = _mm256_fmadd_ps(d, d, l->err);
 	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
-	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+	l->xs = _mm256_fmadd_ps(x, x, l->xs);
 	if (under) {
-		__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
-		__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, _mm256_setzero_ps(), _CMP_EQ_OQ));
+		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
 		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
 	}
 }
 
 /* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
- * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). */
+ * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). The
+ * loops keep the float lanes in registers, in two sets (a block's even vectors in one, its odd
+ * ones in the other, so that each sum's chain of FMAs, 4 cycles each, waits half as long), and
+ * the rest here, in memory: in registers too, they left too few for the steps. */
 struct fast_sums {
-	struct lanes l;
 	__m256d err, dqs, xs;
 	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
 };
 
-/* One block through the fast steps, its reciprocal, scale and log2(rcp) (plus the rounding
- * constant's exponent offset) broadcast from memory: a broadcast load costs no vector pipe, a lane
- * permute does. */
-INLINE void fast_block(const char *p, enum dli_dtype dtype, const float *rcp, const float *si,
-		       const int32_t *delta, const struct consts *k, bool under, struct fast_sums *f)
+/* One block through the fast steps, its grid_floor broadcast from memory: a broadcast load costs no
+ * vector pipe, a lane permute does. */
+INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
+		       const struct consts *k, bool under, struct fast_lanes l[2])
 {
-	__m256i a[4];
-	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
-	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
-	load_abs(p, dtype, k, a);
+	__m256 x[4];
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+	load_values(p, dtype, x);
 	if (under)
 		#pragma GCC unroll 8
 		for (int h = 0; h < 4; h++)
-			step_fast(a[h], rb, sb, db, k, true, &f->l);
+			step_fast(x[h], fb, k, true, &l[h & 1]);
 	else
 		#pragma GCC unroll 8
 		for (int h = 0; h < 4; h++)
-			step_fast(a[h], rb, sb, db, k, false, &f->l);
+			step_fast(x[h], fb, k, false, &l[h & 1]);
 }
 
-/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns the mask of
- * the blocks it left to the one-block path (bit b for block b): an amax that is 0, NaN, inf or
- * outside [2^-60, 2^60], or that scales above fp8_max. The others go through the fast steps, so
- * that a lone NaN costs its own block the one-block path, not the batch. */
-INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
-		  struct fast_sums *f)
+/* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
+ * GCC merged the two variants and ran out of registers for the sums. */
+INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
+			const int32_t *grid_floors, const struct consts *k, const bool under,
+			struct fast_lanes l[2])
+{
+	#pragma GCC unroll 1
+	for (int b = 0; b < BATCH; b++)
+		if (!(bad_mask >> b & 1))
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, under, l);
+}
+
+/* What a batch's fast steps need, worked out from its amaxes. */
+struct plan {
+	int bad;    /* the blocks left to the one-block path, bit b for block b */
+	bool under; /* whether the steps count underflows */
+	int32_t grid_floors[BATCH]; /* each block's (see step_fast) */
+};
+
+/* The plan of a batch of eight full blocks at p (stride `bstride` bytes between blocks), the codes
+ * of the blocks it takes into f's range. A block is left to the one-block path for an amax that
+ * is 0, NaN, inf or outside [2^-60, 2^60], or that scales above fp8_max; the others go through
+ * the fast steps, so that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
+		       const struct consts *k, struct fast_sums *f, struct plan *pl)
 {
 	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
 	if (dtype == DLI_DTYPE_BF16) {
@@ -210,10 +263,10 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
 									 _mm256_sub_epi16(a1, one16)));
 		}
-		/* as float bits less 1: ((l + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
-		__m256i l = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
-					     _mm256_set1_epi32(0xffff));
-		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(l, one), 16), one);
+		/* as float bits less 1: ((lo + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
+		__m256i lo = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
+					      _mm256_set1_epi32(0xffff));
+		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one);
 	} else {
 		#pragma GCC unroll 8
 		for (int b = 0; b < BATCH; b++) {
@@ -241,13 +294,13 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
 	__m256 rcp = _mm256_castsi256_ps(
 		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
-	__m256 si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 	/* the largest element scaled: above fp8_max only by the rounding of v */
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
 	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	pl->bad = bad_mask;
 	if (bad_mask == 0xff)
-		return bad_mask;
+		return;
 	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
 	e = _mm256_andnot_si256(bad, e);
 	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
@@ -268,27 +321,11 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
 	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
 	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
-	bool under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
-	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
-	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
-					 k->cadd);
-	/* each block's from memory (see fast_block) */
-	float rcps[BATCH], sis[BATCH];
-	int32_t deltas[BATCH];
-	_mm256_storeu_ps(rcps, rcp);
-	_mm256_storeu_ps(sis, si);
-	_mm256_storeu_si256((__m256i *)deltas, delta);
-	if (!bad_mask) {
-		#pragma GCC unroll 8
-		for (int b = 0; b < BATCH; b++)
-			fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k, under, f);
-	} else {
-		for (int b = 0; b < BATCH; b++)
-			if (!(bad_mask >> b & 1))
-				fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k,
-					   under, f);
-	}
-	return bad_mask;
+	pl->under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
+	/* each block's grid_floor (see step_fast): the format's smallest normal exponent, 1 - bias,
+	 * plus log2(si) = e - 127, in the exponent field; from memory (see fast_block) */
+	_mm256_storeu_si256((__m256i *)pl->grid_floors,
+			    _mm256_slli_epi32(_mm256_add_epi32(e, k->fbias), 23));
 }
 
 INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
@@ -393,14 +430,15 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 	}
 }
 
-INLINE void flush_fast(struct fast_sums *f, struct dli_block_terms *t)
+INLINE void flush_fast(struct fast_lanes l[2], struct fast_sums *f, struct dli_block_terms *t)
 {
-	f->err = _mm256_add_pd(f->err, widen(f->l.err));
-	f->dqs = _mm256_add_pd(f->dqs, widen(f->l.dqs));
-	f->xs = _mm256_add_pd(f->xs, widen(f->l.xs));
-	t->under += sum_epi32(f->l.under);
-	f->l.err = f->l.dqs = f->l.xs = _mm256_setzero_ps();
-	f->l.under = _mm256_setzero_si256();
+	struct fast_lanes *a = &l[0], *b = &l[1];
+	f->err = _mm256_add_pd(f->err, widen(_mm256_add_ps(a->err, b->err)));
+	f->dqs = _mm256_add_pd(f->dqs, widen(_mm256_add_ps(a->dqs, b->dqs)));
+	f->xs = _mm256_add_pd(f->xs, widen(_mm256_add_ps(a->xs, b->xs)));
+	t->under += sum_epi32(_mm256_add_epi32(a->under, b->under));
+	a->err = a->dqs = a->xs = b->err = b->dqs = b->xs = _mm256_setzero_ps();
+	a->under = b->under = _mm256_setzero_si256();
 }
 
 /* Batches in a row segment (rows_avx2) */
@@ -414,26 +452,41 @@ INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct con
 		    struct dli_block_terms *t, uint8_t *masks)
 {
 	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
-	struct fast_sums f = *fp;
+	struct fast_lanes l[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct plan plans[2];
 	int pend = *fast_pending;
 	uint64_t cnt = 0;
 
+	/* Each batch is planned one batch ahead, before the steps of the one before it: the plan
+	 * is a long chain (amaxes, codes, floors) that the steps wait on, and so it runs while
+	 * the steps before it do. */
+	if (n > 0)
+		batch_plan(p, dtype, bstride, k, fp, &plans[0]);
 	for (int i = 0; i < n; i++, p += BATCH * bstride) {
 		#pragma GCC unroll 8
 		for (size_t j = 0; j < BATCH * bstride; j += 64)
 			_mm_prefetch(p + j + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		int bad = batch(p, dtype, bstride, k, &f);
-		masks[i] = (uint8_t)bad;
-		if (bad == 0xff)
+		if (i + 1 < n)
+			batch_plan(p + BATCH * bstride, dtype, bstride, k, fp, &plans[(i + 1) & 1]);
+		const struct plan *pl = &plans[i & 1];
+		/* The blocks read again (from L1): without this, GCC keeps the plan's vectors for
+		 * the steps and, with too few registers for them all, spills them to the stack. */
+		__asm__ volatile("" ::: "memory");
+		masks[i] = (uint8_t)pl->bad;
+		if (pl->bad == 0xff)
 			continue;
-		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)bad)) * DLI_MX_BLOCK;
-		/* 32 terms a lane a batch: two batches, then double */
-		if (++pend == 2) {
-			flush_fast(&f, t);
+		if (pl->under)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, true, l);
+		else
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, false, l);
+		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)pl->bad)) * DLI_MX_BLOCK;
+		/* 16 terms a lane a batch (two sets of lanes): four batches, then double */
+		if (++pend == 4) {
+			flush_fast(l, fp, t);
 			pend = 0;
 		}
 	}
-	*fp = f;
+	flush_fast(l, fp, t); /* the lanes stay here */
 	*fast_pending = pend;
 	*count += cnt;
 }
@@ -462,7 +515,8 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
 		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
-		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
+		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
@@ -471,7 +525,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
-	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0],
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0],
 			      .emin_seen = _mm256_set1_epi32(255),
 			      .emax_seen = _mm256_setzero_si256()};
 	int pending = 0, fast_pending = 0;
@@ -508,7 +562,6 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
 	}
 	flush(&l, acc, t);
-	flush_fast(&f, t);
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
 	t->err += reduce_pd(acc[0]) + ferr;
@@ -679,67 +732,76 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
  * acc; else the fast steps into f. `clean`: NaN and infinities zeroed, which leaves them out of
  * every term (a zero adds nothing, and is no underflow); the caller counts them out. */
 INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
-		      const float *rcp, const float *si, const int32_t *delta, const struct consts *k,
+		      const float *rcp, const float *si, const int32_t *grid_floor, const struct consts *k,
 		      const bool under, const bool sat, const bool clean, struct fast_sums *fp,
 		      struct lanes *lp, __m256d acc[4], struct dli_block_terms *t)
 {
 	const size_t sz = dli_dtype_size(dtype);
 	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
-	struct fast_sums f = *fp;
+	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
 	struct lanes l = *lp;
 	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
-	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
 		#pragma GCC unroll 4
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-			__m256i a[4];
-			load_abs(p + (size_t)j * sz, dtype, k, a);
+			if (sat) {
+				__m256i a[4];
+				load_abs(p + (size_t)j * sz, dtype, k, a);
+				#pragma GCC unroll 4
+				for (int h = 0; h < 4; h++) {
+					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+					step(a[h], rb, sb, k, &l);
+				}
+				continue;
+			}
+			__m256 x[4];
+			load_values(p + (size_t)j * sz, dtype, x);
 			#pragma GCC unroll 4
 			for (int h = 0; h < 4; h++) {
-				if (clean)
-					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
-				if (sat)
-					step(a[h], rb, sb, k, &l);
-				else
-					step_fast(a[h], rb, sb, db, k, under, &f.l);
+				if (clean) {
+					__m256i a = _mm256_and_si256(_mm256_castps_si256(x[h]),
+								     k->absmask);
+					x[h] = _mm256_andnot_ps(
+						_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
+				}
+				step_fast(x[h], fb, k, under, &fl[h & 1]);
 			}
 		}
-		if (r % 4 == 3) { /* 16 terms a lane a row: 64, then double */
-			if (sat)
-				flush(&l, acc, t);
-			else
-				flush_fast(&f, t);
-		}
+		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
+		if (sat && r % 4 == 3)
+			flush(&l, acc, t);
+		else if (!sat && r % 8 == 7)
+			flush_fast(fl, fp, t);
 	}
 	if (sat)
 		flush(&l, acc, t);
 	else
-		flush_fast(&f, t);
-	*fp = f;
+		flush_fast(fl, fp, t);
 	*lp = l;
 }
 
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
-		const int32_t *delta, const struct consts *k, bool under, bool sat, bool clean,   \
+		const int32_t *grid_floor, const struct consts *k, bool under, bool sat, bool clean,   \
 		struct fast_sums *f, struct lanes *l, __m256d acc[4], struct dli_block_terms *t)  \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, true, true, f, l, \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, true, true, f, l, \
 				  acc, t);                                                        \
 		else if (clean && under)                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, true, f,  \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, false, true, f,  \
 				  l, acc, t);                                                     \
 		else if (clean)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, true, f, \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, false, false, true, f, \
 				  l, acc, t);                                                     \
 		else if (under)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, false, f, \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, false, false, f, \
 				  l, acc, t);                                                     \
 		else                                                                              \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, false, f,\
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, false, false, false, f,\
 				  l, acc, t);                                                     \
 	}
 TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
@@ -825,7 +887,8 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
-		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
+		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 	};
 	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
@@ -834,7 +897,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
-	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0]};
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
@@ -900,16 +963,18 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		bool sat = top_bits > maxbits, clean = nonfinite > 0;
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
-		const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
+		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si), that is
+		 * 127 - the scale's exponent field, in the exponent field */
+		const int32_t grid_floor = (int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat, clean,
 				       &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat,
+			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat,
 					clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
+			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat, clean,
 				       &f, &l, acc, t);
 	}
 	t->count += count;
