@@ -726,49 +726,64 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 /* Rows ahead of the current one that the tile passes prefetch. */
 #define FB_AHEAD 8
 
-/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
- * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
- * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
- * acc; else the fast steps into f. `clean`: NaN and infinities zeroed, which leaves them out of
- * every term (a zero adds nothing, and is no underflow); the caller counts them out. */
-INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
-		      const float *rcp, const float *si, const int32_t *grid_floor, const struct consts *k,
-		      const bool under, const bool sat, const bool clean, struct fast_sums *fp,
-		      struct lanes *lp, __m256d acc[4], struct dli_block_terms *t)
+/* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
+ * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
+		     const struct consts *k, const bool under, const bool sat, const bool clean,
+		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
 	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+
+	#pragma GCC unroll 4
+	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+		if (sat) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++) {
+				a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+				step(a[h], rb, sb, k, l);
+			}
+			continue;
+		}
+		__m256 x[4];
+		load_values(p + (size_t)j * sz, dtype, x);
+		#pragma GCC unroll 4
+		for (int h = 0; h < 4; h++) {
+			if (clean) {
+				__m256i a = _mm256_and_si256(_mm256_castps_si256(x[h]), k->absmask);
+				x[h] = _mm256_andnot_ps(
+					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
+			}
+			step_fast(x[h], fb, k, under, &fl[h & 1]);
+		}
+	}
+}
+
+/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
+ * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
+ * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
+ * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. */
+INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
+		      const float *rcp, const float *si, const int32_t *grid_floor,
+		      const uint64_t nf_rows[2], const struct consts *k, const bool under,
+		      const bool sat, const bool clean, struct fast_sums *fp, struct lanes *lp,
+		      __m256d acc[4], struct dli_block_terms *t)
+{
 	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
 	struct lanes l = *lp;
 	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
 	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
-		#pragma GCC unroll 4
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-			if (sat) {
-				__m256i a[4];
-				load_abs(p + (size_t)j * sz, dtype, k, a);
-				#pragma GCC unroll 4
-				for (int h = 0; h < 4; h++) {
-					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
-					step(a[h], rb, sb, k, &l);
-				}
-				continue;
-			}
-			__m256 x[4];
-			load_values(p + (size_t)j * sz, dtype, x);
-			#pragma GCC unroll 4
-			for (int h = 0; h < 4; h++) {
-				if (clean) {
-					__m256i a = _mm256_and_si256(_mm256_castps_si256(x[h]),
-								     k->absmask);
-					x[h] = _mm256_andnot_ps(
-						_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
-				}
-				step_fast(x[h], fb, k, under, &fl[h & 1]);
-			}
-		}
+		if (sat)
+			tile_row(p, dtype, rb, sb, fb, k, under, true, true, fl, &l);
+		else if (clean && (nf_rows[r >> 6] >> (r & 63) & 1))
+			tile_row(p, dtype, rb, sb, fb, k, under, false, true, fl, &l);
+		else
+			tile_row(p, dtype, rb, sb, fb, k, under, false, false, fl, &l);
 		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
 		if (sat && r % 4 == 3)
 			flush(&l, acc, t);
@@ -785,55 +800,67 @@ INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
-		const int32_t *grid_floor, const struct consts *k, bool under, bool sat, bool clean,   \
-		struct fast_sums *f, struct lanes *l, __m256d acc[4], struct dli_block_terms *t)  \
+		const int32_t *grid_floor, const uint64_t nf_rows[2], const struct consts *k,     \
+		bool under, bool sat, bool clean, struct fast_sums *f, struct lanes *l,           \
+		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, true, true, f, l, \
-				  acc, t);                                                        \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
+				  true, true, f, l, acc, t);                                      \
 		else if (clean && under)                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, false, true, f,  \
-				  l, acc, t);                                                     \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
+				  false, true, f, l, acc, t);                                     \
 		else if (clean)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, false, false, true, f, \
-				  l, acc, t);                                                     \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, false,    \
+				  false, true, f, l, acc, t);                                     \
 		else if (under)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, true, false, false, f, \
-				  l, acc, t);                                                     \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
+				  false, false, f, l, acc, t);                                    \
 		else                                                                              \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, k, false, false, false, f,\
-				  l, acc, t);                                                     \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, false,    \
+				  false, false, f, l, acc, t);                                    \
 	}
 TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
 TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
 TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
 
-/* A tile's largest magnitude bits in the lanes of *m, and its smallest nonzero one less 1 in those
- * of *lowm (zeros wrap to the top), the rows FB_AHEAD ahead prefetched. */
+/* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
+ * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
+ * (row r0 + i: bit i % 64 of word i / 64), with in *fin the largest magnitude of the lanes of
+ * rows that hold none in that lane (the rest of the finite amax is in the rows of nf_rows), the
+ * rows FB_AHEAD ahead prefetched. */
 INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
 			int64_t r1, int64_t c0, const struct consts *k, __m256i *m_out,
-			__m256i *lowm_out)
+			__m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2])
 {
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
-	const __m256i one = _mm256_set1_epi32(1);
-	__m256i m = *m_out, lowm = *lowm_out;
+	const __m256i one = _mm256_set1_epi32(1), finm = _mm256_set1_epi32(0x7f7fffff);
+	__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1), fin = m;
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * sz;
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256();
 		#pragma GCC unroll 4
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 			__m256i a[4];
 			load_abs(p + (size_t)j * sz, dtype, k, a);
-			m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
-								 _mm256_max_epu32(a[2], a[3])));
+			mr = _mm256_max_epu32(mr, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+								   _mm256_max_epu32(a[2], a[3])));
 			#pragma GCC unroll 4
 			for (int h = 0; h < 4; h++)
 				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 		}
+		m = _mm256_max_epu32(m, mr);
+		/* magnitudes are below 2^31: a signed compare */
+		__m256i nfv = _mm256_cmpgt_epi32(mr, finm);
+		fin = _mm256_max_epu32(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_ps(_mm256_castsi256_ps(nfv));
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
 	}
+	*fin_out = fin;
 	*m_out = m;
 	*lowm_out = lowm;
 }
@@ -841,33 +868,44 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 /* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
  * magnitude bits are the top half of its float's, so the extremes carry over, widened once. */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
-			     __m256i *m_out, __m256i *lowm_out)
+			     __m256i *m_out, __m256i *lowm_out, __m256i *fin_out,
+			     uint64_t nf_rows[2])
 {
 	const size_t stride = (size_t)cols * 2;
 	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
-	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1);
-	uint16_t mv[16], lv[16];
-	uint32_t mx = 0, lo = 0xffff;
+	const __m256i fin16 = _mm256_set1_epi16(0x7f7f);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1), fin = m;
+	uint16_t mv[16], lv[16], fv[16];
+	uint32_t mx = 0, lo = 0xffff, fx = 0;
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * 2;
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256();
 		#pragma GCC unroll 8
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
 			__m256i a = _mm256_and_si256(
 				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
-			m = _mm256_max_epu16(m, a);
+			mr = _mm256_max_epu16(mr, a);
 			low = _mm256_min_epu16(low, _mm256_sub_epi16(a, one16));
 		}
+		m = _mm256_max_epu16(m, mr);
+		__m256i nfv = _mm256_cmpgt_epi16(mr, fin16); /* below 2^15: signed */
+		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_epi8(nfv);
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
 	}
 	_mm256_storeu_si256((__m256i *)mv, m);
 	_mm256_storeu_si256((__m256i *)lv, low);
+	_mm256_storeu_si256((__m256i *)fv, fin);
 	for (int i = 0; i < 16; i++) {
 		mx = mv[i] > mx ? mv[i] : mx;
 		lo = lv[i] < lo ? lv[i] : lo;
+		fx = fv[i] > fx ? fv[i] : fx;
 	}
+	*fin_out = _mm256_set1_epi32((int)(fx << 16));
 	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
 	 * to 0xffffffff as the 32-bit lanes would) */
 	*m_out = _mm256_set1_epi32((int)(mx << 16));
@@ -905,20 +943,24 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			scalar_tile(ctx, r0, c0);
 			continue;
 		}
-		__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1);
+		__m256i m, lowm, fin_lanes;
+		uint64_t nf_rows[2] = {0, 0};
 		if (dtype == DLI_DTYPE_BF16)
-			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm);
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows);
 		else
-			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm);
+			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm, &fin_lanes, nf_rows);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
 		uint64_t nonfinite = 0;
 		if (amax_bits > 0x7f7fffffu) {
-			/* NaN or an infinity: a second look (from cache) for the largest finite
-			 * magnitude, an infinity (the scalar pass's amax, with NaN left out) and the
-			 * count of both, which the terms leave out. */
+			/* NaN or an infinity: a second look (from cache) at the rows that hold them
+			 * for the largest finite magnitude, an infinity (the scalar pass's amax, with
+			 * NaN left out) and the count of both, which the terms leave out; the rest
+			 * of the finite amax came with the first. */
 			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
-			__m256i fm = _mm256_setzero_si256(), inf = _mm256_setzero_si256();
+			__m256i fm = fin_lanes, inf = _mm256_setzero_si256();
 			for (int64_t r = r0; r < r1; r++) {
+				if (!(nf_rows[(r - r0) >> 6] >> ((r - r0) & 63) & 1))
+					continue;
 				const char *p = data + (size_t)(r * cols + c0) * sz;
 				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 					__m256i a[4];
@@ -968,14 +1010,14 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		const int32_t grid_floor = (int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat, clean,
-				       &f, &l, acc, t);
+			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+				       under, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat,
-					clean, &f, &l, acc, t);
+			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+					under, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &grid_floor, &k, under, sat, clean,
-				       &f, &l, acc, t);
+			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+				       under, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
