@@ -43,6 +43,7 @@ struct consts {
 	__m256i chalf;   /* 23 - mbits in the exponent field, with the mantissa of 1.5 */
 	__m256i fbias;   /* 1 - bias: the format's smallest normal exponent */
 	__m256 half_sub; /* half the format's smallest subnormal */
+	__m256 min_normal; /* the format's smallest normal */
 };
 
 /* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
@@ -164,6 +165,13 @@ INLINE __m256i hmax8(const __m256i m[8])
 				_mm256_permute2x128_si256(u[0], u[1], 0x31));
 }
 
+/* What the fast steps of a batch or a tile must do beyond the rounding and the sums. */
+enum fast_mode {
+	FAST_NORMAL,    /* nothing: every nonzero scaled |x| is at least the format's smallest normal */
+	FAST_SUBNORMAL, /* round some on the subnormals' grid (see step_fast's grid_floor) */
+	FAST_UNDER,     /* that, and count underflows: (dq == 0) - (x == 0), x = 0 giving dq = 0 */
+};
+
 /* One step without the saturation and overflow count (a batch is taken only when no block's
  * largest element scales above fp8_max) and without sum x dq (flush derives it), in x's own scale:
  * with a power-of-two scale, rounding x * rcp to the format's grid and scaling back by si is
@@ -171,12 +179,13 @@ INLINE __m256i hmax8(const __m256i m[8])
  * C = 1.5 * 2^(max(E, grid_floor) + 23 - mbits) from x's exponent E (the 1.5 keeps x + C in C's binade
  * for either sign of x, so x keeps its sign and needs no mask) and the block's `grid_floor`, the
  * format's smallest normal exponent times si (in the exponent field; below it the grid is the
- * subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times si. When
- * `under`, the lanes count underflows: (dq == 0) - (x == 0), an x of 0 giving dq = 0. */
-INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, bool under,
+ * subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times si. */
+INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum fast_mode mode,
 		      struct fast_lanes *l)
 {
-	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(x), k->expmask), grid_floor);
+	__m256i e = _mm256_and_si256(_mm256_castps_si256(x), k->expmask);
+	if (mode != FAST_NORMAL)
+		e = _mm256_max_epi32(e, grid_floor);
 	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->chalf));
 	__m256 dq = _mm256_sub_ps(_mm256_add_ps(x, c), c);
 	__m256 d = _mm256_sub_ps(x, dq);
@@ -184,7 +193,7 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, bool
 	l->err = _mm256_fmadd_ps(d, d, l->err);
 	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
 	l->xs = _mm256_fmadd_ps(x, x, l->xs);
-	if (under) {
+	if (mode == FAST_UNDER) {
 		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, _mm256_setzero_ps(), _CMP_EQ_OQ));
 		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
 		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
@@ -204,37 +213,32 @@ struct fast_sums {
 /* One block through the fast steps, its grid_floor broadcast from memory: a broadcast load costs no
  * vector pipe, a lane permute does. */
 INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
-		       const struct consts *k, bool under, struct fast_lanes l[2])
+		       const struct consts *k, enum fast_mode mode, struct fast_lanes l[2])
 {
 	__m256 x[4];
 	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
 	load_values(p, dtype, x);
-	if (under)
-		#pragma GCC unroll 8
-		for (int h = 0; h < 4; h++)
-			step_fast(x[h], fb, k, true, &l[h & 1]);
-	else
-		#pragma GCC unroll 8
-		for (int h = 0; h < 4; h++)
-			step_fast(x[h], fb, k, false, &l[h & 1]);
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		step_fast(x[h], fb, k, mode, &l[h & 1]);
 }
 
 /* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
- * GCC merged the two variants and ran out of registers for the sums. */
+ * GCC merged the variants and ran out of registers for the sums. */
 INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
-			const int32_t *grid_floors, const struct consts *k, const bool under,
-			struct fast_lanes l[2])
+			const int32_t *grid_floors, const struct consts *k,
+			const enum fast_mode mode, struct fast_lanes l[2])
 {
 	#pragma GCC unroll 1
 	for (int b = 0; b < BATCH; b++)
 		if (!(bad_mask >> b & 1))
-			fast_block(p + b * bstride, dtype, grid_floors + b, k, under, l);
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, l);
 }
 
 /* What a batch's fast steps need, worked out from its amaxes. */
 struct plan {
 	int bad;    /* the blocks left to the one-block path, bit b for block b */
-	bool under; /* whether the steps count underflows */
+	enum fast_mode mode;
 	int32_t grid_floors[BATCH]; /* each block's (see step_fast) */
 };
 
@@ -310,7 +314,7 @@ INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
 	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
 	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
 	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
-	 * which can only make `under` true where it need not be. */
+	 * which can only make the mode FAST_UNDER where it need not be. */
 	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
@@ -321,7 +325,12 @@ INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
 	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
 	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
 	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
-	pl->under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
+	/* likewise, no value on the subnormals' grid when it is at least the smallest normal */
+	pl->mode = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ))
+			   ? FAST_UNDER
+		   : _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ))
+			   ? FAST_SUBNORMAL
+			   : FAST_NORMAL;
 	/* each block's grid_floor (see step_fast): the format's smallest normal exponent, 1 - bias,
 	 * plus log2(si) = e - 127, in the exponent field; from memory (see fast_block) */
 	_mm256_storeu_si256((__m256i *)pl->grid_floors,
@@ -475,10 +484,13 @@ INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct con
 		masks[i] = (uint8_t)pl->bad;
 		if (pl->bad == 0xff)
 			continue;
-		if (pl->under)
-			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, true, l);
+		if (pl->mode == FAST_UNDER)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_UNDER, l);
+		else if (pl->mode == FAST_SUBNORMAL)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_SUBNORMAL,
+				    l);
 		else
-			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, false, l);
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_NORMAL, l);
 		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)pl->bad)) * DLI_MX_BLOCK;
 		/* 16 terms a lane a batch (two sets of lanes): four batches, then double */
 		if (++pend == 4) {
@@ -518,6 +530,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
 		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
@@ -729,7 +742,7 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 /* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
  * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
 INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
-		     const struct consts *k, const bool under, const bool sat, const bool clean,
+		     const struct consts *k, const enum fast_mode mode, const bool sat, const bool clean,
 		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
@@ -756,7 +769,7 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 				x[h] = _mm256_andnot_ps(
 					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
 			}
-			step_fast(x[h], fb, k, under, &fl[h & 1]);
+			step_fast(x[h], fb, k, mode, &fl[h & 1]);
 		}
 	}
 }
@@ -768,7 +781,7 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
  * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. */
 INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
-		      const uint64_t nf_rows[2], const struct consts *k, const bool under,
+		      const uint64_t nf_rows[2], const struct consts *k, const enum fast_mode mode,
 		      const bool sat, const bool clean, struct fast_sums *fp, struct lanes *lp,
 		      __m256d acc[4], struct dli_block_terms *t)
 {
@@ -779,11 +792,11 @@ INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
 		if (sat)
-			tile_row(p, dtype, rb, sb, fb, k, under, true, true, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
 		else if (clean && (nf_rows[r >> 6] >> (r & 63) & 1))
-			tile_row(p, dtype, rb, sb, fb, k, under, false, true, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, fl, &l);
 		else
-			tile_row(p, dtype, rb, sb, fb, k, under, false, false, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, fl, &l);
 		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
 		if (sat && r % 4 == 3)
 			flush(&l, acc, t);
@@ -797,28 +810,34 @@ INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_
 	*lp = l;
 }
 
+/* One tile_loop a mode, with or without NaN (tile_steps) */
+#define TILE_MODES(dt, clean)                                                                     \
+	do {                                                                                      \
+		if (mode == FAST_UNDER)                                                           \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+				  FAST_UNDER, false, clean, f, l, acc, t);                        \
+		else if (mode == FAST_SUBNORMAL)                                                  \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+				  FAST_SUBNORMAL, false, clean, f, l, acc, t);                    \
+		else                                                                              \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+				  FAST_NORMAL, false, clean, f, l, acc, t);                       \
+	} while (0)
+
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
 		const int32_t *grid_floor, const uint64_t nf_rows[2], const struct consts *k,     \
-		bool under, bool sat, bool clean, struct fast_sums *f, struct lanes *l,           \
+		enum fast_mode mode, bool sat, bool clean, struct fast_sums *f, struct lanes *l,  \
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
-				  true, true, f, l, acc, t);                                      \
-		else if (clean && under)                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
-				  false, true, f, l, acc, t);                                     \
+			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+				  FAST_UNDER, true, true, f, l, acc, t);                          \
 		else if (clean)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, false,    \
-				  false, true, f, l, acc, t);                                     \
-		else if (under)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, true,     \
-				  false, false, f, l, acc, t);                                    \
+			TILE_MODES(dt, true);                                                     \
 		else                                                                              \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k, false,    \
-				  false, false, f, l, acc, t);                                    \
+			TILE_MODES(dt, false);                                                    \
 	}
 TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
 TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
@@ -928,6 +947,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
 		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
 	};
 	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
@@ -1001,7 +1021,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
 		float lowest;
 		memcpy(&lowest, &lmin, sizeof(lowest));
-		bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
+		float low_scaled = lowest * scale;
+		enum fast_mode mode = low_scaled <= ldexpf(1.0f, -bias - mbits) ? FAST_UNDER
+				      : low_scaled < ldexpf(1.0f, 1 - bias)   ? FAST_SUBNORMAL
+									       : FAST_NORMAL;
 		bool sat = top_bits > maxbits, clean = nonfinite > 0;
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
@@ -1011,13 +1034,13 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
 		if (dtype == DLI_DTYPE_F32)
 			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-				       under, sat, clean, &f, &l, acc, t);
+				       mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
 			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-					under, sat, clean, &f, &l, acc, t);
+					mode, sat, clean, &f, &l, acc, t);
 		else
 			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-				       under, sat, clean, &f, &l, acc, t);
+				       mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);

@@ -3,7 +3,8 @@
  * naive reference: f32, bf16 and f16 input, E4M3 and E5M2, shapes with partial tiles and strips,
  * and the tiles the AVX2 path treats apart: NaN and infinities (an infinity makes the tile's scale
  * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, zeros, and
- * magnitudes beyond the float lanes' range (the scalar tile). Counts and the scale range must be
+ * magnitudes beyond the float lanes' range (the scalar tile), and tiles whose small values round
+ * on the format's subnormal grid without underflowing. Counts and the scale range must be
  * equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to double every few
  * rows). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
@@ -32,7 +33,8 @@ static float uniform(void)
 	return (float)(((double)(next_u64() >> 11) * 0x1p-53 - 0.5) * 4);
 }
 
-enum kind { PLAIN, WIDE, ZEROS, BANDS, NONFINITE, NONFINITE_WIDE, NAN_ONLY, HUGE_TILE, KINDS };
+enum kind { PLAIN, WIDE, ZEROS, BANDS, NONFINITE, NONFINITE_WIDE, NAN_ONLY, HUGE_TILE, SUBNORMAL_GRID,
+	    KINDS };
 
 static float value(enum kind kind, int64_t i, int64_t cols)
 {
@@ -57,6 +59,10 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 		return next_u64() % 700 == 0 ? NAN : v;
 	case HUGE_TILE: /* one tile's amax beyond 2^60: the scalar tile */
 		return i == 5 ? 0x1p70f : v;
+	case SUBNORMAL_GRID: /* 1.75 (exact, so that the rest's errors show in the sums) and the
+			      * rest in [2^-15, 2^-14): times the scale 2^8, on E4M3's subnormal
+			      * grid, above half its smallest subnormal */
+		return copysignf(i % 97 == 0 ? 1.75f : ldexpf(1.0f + fabsf(v) / 2, -15), v);
 	default:
 		return v;
 	}
