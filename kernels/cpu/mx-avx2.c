@@ -778,8 +778,11 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
  * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
  * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
  * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
- * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. */
-INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned.
+ * `next`, unless NULL: the next tile (as many rows, same stride), prefetched a row a row, so that
+ * memory works for it while the steps work here (from L2, where the tile's first pass left it). */
+INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
+		      int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
 		      const uint64_t nf_rows[2], const struct consts *k, const enum fast_mode mode,
 		      const bool sat, const bool clean, struct fast_sums *fp, struct lanes *lp,
@@ -791,6 +794,11 @@ INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_
 	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
+		if (next) {
+			#pragma GCC unroll 8
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
+				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
+		}
 		if (sat)
 			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
 		else if (clean && (nf_rows[r >> 6] >> (r & 63) & 1))
@@ -814,25 +822,26 @@ INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_
 #define TILE_MODES(dt, clean)                                                                     \
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
 				  FAST_UNDER, false, clean, f, l, acc, t);                        \
 		else if (mode == FAST_SUBNORMAL)                                                  \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
 				  FAST_SUBNORMAL, false, clean, f, l, acc, t);                    \
 		else                                                                              \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
 				  FAST_NORMAL, false, clean, f, l, acc, t);                       \
 	} while (0)
 
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
-		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
+		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
+		const float *si,                                                                  \
 		const int32_t *grid_floor, const uint64_t nf_rows[2], const struct consts *k,     \
 		enum fast_mode mode, bool sat, bool clean, struct fast_sums *f, struct lanes *l,  \
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
 				  FAST_UNDER, true, true, f, l, acc, t);                          \
 		else if (clean)                                                                   \
 			TILE_MODES(dt, true);                                                     \
@@ -1032,14 +1041,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		 * 127 - the scale's exponent field, in the exponent field */
 		const int32_t grid_floor = (int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
+		const char *next = c0 + 2 * DLI_FP8B_BLOCK <= cols ? p + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+			tile_steps_f32(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
 				       mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+			tile_steps_bf16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
 					mode, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
+			tile_steps_f16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
 				       mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
