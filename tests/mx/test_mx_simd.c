@@ -31,17 +31,17 @@ static uint64_t next_u64(void)
 
 enum kind { GRID, SUBNORMAL_GRID, UNDERFLOW, ZEROS, NONFINITE, WIDE, HUGE_BLOCK, KINDS };
 
-static float value(enum kind kind, int64_t i)
+static float value(enum kind kind, int64_t i, int64_t cols)
 {
 	uint64_t u = next_u64();
 	/* the bench's values: (a + b - 65535) / 32768, a and b 16-bit uniforms */
 	float v = ((float)(u & 0xffff) + (float)(u >> 16 & 0xffff) - 65535.0f) / 32768.0f;
 	switch (kind) {
-	case SUBNORMAL_GRID: /* a block's first value 1.5 or 1.75 (exact, so that the rest's
-			      * errors show in the sums), the rest in [2^-15, 2^-14): times 2^7
-			      * or 2^8 (the first's code), on E4M3's subnormal grid, above half
-			      * its smallest subnormal */
-		return copysignf(i % 32 == 0 ? (u >> 30 & 1 ? 1.5f : 1.75f)
+	case SUBNORMAL_GRID: /* a block's first value (row-wise and column-wise) 1.5 or 1.75
+			      * (exact, so that the rest's errors show in the sums), the rest in
+			      * [2^-15, 2^-14): times 2^7 or 2^8 (the first's code), on E4M3's
+			      * subnormal grid, above half its smallest subnormal */
+		return copysignf(i % 32 == 0 || i / cols % 32 == 0 ? (u >> 30 & 1 ? 1.5f : 1.75f)
 					     : ldexpf(1.0f + (float)(u >> 20 & 0xff) / 256.0f, -15),
 				 v);
 	case UNDERFLOW: /* one in 2000 2^-24 of the rest: below E4M3's and E5M2's subnormals */
@@ -120,7 +120,7 @@ int main(void)
 		}
 		for (int kind = 0; kind < KINDS; kind++) {
 			for (int64_t i = 0; i < n; i++)
-				x[i] = value((enum kind)kind, i);
+				x[i] = value((enum kind)kind, i, cols);
 			for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
 				enum dli_dtype dt = dtypes[di];
 				if (dt == DLI_DTYPE_F32)
