@@ -196,10 +196,11 @@ enum fast_mode {
  * largest element scales above fp8_max) and without sum x dq (flush derives it), in x's own scale:
  * with a power-of-two scale, rounding x * rcp to the format's grid and scaling back by si is
  * rounding x to that grid times si, so dq = (x + C) - C, two adds and no multiply, with
- * C = 1.5 * 2^(max(E, grid_floor) + 23 - mbits) from x's exponent E (the 1.5 keeps x + C in C's binade
- * for either sign of x, so x keeps its sign and needs no mask) and the block's `grid_floor`, the
- * format's smallest normal exponent times si (in the exponent field; below it the grid is the
- * subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times si. */
+ * C = 1.5 * 2^(max(E, grid_floor) + 23 - mbits) from x's exponent E (the 1.5 keeps x + C in C's
+ * binade for either sign of x, so x keeps its sign and needs no mask) and the block's
+ * `grid_floor`, the format's smallest normal exponent times si (in the exponent field; below it
+ * the grid is the subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times
+ * si. */
 INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum fast_mode mode,
 		      struct fast_lanes *l)
 {

@@ -33,8 +33,18 @@ static float uniform(void)
 	return (float)(((double)(next_u64() >> 11) * 0x1p-53 - 0.5) * 4);
 }
 
-enum kind { PLAIN, WIDE, ZEROS, BANDS, NONFINITE, NONFINITE_WIDE, NAN_ONLY, HUGE_TILE, SUBNORMAL_GRID,
-	    KINDS };
+enum kind {
+	PLAIN,
+	WIDE,
+	ZEROS,
+	BANDS,
+	NONFINITE,
+	NONFINITE_WIDE,
+	NAN_ONLY,
+	HUGE_TILE,
+	SUBNORMAL_GRID,
+	KINDS
+};
 
 static float value(enum kind kind, int64_t i, int64_t cols)
 {
