@@ -187,7 +187,7 @@ INLINE __m256i hmax8_16(const __m256i m[8])
 /* What the fast steps of a batch or a tile must do beyond the rounding and the sums, in order of
  * work (a group of several takes the largest). */
 enum fast_mode {
-	FAST_NORMAL,    /* nothing: every nonzero scaled |x| is at least the format's smallest normal */
+	FAST_NORMAL,    /* nothing: every nonzero scaled |x| is at least the smallest normal */
 	FAST_SUBNORMAL, /* round some on the subnormals' grid (see step_fast's grid_floor) */
 	FAST_UNDER,     /* that, and count underflows: (dq == 0) - (x == 0), x = 0 giving dq = 0 */
 };
@@ -215,8 +215,9 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum
 	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
 	l->xs = _mm256_fmadd_ps(x, x, l->xs);
 	if (mode == FAST_UNDER) {
-		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, _mm256_setzero_ps(), _CMP_EQ_OQ));
-		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, _mm256_setzero_ps(), _CMP_EQ_OQ));
+		const __m256 zero = _mm256_setzero_ps();
+		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, zero, _CMP_EQ_OQ));
+		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ));
 		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
 	}
 }
@@ -285,7 +286,8 @@ INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
 			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
 									 _mm256_sub_epi16(a1, one16)));
 		}
-		/* as float bits less 1: ((lo + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
+		/* as float bits less 1: ((lo + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the
+		 * top */
 		__m256i lo = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
 					      _mm256_set1_epi32(0xffff));
 		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one);
@@ -737,7 +739,8 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			}
 			__m256 rcp0, rcp1;
 			__m256i e0, e1;
-			bool ok = lane_scales(m0, &k, &rcp0, &e0) && lane_scales(m1, &k, &rcp1, &e1);
+			bool ok = lane_scales(m0, &k, &rcp0, &e0) &&
+				  lane_scales(m1, &k, &rcp1, &e1);
 			if (!ok) {
 				for (int64_t j = c; j < c + group; j++)
 					dli_mx_block_scalar(ps, r * cols + j, cols, DLI_MX_BLOCK, t);
@@ -747,7 +750,8 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			emax_seen = _mm256_max_epu32(emax_seen, e0);
 			emin_seen = _mm256_min_epu32(emin_seen, e1);
 			emax_seen = _mm256_max_epu32(emax_seen, e1);
-			enum fast_mode mode = lane_mode(low0, rcp0, &k), mode1 = lane_mode(low1, rcp1, &k);
+			enum fast_mode mode = lane_mode(low0, rcp0, &k);
+			enum fast_mode mode1 = lane_mode(low1, rcp1, &k);
 			mode = mode1 > mode ? mode1 : mode;
 			/* each lane's floor, as batch_plan's */
 			__m256i floor0 = _mm256_slli_epi32(_mm256_add_epi32(e0, k.fbias), 23);
@@ -755,7 +759,8 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			if (mode == FAST_UNDER)
 				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_UNDER, fl);
 			else if (mode == FAST_SUBNORMAL)
-				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_SUBNORMAL, fl);
+				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_SUBNORMAL,
+					   fl);
 			else
 				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_NORMAL, fl);
 			count += (uint64_t)(DLI_MX_BLOCK * group);
@@ -809,7 +814,8 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 /* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
  * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
 INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
-		     const struct consts *k, const enum fast_mode mode, const bool sat, const bool clean,
+		     const struct consts *k, const enum fast_mode mode, const bool sat,
+		     const bool clean,
 		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
@@ -889,13 +895,13 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 #define TILE_MODES(dt, clean)                                                                     \
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
 				  FAST_UNDER, false, clean, f, l, acc, t);                        \
 		else if (mode == FAST_SUBNORMAL)                                                  \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
 				  FAST_SUBNORMAL, false, clean, f, l, acc, t);                    \
 		else                                                                              \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
 				  FAST_NORMAL, false, clean, f, l, acc, t);                       \
 	} while (0)
 
@@ -908,7 +914,7 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
 				  FAST_UNDER, true, true, f, l, acc, t);                          \
 		else if (clean)                                                                   \
 			TILE_MODES(dt, true);                                                     \
@@ -1044,14 +1050,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		if (dtype == DLI_DTYPE_BF16)
 			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows);
 		else
-			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm, &fin_lanes, nf_rows);
+			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm, &fin_lanes,
+				    nf_rows);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
 		uint64_t nonfinite = 0;
 		if (amax_bits > 0x7f7fffffu) {
-			/* NaN or an infinity: a second look (from cache) at the rows that hold them
-			 * for the largest finite magnitude, an infinity (the scalar pass's amax, with
-			 * NaN left out) and the count of both, which the terms leave out; the rest
-			 * of the finite amax came with the first. */
+			/* NaN or an infinity: a second look (from cache) at the rows that hold
+			 * them for the largest finite magnitude, an infinity (the scalar pass's
+			 * amax, with NaN left out) and the count of both, which the terms leave
+			 * out; the rest of the finite amax came with the first. */
 			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
 			__m256i fm = fin_lanes, inf = _mm256_setzero_si256();
 			for (int64_t r = r0; r < r1; r++) {
@@ -1104,20 +1111,21 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		bool sat = top_bits > maxbits, clean = nonfinite > 0;
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
-		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si), that is
-		 * 127 - the scale's exponent field, in the exponent field */
-		const int32_t grid_floor = (int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
+		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si),
+		 * that is 127 - the scale's exponent field, in the exponent field */
+		const int32_t grid_floor =
+			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
 		const char *next = c0 + 2 * DLI_FP8B_BLOCK <= cols ? p + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-				       mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f32(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
+				       &k, mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-					mode, sat, clean, &f, &l, acc, t);
+			tile_steps_bf16(p, next, stride, r1 - r0, &scale, &si, &grid_floor,
+					nf_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows, &k,
-				       mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
+				       &k, mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
