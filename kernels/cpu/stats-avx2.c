@@ -294,10 +294,12 @@ INLINE void extrema32(__m256i smax, __m256i umax, __m256i umin, uint64_t zc, flo
  * so that a tensor's moments are those of a double loop (to ~1e-16 a term) wherever its blocks
  * begin: shards of a tensor and the tensor in one call agree to 1e-12 and better (tests/mpi).
  * Each half of a 32-byte load converts exactly to four doubles (vcvtps2pd from memory). Around a
- * shift of 0 the deviations are the elements themselves: per 8 elements 7 integer operations and
- * 10 double ones (2 conversions, and per 4 doubles |x|, the adds of x and |x| in pairs into the
- * sums, the square), against 7 and 4 with float sums; a nonzero shift (data whose mean is far
- * from 0 against its spread, where sum x^2 - n mean^2 would cancel) adds the subtraction, 2 more.
+ * shift of 0 the deviations are the elements themselves: 10 double operations per 8 elements (2
+ * conversions, and per 4 doubles |x|, the adds of x and |x| in pairs into the sums, the square),
+ * against 4 with float sums; a nonzero shift (data whose mean is far from 0 against its spread,
+ * where sum x^2 - n mean^2 would cancel) adds the subtraction, 2 more. The integer side takes 4
+ * operations (|x|, its least, the two extrema) where a block holds no zero, 7 where it counts
+ * zeros (below), so a zero-free block costs 14 where float sums cost 11.
  * Four double sums, not more, so that no accumulator is spilled (a spill puts a store and a
  * reload into its chain); the squares alternate between two, for the FMA latency. */
 #define F32_NEAR 16.0 /* below, mean^2 / var under which a block's double sums need no shift */
@@ -310,17 +312,23 @@ struct sums32 {
 	__m256d sa, sd, sdd[2];
 };
 
+/* zeros: count the zeros, and keep them out of the least magnitude (u = |x| - 1 wraps +-0 to
+ * the top); else the least |x| itself, which is 0 exactly when the block holds a zero. */
 INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, const unsigned char *q, int half,
-			__m256d shift, bool shifted)
+			__m256d shift, bool shifted, bool zeros)
 {
 	const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
 	__m256i w = _mm256_loadu_si256((const __m256i *)q);
 	__m256i aw = _mm256_and_si256(w, _mm256_set1_epi32(0x7fffffff));
-	__m256i u = _mm256_add_epi32(aw, _mm256_set1_epi32(-1)); /* +-0 wraps around to the top */
 	a->smax = _mm256_max_epi32(a->smax, w);
 	a->umax = _mm256_max_epu32(a->umax, w);
-	a->umin = _mm256_min_epu32(a->umin, u);
-	a->zc = _mm256_add_epi32(a->zc, _mm256_srli_epi32(u, 31));
+	if (zeros) {
+		__m256i u = _mm256_add_epi32(aw, _mm256_set1_epi32(-1));
+		a->umin = _mm256_min_epu32(a->umin, u);
+		a->zc = _mm256_add_epi32(a->zc, _mm256_srli_epi32(u, 31));
+	} else {
+		a->umin = _mm256_min_epu32(a->umin, aw);
+	}
 	__m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps((const float *)q));
 	__m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps((const float *)q + 4));
 	__m256d d0 = shifted ? _mm256_sub_pd(x0, shift) : x0;
@@ -331,8 +339,9 @@ INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, const unsigned char
 	f->sdd[half] = _mm256_fmadd_pd(d1, d1, _mm256_fmadd_pd(d0, d0, f->sdd[half]));
 }
 
-INLINE void f32_pass(const unsigned char *p, int64_t lines, float shift, bool shifted, int64_t pf,
-		     struct sums *o)
+/* Returns false, having filled nothing, when zeros is false and the block holds a zero. */
+INLINE bool f32_pass(const unsigned char *p, int64_t lines, float shift, bool shifted, bool zeros,
+		     int64_t pf, struct sums *o)
 {
 	const __m256d vshift = _mm256_set1_pd(shift);
 	struct lanes32 a = {
@@ -344,25 +353,38 @@ INLINE void f32_pass(const unsigned char *p, int64_t lines, float shift, bool sh
 		const unsigned char *q = p + l * LINE;
 		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 		/* Without these, GCC 12 interleaves the two halves and spills two of the sums. */
-		lanes32_add(&a, &f, q, 0, vshift, shifted);
+		lanes32_add(&a, &f, q, 0, vshift, shifted, zeros);
 		__asm__("" : "+x"(f.sa), "+x"(f.sd), "+x"(f.sdd[0]), "+x"(f.sdd[1]));
-		lanes32_add(&a, &f, q + 32, 1, vshift, shifted);
+		lanes32_add(&a, &f, q + 32, 1, vshift, shifted, zeros);
 		__asm__("" : "+x"(f.sa), "+x"(f.sd), "+x"(f.sdd[0]), "+x"(f.sdd[1]));
+	}
+	if (!zeros) {
+		/* No zero: the least |x| minus 1 is what the counting loop keeps. */
+		__m256i zero = _mm256_cmpeq_epi32(a.umin, _mm256_setzero_si256());
+		if (!_mm256_testz_si256(zero, zero))
+			return false;
+		a.umin = _mm256_add_epi32(a.umin, _mm256_set1_epi32(-1));
 	}
 	o->zc = count_lanes(a.zc);
 	extrema32(a.smax, a.umax, a.umin, o->zc, &o->mn, &o->mx, &o->mnz);
 	o->sd = sum_pd(f.sd);
 	o->sdd = sum_pd(_mm256_add_pd(f.sdd[0], f.sdd[1]));
 	o->sa = sum_pd(f.sa);
+	return true;
 }
 
-static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, int64_t pf,
-			   struct sums *o)
+/* zeros: whether to count zeros from the start (the previous block held some); a block that
+ * turns out to hold one is read again (from L1) counting them. */
+static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, bool zeros,
+			   int64_t pf, struct sums *o)
 {
-	if (shift == 0)
-		f32_pass(p, lines, 0, false, pf, o);
-	else
-		f32_pass(p, lines, shift, true, pf, o);
+	if (shift == 0) {
+		if (zeros || !f32_pass(p, lines, 0, false, false, pf, o))
+			f32_pass(p, lines, 0, false, true, pf, o);
+	} else {
+		if (zeros || !f32_pass(p, lines, shift, true, false, pf, o))
+			f32_pass(p, lines, shift, true, true, pf, o);
+	}
 }
 
 struct lanes16 {
@@ -621,6 +643,7 @@ __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dl
 /* Which way a block went, for the next one: blocks of one kind come in stretches. */
 enum kind {
 	CLEAN,     /* float lanes */
+	ZEROS,     /* float lanes, f32 with zeros: the next block counts them from the start */
 	NONFINITE, /* NaN or infinities: the integer pass (nf_block) */
 	EXTREME,   /* the double lanes: magnitudes the float lanes cannot take, or FP8 NaN/inf */
 };
@@ -653,7 +676,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	if (dt == DLI_DTYPE_BF16)
 		block_sums_bf16(p, lines, shift, pf, &a);
 	else if (dt == DLI_DTYPE_F32)
-		block_sums_f32(p, lines, shift, pf, &a);
+		block_sums_f32(p, lines, shift, prev == ZEROS, pf, &a);
 	else
 		block_sums(p, dt, lines, shift, pf, &a);
 	float fmn = a.mn, fmx = a.mx;
@@ -673,7 +696,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 		if (dt == DLI_DTYPE_BF16)
 			block_sums_bf16(p, lines, shift, pf, &a);
 		else if (dt == DLI_DTYPE_F32)
-			block_sums_f32(p, lines, shift, pf, &a);
+			block_sums_f32(p, lines, shift, a.zc > 0, pf, &a);
 		else
 			block_sums(p, dt, lines, shift, pf, &a);
 		sd = a.sd;
@@ -695,7 +718,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	r->m2 = m2 < 0 ? 0 : m2;
 	/* Every term is positive, so this sum of squares has no cancellation to fear. */
 	r->sum_sq = r->m2 + dn * r->mean * r->mean;
-	return CLEAN;
+	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 
 /* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first

@@ -618,14 +618,39 @@ static void ref_moments_long(const double *x, int64_t n, double want[DLI_STAT_CO
  * rounding: 1e-12 (the distributed rule, docs/distributed.md), the extrema and counts exactly,
  * and both hold against a long-double reference. A mean is held relative to mean |x|, the
  * scale of its rounding error (close_enough). */
+/* Element i of the stretches case: 3001-element stretches (falling across blocks at changing
+ * places) of zero-free data around 0, ReLU-like data (half zeros), data around 1e4 (read around a
+ * shift), and the same with 1% zeros: a block with zeros after one without, and the reverse, on
+ * both sides of the shift. */
+static float stretch_value(int64_t i)
+{
+	double u = rng_unit(), v = rng_normal();
+	switch (i / 3001 % 4) {
+	case 0: return (float)v;
+	case 1: return (float)(v > 0 ? v : 0.0);
+	case 2: return (float)(1e4 + 1e-2 * v);
+	default: return u < 0.01 ? 0.0f : (float)(1e4 + 1e-2 * v);
+	}
+}
+
 static void test_f32_shards_one_call(void)
 {
 	static const enum mix mixes[] = {NORMAL, OFFSET, POSITIVE, ZEROS, TINY, HUGE, WIDE};
+	const size_t n_mixes = sizeof(mixes) / sizeof(mixes[0]);
 	const int64_t n = 100003;
-	for (size_t m = 0; m < sizeof(mixes) / sizeof(mixes[0]); m++) {
+	for (size_t m = 0; m <= n_mixes; m++) {
 		void *base;
 		double *x, want[DLI_STAT_COUNT], scale, whole_v[DLI_STAT_COUNT];
-		float *p = make_data(DLI_DTYPE_F32, mixes[m], n, 0, &base, &x);
+		float *p;
+		if (m < n_mixes) {
+			p = make_data(DLI_DTYPE_F32, mixes[m], n, 0, &base, &x);
+		} else {
+			p = base = malloc((size_t)n * sizeof(float));
+			x = malloc((size_t)n * sizeof(double));
+			for (int64_t i = 0; i < n; i++)
+				x[i] = p[i] = stretch_value(i);
+		}
+		const char *name = m < n_mixes ? mix_names[mixes[m]] : "stretches";
 		ref_stats(x, n, want, &scale);
 		ref_moments_long(x, n, want);
 		for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
@@ -636,8 +661,7 @@ static void test_f32_shards_one_call(void)
 			char what[96];
 			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_F32, n, &o, &whole), 0);
 			record_values(&whole, whole_v);
-			snprintf(what, sizeof(what), "f32 %s %s one call", mix_names[mixes[m]],
-				 dli_simd_name(paths[k]));
+			snprintf(what, sizeof(what), "f32 %s %s one call", name, dli_simd_name(paths[k]));
 			check_values(&whole, want, scale, 1e-12, what);
 			for (int shards = 2; shards <= 7; shards++) {
 				int64_t cuts[8] = {0};
@@ -652,7 +676,7 @@ static void test_f32_shards_one_call(void)
 						  0);
 					dli_stats_merge(&merged, &part);
 				}
-				snprintf(what, sizeof(what), "f32 %s %s %d shards", mix_names[mixes[m]],
+				snprintf(what, sizeof(what), "f32 %s %s %d shards", name,
 					 dli_simd_name(paths[k]), shards);
 				CHECK(merged.count == (uint64_t)n && merged.zero_count == whole.zero_count);
 				check_values(&merged, whole_v, scale, 1e-12, what);
