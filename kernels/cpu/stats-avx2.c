@@ -302,7 +302,7 @@ INLINE void extrema32(__m256i smax, __m256i umax, __m256i umin, uint64_t zc, flo
  * zeros (below), so a zero-free block costs 14 where float sums cost 11.
  * Four double sums, not more, so that no accumulator is spilled (a spill puts a store and a
  * reload into its chain); the squares alternate between two, for the FMA latency. */
-#define F32_NEAR 16.0 /* below, mean^2 / var under which a block's double sums need no shift */
+#define F32_NEAR 16.0 /* mean^2 / var up to which f32's double sums need no shift (4 bits lost) */
 
 struct lanes32 {
 	__m256i smax, umax, umin, zc;
@@ -683,8 +683,10 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	float amax = fmx > -fmn ? fmx : -fmn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
-	 * can make them non-finite but squares past float range). */
-	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL))
+	 * can make them non-finite but squares past float range). f32's double sums take every
+	 * finite magnitude: a float squared is far inside double's range. */
+	if (!isfinite(sd + sdd + sa) ||
+	    (dt != DLI_DTYPE_F32 && (amax > LARGE || (amax > 0 && amax < SMALL))))
 		return block_odd(p, dt, n, shift, r);
 	/* A shift further from the mean than the spread (4 spreads for f32's double sums) would
 	 * cost precision to cancellation: read the block again (from L1) around its own mean.
@@ -726,9 +728,9 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
  * element; 0 when that is not a finite number of moderate size either. */
 INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct dli_stats_record *r)
 {
-	/* f32 sums double lanes, which lose at most 4 bits to cancellation around 0 (see F32_NEAR)
-	 * and skip a subtraction there; a first block tries 0 too, and is read again around its
-	 * own mean when its mean is far from 0. */
+	/* f32's double sums lose at most 4 bits to cancellation around 0 (see F32_NEAR) and skip
+	 * a subtraction there; a first block tries 0 too, and is read again around its own mean
+	 * when that is far from 0. */
 	if (dt == DLI_DTYPE_F32 &&
 	    (!r->count || r->mean * r->mean * (double)r->count <= F32_NEAR * r->m2))
 		return 0;
