@@ -126,10 +126,29 @@ static inline void load_abs16(const char *data, enum dli_dtype dtype, int64_t i,
 
 /* The running sums in double lanes, one register each (a second set would not fit in the
  * sixteen registers with the counts and the constants: the sums would live in memory). A block
- * adds four dependent FMAs to each, about 16 cycles, less than its other work takes. */
+ * adds four dependent FMAs to each, about 16 cycles. */
 struct dsums {
 	__m256d err, dqs, xs;
 };
+
+/* The E2M1 rounding's constants (see elements), made in registers once a segment and hidden from
+ * the compiler: otherwise it rebuilds them in every block from general registers by broadcasts,
+ * which take the one pipe the conversions to double need. */
+struct e2m1_constants {
+	__m256 six;
+	__m256i exponent; /* the exponent field's mask */
+	__m256i one;      /* 1.0f's bits */
+	__m256i shift;    /* 22 in the exponent field */
+};
+
+static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m1_constants *k)
+{
+	k->six = _mm256_set1_ps(6.0f);
+	k->exponent = _mm256_set1_epi32(0x7f800000);
+	k->one = _mm256_set1_epi32(127 << 23);
+	k->shift = _mm256_set1_epi32(22 << 23);
+	__asm__("" : "+x"(k->six), "+x"(k->exponent), "+x"(k->one), "+x"(k->shift));
+}
 
 /* Eight magnitudes m of one block, with its multiplier and its dequantization factor: the E2M1
  * value r of m * enc (the scalar rules' s = x * enc and |s|: the product's magnitude is the
@@ -146,16 +165,16 @@ struct dsums {
  * lane; the low half is then underflows plus overflows, the high half overflows (see
  * counts_widen). */
 static inline __attribute__((always_inline)) void
-elements(__m256i mb, __m256 enc, __m256 dqs, __m256i *counts, struct dsums *sum)
+elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m256i *counts,
+	 struct dsums *sum)
 {
-	const __m256 six = _mm256_set1_ps(6.0f);
+	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
 	__m256 s = _mm256_mul_ps(m, enc);
 	__m256 sc = _mm256_min_ps(s, six);
-	__m256i e = _mm256_max_epi32(
-		_mm256_and_si256(_mm256_castps_si256(sc), _mm256_set1_epi32(0x7f800000)),
-		_mm256_set1_epi32(127 << 23));
-	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(22 << 23)));
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(sc), k->exponent),
+				     k->one);
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->shift));
 	__m256 r = _mm256_sub_ps(_mm256_add_ps(sc, c), c);
 	__m256 dq = _mm256_mul_ps(r, dqs);
 	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
@@ -163,11 +182,17 @@ elements(__m256i mb, __m256 enc, __m256 dqs, __m256i *counts, struct dsums *sum)
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
 	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
 	*counts = _mm256_sub_epi16(*counts, ov);
+	/* Widened from memory: the register form of the conversion, like the extraction of a
+	 * vector's upper half, runs on one pipe only (one a cycle on Zen 3), the memory form on
+	 * two, and a store costs no vector pipe. */
+	float wide[16] __attribute__((aligned(32)));
+	_mm256_store_ps(wide, m);
+	_mm256_store_ps(wide + 8, dq);
+	__asm__("" : "+m"(wide)); /* or the compiler turns it back into extractions */
 	#pragma GCC unroll 8
 	for (int h = 0; h < 2; h++) {
-		__m128 mh = h ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m);
-		__m128 qh = h ? _mm256_extractf128_ps(dq, 1) : _mm256_castps256_ps128(dq);
-		__m256d xd = _mm256_cvtps_pd(mh), dd = _mm256_cvtps_pd(qh);
+		__m256d xd = _mm256_cvtps_pd(_mm_load_ps(wide + 4 * h));
+		__m256d dd = _mm256_cvtps_pd(_mm_load_ps(wide + 8 + 4 * h));
 		__m256d d = _mm256_sub_pd(xd, dd);
 		sum->err = _mm256_fmadd_pd(d, d, sum->err);
 		sum->dqs = _mm256_fmadd_pd(dd, dd, sum->dqs);
@@ -196,10 +221,11 @@ static inline void dsums_reset(struct dsums *a)
 
 /* One whole block of finite values whose magnitudes are in a[2], into the running sums. */
 static inline __attribute__((always_inline)) void
-block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256i *counts, struct dsums *sum)
+block16(const __m256i a[2], __m256 enc, __m256 dqs, const struct e2m1_constants *k,
+	__m256i *counts, struct dsums *sum)
 {
-	elements(a[0], enc, dqs, counts, sum);
-	elements(a[1], enc, dqs, counts, sum);
+	elements(a[0], enc, dqs, k, counts, sum);
+	elements(a[1], enc, dqs, k, counts, sum);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -286,6 +312,8 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 	uint64_t count = 0;
 	const char *p = ps->data + (size_t)i0 * (gbytes / (8 * DLI_NVFP4_BLOCK));
 	float enc[2][8], dqs[2][8];
+	struct e2m1_constants e2m1;
+	e2m1_constants_init(&e2m1);
 	int bad = group_scales(p, dtype, &k, &st->lo, &st->hi, enc[0], dqs[0]);
 
 	for (int g = 0; g < n_groups; g++, p += gbytes) {
@@ -302,7 +330,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
 			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
 			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
-			block16(a, ej, dj, &counts, &sum);
+			block16(a, ej, dj, &e2m1, &counts, &sum);
 			count += DLI_NVFP4_BLOCK;
 		}
 		bad = next_bad;
@@ -331,7 +359,9 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
 	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
 	uint8_t bad_masks[SEGMENT];
+	struct e2m1_constants e2m1;
 
+	e2m1_constants_init(&e2m1);
 	dsums_reset(&st.sum);
 	st.counts = _mm256_setzero_si256();
 	for (int64_t r = r0; r < r1; r++) {
@@ -378,7 +408,8 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				if (dqs > t->hi)
 					t->hi = dqs;
 			}
-			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &st.counts, &st.sum);
+			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &e2m1, &st.counts,
+				&st.sum);
 			st.count += DLI_NVFP4_BLOCK;
 		}
 		if (full < cols)
