@@ -166,7 +166,7 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * counts_widen). */
 static inline __attribute__((always_inline)) void
 elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m256i *counts,
-	 struct dsums *sum)
+	 struct dsums *sum, const __m256i *keep)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
@@ -177,6 +177,9 @@ elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m
 	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->shift));
 	__m256 r = _mm256_sub_ps(_mm256_add_ps(sc, c), c);
 	__m256 dq = _mm256_mul_ps(r, dqs);
+	/* Lanes left out (keep): m is 0 there, so r is, but r * dqs is NaN for an infinite dqs. */
+	if (keep)
+		dq = _mm256_and_ps(dq, _mm256_castsi256_ps(*keep));
 	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
 	__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
@@ -224,8 +227,8 @@ static inline __attribute__((always_inline)) void
 block16(const __m256i a[2], __m256 enc, __m256 dqs, const struct e2m1_constants *k,
 	__m256i *counts, struct dsums *sum)
 {
-	elements(a[0], enc, dqs, k, counts, sum);
-	elements(a[1], enc, dqs, k, counts, sum);
+	elements(a[0], enc, dqs, k, counts, sum, NULL);
+	elements(a[1], enc, dqs, k, counts, sum, NULL);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -352,6 +355,39 @@ __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int
 	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
 }
 
+/* A whole block from element i on holding NaN or an infinity, as the scalar block takes it: its
+ * scale from the maximum of all but NaN (an infinity saturates it), by the scalar rules, and its
+ * elements but NaN and the infinities compared, their lanes zeroed and left out. */
+static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i,
+			    const struct e2m1_constants *k, struct state *st,
+			    struct dli_block_terms *t)
+{
+	const __m256i inf = _mm256_set1_epi32(0x7f800000);
+	__m256i a[2], keep[2], mx = _mm256_setzero_si256();
+	int kept = 0;
+
+	load_abs16(ps->data, dtype, i, a);
+	for (int h = 0; h < 2; h++) {
+		mx = _mm256_max_epu32(mx, _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], inf), a[h]));
+		keep[h] = _mm256_cmpgt_epi32(inf, a[h]);
+		a[h] = _mm256_and_si256(a[h], keep[h]);
+		kept += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep[h])));
+	}
+	uint8_t sc = dli_nvfp4_block_scale(hmax(_mm256_castsi256_ps(mx)), ps->s_enc);
+	float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
+	float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
+	if (sc & 0x7f) {
+		if (dqs < t->lo)
+			t->lo = dqs;
+		if (dqs > t->hi)
+			t->hi = dqs;
+	}
+	for (int h = 0; h < 2; h++)
+		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), k, &st->counts, &st->sum,
+			 &keep[h]);
+	st->count += (uint64_t)kept;
+}
+
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	const enum dli_dtype dtype = ps->dtype == DLI_DTYPE_F32 ? DLI_DTYPE_F32 : DLI_DTYPE_BF16;
@@ -367,8 +403,8 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t c = 0;
 		/* Eight blocks at a time: their amaxes in one vector, their scales in its lanes; in
-		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity go to the
-		 * scalar block after the segment. */
+		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity are done
+		 * after the segment, one at a time. */
 		while (c + group <= full) {
 			int64_t n = (full - c) / group;
 			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
@@ -376,14 +412,15 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				segment_f32(ps, r * cols + c, n_groups, &st, bad_masks);
 			else
 				segment_bf16(ps, r * cols + c, n_groups, &st, bad_masks);
-			counts_widen(st.counts, t);
-			st.counts = _mm256_setzero_si256();
 			for (int g = 0; g < n_groups; g++)
 				for (int k = 0; bad_masks[g] && k < 8; k++)
 					if (bad_masks[g] >> k & 1)
-						dli_nvfp4_block_scalar(
-							ps, r, c + (g * 8 + k) * DLI_NVFP4_BLOCK,
-							DLI_NVFP4_BLOCK, t);
+						block_nonfinite(ps, dtype,
+								r * cols + c +
+									(g * 8 + k) * DLI_NVFP4_BLOCK,
+								&e2m1, &st, t);
+			counts_widen(st.counts, t);
+			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
 		}
 		/* The rest of the whole blocks one at a time, the scale by the scalar rules. */
@@ -392,10 +429,9 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			__m256i a[2];
 			load_abs16(ps->data, dtype, i, a);
 			__m256i mx = _mm256_max_epu32(a[0], a[1]);
-			/* NaN or inf anywhere: the scalar block (it leaves them out). */
 			if (!_mm256_testz_si256(_mm256_cmpgt_epi32(mx, _mm256_set1_epi32(0x7f7fffff)),
 						_mm256_set1_epi32(-1))) {
-				dli_nvfp4_block_scalar(ps, r, c, DLI_NVFP4_BLOCK, t);
+				block_nonfinite(ps, dtype, i, &e2m1, &st, t);
 				continue;
 			}
 			float bmax = hmax(_mm256_castsi256_ps(mx));

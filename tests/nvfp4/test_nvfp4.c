@@ -242,10 +242,25 @@ static bool same_record(const struct dli_stats_record *a, const struct dli_stats
 	       a->scale_inv_min == b->scale_inv_min && a->scale_inv_max == b->scale_inv_max;
 }
 
+static bool near_sum(double a, double b)
+{
+	return (isnan(a) && isnan(b)) || close_to(a, b, 1e-12);
+}
+
+static bool near_record(const struct dli_stats_record *a, const struct dli_stats_record *b)
+{
+	return a->fp8_count == b->fp8_count && a->underflows == b->underflows &&
+	       a->overflows == b->overflows && near_sum(a->err_sq, b->err_sq) &&
+	       near_sum(a->dot, b->dot) && near_sum(a->dq_sq, b->dq_sq) &&
+	       near_sum(a->x_sq, b->x_sq) && a->scale_inv_min == b->scale_inv_min &&
+	       a->scale_inv_max == b->scale_inv_max;
+}
+
 /* The compare given the amax (what the core passes from its statistics pass, so that the tensor
  * is read once) gives the record of the compare that finds it, on every path, layout and dtype,
- * with NaN and infinities in the data too; given another amax, the naive reference's result
- * with that amax; given NaN or a negative amax, -EINVAL. */
+ * with NaN and infinities in the data too (and the dispatcher's path the scalar one's); given
+ * another amax, the naive reference's result with that amax; given NaN or a negative amax,
+ * -EINVAL. */
 static void test_given_amax(void)
 {
 	static const int64_t shapes[][2] = {{1, 1}, {15, 17}, {33, 129}, {48, 4096}};
@@ -284,6 +299,7 @@ static void test_given_amax(void)
 										 : (const void *)f16;
 				struct dli_stats_record st;
 				CHECK_INT(dli_cpu_stats(data, dtypes[d], n, NULL, &st), 0);
+				struct dli_stats_record scalar[3];
 				for (size_t p = 0; p < 2; p++)
 					for (int layout = 0; layout < 3; layout++) {
 						struct dli_cpu_options o = {paths[p], 1};
@@ -305,6 +321,12 @@ static void test_given_amax(void)
 								(int)dtypes[d], (int)paths[p], layout,
 								nonfinite, a.err_sq, b.err_sq);
 						CHECK(same_record(&a, &b));
+						/* and the scalar path's, but for the order of
+						 * the sums (NaN and inf where it has them) */
+						if (!p)
+							scalar[layout] = a;
+						else
+							CHECK(near_record(&scalar[layout], &a));
 					}
 			}
 			/* Four times the amax of the finite data: every block scale smaller, against
