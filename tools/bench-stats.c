@@ -626,6 +626,9 @@ int dli_bench_stats(int argc, char **argv)
 		       size_mib, REPS, dli_simd_name(simd), DLI_PREFETCH_BYTES);
 		printf("  %-22s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
+		if (sel[kind_index(NV_F32)] || sel[kind_index(NV_BF16)])
+			printf("  (nvfp4_compare_*: given the amax of the statistics pass the core makes "
+			       "first, as LogNvfp4TensorStats runs it: one read of the tensor)\n");
 		for (int i = 0; i < nr; i++) {
 			struct row *w = &rows[i];
 			if (i == clean_rows)
