@@ -157,7 +157,7 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * clamping to 6. Each tie lands on the code the scalar comparisons give (0.25 -> 0, 0.75 -> 1,
  * 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is
  * the scalar's e2m1_values[c] * dqs. x and dq share their sign, so the terms are those of the
- * magnitudes.
+ * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
  *
  * Both counts share one register, so that the sums and the constants stay in registers too: an
  * overflow (|s| > 6, compared as integers: s is not negative and not NaN, so its bits order as
@@ -246,7 +246,7 @@ static inline double hmin_ps(__m256 v)
 struct state {
 	struct dsums sum;
 	__m256i counts; /* the underflows and overflows (see elements), widened per segment */
-	__m256 lo, hi;       /* the scale range, in lanes (+inf / -inf while none) */
+	__m256 lo, hi;  /* the scale range, in lanes (+inf / -inf while none) */
 	uint64_t count;
 };
 
