@@ -222,28 +222,129 @@ INLINE void fast_8(const char *p, enum dli_dtype dtype, bool odd, const struct k
 }
 
 /* Whether every lane of lowm is >= lo and every lane of xmax <= hi, unsigned, in 16- or 32-bit
- * lanes (AVX2 has no unsigned compare: a >= b is max(a, b) == a). */
+ * lanes: the saturating differences lo - lowm and xmax - hi are zero then (AVX2 has no unsigned
+ * compare; for 32-bit lanes a >= b is max(a, b) == a). */
 INLINE bool group_ok(__m256i lowm, __m256i xmax, __m256i lo, __m256i hi, bool w16)
 {
-	if (w16) /* saturating differences: nonzero where lowm < lo or xmax > hi */
+	if (w16)
 		return _mm256_testz_si256(_mm256_or_si256(_mm256_subs_epu16(lo, lowm),
 							  _mm256_subs_epu16(xmax, hi)),
 					  _mm256_set1_epi16(-1));
-	__m256i a = w16 ? _mm256_cmpeq_epi16(_mm256_max_epu16(lowm, lo), lowm)
-			: _mm256_cmpeq_epi32(_mm256_max_epu32(lowm, lo), lowm);
-	__m256i b = w16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(xmax, hi), xmax)
-			: _mm256_cmpeq_epi32(_mm256_min_epu32(xmax, hi), xmax);
+	__m256i a = _mm256_cmpeq_epi32(_mm256_max_epu32(lowm, lo), lowm);
+	__m256i b = _mm256_cmpeq_epi32(_mm256_min_epu32(xmax, hi), xmax);
 	return _mm256_movemask_epi8(_mm256_and_si256(a, b)) == -1;
 }
 
-INLINE void fast_add(struct fast_lanes *f, const struct fast_lanes *g)
+/* The fast groups of a block from element j on, while each group's range check holds: the sums
+ * go straight into f's lanes, which stay in registers through the loop (a group that fails puts
+ * back the copy taken before it). Returns where it stopped: the first group that failed, or the
+ * first element after the last whole group. */
+INLINE int64_t fast_groups(const char *p, enum dli_dtype dtype, int64_t j, int64_t bn,
+			   const struct k256 *k, struct fast_lanes *f)
 {
-	f->xs0 = _mm256_add_ps(f->xs0, g->xs0);
-	f->xs1 = _mm256_add_ps(f->xs1, g->xs1);
-	f->dqs0 = _mm256_add_ps(f->dqs0, g->dqs0);
-	f->dqs1 = _mm256_add_ps(f->dqs1, g->dqs1);
-	f->err0 = _mm256_add_ps(f->err0, g->err0);
-	f->err1 = _mm256_add_ps(f->err1, g->err1);
+	const int64_t sz = (int64_t)dli_dtype_size(dtype);
+	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int group = w16 ? GROUP16 : GROUP;
+	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
+	struct fast_lanes a = *f;
+
+	for (; j + group <= bn; j += group) {
+		const char *q = p + j * sz;
+		struct fast_lanes saved = a;
+		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
+
+		for (int i = 0; i < group * sz; i += LINE_BYTES)
+			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		if (w16) {
+#pragma GCC unroll 8
+			for (int i = 0; i < GROUP16; i += 16)
+				fast_bf16(q + i * sz, k, &a, &lowm, &xmax);
+		} else {
+#pragma GCC unroll 8
+			for (int i = 0; i < GROUP; i += 8)
+				fast_8(q + i * sz, dtype, i & 8, k, &a, &lowm, &xmax);
+		}
+		if (__builtin_expect(!group_ok(lowm, xmax, lo, hi, w16), 0)) {
+			a = saved;
+			break;
+		}
+	}
+	*f = a;
+	return j;
+}
+
+/* A group whose range check failed, a vector at a time: the lanes outside the fast steps' range
+ * (NaN, inf, underflows, overflows) are zeroed for the fast step, where a zero adds nothing, and
+ * taken by the careful step alone, with every other lane zeroed there. A lone NaN thus costs one
+ * careful step and a few masks, not a second pass over the group. */
+INLINE void redo_group(const char *q, enum dli_dtype dtype, const struct k256 *k,
+		       struct block_sums *t, struct fast_lanes *f)
+{
+	const int64_t sz = (int64_t)dli_dtype_size(dtype);
+	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int group = w16 ? GROUP16 : GROUP;
+	const int vec = w16 ? 16 : 8;
+
+	for (int i = 0; i < group; i += vec) {
+		const char *v = q + i * sz;
+		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
+		__m256i bits, xa, bad;
+		unsigned badm;
+
+		if (w16) {
+			bits = _mm256_loadu_si256((const __m256i *)v);
+			xa = _mm256_and_si256(bits, _mm256_set1_epi16(0x7fff));
+			/* nonzero |x| - 1 below xn - 1, or |x| above xov (unsigned) */
+			bad = _mm256_or_si256(
+				_mm256_subs_epu16(k->xn1_16,
+						  _mm256_add_epi16(xa, _mm256_set1_epi16(-1))),
+				_mm256_subs_epu16(xa, k->xov_16));
+			bad = _mm256_xor_si256(_mm256_cmpeq_epi16(bad, _mm256_setzero_si256()),
+					       _mm256_set1_epi32(-1));
+		} else {
+			__m256i x1;
+			bits = _mm256_castps_si256(load8(v, dtype));
+			xa = _mm256_and_si256(bits, k->absmask);
+			x1 = _mm256_add_epi32(xa, _mm256_set1_epi32(-1));
+			bad = _mm256_xor_si256(
+				_mm256_and_si256(
+					_mm256_cmpeq_epi32(_mm256_max_epu32(x1, k->xn1), x1),
+					_mm256_cmpeq_epi32(_mm256_min_epu32(xa, k->xov), xa)),
+				_mm256_set1_epi32(-1));
+		}
+		badm = (unsigned)_mm256_movemask_epi8(bad);
+		/* the fast step on the vector with its bad lanes zeroed */
+		if (w16) {
+			__m256i good = _mm256_andnot_si256(bad, bits);
+			fast_bf16((const char *)&good, k, f, &lowm, &xmax);
+		} else {
+			__m256 good = _mm256_castsi256_ps(_mm256_andnot_si256(bad, xa));
+			fast_core(good, k, &f->xs0, &f->dqs0, &f->err0);
+		}
+		t->count += (uint32_t)(vec - __builtin_popcount(badm) / (32 / vec));
+		if (badm == 0)
+			continue;
+		/* the bad lanes through the careful step, as floats */
+		if (w16) {
+			__m256i only = _mm256_and_si256(bad, bits);
+			/* elements 2m (low halves) and 2m + 1 (high halves), m = 0 .. 7: bit m of
+			 * each lane mask is the sign of its half moved to the top */
+			unsigned even = (unsigned)_mm256_movemask_ps(
+				_mm256_castsi256_ps(_mm256_slli_epi32(bad, 16)));
+			unsigned odd = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
+
+			if (even)
+				vec_step(_mm256_castsi256_ps(_mm256_slli_epi32(only, 16)), even, k, true,
+					 t);
+			if (odd)
+				vec_step(_mm256_castsi256_ps(_mm256_and_si256(
+						 only, _mm256_set1_epi32((int)0xffff0000u))),
+					 odd, k, true, t);
+		} else {
+			unsigned lanes = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
+			vec_step(_mm256_castsi256_ps(_mm256_and_si256(bad, bits)), lanes, k, true, t);
+		}
+	}
 }
 
 /* One pass over a block into t (vec_step's terms) and f (the fast steps'): when `fast`, groups
@@ -256,58 +357,20 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	int64_t sz = (int64_t)dli_dtype_size(dtype);
 	int64_t j = 0;
 	int redone = 0;
-	const bool w16 = dtype == DLI_DTYPE_BF16;
-	const int vec = w16 ? 16 : 8; /* elements a fast step */
-	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
-	const int group = w16 ? GROUP16 : GROUP;
+	const int group = dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP;
 
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
 	t->count = t->finite_nonzero = 0;
 	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
-	for (; fast && j + group <= bn; j += group) {
-		const char *q = p + j * sz;
-		/* the group's own sums, from zero: its steps do not wait for the block's sums
-		 * (which the compiler keeps in memory between groups), and an undone group has
-		 * nothing to put back */
-		struct fast_lanes g = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-					_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
-		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
-
-		for (int i = 0; i < group * sz; i += LINE_BYTES)
-			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		if (w16)
-			for (int i = 0; i < group; i += 16)
-				fast_bf16(q + i * sz, k, &g, &lowm, &xmax);
-		else
-			for (int i = 0; i < GROUP; i += 8)
-				fast_8(q + i * sz, dtype, i & 8, k, &g, &lowm, &xmax);
-		if (__builtin_expect(group_ok(lowm, xmax, lo, hi, w16), 1)) {
-			fast_add(f, &g);
-			t->count += (uint32_t)group;
-			continue;
-		}
-		/* The group again, a vector at a time: the fast step where it can take the
-		 * vector, else the careful one (which leaves NaN and inf out). A lone NaN or
-		 * underflow costs one vector's careful step, not the group's. */
-		for (int i = 0; i < group; i += vec) {
-			struct fast_lanes v = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-						_mm256_setzero_ps(), _mm256_setzero_ps(),
-						_mm256_setzero_ps(), _mm256_setzero_ps() };
-			lowm = _mm256_set1_epi32(-1);
-			xmax = _mm256_setzero_si256();
-			if (w16)
-				fast_bf16(q + i * sz, k, &v, &lowm, &xmax);
-			else
-				fast_8(q + i * sz, dtype, false, k, &v, &lowm, &xmax);
-			if (group_ok(lowm, xmax, lo, hi, w16)) {
-				fast_add(f, &v);
-				t->count += (uint32_t)vec;
-				continue;
-			}
-			for (int h = 0; h < vec; h += 8)
-				vec_step(load8(q + (i + h) * sz, dtype), 0xff, k, true, t);
-		}
+	while (fast && j + group <= bn) {
+		int64_t stop = fast_groups(p, dtype, j, bn, k, f);
+		t->count += (uint32_t)(stop - j);
+		j = stop;
+		if (j + group > bn)
+			break;
+		redo_group(p + j * sz, dtype, k, t, f);
+		j += group;
 		redone++;
 	}
 	for (; j + 8 <= bn; j += 8) {
