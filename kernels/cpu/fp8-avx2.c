@@ -195,12 +195,11 @@ INLINE void fast_core(__m256 xa, const struct k256 *k, __m256 *xs, __m256 *dqs, 
 	*err = _mm256_fmadd_ps(d, d, *err);
 }
 
-/* 16 bf16 at p, into both sets. */
-INLINE void fast_bf16(const char *p, const struct k256 *k, struct fast_lanes *f, __m256i *lowm,
+/* 16 bf16 (their bits), into both sets. */
+INLINE void fast_bf16(__m256i bits, const struct k256 *k, struct fast_lanes *f, __m256i *lowm,
 		      __m256i *xmax)
 {
-	__m256i aw = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)p),
-				      _mm256_set1_epi16(0x7fff));
+	__m256i aw = _mm256_and_si256(bits, _mm256_set1_epi16(0x7fff));
 	*lowm = _mm256_min_epu16(*lowm, _mm256_add_epi16(aw, _mm256_set1_epi16(-1)));
 	*xmax = _mm256_max_epu16(*xmax, aw);
 	fast_core(_mm256_castsi256_ps(_mm256_slli_epi32(aw, 16)), k, &f->xs0, &f->dqs0, &f->err0);
@@ -235,12 +234,38 @@ INLINE bool group_ok(__m256i lowm, __m256i xmax, __m256i lo, __m256i hi, bool w1
 	return _mm256_movemask_epi8(_mm256_and_si256(a, b)) == -1;
 }
 
+/* Positions (element i of each of a bf16 group's eight vectors) at most this many of which failed
+ * the range check are taken out of the group's fast sums and redone by one careful step each; a
+ * group with more is redone whole by redo_group. (f32 and f16 groups are always redone whole:
+ * their loop runs slower when this path is there, and their pass is bound by memory anyway.) */
+#define FEW_POSITIONS 4
+
+/* The positions of a bf16 group that failed its check, as bit 2i for position i (the byte mask
+ * of its 16-bit lanes, one bit of each pair kept), and the float lanes of the fast sums they
+ * reached, as sign bits: position 2m went to lane m of set 0 (m0), 2m + 1 to lane m of set 1
+ * (m1). */
+INLINE unsigned failed_positions(__m256i lowm, __m256i xmax, const struct k256 *k, __m256 *m0,
+				 __m256 *m1)
+{
+	__m256i bad = _mm256_xor_si256(
+		_mm256_cmpeq_epi16(_mm256_or_si256(_mm256_subs_epu16(k->xn1_16, lowm),
+						   _mm256_subs_epu16(xmax, k->xov_16)),
+				   _mm256_setzero_si256()),
+		_mm256_set1_epi32(-1));
+
+	*m0 = _mm256_castsi256_ps(_mm256_slli_epi32(bad, 16));
+	*m1 = _mm256_castsi256_ps(bad);
+	return (unsigned)_mm256_movemask_epi8(bad) & 0x55555555u;
+}
+
 /* The fast groups of a block from element j on, while each group's range check holds: the sums
- * go straight into f's lanes, which stay in registers through the loop (a group that fails puts
- * back the copy taken before it). Returns where it stopped: the first group that failed, or the
- * first element after the last whole group. */
+ * go straight into f's lanes, which stay in registers through the loop. Returns where it
+ * stopped: the first group that failed, or the first element after the last whole group. For a
+ * group that failed, f holds the sums with it, before the copy of them from before it, and lowm
+ * and xmax its check's running bounds. */
 INLINE int64_t fast_groups(const char *p, enum dli_dtype dtype, int64_t j, int64_t bn,
-			   const struct k256 *k, struct fast_lanes *f)
+			   const struct k256 *k, struct fast_lanes *f, struct fast_lanes *before,
+			   __m256i *lowm_out, __m256i *xmax_out)
 {
 	const int64_t sz = (int64_t)dli_dtype_size(dtype);
 	const bool w16 = dtype == DLI_DTYPE_BF16;
@@ -258,19 +283,36 @@ INLINE int64_t fast_groups(const char *p, enum dli_dtype dtype, int64_t j, int64
 		if (w16) {
 #pragma GCC unroll 8
 			for (int i = 0; i < GROUP16; i += 16)
-				fast_bf16(q + i * sz, k, &a, &lowm, &xmax);
+				fast_bf16(_mm256_loadu_si256((const __m256i *)(q + i * sz)), k, &a,
+					  &lowm, &xmax);
 		} else {
 #pragma GCC unroll 8
 			for (int i = 0; i < GROUP; i += 8)
 				fast_8(q + i * sz, dtype, i & 8, k, &a, &lowm, &xmax);
 		}
 		if (__builtin_expect(!group_ok(lowm, xmax, lo, hi, w16), 0)) {
-			a = saved;
+			*before = saved;
+			*lowm_out = lowm;
+			*xmax_out = xmax;
 			break;
 		}
 	}
 	*f = a;
 	return j;
+}
+
+/* The elements of the bf16 group at q at the positions in pos (bit 2i for position i; eight
+ * elements each, one a vector), each position's through one careful step. */
+INLINE void redo_positions(const char *q, unsigned pos, const struct k256 *k, struct block_sums *t)
+{
+	for (; pos; pos &= pos - 1) {
+		int at = __builtin_ctz(pos) / 2;
+		uint16_t e[8];
+
+		for (int v = 0; v < 8; v++)
+			memcpy(&e[v], q + (size_t)(v * 16 + at) * 2, 2);
+		vec_step(load8(e, DLI_DTYPE_BF16), 0xff, k, true, t);
+	}
 }
 
 /* A group whose range check failed, a vector at a time: the lanes outside the fast steps' range
@@ -315,8 +357,7 @@ INLINE void redo_group(const char *q, enum dli_dtype dtype, const struct k256 *k
 		badm = (unsigned)_mm256_movemask_epi8(bad);
 		/* the fast step on the vector with its bad lanes zeroed */
 		if (w16) {
-			__m256i good = _mm256_andnot_si256(bad, bits);
-			fast_bf16((const char *)&good, k, f, &lowm, &xmax);
+			fast_bf16(_mm256_andnot_si256(bad, bits), k, f, &lowm, &xmax);
 		} else {
 			__m256 good = _mm256_castsi256_ps(_mm256_andnot_si256(bad, xa));
 			fast_core(good, k, &f->xs0, &f->dqs0, &f->err0);
@@ -357,19 +398,40 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	int64_t sz = (int64_t)dli_dtype_size(dtype);
 	int64_t j = 0;
 	int redone = 0;
-	const int group = dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP;
+	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int group = w16 ? GROUP16 : GROUP;
 
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
 	t->count = t->finite_nonzero = 0;
 	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
 	while (fast && j + group <= bn) {
-		int64_t stop = fast_groups(p, dtype, j, bn, k, f);
+		struct fast_lanes before;
+		__m256i lowm, xmax;
+		__m256 m0, m1;
+		int64_t stop = fast_groups(p, dtype, j, bn, k, f, &before, &lowm, &xmax);
+		unsigned pos;
+
 		t->count += (uint32_t)(stop - j);
 		j = stop;
 		if (j + group > bn)
 			break;
-		redo_group(p + j * sz, dtype, k, t, f);
+		/* the group failed: a few positions are taken out of its sums and redone, else
+		 * the whole group */
+		pos = w16 ? failed_positions(lowm, xmax, k, &m0, &m1) : ~0u;
+		if (__builtin_popcount(pos) <= FEW_POSITIONS) {
+			f->xs0 = _mm256_blendv_ps(f->xs0, before.xs0, m0);
+			f->dqs0 = _mm256_blendv_ps(f->dqs0, before.dqs0, m0);
+			f->err0 = _mm256_blendv_ps(f->err0, before.err0, m0);
+			f->xs1 = _mm256_blendv_ps(f->xs1, before.xs1, m1);
+			f->dqs1 = _mm256_blendv_ps(f->dqs1, before.dqs1, m1);
+			f->err1 = _mm256_blendv_ps(f->err1, before.err1, m1);
+			t->count += (uint32_t)(group - 8 * __builtin_popcount(pos));
+			redo_positions(p + j * sz, pos, k, t);
+		} else {
+			*f = before;
+			redo_group(p + j * sz, dtype, k, t, f);
+		}
 		j += group;
 		redone++;
 	}
