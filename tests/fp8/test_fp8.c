@@ -686,6 +686,55 @@ static void test_f32_fast_group_edges(void)
 	free(x);
 }
 
+/* The fast steps' rounding where it is easiest to get wrong, f32 values alone among zeros in a
+ * fast group (so each one's terms show against the reference): products halfway between two of
+ * the format's values (a tie, to even), and the floats just above a power of two and just below
+ * the next one, in every binade of the format's normal range. */
+static void test_fast_rounding_ties_and_binade_edges(void)
+{
+	int64_t n = 256 + 11;
+	float *x = calloc((size_t)n, 4);
+
+	for (int k = 0; k < 2; k++) {
+		int mbits = k == 0 ? 3 : 2, emin = k == 0 ? -6 : -14, emax = k == 0 ? 8 : 15;
+		float fmax = dli_fp8_max(formats[k]);
+		int bad = 0;
+
+		for (int kp = 0; kp < 2; kp++) {
+			struct dli_cpu_options o = { kp == 0 ? DLI_SIMD_AVX2 : DLI_SIMD_AVX512, 1 };
+			if (o.simd > dli_simd_detect())
+				continue;
+			for (int e = emin; e <= emax; e++)
+				for (int v = 0; v < 24; v++) {
+					float q = ldexpf(1.0f, e - mbits), p2 = ldexpf(1.0f, e), val;
+					int64_t at = (int64_t)(e - emin) * 7 % 256;
+					struct dli_stats_record r;
+					struct terms t;
+					char what[96];
+
+					if (v < 8) /* ties: 2^e + (i + 1/2) q */
+						val = p2 + ((float)v + 0.5f) * q;
+					else if (v < 16) /* just above 2^e */
+						val = bitsf(fbits(p2) + (uint32_t)(v - 8) * 3 + 1);
+					else /* just below 2^(e+1) */
+						val = bitsf(fbits(2.0f * p2) - (uint32_t)(v - 16) * 3 - 1);
+					if (val > fmax)
+						continue;
+					x[at] = v & 1 ? -val : val;
+					CHECK_INT(dli_cpu_fp8_compare(x, DLI_DTYPE_F32, n, formats[k],
+								      1.0f, &o, &r), 0);
+					t = reference(x, DLI_DTYPE_F32, n, formats[k], 1.0f);
+					snprintf(what, sizeof(what), "%s f32 %a %s", dli_simd_name(o.simd),
+						 (double)x[at], format_names[k]);
+					bad += compare_terms(&r, &t, 1e-6, what);
+					x[at] = 0.0f;
+				}
+		}
+		CHECK_INT(bad, 0);
+	}
+	free(x);
+}
+
 /* Fast groups holding a few values the fast steps cannot take (NaN, inf, underflows, overflows,
  * float subnormals) among ordinary ones: 1 to 20 of them in one group, at positions drawn at
  * random (so some share the position of an element in another of the group's vectors), then in
@@ -972,6 +1021,7 @@ int main(void)
 	test_bf16_every_pattern_in_a_fast_group();
 	test_fast_and_careful_stretches();
 	test_f32_fast_group_edges();
+	test_fast_rounding_ties_and_binade_edges();
 	test_groups_with_a_few_bad_values();
 	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
