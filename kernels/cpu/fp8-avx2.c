@@ -20,7 +20,8 @@
  * added into doubles. */
 #define BLOCK 1024
 /* Elements per group of fast steps: eight steps a range check (four cache lines of bf16 or f32).
- * Larger groups cost a lone NaN or underflow more (its group is redone a vector at a time). */
+ * Measured on Zen 3 with cache-resident bf16: groups of 64 took about 6% more time (twice the
+ * checks), groups of 256 1-7% more (a longer unrolled loop, and a NaN spoils more of a group). */
 #define GROUP 64
 #define GROUP16 128 /* bf16: 16 elements a fast step */
 
@@ -31,7 +32,7 @@ struct k256 {
 	/* The fast steps' range (fp8-avx512.c's k512 tells it): nonzero |x| at most xn1 lands
 	 * below the format's normals, above xov beyond its max; as float bits, and as bf16 bits. */
 	__m256i xn1, xov, xn1_16, xov_16;
-	__m256 kround; /* 2^(23 - mbits): the fast steps' rounding constant is 2^e times it */
+	__m256 kround; /* K = 2^(23 - mbits) of the fast steps' rounding (fast_core) */
 };
 
 static void k256_init(struct k256 *k, enum dli_dtype format, float scale)
@@ -166,16 +167,22 @@ INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, bool caref
  *
  * For groups of vectors whose nonzero magnitudes all lie in [xn, xov] (finite, no underflow or
  * overflow to count, no saturation or subnormal grid to apply), checked once per group from the
- * running minimum of |x| - 1 (zeros wrap around to the top) and maximum of |x|; a group that
- * held another value is undone (its sums put back) and redone by vec_step. As in fp8-avx512.c,
+ * running minimum of |x| - 1 (zeros wrap around to the top) and maximum of |x|. A group that
+ * held another value has it taken out: on bf16, where it reached at most four positions (element
+ * i of each vector), the lanes of the sums those positions reached are put back as they were
+ * before the group and the positions redone by the careful step (a lone NaN costs one careful
+ * step, not a second pass); otherwise the whole group is redone a vector at a time with the bad
+ * lanes masked (redo_group). As in fp8-avx512.c,
  * the loop is bound by vector operations, so each one counts. Zen 3 runs float adds on two pipes,
  * multiplies and FMAs on two others, integer operations on any of the four: the range checks
  * are integer min/max (on 16-bit lanes for bf16, which needs then only a shift and an and to
  * widen 16 elements), and the fast steps leave out sum s r, which for their values is
  * (sum s^2 + sum r^2 - sum (s - r)^2) / 2 without cancellation (every r is within 2^-(mbits+1)
  * of its s, so sum (s - r)^2 is below 2^-7 of sum s^2; fp8-avx512.c's bf16 path does the same).
- * Per 16 bf16: 22 vector operations, against 48 in vec_step. (On Zen 3 such a loop sustains
- * about three a cycle, whichever pipes they need: their count is what matters.) */
+ * Per 16 bf16: 20 vector operations (the range check 4, the widening 2, each set of 8 lanes 7),
+ * against 48 in vec_step. (On Zen 3 such a loop sustains about three a cycle, whichever pipes
+ * they need: their count is what matters. Moving work from the FMA pipes to the adders at the
+ * cost of one integer operation, as an integer-built rounding constant does, was slower.) */
 struct fast_lanes {
 	__m256 xs0, xs1, dqs0, dqs1, err0, err1; /* two sets, for the dependency chains */
 };
