@@ -485,8 +485,10 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 	size_t sz = dli_dtype_size(dtype);
 	double inv2 = 1.0 / ((double)scale * scale);
 	struct fast_mode fm = { false, 0 };
-	/* the fast steps' sums over the call, and the count of what they compared */
+	/* the fast steps' sums over the call, and the count of what they compared; the careful
+	 * steps' sums over the call (reduced once at the end, as the fast ones) */
 	__m256d fxs = _mm256_setzero_pd(), fdqs = fxs, ferr = fxs;
+	__m256d cerr = fxs, cdot = fxs, cdqs = fxs, cxs = fxs;
 	uint64_t fcount = 0;
 
 	k256_init(&k, format, scale);
@@ -530,20 +532,23 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		fxs = widen_add(fxs, fx);
 		fdqs = widen_add(fdqs, fq);
 		ferr = widen_add(ferr, fe);
+		cerr = widen_add(cerr, t.err);
+		cdot = widen_add(cdot, t.dot);
+		cdqs = widen_add(cdqs, t.dqs);
+		cxs = widen_add(cxs, t.xs);
 		acc->fp8_count += t.count;
-		acc->underflows += sum_epi32(t.under);
-		acc->overflows += sum_epi32(t.over);
-		acc->err_sq += sum_pd(t.err) * inv2;
-		acc->dot += sum_pd(t.dot) * inv2;
-		acc->dq_sq += sum_pd(t.dqs) * inv2;
-		acc->x_sq += sum_pd(t.xs) * inv2;
+		/* a block redone for a NaN or inf has none of these */
+		if (!_mm256_testz_si256(t.under, t.under))
+			acc->underflows += sum_epi32(t.under);
+		if (!_mm256_testz_si256(t.over, t.over))
+			acc->overflows += sum_epi32(t.over);
 	}
 	double sx = reduce_pd(fxs), sq = reduce_pd(fdqs), se = reduce_pd(ferr);
 	acc->fp8_count += fcount;
-	acc->err_sq += se * inv2;
-	acc->dot += (sx + sq - se) / 2 * inv2;
-	acc->dq_sq += sq * inv2;
-	acc->x_sq += sx * inv2;
+	acc->err_sq += (se + reduce_pd(cerr)) * inv2;
+	acc->dot += ((sx + sq - se) / 2 + reduce_pd(cdot)) * inv2;
+	acc->dq_sq += (sq + reduce_pd(cdqs)) * inv2;
+	acc->x_sq += (sx + reduce_pd(cxs)) * inv2;
 }
 
 void dli_fp8_compare_avx2(const void *data, enum dli_dtype dtype, int64_t n,
