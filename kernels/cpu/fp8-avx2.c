@@ -32,7 +32,7 @@ struct k256 {
 	/* The fast steps' range (fp8-avx512.c's k512 tells it): nonzero |x| at most xn1 lands
 	 * below the format's normals, above xov beyond its max; as float bits, and as bf16 bits. */
 	__m256i xn1, xov, xn1_16, xov_16;
-	__m256 kround; /* K = 2^(23 - mbits) of the fast steps' rounding (fast_core) */
+	__m256 kround, kround1; /* K = 2^(23 - mbits) of the fast steps' rounding, and K - 1 */
 };
 
 static void k256_init(struct k256 *k, enum dli_dtype format, float scale)
@@ -62,6 +62,7 @@ static void k256_init(struct k256 *k, enum dli_dtype format, float scale)
 	k->xn1_16 = _mm256_set1_epi16((short)(xn1 >> 16));
 	k->xov_16 = _mm256_set1_epi16((short)(xov >> 16));
 	k->kround = _mm256_set1_ps(ldexpf(1.0f, 23 - mbits));
+	k->kround1 = _mm256_set1_ps(ldexpf(1.0f, 23 - mbits) - 1.0f);
 }
 
 /* 8 elements from p on, widened to float. */
@@ -172,37 +173,37 @@ INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, bool caref
  * i of each vector), the lanes of the sums those positions reached are put back as they were
  * before the group and the positions redone by the careful step (a lone NaN costs one careful
  * step, not a second pass); otherwise the whole group is redone a vector at a time with the bad
- * lanes masked (redo_group). As in fp8-avx512.c,
- * the loop is bound by vector operations, so each one counts. Zen 3 runs float adds on two pipes,
- * multiplies and FMAs on two others, integer operations on any of the four: the range checks
- * are integer min/max (on 16-bit lanes for bf16, which needs then only a shift and an and to
- * widen 16 elements), and the fast steps leave out sum s r, which for their values is
- * (sum s^2 + sum r^2 - sum (s - r)^2) / 2 without cancellation (every r is within 2^-(mbits+1)
- * of its s, so sum (s - r)^2 is below 2^-7 of sum s^2; fp8-avx512.c's bf16 path does the same).
- * Per 16 bf16: 20 vector operations (the range check 4, the widening 2, each set of 8 lanes 7),
- * against 48 in vec_step. (On Zen 3 such a loop sustains about three a cycle, whichever pipes
- * they need: their count is what matters. Moving work from the FMA pipes to the adders at the
- * cost of one integer operation, as an integer-built rounding constant does, was slower.) */
+ * lanes masked (redo_group). As in fp8-avx512.c, the loop is bound by vector operations, so each
+ * one counts: the range checks are integer min/max (on 16-bit lanes for bf16, which needs then
+ * only a shift and an and to widen 16 elements), and the fast steps sum three terms from which
+ * the pass gets the four (fast_core). Per 16 bf16: 18 vector operations (the range check 4, the
+ * widening 2, each set of 8 lanes 6), against 48 in vec_step. (On Zen 3 such a loop sustains
+ * about three a cycle, whichever pipes they need: their count is what matters. Moving work from
+ * the FMA pipes to the adders at the cost of one integer operation, as an integer-built rounding
+ * constant does, was slower.) */
 struct fast_lanes {
-	__m256 xs0, xs1, dqs0, dqs1, err0, err1; /* two sets, for the dependency chains */
+	/* sums of s^2, s d and d^2 (d = s - r), in two sets for the dependency chains */
+	__m256 xs0, xs1, sd0, sd1, err0, err1;
 };
 
 /* s is a normal float there, in [2^E, 2^(E+1)) say, and its rounding to the format's quantum
- * q = 2^(E - mbits) takes two FMAs and no exponent mask: with K = 2^(23 - mbits), K s is exact,
- * g = K s - s rounds once onto K s's float grid, which is q apart, and K s - g (exact) is s
+ * q = 2^(E - mbits) takes one FMA and no exponent mask: with K = 2^(23 - mbits), K s is exact,
+ * g = K s - s rounds once onto K s's float grid, which is q apart, and r = K s - g (exact) is s
  * rounded to q. (For s within 2^-20 of 2^E, K s - s falls into the binade below, whose grid is
  * q / 2 apart: s still rounds to 2^E there.) A tie (s halfway between two multiples of q) needs
  * s's 24-bit significand M to be even, and g's rounding to even then makes M - r / q even: r
- * rounds to even as well. The whole fast range, every float, was checked against an integer
- * rounding for both formats. */
-INLINE void fast_core(__m256 xa, const struct k256 *k, __m256 *xs, __m256 *dqs, __m256 *err)
+ * rounds to even as well. The error d = s - r = g - (K - 1) s is g's rounding error, exact, so
+ * one more FMA gives it without r; the sums are then s^2, s d and d^2, and the pass gets
+ * sum r^2 = sum s^2 - 2 sum s d + sum d^2 and sum s r = sum s^2 - sum s d, without cancellation
+ * (|d| <= 2^-(mbits+1) |s|). Every float of the fast range of both formats was checked against
+ * an integer rounding (r) and against s - r (d). */
+INLINE void fast_core(__m256 xa, const struct k256 *k, __m256 *xs, __m256 *sd, __m256 *err)
 {
 	__m256 s = _mm256_mul_ps(xa, k->scale);
-	__m256 r = _mm256_fmsub_ps(s, k->kround, _mm256_fmsub_ps(s, k->kround, s));
-	__m256 d = _mm256_sub_ps(s, r);
+	__m256 d = _mm256_fnmadd_ps(s, k->kround1, _mm256_fmsub_ps(s, k->kround, s));
 
 	*xs = _mm256_fmadd_ps(s, s, *xs);
-	*dqs = _mm256_fmadd_ps(r, r, *dqs);
+	*sd = _mm256_fmadd_ps(s, d, *sd);
 	*err = _mm256_fmadd_ps(d, d, *err);
 }
 
@@ -213,9 +214,9 @@ INLINE void fast_bf16(__m256i bits, const struct k256 *k, struct fast_lanes *f, 
 	__m256i aw = _mm256_and_si256(bits, _mm256_set1_epi16(0x7fff));
 	*lowm = _mm256_min_epu16(*lowm, _mm256_add_epi16(aw, _mm256_set1_epi16(-1)));
 	*xmax = _mm256_max_epu16(*xmax, aw);
-	fast_core(_mm256_castsi256_ps(_mm256_slli_epi32(aw, 16)), k, &f->xs0, &f->dqs0, &f->err0);
+	fast_core(_mm256_castsi256_ps(_mm256_slli_epi32(aw, 16)), k, &f->xs0, &f->sd0, &f->err0);
 	fast_core(_mm256_castsi256_ps(_mm256_and_si256(aw, _mm256_set1_epi32((int)0xffff0000u))), k,
-		  &f->xs1, &f->dqs1, &f->err1);
+		  &f->xs1, &f->sd1, &f->err1);
 }
 
 /* 8 f32 or f16 at p, into set `odd`. */
@@ -226,9 +227,9 @@ INLINE void fast_8(const char *p, enum dli_dtype dtype, bool odd, const struct k
 	*lowm = _mm256_min_epu32(*lowm, _mm256_add_epi32(xa, _mm256_set1_epi32(-1)));
 	*xmax = _mm256_max_epu32(*xmax, xa);
 	if (odd)
-		fast_core(_mm256_castsi256_ps(xa), k, &f->xs1, &f->dqs1, &f->err1);
+		fast_core(_mm256_castsi256_ps(xa), k, &f->xs1, &f->sd1, &f->err1);
 	else
-		fast_core(_mm256_castsi256_ps(xa), k, &f->xs0, &f->dqs0, &f->err0);
+		fast_core(_mm256_castsi256_ps(xa), k, &f->xs0, &f->sd0, &f->err0);
 }
 
 /* Whether every lane of lowm is >= lo and every lane of xmax <= hi, unsigned, in 16- or 32-bit
@@ -371,7 +372,7 @@ INLINE void redo_group(const char *q, enum dli_dtype dtype, const struct k256 *k
 			fast_bf16(_mm256_andnot_si256(bad, bits), k, f, &lowm, &xmax);
 		} else {
 			__m256 good = _mm256_castsi256_ps(_mm256_andnot_si256(bad, xa));
-			fast_core(good, k, &f->xs0, &f->dqs0, &f->err0);
+			fast_core(good, k, &f->xs0, &f->sd0, &f->err0);
 		}
 		t->count += (uint32_t)(vec - __builtin_popcount(badm) / (32 / vec));
 		if (badm == 0)
@@ -415,7 +416,7 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
 	t->count = t->finite_nonzero = 0;
-	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
+	f->xs0 = f->xs1 = f->sd0 = f->sd1 = f->err0 = f->err1 = _mm256_setzero_ps();
 	while (fast && j + group <= bn) {
 		struct fast_lanes before;
 		__m256i lowm, xmax;
@@ -432,10 +433,10 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 		pos = w16 ? failed_positions(lowm, xmax, k, &m0, &m1) : ~0u;
 		if (__builtin_popcount(pos) <= FEW_POSITIONS) {
 			f->xs0 = _mm256_blendv_ps(f->xs0, before.xs0, m0);
-			f->dqs0 = _mm256_blendv_ps(f->dqs0, before.dqs0, m0);
+			f->sd0 = _mm256_blendv_ps(f->sd0, before.sd0, m0);
 			f->err0 = _mm256_blendv_ps(f->err0, before.err0, m0);
 			f->xs1 = _mm256_blendv_ps(f->xs1, before.xs1, m1);
-			f->dqs1 = _mm256_blendv_ps(f->dqs1, before.dqs1, m1);
+			f->sd1 = _mm256_blendv_ps(f->sd1, before.sd1, m1);
 			f->err1 = _mm256_blendv_ps(f->err1, before.err1, m1);
 			t->count += (uint32_t)(group - 8 * __builtin_popcount(pos));
 			redo_positions(p + j * sz, pos, k, t);
@@ -487,7 +488,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 	struct fast_mode fm = { false, 0 };
 	/* the fast steps' sums over the call, and the count of what they compared; the careful
 	 * steps' sums over the call (reduced once at the end, as the fast ones) */
-	__m256d fxs = _mm256_setzero_pd(), fdqs = fxs, ferr = fxs;
+	__m256d fxs = _mm256_setzero_pd(), fsd = fxs, ferr = fxs;
 	__m256d cerr = fxs, cdot = fxs, cdqs = fxs, cxs = fxs;
 	uint64_t fcount = 0;
 
@@ -499,7 +500,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		struct fast_lanes f;
 		bool fast = !fm.off || ++fm.since % 32 == 0;
 		int redone = block_pass(p, dtype, bn, &k, fast, &t, &f);
-		__m256 fx = _mm256_add_ps(f.xs0, f.xs1), fq = _mm256_add_ps(f.dqs0, f.dqs1),
+		__m256 fx = _mm256_add_ps(f.xs0, f.xs1), fsdv = _mm256_add_ps(f.sd0, f.sd1),
 		       fe = _mm256_add_ps(f.err0, f.err1);
 
 		if (fast) {
@@ -510,7 +511,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		 * range, and every element was compared. */
 		if (fast && redone == 0 && bn % (dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP) == 0) {
 			fxs = widen_add(fxs, fx);
-			fdqs = widen_add(fdqs, fq);
+			fsd = widen_add(fsd, fsdv);
 			ferr = widen_add(ferr, fe);
 			fcount += (uint64_t)bn;
 			continue;
@@ -530,7 +531,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 			continue;
 		}
 		fxs = widen_add(fxs, fx);
-		fdqs = widen_add(fdqs, fq);
+		fsd = widen_add(fsd, fsdv);
 		ferr = widen_add(ferr, fe);
 		cerr = widen_add(cerr, t.err);
 		cdot = widen_add(cdot, t.dot);
@@ -543,11 +544,11 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		if (!_mm256_testz_si256(t.over, t.over))
 			acc->overflows += sum_epi32(t.over);
 	}
-	double sx = reduce_pd(fxs), sq = reduce_pd(fdqs), se = reduce_pd(ferr);
+	double sx = reduce_pd(fxs), ssd = reduce_pd(fsd), se = reduce_pd(ferr);
 	acc->fp8_count += fcount;
 	acc->err_sq += (se + reduce_pd(cerr)) * inv2;
-	acc->dot += ((sx + sq - se) / 2 + reduce_pd(cdot)) * inv2;
-	acc->dq_sq += (sq + reduce_pd(cdqs)) * inv2;
+	acc->dot += (sx - ssd + reduce_pd(cdot)) * inv2;
+	acc->dq_sq += (sx - 2 * ssd + se + reduce_pd(cdqs)) * inv2;
 	acc->x_sq += (sx + reduce_pd(cxs)) * inv2;
 }
 
