@@ -909,10 +909,14 @@ static bool big(const struct dli_tensor *t)
 
 /* ---- The call set, shared by Layer methods and module functions ---- */
 
-static PyObject *do_fp8_gemm_enabled(LayerObject *l, PyObject *gemm, PyObject *it, PyObject *nx)
+/* The *_enabled queries' answers, with one signature for their table (enabled_queries): `subject`
+ * holds the query's gemm and/or tensor name, in argument order. */
+
+static PyObject *do_fp8_gemm_enabled(LayerObject *l, PyObject *const *subject, PyObject *it,
+				     PyObject *nx)
 {
 	struct dli_layer *h;
-	int g = gemm_of(gemm);
+	int g = gemm_of(subject[0]);
 	if (g < 0 || layer_handle(l, &h) || check_iteration(it))
 		return NULL;
 	int64_t next = DLI_NEVER;
@@ -920,11 +924,11 @@ static PyObject *do_fp8_gemm_enabled(LayerObject *l, PyObject *gemm, PyObject *i
 	return answer(on, next, nx);
 }
 
-static PyObject *do_inspect_tensor_enabled(LayerObject *l, PyObject *tensor, PyObject *it,
+static PyObject *do_inspect_tensor_enabled(LayerObject *l, PyObject *const *subject, PyObject *it,
 					   PyObject *nx)
 {
 	struct dli_layer *h;
-	int t = tensor_of(tensor);
+	int t = tensor_of(subject[0]);
 	if (t == -2 || layer_handle(l, &h) || check_iteration(it))
 		return NULL;
 	int64_t next = DLI_NEVER;
@@ -950,16 +954,17 @@ static PyObject *gemm_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *t
 	return answer(on, next, nx);
 }
 
-static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
-					  PyObject *it, PyObject *nx)
+static PyObject *do_modify_tensor_enabled(LayerObject *l, PyObject *const *subject, PyObject *it,
+					  PyObject *nx)
 {
-	return gemm_tensor_enabled(l, gemm, tensor, it, nx, dli_modify_tensor_enabled);
+	return gemm_tensor_enabled(l, subject[0], subject[1], it, nx, dli_modify_tensor_enabled);
 }
 
-static PyObject *do_postquantize_enabled(LayerObject *l, PyObject *gemm, PyObject *tensor,
-					 PyObject *it, PyObject *nx)
+static PyObject *do_postquantize_enabled(LayerObject *l, PyObject *const *subject, PyObject *it,
+					 PyObject *nx)
 {
-	return gemm_tensor_enabled(l, gemm, tensor, it, nx, dli_inspect_tensor_postquantize_enabled);
+	return gemm_tensor_enabled(l, subject[0], subject[1], it, nx,
+				   dli_inspect_tensor_postquantize_enabled);
 }
 
 static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *obj,
@@ -1104,51 +1109,81 @@ done:
 	return ret;
 }
 
-/* ---- Layer methods ---- */
+/* ---- The *_enabled queries: Layer methods and module functions ---- */
 
 #define FASTCALL_ARGS PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
 
-static PyObject *layer_fp8_gemm_enabled(LayerObject *self, FASTCALL_ARGS)
+/* The *_enabled queries, each a Layer method and a module function taking the same arguments after
+ * the module function's first, the layer (a name or a handle). Only the names differ: the module
+ * functions say `tensor_name` for the Layer methods' `tensor`, as TransformerEngine's do. */
+enum enabled_query_id {
+	QUERY_FP8_GEMM,
+	QUERY_INSPECT_TENSOR,
+	QUERY_MODIFY_TENSOR,
+	QUERY_POSTQUANTIZE,
+};
+
+static const struct enabled_query {
+	const char *name;
+	Py_ssize_t subjects; /* the required arguments after the layer: gemm and/or tensor */
+	const char *layer_args[4], *module_args[5];
+	PyObject *(*answer)(LayerObject *l, PyObject *const *subject, PyObject *it, PyObject *nx);
+} enabled_queries[] = {
+	[QUERY_FP8_GEMM] = {"fp8_gemm_enabled", 1, {"gemm", "iteration", "next"},
+			    {"layer_name", "gemm", "iteration", "next"}, do_fp8_gemm_enabled},
+	[QUERY_INSPECT_TENSOR] = {"inspect_tensor_enabled", 1, {"tensor", "iteration", "next"},
+				  {"layer_name", "tensor_name", "iteration", "next"},
+				  do_inspect_tensor_enabled},
+	[QUERY_MODIFY_TENSOR] = {"modify_tensor_enabled", 2, {"gemm", "tensor", "iteration", "next"},
+				 {"layer_name", "gemm", "tensor_name", "iteration", "next"},
+				 do_modify_tensor_enabled},
+	[QUERY_POSTQUANTIZE] = {"inspect_tensor_postquantize_enabled", 2,
+				{"gemm", "tensor", "iteration", "next"},
+				{"layer_name", "gemm", "tensor_name", "iteration", "next"},
+				do_postquantize_enabled},
+};
+
+/* A query from a Layer method (`self` its layer) or from a module function (the layer its first
+ * argument, a name or a handle). The hot call, the required arguments alone and positional, goes
+ * straight to the answer: arguments are parsed only when a keyword or an optional one is passed.
+ * Inlined into each entry point, where the row and module_function are constants: the answer is
+ * then a direct (tail) call and the counts are immediates, as in a wrapper written out by hand. */
+static inline __attribute__((always_inline)) PyObject *
+enabled_call(const struct enabled_query *q, bool module_function, LayerObject *self, FASTCALL_ARGS)
 {
-	static const char *const names[] = {"gemm", "iteration", "next"};
-	PyObject *a[3];
-	if (!kwnames && nargs == 1)
-		return do_fp8_gemm_enabled(self, args[0], NULL, NULL);
-	if (parse_args("fp8_gemm_enabled", names, 1, 3, args, nargs, kwnames, a))
+	Py_ssize_t first = module_function ? 1 : 0;
+	Py_ssize_t required = first + q->subjects;
+	if (!kwnames && nargs == required) {
+		if (module_function && !(self = layer_from(args[0])))
+			return NULL;
+		return q->answer(self, args + first, NULL, NULL);
+	}
+	PyObject *a[5];
+	if (parse_args(q->name, module_function ? q->module_args : q->layer_args, required,
+		       required + 2, args, nargs, kwnames, a))
 		return NULL;
-	return do_fp8_gemm_enabled(self, a[0], a[1], a[2]);
+	if (module_function && !(self = layer_from(a[0])))
+		return NULL;
+	return q->answer(self, a + first, a[required], a[required + 1]);
 }
 
-static PyObject *layer_inspect_tensor_enabled(LayerObject *self, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"tensor", "iteration", "next"};
-	PyObject *a[3];
-	if (!kwnames && nargs == 1)
-		return do_inspect_tensor_enabled(self, args[0], NULL, NULL);
-	if (parse_args("inspect_tensor_enabled", names, 1, 3, args, nargs, kwnames, a))
-		return NULL;
-	return do_inspect_tensor_enabled(self, a[0], a[1], a[2]);
-}
+/* The Python entry points of a query: a method table holds one function per name. */
+#define ENABLED_QUERY_FUNCTIONS(function_name, query)                                            \
+	static PyObject *layer_##function_name(LayerObject *self, FASTCALL_ARGS)                 \
+	{                                                                                        \
+		return enabled_call(&enabled_queries[query], false, self, args, nargs, kwnames); \
+	}                                                                                        \
+	static PyObject *mod_##function_name(PyObject *m, FASTCALL_ARGS)                         \
+	{                                                                                        \
+		return enabled_call(&enabled_queries[query], true, NULL, args, nargs, kwnames);  \
+	}
 
-static PyObject *layer_modify_tensor_enabled(LayerObject *self, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"gemm", "tensor", "iteration", "next"};
-	PyObject *a[4];
-	if (!kwnames && nargs == 2)
-		return do_modify_tensor_enabled(self, args[0], args[1], NULL, NULL);
-	if (parse_args("modify_tensor_enabled", names, 2, 4, args, nargs, kwnames, a))
-		return NULL;
-	return do_modify_tensor_enabled(self, a[0], a[1], a[2], a[3]);
-}
+ENABLED_QUERY_FUNCTIONS(fp8_gemm_enabled, QUERY_FP8_GEMM)
+ENABLED_QUERY_FUNCTIONS(inspect_tensor_enabled, QUERY_INSPECT_TENSOR)
+ENABLED_QUERY_FUNCTIONS(modify_tensor_enabled, QUERY_MODIFY_TENSOR)
+ENABLED_QUERY_FUNCTIONS(postquantize_enabled, QUERY_POSTQUANTIZE)
 
-static PyObject *layer_postquantize_enabled(LayerObject *self, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"gemm", "tensor", "iteration", "next"};
-	PyObject *a[4];
-	if (parse_args("inspect_tensor_postquantize_enabled", names, 2, 4, args, nargs, kwnames, a))
-		return NULL;
-	return do_postquantize_enabled(self, a[0], a[1], a[2], a[3]);
-}
+/* ---- Layer methods ---- */
 
 static PyObject *layer_inspect_tensor(LayerObject *self, FASTCALL_ARGS)
 {
@@ -1268,54 +1303,6 @@ static PyObject *mod_layer(PyObject *m, PyObject *name)
 }
 
 /* Module-level forms: the first argument is a layer name or handle (keyword `layer_name`). */
-static PyObject *mod_fp8_gemm_enabled(PyObject *m, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"layer_name", "gemm", "iteration", "next"};
-	PyObject *a[4];
-	if (!kwnames && nargs == 2) {
-		LayerObject *l = layer_from(args[0]);
-		return l ? do_fp8_gemm_enabled(l, args[1], NULL, NULL) : NULL;
-	}
-	if (parse_args("fp8_gemm_enabled", names, 2, 4, args, nargs, kwnames, a))
-		return NULL;
-	LayerObject *l = layer_from(a[0]);
-	return l ? do_fp8_gemm_enabled(l, a[1], a[2], a[3]) : NULL;
-}
-
-static PyObject *mod_inspect_tensor_enabled(PyObject *m, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"layer_name", "tensor_name", "iteration", "next"};
-	PyObject *a[4];
-	if (!kwnames && nargs == 2) {
-		LayerObject *l = layer_from(args[0]);
-		return l ? do_inspect_tensor_enabled(l, args[1], NULL, NULL) : NULL;
-	}
-	if (parse_args("inspect_tensor_enabled", names, 2, 4, args, nargs, kwnames, a))
-		return NULL;
-	LayerObject *l = layer_from(a[0]);
-	return l ? do_inspect_tensor_enabled(l, a[1], a[2], a[3]) : NULL;
-}
-
-static PyObject *mod_modify_tensor_enabled(PyObject *m, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "iteration", "next"};
-	PyObject *a[5];
-	if (parse_args("modify_tensor_enabled", names, 3, 5, args, nargs, kwnames, a))
-		return NULL;
-	LayerObject *l = layer_from(a[0]);
-	return l ? do_modify_tensor_enabled(l, a[1], a[2], a[3], a[4]) : NULL;
-}
-
-static PyObject *mod_postquantize_enabled(PyObject *m, FASTCALL_ARGS)
-{
-	static const char *const names[] = {"layer_name", "gemm", "tensor_name", "iteration", "next"};
-	PyObject *a[5];
-	if (parse_args("inspect_tensor_postquantize_enabled", names, 3, 5, args, nargs, kwnames, a))
-		return NULL;
-	LayerObject *l = layer_from(a[0]);
-	return l ? do_postquantize_enabled(l, a[1], a[2], a[3], a[4]) : NULL;
-}
-
 static PyObject *mod_inspect_tensor(PyObject *m, FASTCALL_ARGS)
 {
 	static const char *const names[] = {"layer_name", "tensor_name", "tensor", "iteration",

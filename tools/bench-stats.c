@@ -15,11 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#ifdef DLI_HAVE_X86_SIMD
-#include <immintrin.h>
-#endif
 
 #include "cmd.h"
+#include "read-reference.h"
 #include "tools-api.h"
 
 #define REPS 10
@@ -37,81 +35,7 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* ---- The read-bandwidth reference: sum every float, nothing else ---- */
-
-#ifdef DLI_HAVE_X86_SIMD
-__attribute__((target("avx512f"))) static float sum_avx512(const float *p, int64_t n)
-{
-	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	int64_t i = 0;
-	for (; i + 64 <= n; i += 64) {
-		const char *q = (const char *)(p + i) + DLI_PREFETCH_BYTES;
-		_mm_prefetch(q, _MM_HINT_T0);
-		_mm_prefetch(q + 64, _MM_HINT_T0);
-		_mm_prefetch(q + 128, _MM_HINT_T0);
-		_mm_prefetch(q + 192, _MM_HINT_T0);
-		a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-		a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-		a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-		a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-	}
-	float s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-	for (; i < n; i++)
-		s += p[i];
-	return s;
-}
-
-__attribute__((target("avx2"))) static float sum_avx2(const float *p, int64_t n)
-{
-	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-	int64_t i = 0;
-	for (; i + 32 <= n; i += 32) {
-		const char *q = (const char *)(p + i) + DLI_PREFETCH_BYTES;
-		_mm_prefetch(q, _MM_HINT_T0);
-		_mm_prefetch(q + 64, _MM_HINT_T0);
-		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-	}
-	float t[8];
-	_mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-	float s = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
-	for (; i < n; i++)
-		s += p[i];
-	return s;
-}
-#endif
-
-static float sum_scalar(const float *p, int64_t n)
-{
-	float s = 0;
-	for (int64_t i = 0; i < n; i++)
-		s += p[i];
-	return s;
-}
-
-struct read_job {
-	const float *p;
-	int64_t n;
-	enum dli_simd simd;
-	float *sums; /* one per chunk: the result must be used, or the reads could be dropped */
-};
-
-static void read_chunk(void *arg, int64_t c, int worker)
-{
-	struct read_job *j = arg;
-	int64_t first = c * DLI_STATS_CHUNK;
-	int64_t m = j->n - first < DLI_STATS_CHUNK ? j->n - first : DLI_STATS_CHUNK;
-	const float *p = j->p + first;
-	switch (j->simd) {
-#ifdef DLI_HAVE_X86_SIMD
-	case DLI_SIMD_AVX512: j->sums[c] = sum_avx512(p, m); break;
-	case DLI_SIMD_AVX2: j->sums[c] = sum_avx2(p, m); break;
-#endif
-	default: j->sums[c] = sum_scalar(p, m); break;
-	}
-}
+/* ---- The read-bandwidth reference (read-reference.h) over a view ---- */
 
 /* A plain read of a view (struct dli_cpu_runs): every run summed as floats, the same
  * bytes a view's pass reads, in the same order: what the access pattern itself allows. */
@@ -126,13 +50,7 @@ static void view_read_run(void *arg, int64_t c, int worker)
 	struct view_read_job *j = arg;
 	int64_t bytes = j->v->run_len * (int64_t)dli_dtype_size(j->v->dtype);
 	const float *p = (const float *)((const char *)j->v->base + c * j->v->step[0]);
-	switch (j->simd) {
-#ifdef DLI_HAVE_X86_SIMD
-	case DLI_SIMD_AVX512: j->sums[c] = sum_avx512(p, bytes / 4); break;
-	case DLI_SIMD_AVX2: j->sums[c] = sum_avx2(p, bytes / 4); break;
-#endif
-	default: j->sums[c] = sum_scalar(p, bytes / 4); break;
-	}
+	j->sums[c] = read_sum(j->simd, p, bytes / 4);
 }
 
 /* ---- The passes ---- */

@@ -476,19 +476,24 @@ def test_features_listed():
     assert "stats" in text and "freq" not in text.split("stats", 1)[0], text
 
 
-def test_fp8_gemm_and_fake_quant_modify():
-    cfg = {
+def fc1_fp8_config(**more_features):
+    """model.fc1's wgrad out of FP8 and its fprop activation fake-quantized, and more_features."""
+    return {
         "fp8": {
             "enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
             "transformer_engine": {
                 "DisableFP8GEMM": {"enabled": True, "gemms": ["wgrad"]},
                 "FakeQuant": {"enabled": True, "gemms": ["fprop"], "tensors": ["activation"],
                               "quant_format": "FP8E4M3"},
+                **more_features,
             },
         }
     }
+
+
+def test_fp8_gemm_and_fake_quant_modify():
     x = sample(seed=14)
-    with Run(cfg):
+    with Run(fc1_fp8_config()):
         L = dlinspect.layer("model.fc1")
         assert L.fp8_gemm_enabled("wgrad") is False
         assert L.fp8_gemm_enabled("dgrad") is True
@@ -542,6 +547,83 @@ def test_postquantize_and_modify_queries_are_their_own():
         assert on is False and nxt == 2
         assert dlinspect.layer("model.fc2").inspect_tensor_postquantize_enabled(
             "fprop", "activation") is False
+
+
+# Each *_enabled query: its Layer method's argument names, then the answers a config below gives
+# (subjects -> answer), one of each kind so that a call reaching another query's answer shows.
+ENABLED_QUERIES = [
+    ("fp8_gemm_enabled", ["gemm"], [(("wgrad",), False), (("dgrad",), True)]),
+    ("inspect_tensor_enabled", ["tensor"], [(("activation",), True), (("weight",), False)]),
+    ("modify_tensor_enabled", ["gemm", "tensor"],
+     [(("fprop", "activation"), True), (("dgrad", "activation"), False)]),
+    ("inspect_tensor_postquantize_enabled", ["gemm", "tensor"],
+     [(("dgrad", "gradient"), True), (("fprop", "activation"), False)]),
+]
+
+
+def expect_type_error(call, message):
+    try:
+        call()
+    except TypeError as e:
+        assert str(e) == message, (message, str(e))
+    else:
+        raise AssertionError(f"no TypeError: {message}")
+
+
+def check_enabled_call_forms(fn, name, names, subjects, want):
+    """fn answers `want` for `subjects` however they are passed, and rejects bad argument lists
+    with Python's messages naming `name` and `names` (its required ones, iteration, next)."""
+    nreq = len(subjects)
+    assert fn(*subjects) is want, (name, subjects)
+    assert fn(**dict(zip(names, subjects))) is want, (name, "keywords")
+    assert fn(*subjects[:1], **dict(zip(names[1:nreq], subjects[1:]))) is want, (name, "mixed")
+    assert fn(*subjects, 0) is want and fn(*subjects, iteration=0) is want, (name, "iteration")
+    assert fn(*subjects, None, False) is want and fn(*subjects, next=False) is want, (name, "next")
+    pair = fn(*subjects, next=True)
+    assert isinstance(pair, tuple) and pair[0] is want, (name, pair)
+    assert fn(*subjects, None, True) == pair and fn(*subjects, 0, next=True) == pair, (name, pair)
+    expect_type_error(lambda: fn(), f"{name}() missing required argument '{names[0]}'")
+    expect_type_error(lambda: fn(*subjects[:-1]),
+                      f"{name}() missing required argument '{names[nreq - 1]}'")
+    expect_type_error(lambda: fn(*subjects, None, False, 1),
+                      f"{name}() takes at most {nreq + 2} positional arguments ({nreq + 3} given)")
+    expect_type_error(lambda: fn(*subjects, bogus=1),
+                      f"{name}() got an unexpected keyword argument 'bogus'")
+    expect_type_error(lambda: fn(*subjects, **{names[0]: subjects[0]}),
+                      f"{name}() got multiple values for argument '{names[0]}'")
+    expect_type_error(lambda: fn(*subjects, None, iteration=None),
+                      f"{name}() got multiple values for argument 'iteration'")
+    try:
+        fn(*subjects, iteration=5)
+    except ValueError as e:
+        assert "iteration=5" in str(e), str(e)
+    else:
+        raise AssertionError(f"{name}: a wrong iteration was accepted")
+
+
+def test_enabled_queries_take_their_arguments_every_way():
+    """The four *_enabled queries, as Layer methods and as module functions (the layer's name or
+    handle first, `tensor_name` for `tensor`): positional, keyword and mixed arguments, iteration
+    and next, and the exact TypeError of every bad argument list."""
+    cfg = fc1_fp8_config(
+        LogTensorStats={"enabled": True, "tensors": ["activation"], "stats": ["max"]},
+        DumpTensors={"enabled": True, "tensors": ["gradient"], "quantized_tensor": True})
+    with Run(cfg):
+        L = dlinspect.layer("model.fc1")
+        for name, names, answers in ENABLED_QUERIES:
+            module_names = ["layer_name"] + ["tensor_name" if n == "tensor" else n for n in names]
+            for subjects, want in answers:
+                check_enabled_call_forms(getattr(L, name), name, names + ["iteration", "next"],
+                                         subjects, want)
+                for layer in ("model.fc1", L):
+                    check_enabled_call_forms(getattr(dlinspect, name), name,
+                                             module_names + ["iteration", "next"],
+                                             (layer,) + subjects, want)
+            # Another layer, which the config does not select: the query's default.
+            subjects = answers[0][0]
+            default = name == "fp8_gemm_enabled"
+            assert getattr(dlinspect.layer("model.fc2"), name)(*subjects) is default, name
+            assert getattr(dlinspect, name)("model.fc2", *subjects) is default, name
 
 
 def test_quantized_tensors_tuple_and_te_object():

@@ -12,28 +12,18 @@
 
 #include <dlinspect/dlinspect.h>
 
-#include "data.h"
-#include "linear.h"
-
 #define IN 48
 #define OUT 40
 #define ROWS 32
 #define STEPS 3
+
+#include "linear-steps.h"
 
 enum op { RAW, DELAYED, CURRENT };
 
 /* What the emulation does to each (gemm, input tensor); tensor ids 0..2 as in dlinspect. */
 struct plan {
 	enum op op[DLI_GEMM_COUNT][3];
-};
-
-struct result {
-	float y[STEPS][ROWS * OUT], dx[STEPS][ROWS * IN], dw[STEPS][OUT * IN];
-};
-
-static const enum dli_dtype formats[3] = {
-	[DLI_TENSOR_ACTIVATION] = DLI_DTYPE_F8E4M3, [DLI_TENSOR_GRADIENT] = DLI_DTYPE_F8E5M2,
-	[DLI_TENSOR_WEIGHT] = DLI_DTYPE_F8E4M3,
 };
 
 /* Inputs whose magnitude changes from step to step, so that delayed and current scales differ. */
@@ -55,8 +45,6 @@ static int run_trainer(const char *yaml, struct result *res)
 	struct dli_options o;
 	struct dli_context *ctx;
 	struct dli_error err;
-	struct dlt_linear l;
-	float x[ROWS * IN], dy[ROWS * OUT];
 	dli_options_init(&o);
 	o.config_yaml = yaml;
 	o.log_dir = ".";
@@ -66,27 +54,7 @@ static int run_trainer(const char *yaml, struct result *res)
 	}
 	struct dlt_run run = {.dli = ctx, .precision = DLT_FP8, .gemm = &dlt_gemm_cpu};
 	dlt_recipe_default(&run.recipe);
-	if (dlt_linear_init(&l, &run, "model.layers.0.mlp.fc1", IN, OUT, ROWS, &err)) {
-		fprintf(stderr, "dlt_linear_init: %s\n", err.message);
-		dli_destroy(ctx);
-		return -1;
-	}
-	int r = 0;
-	for (int s = 0; s < STEPS && !r; s++) {
-		inputs(s, x, dy, l.w);
-		if ((r = dlt_linear_forward(&l, &run, x, ROWS, res->y[s])) ||
-		    (r = dlt_linear_backward(&l, &run, dy, res->dx[s])))
-			break;
-		memcpy(res->dw[s], l.dw, sizeof res->dw[s]);
-		dlt_linear_step_end(&l, &run);
-		dli_step(ctx);
-		run.step++;
-	}
-	if (run.error) {
-		fprintf(stderr, "dlinspect call failed: %s\n", run.error_msg);
-		r = -1;
-	}
-	dlt_linear_finish(&l);
+	int r = run_linear(&run, inputs, res);
 	dli_destroy(ctx);
 	return r;
 }
@@ -170,9 +138,7 @@ static void check(const char *name, const char *yaml, const struct plan *p)
 		return;
 	}
 	emulate(p, &want);
-	const char *what = memcmp(got.y, want.y, sizeof got.y)     ? "output (fprop)" :
-			   memcmp(got.dx, want.dx, sizeof got.dx) ? "dgrad" :
-			   memcmp(got.dw, want.dw, sizeof got.dw) ? "wgrad" : NULL;
+	const char *what = differs(&got, &want);
 	if (what) {
 		printf("FAIL %s: %s differs from the emulation\n", name, what);
 		failures++;

@@ -14,66 +14,13 @@
 #include <dlinspect/dlinspect.h>
 #include <dlinspect/stats.h>
 
-#include "data.h"
-#include "linear.h"
-
 /* Rows a multiple of 16 (the transform down the columns); columns with a partial block. */
 #define IN    136
 #define OUT   144
 #define ROWS  160
 #define STEPS 3
 
-struct result {
-	float y[STEPS][ROWS * OUT], dx[STEPS][ROWS * IN], dw[STEPS][OUT * IN];
-};
-
-static void inputs(int step, float *x, float *dy, float *w)
-{
-	static const float mag[STEPS] = { 1.0f, 4.0f, 0.25f };
-	uint64_t s = 4321 + (uint64_t)step;
-	for (int i = 0; i < ROWS; i++)
-		for (int j = 0; j < IN; j++)
-			x[i * IN + j] = mag[step] *
-					(1.0f + (float)(i % 7) + 3.0f * (float)(j / 40)) *
-					dlt_rng_normal(&s);
-	if (step == 1)
-		x[5 * IN + 3] = 3e4f;
-	for (int i = 0; i < ROWS; i++)
-		for (int j = 0; j < OUT; j++)
-			dy[i * OUT + j] = 1e-3f / mag[step] *
-					  (1.0f + (float)(j % 5) * (float)(i / 50)) *
-					  dlt_rng_normal(&s);
-	s = 77;
-	for (int i = 0; i < OUT; i++)
-		for (int j = 0; j < IN; j++)
-			w[i * IN + j] = 0.05f * (1.0f + (float)(i / 30)) * dlt_rng_normal(&s);
-}
-
-static int run_trainer(struct result *res)
-{
-	struct dlt_linear l;
-	struct dli_error err;
-	static float x[ROWS * IN], dy[ROWS * OUT];
-	struct dlt_run run = { .precision = DLT_FP8, .gemm = &dlt_gemm_cpu };
-	dlt_recipe_default(&run.recipe);
-	run.recipe.scaling = DLT_SCALING_NVFP4;
-	if (dlt_linear_init(&l, &run, "model.layers.0.mlp.fc1", IN, OUT, ROWS, &err)) {
-		fprintf(stderr, "dlt_linear_init failed\n");
-		return -1;
-	}
-	int r = 0;
-	for (int s = 0; s < STEPS && !r; s++) {
-		inputs(s, x, dy, l.w);
-		if ((r = dlt_linear_forward(&l, &run, x, ROWS, res->y[s])) ||
-		    (r = dlt_linear_backward(&l, &run, dy, res->dx[s])))
-			break;
-		memcpy(res->dw[s], l.dw, sizeof res->dw[s]);
-		dlt_linear_step_end(&l, &run);
-		run.step++;
-	}
-	dlt_linear_finish(&l);
-	return r;
-}
+#include "linear-steps.h"
 
 /* What the emulation leaves out, to show that it matters. */
 enum { ALL = 0, NO_SR = 1, NO_RHT = 2, NO_2D = 4 };
@@ -108,7 +55,7 @@ static void emulate(int without, struct result *res)
 	int wrec = without & NO_2D ? DLI_BLOCK_NVFP4 : DLI_BLOCK_NVFP4_2D;
 	uint64_t seed = 0;
 	for (int s = 0; s < STEPS; s++) {
-		inputs(s, x, dy, w);
+		block_inputs(s, x, dy, w);
 		cast(x, ROWS, IN, DLI_BLOCK_NVFP4, 0, 0, 0, 0, a);
 		cast(w, OUT, IN, wrec, 0, 0, 0, 0, wt);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ROWS, OUT, IN, 1.0f, a, IN, wt,
@@ -124,20 +71,12 @@ static void emulate(int without, struct result *res)
 	}
 }
 
-static const char *differs(const struct result *a, const struct result *b)
-{
-	return memcmp(a->y, b->y, sizeof a->y)      ? "output (fprop)"
-	       : memcmp(a->dx, b->dx, sizeof a->dx) ? "dgrad"
-	       : memcmp(a->dw, b->dw, sizeof a->dw) ? "wgrad"
-						    : NULL;
-}
-
 int main(void)
 {
 	static struct result got, want, other;
 	int failures = 0;
 	const char *what;
-	if (run_trainer(&got)) {
+	if (run_recipe(DLT_SCALING_NVFP4, &got)) {
 		printf("FAIL --recipe nvfp4: the trainer's Linear failed\n");
 		return 1;
 	}

@@ -16,72 +16,13 @@
 
 #include <dlinspect/dlinspect.h>
 
-#include "data.h"
-#include "linear.h"
-
 /* Every direction holds more than one block of 128 and a partial one. */
 #define IN 136
 #define OUT 144
 #define ROWS 160
 #define STEPS 3
 
-struct result {
-	float y[STEPS][ROWS * OUT], dx[STEPS][ROWS * IN], dw[STEPS][OUT * IN];
-};
-
-static const enum dli_dtype formats[3] = {
-	[DLI_TENSOR_ACTIVATION] = DLI_DTYPE_F8E4M3, [DLI_TENSOR_GRADIENT] = DLI_DTYPE_F8E5M2,
-	[DLI_TENSOR_WEIGHT] = DLI_DTYPE_F8E4M3,
-};
-
-/* Magnitudes that change from block to block and from step to step, and one outlier (the story's
- * corrupted record in small) at step 1: per-tensor and per-block scales then differ. */
-static void inputs(int step, float *x, float *dy, float *w)
-{
-	static const float mag[STEPS] = {1.0f, 4.0f, 0.25f};
-	uint64_t s = 4321 + (uint64_t)step;
-	for (int i = 0; i < ROWS; i++)
-		for (int j = 0; j < IN; j++)
-			x[i * IN + j] = mag[step] * (1.0f + (float)(i % 7) + 3.0f * (float)(j / 40)) *
-					dlt_rng_normal(&s);
-	if (step == 1)
-		x[5 * IN + 3] = 3e4f;
-	for (int i = 0; i < ROWS; i++)
-		for (int j = 0; j < OUT; j++)
-			dy[i * OUT + j] = 1e-3f / mag[step] * (1.0f + (float)(j % 5) * (float)(i / 50)) *
-					  dlt_rng_normal(&s);
-	s = 77;
-	for (int i = 0; i < OUT; i++)
-		for (int j = 0; j < IN; j++)
-			w[i * IN + j] = 0.05f * (1.0f + (float)(i / 30)) * dlt_rng_normal(&s);
-}
-
-static int run_trainer(enum dlt_scaling scaling, struct result *res)
-{
-	struct dlt_linear l;
-	struct dli_error err;
-	static float x[ROWS * IN], dy[ROWS * OUT];
-	/* No dlinspect: every GEMM in FP8, nothing modified. */
-	struct dlt_run run = {.precision = DLT_FP8, .gemm = &dlt_gemm_cpu};
-	dlt_recipe_default(&run.recipe);
-	run.recipe.scaling = scaling;
-	if (dlt_linear_init(&l, &run, "model.layers.0.mlp.fc1", IN, OUT, ROWS, &err)) {
-		fprintf(stderr, "dlt_linear_init failed\n");
-		return -1;
-	}
-	int r = 0;
-	for (int s = 0; s < STEPS && !r; s++) {
-		inputs(s, x, dy, l.w);
-		if ((r = dlt_linear_forward(&l, &run, x, ROWS, res->y[s])) ||
-		    (r = dlt_linear_backward(&l, &run, dy, res->dx[s])))
-			break;
-		memcpy(res->dw[s], l.dw, sizeof res->dw[s]);
-		dlt_linear_step_end(&l, &run);
-		run.step++;
-	}
-	dlt_linear_finish(&l);
-	return r;
-}
+#include "linear-steps.h"
 
 static float fp8_max(enum dli_dtype f)
 {
@@ -175,7 +116,7 @@ static void emulate(enum dlt_scaling scaling, int swap, struct result *res)
 	static float a[ROWS * IN], g[ROWS * OUT], wt[OUT * IN];
 	int row = swap, col = !swap;
 	for (int s = 0; s < STEPS; s++) {
-		inputs(s, x, dy, w);
+		block_inputs(s, x, dy, w);
 		copy(scaling, DLI_TENSOR_ACTIVATION, x, ROWS, IN, row, a);
 		copy(scaling, DLI_TENSOR_WEIGHT, w, OUT, IN, row, wt);
 		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, ROWS, OUT, IN, 1.0f, a, IN, wt,
@@ -191,13 +132,6 @@ static void emulate(enum dlt_scaling scaling, int swap, struct result *res)
 	}
 }
 
-static const char *differs(const struct result *a, const struct result *b)
-{
-	return memcmp(a->y, b->y, sizeof a->y)	  ? "output (fprop)" :
-	       memcmp(a->dx, b->dx, sizeof a->dx) ? "dgrad" :
-	       memcmp(a->dw, b->dw, sizeof a->dw) ? "wgrad" : NULL;
-}
-
 int main(void)
 {
 	static const enum dlt_scaling tested[] = {DLT_SCALING_CURRENT, DLT_SCALING_MXFP8,
@@ -207,7 +141,7 @@ int main(void)
 	for (int i = 0; i < 3; i++) {
 		enum dlt_scaling sc = tested[i];
 		const char *what;
-		if (run_trainer(sc, &got[i])) {
+		if (run_recipe(sc, &got[i])) {
 			printf("FAIL --recipe %s: the trainer's Linear failed\n", dlt_scaling_names[sc]);
 			failures++;
 			continue;
