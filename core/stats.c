@@ -625,10 +625,12 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	/* NVFP4's global scale comes from the amax this statistics pass has just found, so that
+	 * its compare reads the tensor once instead of twice. */
 	if (!r && nvfp4)
-		r = dli_cpu_nvfp4_compare(t->data, t->dtype, rows, cols,
-					  spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
-					  spec->columnwise != 0, NULL, &cmp);
+		r = dli_cpu_nvfp4_compare_amax(t->data, t->dtype, rows, cols,
+					       spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
+					       spec->columnwise != 0, (float)pass.amax, NULL, &cmp);
 	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
 		r = dli_cpu_mx_compare(t->data, t->dtype, rows, cols, spec->format,
 				       spec->columnwise != 0, NULL, &cmp);

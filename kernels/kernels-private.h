@@ -170,6 +170,12 @@ void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t 
 int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			  int dims, bool columnwise, const struct dli_cpu_options *o,
 			  struct dli_stats_record *out);
+/* The compare given the tensor's amax (max |x| with NaN left out, as dli_cpu_stats' record has
+ * it; not NaN, not negative, else -EINVAL), so that it reads the tensor once: the record is the
+ * one dli_cpu_nvfp4_compare gives when amax is the tensor's. */
+int dli_cpu_nvfp4_compare_amax(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			       int dims, bool columnwise, float amax,
+			       const struct dli_cpu_options *o, struct dli_stats_record *out);
 int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			   int dims, bool columnwise, const struct dli_cpu_options *o, uint8_t *q,
 			   uint8_t *scales, float *amax);

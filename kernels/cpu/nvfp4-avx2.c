@@ -5,11 +5,12 @@
  * or on multiples of 2^-9 below 2^-6), then each block's elements eight a vector, as magnitudes
  * (x and its dequantized value share their sign): |x| * multiplier rounded to float, its E2M1
  * value by the float rounding trick (see elements), times the factor. The sums are in double
- * lanes, one short chain a block added to the running sums: products of two floats are exact in
- * double, so only the order of the additions differs from the scalar pass; sum x dq is derived
- * from the other three. The vector loop is a function with no call inside, so that the sums stay
- * in registers; blocks holding NaN or an infinity go to the scalar block after each segment of
- * the row, a row's last partial block too; the global amax has its own AVX2 pass. */
+ * lanes, one FMA chain each: products of two floats are exact in double, so only the order of the
+ * additions differs from the scalar pass; sum x dq is derived from the other three. Each group's
+ * scales are computed while the group before it is worked on. The vector loop is a function with
+ * no call inside, so that the sums stay in registers; blocks holding NaN or an infinity go to the
+ * scalar block after each segment of the row, a row's last partial block too; the global amax
+ * (when the caller does not give it) has its own AVX2 pass. */
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
@@ -37,17 +38,6 @@ static inline double hsum(__m256d v)
 {
 	__m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
 	return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
-}
-
-static inline uint64_t lanes(__m256i v)
-{
-	uint32_t u[8];
-	uint64_t n = 0;
-	_mm256_storeu_si256((__m256i *)u, v);
-	#pragma GCC unroll 8
-	for (int k = 0; k < 8; k++)
-		n += u[k];
-	return n;
 }
 
 float dli_nvfp4_amax_avx2(const void *data, enum dli_dtype dtype, int64_t i0, int64_t i1)
@@ -134,11 +124,31 @@ static inline void load_abs16(const char *data, enum dli_dtype dtype, int64_t i,
 	a[1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
 }
 
-/* One block's sums in double, each a short chain of its own, added to the running sums once a
- * block so that no long chain of dependent additions sets the pace. */
+/* The running sums in double lanes, one register each (a second set would not fit in the
+ * sixteen registers with the counts and the constants: the sums would live in memory). A block
+ * adds four dependent FMAs to each, about 16 cycles. */
 struct dsums {
 	__m256d err, dqs, xs;
 };
+
+/* The E2M1 rounding's constants (see elements), made in registers once a segment and hidden from
+ * the compiler: otherwise it rebuilds them in every block from general registers by broadcasts,
+ * which take the one pipe the conversions to double need. */
+struct e2m1_constants {
+	__m256 six;
+	__m256i exponent; /* the exponent field's mask */
+	__m256i one;      /* 1.0f's bits */
+	__m256i shift;    /* 22 in the exponent field */
+};
+
+static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m1_constants *k)
+{
+	k->six = _mm256_set1_ps(6.0f);
+	k->exponent = _mm256_set1_epi32(0x7f800000);
+	k->one = _mm256_set1_epi32(127 << 23);
+	k->shift = _mm256_set1_epi32(22 << 23);
+	__asm__("" : "+x"(k->six), "+x"(k->exponent), "+x"(k->one), "+x"(k->shift));
+}
 
 /* Eight magnitudes m of one block, with its multiplier and its dequantization factor: the E2M1
  * value r of m * enc (the scalar rules' s = x * enc and |s|: the product's magnitude is the
@@ -147,57 +157,78 @@ struct dsums {
  * clamping to 6. Each tie lands on the code the scalar comparisons give (0.25 -> 0, 0.75 -> 1,
  * 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is
  * the scalar's e2m1_values[c] * dqs. x and dq share their sign, so the terms are those of the
- * magnitudes; the underflows are (r == 0) less (x == 0), the overflows |s| > 6. */
-static inline void elements(__m256i mb, __m256 enc, __m256 dqs, __m256i *under, __m256i *over,
-			    __m256d *d_err, __m256d *d_dqs, __m256d *d_xs, bool first)
+ * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
+ *
+ * Both counts share one register, so that the sums and the constants stay in registers too: an
+ * overflow (|s| > 6, compared as integers: s is not negative and not NaN, so its bits order as
+ * its values) adds 1 to both 16-bit halves of a lane, (r == 0) less (x == 0) adds to the whole
+ * lane; the low half is then underflows plus overflows, the high half overflows (see
+ * counts_widen). */
+static inline __attribute__((always_inline)) void
+elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m256i *counts,
+	 struct dsums *sum, const __m256i *keep)
 {
-	const __m256i expmask = _mm256_set1_epi32(0x7f800000);
+	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
 	__m256 s = _mm256_mul_ps(m, enc);
-	__m256 sc = _mm256_min_ps(s, _mm256_set1_ps(6.0f));
-	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(sc), expmask),
-				     _mm256_set1_epi32(127 << 23));
-	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, _mm256_set1_epi32(22 << 23)));
+	__m256 sc = _mm256_min_ps(s, six);
+	__m256i e = _mm256_max_epi32(_mm256_and_si256(_mm256_castps_si256(sc), k->exponent),
+				     k->one);
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->shift));
 	__m256 r = _mm256_sub_ps(_mm256_add_ps(sc, c), c);
 	__m256 dq = _mm256_mul_ps(r, dqs);
+	/* Lanes left out (keep): m is 0 there, so r is, but r * dqs is NaN for an infinite dqs. */
+	if (keep)
+		dq = _mm256_and_ps(dq, _mm256_castsi256_ps(*keep));
 	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
 	__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
-	*under = _mm256_add_epi32(_mm256_sub_epi32(*under, rz), xz);
-	*over = _mm256_sub_epi32(*over, _mm256_castps_si256(
-					       _mm256_cmp_ps(s, _mm256_set1_ps(6.0f), _CMP_GT_OQ)));
+	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
+	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
+	*counts = _mm256_sub_epi16(*counts, ov);
+	/* Widened from memory: the register form of the conversion, like the extraction of a
+	 * vector's upper half, runs on one pipe only (one a cycle on Zen 3), the memory form on
+	 * two, and a store costs no vector pipe. */
+	float wide[16] __attribute__((aligned(32)));
+	_mm256_store_ps(wide, m);
+	_mm256_store_ps(wide + 8, dq);
+	__asm__("" : "+m"(wide)); /* or the compiler turns it back into extractions */
 	#pragma GCC unroll 8
 	for (int h = 0; h < 2; h++) {
-		__m128 mh = h ? _mm256_extractf128_ps(m, 1) : _mm256_castps256_ps128(m);
-		__m128 qh = h ? _mm256_extractf128_ps(dq, 1) : _mm256_castps256_ps128(dq);
-		__m256d xd = _mm256_cvtps_pd(mh), dd = _mm256_cvtps_pd(qh);
+		__m256d xd = _mm256_cvtps_pd(_mm_load_ps(wide + 4 * h));
+		__m256d dd = _mm256_cvtps_pd(_mm_load_ps(wide + 8 + 4 * h));
 		__m256d d = _mm256_sub_pd(xd, dd);
-		if (first && !h) {
-			*d_err = _mm256_mul_pd(d, d);
-			*d_dqs = _mm256_mul_pd(dd, dd);
-			*d_xs = _mm256_mul_pd(xd, xd);
-		} else {
-			*d_err = _mm256_fmadd_pd(d, d, *d_err);
-			*d_dqs = _mm256_fmadd_pd(dd, dd, *d_dqs);
-			*d_xs = _mm256_fmadd_pd(xd, xd, *d_xs);
-		}
+		sum->err = _mm256_fmadd_pd(d, d, sum->err);
+		sum->dqs = _mm256_fmadd_pd(dd, dd, sum->dqs);
+		sum->xs = _mm256_fmadd_pd(xd, xd, sum->xs);
 	}
 }
 
-static inline void row_sums_reset(struct dsums *a)
+/* The underflows and overflows in the lanes of counts (see elements) into *t. A block adds at
+ * most 2 to a lane's low half: it stays below 2^16 for a segment (SEGMENT groups of 8 blocks)
+ * or a row's remaining blocks (fewer than 8), after each of which this runs. */
+static inline void counts_widen(__m256i counts, struct dli_block_terms *t)
+{
+	uint32_t u[8];
+	_mm256_storeu_si256((__m256i *)u, counts);
+	#pragma GCC unroll 8
+	for (int k = 0; k < 8; k++) {
+		t->under += (u[k] & 0xffff) - (u[k] >> 16);
+		t->over += u[k] >> 16;
+	}
+}
+
+static inline void dsums_reset(struct dsums *a)
 {
 	a->err = a->dqs = a->xs = _mm256_setzero_pd();
 }
 
 /* One whole block of finite values whose magnitudes are in a[2], into the running sums. */
-static inline void block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256i *under,
-			   __m256i *over, struct dsums *sum)
+static inline __attribute__((always_inline)) void
+block16(const __m256i a[2], __m256 enc, __m256 dqs, const struct e2m1_constants *k,
+	__m256i *counts, struct dsums *sum)
 {
-	__m256d e, q, x;
-	elements(a[0], enc, dqs, under, over, &e, &q, &x, true);
-	elements(a[1], enc, dqs, under, over, &e, &q, &x, false);
-	sum->err = _mm256_add_pd(sum->err, e);
-	sum->dqs = _mm256_add_pd(sum->dqs, q);
-	sum->xs = _mm256_add_pd(sum->xs, x);
+	elements(a[0], enc, dqs, k, counts, sum, NULL);
+	elements(a[1], enc, dqs, k, counts, sum, NULL);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -214,76 +245,101 @@ static inline double hmin_ps(__m256 v)
 /* What the vector groups have summed so far. */
 struct state {
 	struct dsums sum;
-	__m256i under, over; /* 32-bit lane counts (at most 2 a lane a block), widened per row */
-	__m256 lo, hi;       /* the scale range, in lanes (+inf / -inf while none) */
+	__m256i counts; /* the underflows and overflows (see elements), widened per segment */
+	__m256 lo, hi;  /* the scale range, in lanes (+inf / -inf while none) */
 	uint64_t count;
 };
 
+/* The scalar rules' constants for one pass, in every lane. */
+struct rule_constants {
+	__m256 mult;  /* S_enc * float(1/6) */
+	__m256 s_dec; /* float(1 / S_enc) */
+	__m256 amax;
+};
+
+/* The eight blocks at p: their maxima (NaN and inf have the largest magnitude bits), their E4M3
+ * scales, multipliers (into enc) and dequantization factors (into dqs) by the scalar rules'
+ * float operations in the lanes of one vector, the scale range over those of a nonzero scale
+ * into *lo and *hi. Returns the mask of the blocks holding NaN or an infinity (their lanes'
+ * values are not used). */
+static inline __attribute__((always_inline)) int
+group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k, __m256 *lo,
+	     __m256 *hi, float enc[8], float dqs[8])
+{
+	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
+	__m256i m[8];
+	#pragma GCC unroll 8
+	for (size_t b = 0; b < gbytes; b += 64)
+		_mm_prefetch(p + b + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+	#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++) {
+		__m256i a[2];
+		load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
+		m[j] = _mm256_max_epu32(a[0], a[1]);
+	}
+	__m256i amax = hmax8(m);
+	__m256i nf = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff));
+	__m256 bm = _mm256_andnot_ps(_mm256_castsi256_ps(nf), _mm256_castsi256_ps(amax));
+	__m256 vs = e4m3_round(_mm256_mul_ps(bm, k->mult));
+	__m256 ve = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(vs, k->s_dec)),
+				  _mm256_set1_ps(FLT_MAX));
+	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, k->amax), _mm256_set1_ps(1.0f / 2688.0f));
+	__m256 unused = _mm256_or_ps(_mm256_cmp_ps(vs, _mm256_setzero_ps(), _CMP_EQ_OQ),
+				     _mm256_castsi256_ps(nf));
+	*lo = _mm256_min_ps(*lo, _mm256_blendv_ps(vd, _mm256_set1_ps(INFINITY), unused));
+	*hi = _mm256_max_ps(*hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
+	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
+	_mm256_storeu_ps(enc, ve);
+	_mm256_storeu_ps(dqs, vd);
+	return _mm256_movemask_ps(_mm256_castsi256_ps(nf));
+}
+
 /* n_groups groups of eight blocks from element i0 on, into *st, with no call inside: every vector
- * register is a caller's to save, so a call in this loop would keep the sums in memory. The
- * groups' blocks holding NaN or an infinity are left out and marked in bad_masks, one byte a
- * group, for the scalar block. */
+ * register is a caller's to save, so a call in this loop would keep the sums in memory. Each
+ * group's scales are computed one group ahead, so that their chain of dependent operations (the
+ * maxima, the E4M3 rounding, a division) runs while the previous group's elements are worked on
+ * instead of holding them up. The groups' blocks holding NaN or an infinity are left out and
+ * marked in bad_masks, one byte a group, for the scalar block. */
 static inline __attribute__((always_inline)) void
 segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups,
 	struct state *st, uint8_t *bad_masks)
 {
-	const size_t sz = dtype == DLI_DTYPE_F32 ? 4 : 2, gbytes = 8 * DLI_NVFP4_BLOCK * sz;
-	/* The scalar rules' constants: S_enc * float(1/6), float(1 / S_enc). */
-	const __m256 mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f));
-	const __m256 s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc));
-	const __m256 amax_g = _mm256_set1_ps(ps->amax);
+	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
+	const struct rule_constants k = {
+		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
+		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
+		.amax = _mm256_set1_ps(ps->amax),
+	};
 	struct dsums sum = st->sum;
-	__m256i under = st->under, over = st->over;
-	__m256 lo = st->lo, hi = st->hi;
+	__m256i counts = st->counts;
 	uint64_t count = 0;
-	const char *p = ps->data + (size_t)i0 * sz;
+	const char *p = ps->data + (size_t)i0 * (gbytes / (8 * DLI_NVFP4_BLOCK));
+	float enc[2][8], dqs[2][8];
+	struct e2m1_constants e2m1;
+	e2m1_constants_init(&e2m1);
+	int bad = group_scales(p, dtype, &k, &st->lo, &st->hi, enc[0], dqs[0]);
 
 	for (int g = 0; g < n_groups; g++, p += gbytes) {
-		__m256i m[8];
-		#pragma GCC unroll 8
-		for (size_t b = 0; b < gbytes; b += 64)
-			_mm_prefetch(p + b + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		#pragma GCC unroll 8
-		for (int k = 0; k < 8; k++) {
-			__m256i a[2];
-			load_abs16(p, dtype, k * DLI_NVFP4_BLOCK, a);
-			m[k] = _mm256_max_epu32(a[0], a[1]);
-		}
-		__m256i amax = hmax8(m);
-		/* NaN and inf have the largest magnitude bits. Their lanes' scales are not used. */
-		__m256i nf = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff));
-		int bad = _mm256_movemask_ps(_mm256_castsi256_ps(nf));
-		__m256 bm = _mm256_andnot_ps(_mm256_castsi256_ps(nf), _mm256_castsi256_ps(amax));
-		__m256 vs = e4m3_round(_mm256_mul_ps(bm, mult));
-		__m256 ve = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(vs, s_dec)),
-					  _mm256_set1_ps(FLT_MAX));
-		__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, amax_g), _mm256_set1_ps(1.0f / 2688.0f));
-		/* the range over the blocks of a nonzero scale, these ones */
-		__m256 unused = _mm256_or_ps(_mm256_cmp_ps(vs, _mm256_setzero_ps(), _CMP_EQ_OQ),
-					     _mm256_castsi256_ps(nf));
-		lo = _mm256_min_ps(lo, _mm256_blendv_ps(vd, _mm256_set1_ps(INFINITY), unused));
-		hi = _mm256_max_ps(hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
+		int next_bad = 0;
+		if (g + 1 < n_groups)
+			next_bad = group_scales(p + gbytes, dtype, &k, &st->lo, &st->hi,
+						enc[(g + 1) & 1], dqs[(g + 1) & 1]);
 		bad_masks[g] = (uint8_t)bad;
-		/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
-		float enc[8], dqs[8];
-		_mm256_storeu_ps(enc, ve);
-		_mm256_storeu_ps(dqs, vd);
 		#pragma GCC unroll 8
-		for (int k = 0; k < 8; k++) {
-			if (bad >> k & 1)
+		for (int j = 0; j < 8; j++) {
+			if (bad >> j & 1)
 				continue;
 			__m256i a[2];
-			__m256 ek = _mm256_broadcast_ss(enc + k), dk = _mm256_broadcast_ss(dqs + k);
-			load_abs16(p, dtype, k * DLI_NVFP4_BLOCK, a);
-			block16(a, ek, dk, &under, &over, &sum);
+			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
+			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
+			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
+			block16(a, ej, dj, &e2m1, &counts, &sum);
 			count += DLI_NVFP4_BLOCK;
 		}
+		bad = next_bad;
 	}
 	st->sum = sum;
-	st->under = under;
-	st->over = over;
-	st->lo = lo;
-	st->hi = hi;
+	st->counts = counts;
 	st->count += count;
 }
 
@@ -299,6 +355,39 @@ __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int
 	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
 }
 
+/* A whole block from element i on holding NaN or an infinity, as the scalar block takes it: its
+ * scale from the maximum of all but NaN (an infinity saturates it), by the scalar rules, and its
+ * elements but NaN and the infinities compared, their lanes zeroed and left out. */
+static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i,
+			    const struct e2m1_constants *k, struct state *st,
+			    struct dli_block_terms *t)
+{
+	const __m256i inf = _mm256_set1_epi32(0x7f800000);
+	__m256i a[2], keep[2], mx = _mm256_setzero_si256();
+	int kept = 0;
+
+	load_abs16(ps->data, dtype, i, a);
+	for (int h = 0; h < 2; h++) {
+		mx = _mm256_max_epu32(mx, _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], inf), a[h]));
+		keep[h] = _mm256_cmpgt_epi32(inf, a[h]);
+		a[h] = _mm256_and_si256(a[h], keep[h]);
+		kept += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep[h])));
+	}
+	uint8_t sc = dli_nvfp4_block_scale(hmax(_mm256_castsi256_ps(mx)), ps->s_enc);
+	float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
+	float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
+	if (sc & 0x7f) {
+		if (dqs < t->lo)
+			t->lo = dqs;
+		if (dqs > t->hi)
+			t->hi = dqs;
+	}
+	for (int h = 0; h < 2; h++)
+		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), k, &st->counts, &st->sum,
+			 &keep[h]);
+	st->count += (uint64_t)kept;
+}
+
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	const enum dli_dtype dtype = ps->dtype == DLI_DTYPE_F32 ? DLI_DTYPE_F32 : DLI_DTYPE_BF16;
@@ -306,14 +395,16 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
 	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
 	uint8_t bad_masks[SEGMENT];
+	struct e2m1_constants e2m1;
 
-	row_sums_reset(&st.sum);
-	st.under = st.over = _mm256_setzero_si256();
+	e2m1_constants_init(&e2m1);
+	dsums_reset(&st.sum);
+	st.counts = _mm256_setzero_si256();
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t c = 0;
 		/* Eight blocks at a time: their amaxes in one vector, their scales in its lanes; in
-		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity go to the
-		 * scalar block after the segment. */
+		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity are done
+		 * after the segment, one at a time. */
 		while (c + group <= full) {
 			int64_t n = (full - c) / group;
 			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
@@ -324,9 +415,12 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			for (int g = 0; g < n_groups; g++)
 				for (int k = 0; bad_masks[g] && k < 8; k++)
 					if (bad_masks[g] >> k & 1)
-						dli_nvfp4_block_scalar(
-							ps, r, c + (g * 8 + k) * DLI_NVFP4_BLOCK,
-							DLI_NVFP4_BLOCK, t);
+						block_nonfinite(ps, dtype,
+								r * cols + c +
+									(g * 8 + k) * DLI_NVFP4_BLOCK,
+								&e2m1, &st, t);
+			counts_widen(st.counts, t);
+			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
 		}
 		/* The rest of the whole blocks one at a time, the scale by the scalar rules. */
@@ -335,10 +429,9 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			__m256i a[2];
 			load_abs16(ps->data, dtype, i, a);
 			__m256i mx = _mm256_max_epu32(a[0], a[1]);
-			/* NaN or inf anywhere: the scalar block (it leaves them out). */
 			if (!_mm256_testz_si256(_mm256_cmpgt_epi32(mx, _mm256_set1_epi32(0x7f7fffff)),
 						_mm256_set1_epi32(-1))) {
-				dli_nvfp4_block_scalar(ps, r, c, DLI_NVFP4_BLOCK, t);
+				block_nonfinite(ps, dtype, i, &e2m1, &st, t);
 				continue;
 			}
 			float bmax = hmax(_mm256_castsi256_ps(mx));
@@ -351,15 +444,14 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				if (dqs > t->hi)
 					t->hi = dqs;
 			}
-			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &st.under, &st.over,
+			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &e2m1, &st.counts,
 				&st.sum);
 			st.count += DLI_NVFP4_BLOCK;
 		}
 		if (full < cols)
 			dli_nvfp4_block_scalar(ps, r, full, cols - full, t);
-		t->under += lanes(st.under);
-		t->over += lanes(st.over);
-		st.under = st.over = _mm256_setzero_si256();
+		counts_widen(st.counts, t);
+		st.counts = _mm256_setzero_si256();
 	}
 	t->count += st.count;
 	double err = hsum(st.sum.err), dqs = hsum(st.sum.dqs), xs = hsum(st.sum.xs);

@@ -15,6 +15,7 @@ struct nv_pass {
 	bool columnwise;
 	enum nv_mode mode;
 	enum dli_simd simd;
+	bool amax_known; /* amax is the caller's: no pass for it */
 	float amax, s_enc;
 	uint8_t *q, *scales;
 	int64_t scale_cols;

@@ -274,6 +274,8 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 
 #define NV_THREAD_MIN ((int64_t)1 << 20)
 
+/* The passes over the blocks, after one for the tensor's amax unless ps->amax_known (the caller
+ * has it, as the statistics pass gives it: then the tensor is read once). */
 static int nv_run(struct nv_pass *ps, const struct dli_cpu_options *o)
 {
 	int64_t n = ps->rows * ps->cols;
@@ -293,8 +295,10 @@ static int nv_run(struct nv_pass *ps, const struct dli_cpu_options *o)
 		free(ps->amaxes);
 		return -ENOMEM;
 	}
-	/* Two passes: the tensor's amax (NaN left out), then the blocks. */
-	for (int pass = 0; pass < 2; pass++) {
+	if (ps->amax_known)
+		ps->s_enc = dli_nvfp4_global_scale(ps->amax);
+	/* The tensor's amax (NaN left out) where the caller did not give it, then the blocks. */
+	for (int pass = ps->amax_known ? 1 : 0; pass < 2; pass++) {
 		ps->mode = pass ? mode : NV_AMAX;
 		if (threads > 1 && n_chunks > 1)
 			r = dli_parallel_for(n_chunks, threads, nv_chunk, ps);
@@ -328,15 +332,17 @@ static int nv_check(const void *data, enum dli_dtype dtype, int64_t rows, int64_
 	return 0;
 }
 
-int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-			  int dims, bool columnwise, const struct dli_cpu_options *o,
-			  struct dli_stats_record *out)
+/* The compare, given the tensor's amax (amax_known) or not. */
+static int nv_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols, int dims,
+		      bool columnwise, bool amax_known, float amax, const struct dli_cpu_options *o,
+		      struct dli_stats_record *out)
 {
 	struct nv_pass ps = { .data = data, .dtype = dtype, .rows = rows, .cols = cols,
-			      .dims = dims, .columnwise = columnwise, .mode = NV_COMPARE };
+			      .dims = dims, .columnwise = columnwise, .mode = NV_COMPARE,
+			      .amax_known = amax_known, .amax = amax };
 	int r;
 
-	if (!out)
+	if (!out || (amax_known && !(amax >= 0.0f)))
 		return -EINVAL;
 	if ((r = nv_check(data, dtype, rows, cols, dims, o, &ps.simd)))
 		return r;
@@ -354,6 +360,20 @@ int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, 
 	}
 	free(ps.recs);
 	return r;
+}
+
+int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			  int dims, bool columnwise, const struct dli_cpu_options *o,
+			  struct dli_stats_record *out)
+{
+	return nv_compare(data, dtype, rows, cols, dims, columnwise, false, 0.0f, o, out);
+}
+
+int dli_cpu_nvfp4_compare_amax(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			       int dims, bool columnwise, float amax,
+			       const struct dli_cpu_options *o, struct dli_stats_record *out)
+{
+	return nv_compare(data, dtype, rows, cols, dims, columnwise, true, amax, o, out);
 }
 
 int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,

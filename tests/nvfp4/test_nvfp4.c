@@ -62,15 +62,13 @@ struct terms {
 	double err;
 };
 
-/* rows x cols, 1 x 16 blocks (dims 1) or 16 x 16 tiles (dims 2), row-wise. */
-static void naive(const float *x, int64_t rows, int64_t cols, int dims, struct terms *t)
+/* rows x cols, 1 x 16 blocks (dims 1) or 16 x 16 tiles (dims 2), row-wise, with the global
+ * scale from amax. */
+static void naive_amax(const float *x, int64_t rows, int64_t cols, int dims, float amax,
+		       struct terms *t)
 {
 	static const float v[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
-	float amax = 0;
 	memset(t, 0, sizeof(*t));
-	for (int64_t i = 0; i < rows * cols; i++)
-		if (fabsf(x[i]) > amax)
-			amax = fabsf(x[i]);
 	float s_enc = amax == 0 ? 1.0f : fminf(2688.0f / amax, FLT_MAX);
 	if (s_enc == 0)
 		s_enc = 1;
@@ -98,6 +96,16 @@ static void naive(const float *x, int64_t rows, int64_t cols, int dims, struct t
 					t->err += ((double)xv - dq) * ((double)xv - dq);
 				}
 		}
+}
+
+/* The same with the tensor's own amax. */
+static void naive(const float *x, int64_t rows, int64_t cols, int dims, struct terms *t)
+{
+	float amax = 0;
+	for (int64_t i = 0; i < rows * cols; i++)
+		if (fabsf(x[i]) > amax)
+			amax = fabsf(x[i]);
+	naive_amax(x, rows, cols, dims, amax, t);
 }
 
 static bool close_to(double a, double b, double tol)
@@ -224,6 +232,131 @@ static void test_threads(void)
 	free(x);
 }
 
+static bool same_record(const struct dli_stats_record *a, const struct dli_stats_record *b)
+{
+	return a->fp8_count == b->fp8_count && a->underflows == b->underflows &&
+	       a->overflows == b->overflows && !memcmp(&a->err_sq, &b->err_sq, sizeof(double)) &&
+	       !memcmp(&a->dot, &b->dot, sizeof(double)) &&
+	       !memcmp(&a->dq_sq, &b->dq_sq, sizeof(double)) &&
+	       !memcmp(&a->x_sq, &b->x_sq, sizeof(double)) &&
+	       a->scale_inv_min == b->scale_inv_min && a->scale_inv_max == b->scale_inv_max;
+}
+
+static bool near_sum(double a, double b)
+{
+	return (isnan(a) && isnan(b)) || close_to(a, b, 1e-12);
+}
+
+static bool near_record(const struct dli_stats_record *a, const struct dli_stats_record *b)
+{
+	return a->fp8_count == b->fp8_count && a->underflows == b->underflows &&
+	       a->overflows == b->overflows && near_sum(a->err_sq, b->err_sq) &&
+	       near_sum(a->dot, b->dot) && near_sum(a->dq_sq, b->dq_sq) &&
+	       near_sum(a->x_sq, b->x_sq) && a->scale_inv_min == b->scale_inv_min &&
+	       a->scale_inv_max == b->scale_inv_max;
+}
+
+/* The compare given the amax (what the core passes from its statistics pass, so that the tensor
+ * is read once) gives the record of the compare that finds it, on every path, layout and dtype,
+ * with NaN and infinities in the data too (and the dispatcher's path the scalar one's); given
+ * another amax, the naive reference's result with that amax; given NaN or a negative amax,
+ * -EINVAL. */
+static void test_given_amax(void)
+{
+	static const int64_t shapes[][2] = {{1, 1}, {15, 17}, {33, 129}, {48, 4096}};
+	static const enum dli_dtype dtypes[] = {DLI_DTYPE_F32, DLI_DTYPE_BF16, DLI_DTYPE_F16};
+	static const enum dli_simd paths[] = {DLI_SIMD_SCALAR, DLI_SIMD_AUTO};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(float));
+		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+		uint16_t *f16 = malloc((size_t)n * sizeof(uint16_t));
+		CHECK(x && h && f16);
+		if (!x || !h || !f16) {
+			free(x);
+			free(h);
+			free(f16);
+			return;
+		}
+		for (int nonfinite = 0; nonfinite < 2; nonfinite++) {
+			for (int64_t i = 0; i < n; i++) {
+				h[i] = bf16_of(random_value(i));
+				x[i] = of_bf16(h[i]);
+				/* any finite f16 pattern (an all-ones exponent loses its top bit) */
+				f16[i] = (uint16_t)next_u64();
+				if ((f16[i] & 0x7c00) == 0x7c00)
+					f16[i] &= 0xbfff;
+			}
+			if (nonfinite)
+				for (int64_t i = 7; i < n; i += 1000) {
+					x[i] = i % 3 ? NAN : (i % 2 ? INFINITY : -INFINITY);
+					h[i] = bf16_of(x[i]);
+					f16[i] = i % 3 ? 0x7e00 : (i % 2 ? 0x7c00 : 0xfc00);
+				}
+			for (size_t d = 0; d < sizeof(dtypes) / sizeof(dtypes[0]); d++) {
+				const void *data = dtypes[d] == DLI_DTYPE_F32 ? (const void *)x
+						   : dtypes[d] == DLI_DTYPE_BF16 ? (const void *)h
+										 : (const void *)f16;
+				struct dli_stats_record st;
+				CHECK_INT(dli_cpu_stats(data, dtypes[d], n, NULL, &st), 0);
+				struct dli_stats_record scalar[3];
+				for (size_t p = 0; p < 2; p++)
+					for (int layout = 0; layout < 3; layout++) {
+						struct dli_cpu_options o = {paths[p], 1};
+						int dims = layout == 2 ? 2 : 1;
+						bool colwise = layout == 1;
+						struct dli_stats_record a, b;
+						CHECK_INT(dli_cpu_nvfp4_compare(data, dtypes[d], rows, cols,
+										dims, colwise, &o, &a),
+							  0);
+						CHECK_INT(dli_cpu_nvfp4_compare_amax(
+								  data, dtypes[d], rows, cols, dims, colwise,
+								  (float)st.amax, &o, &b),
+							  0);
+						if (!same_record(&a, &b))
+							fprintf(stderr,
+								"%lldx%lld dtype %d path %d layout %d "
+								"nonfinite %d: err %.17g / %.17g\n",
+								(long long)rows, (long long)cols,
+								(int)dtypes[d], (int)paths[p], layout,
+								nonfinite, a.err_sq, b.err_sq);
+						CHECK(same_record(&a, &b));
+						/* and the scalar path's, but for the order of
+						 * the sums (NaN and inf where it has them) */
+						if (!p)
+							scalar[layout] = a;
+						else
+							CHECK(near_record(&scalar[layout], &a));
+					}
+			}
+			/* Four times the amax of the finite data: every block scale smaller, against
+			 * the naive reference with that amax. */
+			for (int dims = 1; !nonfinite && dims <= 2; dims++) {
+				float amax = 0;
+				for (int64_t i = 0; i < n; i++)
+					amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+				struct terms t;
+				struct dli_stats_record r;
+				naive_amax(x, rows, cols, dims, 4 * amax, &t);
+				CHECK_INT(dli_cpu_nvfp4_compare_amax(x, DLI_DTYPE_F32, rows, cols, dims,
+								     false, 4 * amax, NULL, &r),
+					  0);
+				CHECK(r.fp8_count == t.count && r.underflows == t.under &&
+				      close_to(r.err_sq, t.err, 1e-12));
+			}
+		}
+		free(x);
+		free(h);
+		free(f16);
+	}
+	struct dli_stats_record r;
+	float one = 1.0f;
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(&one, DLI_DTYPE_F32, 1, 1, 1, false, NAN, NULL, &r),
+		  -EINVAL);
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(&one, DLI_DTYPE_F32, 1, 1, 1, false, -1.0f, NULL, &r),
+		  -EINVAL);
+}
+
 /* ---- Through the core ---- */
 
 static double logged(const char *name)
@@ -330,6 +463,7 @@ int main(void)
 	test_rules();
 	test_passes();
 	test_threads();
+	test_given_amax();
 	test_feature();
 	test_errors();
 	remove_log_dir();
