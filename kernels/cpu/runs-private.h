@@ -70,40 +70,41 @@ static inline void dli_runs_cursor_init(struct dli_runs_cursor *c, const struct 
 
 /* The cursor's next m elements as one contiguous piece of memory: inside one run, a pointer into
  * it; across runs, `scratch` (m elements) after copying the pieces there. *pf: how far ahead
- * (bytes, added to each line's address) the pass over the block prefetches: one block ahead in
- * the view's order, so that each line brings in the line at the same offset of the next block;
- * that is the next block of the run or, for a run's last block, the start of the next run (which
- * no hardware prefetcher can guess), and nothing between runs is fetched for nothing. 0 (each
- * line itself: no prefetch) for a block staged in scratch and at the end of the view. */
+ * (bytes, added to each line's address) the pass over the block prefetches, so that each line
+ * brings in the line at the same offset of the next block (as long as this one, or what is left
+ * of the view), where that block lies in one run: the next block of the run, or the start of the
+ * next run, which no hardware prefetcher can guess. Where the next block spans runs, or there is
+ * none, 0 (each line itself: no prefetch): one offset would reach past its first piece into the
+ * gap, fetching bytes nobody reads, while that piece continues the run being read, which the
+ * hardware prefetchers follow. */
 static inline const unsigned char *dli_runs_cursor_block(struct dli_runs_cursor *c, int64_t m,
 							 unsigned char *scratch, int64_t *pf)
 {
 	const struct dli_cpu_runs *v = c->v;
 	const int64_t es = (int64_t)dli_dtype_size(v->dtype);
-	*pf = 0;
+	const unsigned char *q = scratch;
 	if (c->off + m <= v->run_len) {
-		const unsigned char *q = c->start + c->off * es;
+		q = c->start + c->off * es;
 		c->off += m;
-		if (c->off < v->run_len) {
-			*pf = m * es;
-			return q;
-		}
-		if (c->run + 1 < c->n_runs)
-			*pf = (int64_t)((intptr_t)c->next - (intptr_t)q);
-		dli_runs_cursor_next_run(c);
-		return q;
-	}
-	unsigned char *d = scratch;
-	while (m > 0) {
-		int64_t k = v->run_len - c->off < m ? v->run_len - c->off : m;
-		memcpy(d, c->start + c->off * es, (size_t)(k * es));
-		d += k * es;
-		m -= k;
-		c->off += k;
 		if (c->off == v->run_len)
 			dli_runs_cursor_next_run(c);
+	} else {
+		unsigned char *d = scratch;
+		for (int64_t left = m; left > 0;) {
+			int64_t k = v->run_len - c->off < left ? v->run_len - c->off : left;
+			memcpy(d, c->start + c->off * es, (size_t)(k * es));
+			d += k * es;
+			left -= k;
+			c->off += k;
+			if (c->off == v->run_len)
+				dli_runs_cursor_next_run(c);
+		}
 	}
-	return scratch;
+	int64_t left = v->n - (c->run * v->run_len + c->off), next_m = m < left ? m : left;
+	*pf = 0;
+	if (next_m > 0 && c->off + next_m <= v->run_len)
+		*pf = (int64_t)((intptr_t)(c->start + c->off * es) - (intptr_t)q);
+	return q;
 }
 
 /* The largest block any statistics path reads at once, in bytes: the size of `scratch`. */
