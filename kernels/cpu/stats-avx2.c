@@ -75,6 +75,12 @@ INLINE double sum_lanes(__m256 v)
 	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
 }
 
+INLINE double sum_pd(__m256d v)
+{
+	__m128d u = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
+}
+
 /* The sum of eight 32-bit counts. */
 INLINE uint64_t count_lanes(__m256i v)
 {
@@ -284,53 +290,101 @@ INLINE void extrema32(__m256i smax, __m256i umax, __m256i umin, uint64_t zc, flo
 		*mn = zc ? 0.0f : *mnz;
 }
 
-/* f32 as bf16 above, in 32-bit lanes: 11 operations per 8 elements of which 4 float ones (sum
- * |x|, the deviation, its sum and its square), against 11 and 9 in the generic loop (L2-resident,
- * 0.34 TSC cycles an element against 0.72). Two sets of float sums, one per half line, for the
- * dependency chains and the precision; the integer lanes are shared. */
+/* f32: extrema and counts as bf16 above, in 32-bit integer lanes, and the sums in double lanes,
+ * so that a tensor's moments are those of a double loop (to ~1e-16 a term) wherever its blocks
+ * begin: shards of a tensor and the tensor in one call agree to 1e-12 and better (tests/mpi).
+ * Each half of a 32-byte load converts exactly to four doubles (vcvtps2pd from memory). Around a
+ * shift of 0 the deviations are the elements themselves: 10 double operations per 8 elements (2
+ * conversions, and per 4 doubles |x|, the adds of x and |x| in pairs into the sums, the square),
+ * against 4 with float sums; a nonzero shift (data whose mean is far from 0 against its spread,
+ * where sum x^2 - n mean^2 would cancel) adds the subtraction, 2 more. The integer side takes 4
+ * operations (|x|, its least, the two extrema) where a block holds no zero, 7 where it counts
+ * zeros (below), so a zero-free block costs 14 where float sums cost 11.
+ * Four double sums, not more, so that no accumulator is spilled (a spill puts a store and a
+ * reload into its chain); the squares alternate between two, for the FMA latency. */
+#define F32_NEAR 16.0 /* mean^2 / var up to which f32's double sums need no shift (4 bits lost) */
+
 struct lanes32 {
 	__m256i smax, umax, umin, zc;
 };
 
 struct sums32 {
-	__m256 sa, sd, sdd;
+	__m256d sa, sd, sdd[2];
 };
 
-INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, __m256i w, __m256 shift)
+/* zeros: count the zeros, and keep them out of the least magnitude (u = |x| - 1 wraps +-0 to
+ * the top); else the least |x| itself, which is 0 exactly when the block holds a zero. */
+INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, const unsigned char *q, int half,
+			__m256d shift, bool shifted, bool zeros)
 {
+	const __m256d absmask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffll));
+	__m256i w = _mm256_loadu_si256((const __m256i *)q);
 	__m256i aw = _mm256_and_si256(w, _mm256_set1_epi32(0x7fffffff));
-	__m256i u = _mm256_add_epi32(aw, _mm256_set1_epi32(-1)); /* +-0 wraps around to the top */
 	a->smax = _mm256_max_epi32(a->smax, w);
 	a->umax = _mm256_max_epu32(a->umax, w);
-	a->umin = _mm256_min_epu32(a->umin, u);
-	a->zc = _mm256_add_epi32(a->zc, _mm256_srli_epi32(u, 31));
-	f->sa = _mm256_add_ps(f->sa, _mm256_castsi256_ps(aw));
-	__m256 d = _mm256_sub_ps(_mm256_castsi256_ps(w), shift);
-	f->sd = _mm256_add_ps(f->sd, d);
-	f->sdd = _mm256_fmadd_ps(d, d, f->sdd);
+	if (zeros) {
+		__m256i u = _mm256_add_epi32(aw, _mm256_set1_epi32(-1));
+		a->umin = _mm256_min_epu32(a->umin, u);
+		a->zc = _mm256_add_epi32(a->zc, _mm256_srli_epi32(u, 31));
+	} else {
+		a->umin = _mm256_min_epu32(a->umin, aw);
+	}
+	__m256d x0 = _mm256_cvtps_pd(_mm_loadu_ps((const float *)q));
+	__m256d x1 = _mm256_cvtps_pd(_mm_loadu_ps((const float *)q + 4));
+	__m256d d0 = shifted ? _mm256_sub_pd(x0, shift) : x0;
+	__m256d d1 = shifted ? _mm256_sub_pd(x1, shift) : x1;
+	f->sa = _mm256_add_pd(f->sa, _mm256_add_pd(_mm256_and_pd(x0, absmask),
+						   _mm256_and_pd(x1, absmask)));
+	f->sd = _mm256_add_pd(f->sd, _mm256_add_pd(d0, d1));
+	f->sdd[half] = _mm256_fmadd_pd(d1, d1, _mm256_fmadd_pd(d0, d0, f->sdd[half]));
 }
 
-/* Each float lane adds at most DLI_STATS_BLOCK / 16 terms, as in the generic loop. */
-
-static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, int64_t pf,
-			   struct sums *o)
+/* Returns false, having filled nothing, when zeros is false and the block holds a zero. */
+INLINE bool f32_pass(const unsigned char *p, int64_t lines, float shift, bool shifted, bool zeros,
+		     int64_t pf, struct sums *o)
 {
-	const __m256 vshift = _mm256_set1_ps(shift);
+	const __m256d vshift = _mm256_set1_pd(shift);
 	struct lanes32 a = {
 		.smax = _mm256_set1_epi32(INT32_MIN), .umax = _mm256_setzero_si256(),
 		.umin = _mm256_set1_epi32(-1), .zc = _mm256_setzero_si256()};
-	struct sums32 f0 = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()}, f1 = f0;
+	struct sums32 f = {_mm256_setzero_pd(), _mm256_setzero_pd(),
+			   {_mm256_setzero_pd(), _mm256_setzero_pd()}};
 	for (int64_t l = 0; l < lines; l++) {
 		const unsigned char *q = p + l * LINE;
 		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-		lanes32_add(&a, &f0, _mm256_loadu_si256((const __m256i *)q), vshift);
-		lanes32_add(&a, &f1, _mm256_loadu_si256((const __m256i *)(q + 32)), vshift);
+		/* Without these, GCC 12 interleaves the two halves and spills two of the sums. */
+		lanes32_add(&a, &f, q, 0, vshift, shifted, zeros);
+		__asm__("" : "+x"(f.sa), "+x"(f.sd), "+x"(f.sdd[0]), "+x"(f.sdd[1]));
+		lanes32_add(&a, &f, q + 32, 1, vshift, shifted, zeros);
+		__asm__("" : "+x"(f.sa), "+x"(f.sd), "+x"(f.sdd[0]), "+x"(f.sdd[1]));
+	}
+	if (!zeros) {
+		/* No zero: the least |x| minus 1 is what the counting loop keeps. */
+		__m256i zero = _mm256_cmpeq_epi32(a.umin, _mm256_setzero_si256());
+		if (!_mm256_testz_si256(zero, zero))
+			return false;
+		a.umin = _mm256_add_epi32(a.umin, _mm256_set1_epi32(-1));
 	}
 	o->zc = count_lanes(a.zc);
 	extrema32(a.smax, a.umax, a.umin, o->zc, &o->mn, &o->mx, &o->mnz);
-	o->sd = sum_lanes(_mm256_add_ps(f0.sd, f1.sd));
-	o->sdd = sum_lanes(_mm256_add_ps(f0.sdd, f1.sdd));
-	o->sa = sum_lanes(_mm256_add_ps(f0.sa, f1.sa));
+	o->sd = sum_pd(f.sd);
+	o->sdd = sum_pd(_mm256_add_pd(f.sdd[0], f.sdd[1]));
+	o->sa = sum_pd(f.sa);
+	return true;
+}
+
+/* zeros: whether to count zeros from the start (the previous block held some); a block that
+ * turns out to hold one is read again (from L1) counting them. */
+static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, bool zeros,
+			   int64_t pf, struct sums *o)
+{
+	if (shift == 0) {
+		if (zeros || !f32_pass(p, lines, 0, false, false, pf, o))
+			f32_pass(p, lines, 0, false, true, pf, o);
+	} else {
+		if (zeros || !f32_pass(p, lines, shift, true, false, pf, o))
+			f32_pass(p, lines, shift, true, true, pf, o);
+	}
 }
 
 struct lanes16 {
@@ -551,12 +605,6 @@ INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t lines, doub
 	}
 }
 
-INLINE double sum_pd(__m256d v)
-{
-	__m128d u = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-	return _mm_cvtsd_f64(u) + _mm_cvtsd_f64(_mm_unpackhi_pd(u, u));
-}
-
 /* Returns whether the float lanes could not have taken the block. */
 INLINE bool block_double(const unsigned char *p, enum dli_dtype dt, int64_t n, float fshift,
 			 int64_t pf, struct dli_stats_record *r)
@@ -598,6 +646,7 @@ __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dl
 /* Which way a block went, for the next one: blocks of one kind come in stretches. */
 enum kind {
 	CLEAN,     /* float lanes */
+	ZEROS,     /* float lanes, f32 with zeros: the next block counts them from the start */
 	NONFINITE, /* NaN or infinities: the integer pass (nf_block) */
 	EXTREME,   /* the double lanes: magnitudes the float lanes cannot take, or FP8 NaN/inf */
 };
@@ -632,26 +681,29 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	if (dt == DLI_DTYPE_BF16)
 		block_sums_bf16(p, lines, shift, pf, &a);
 	else if (dt == DLI_DTYPE_F32)
-		block_sums_f32(p, lines, shift, pf, &a);
+		block_sums_f32(p, lines, shift, prev == ZEROS, pf, &a);
 	else
 		block_sums(p, dt, lines, shift, pf, &a);
 	float fmn = a.mn, fmx = a.mx;
 	float amax = fmx > -fmn ? fmx : -fmn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
-	 * can make them non-finite but squares past float range). */
-	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL))
+	 * can make them non-finite but squares past float range). f32's double sums take every
+	 * finite magnitude: a float squared is far inside double's range. */
+	if (!isfinite(sd + sdd + sa) ||
+	    (dt != DLI_DTYPE_F32 && (amax > LARGE || (amax > 0 && amax < SMALL))))
 		return block_odd(p, dt, n, shift, pf, r);
-	/* A shift further from the mean than the spread would cost precision to cancellation:
-	 * read the block again (from L1) around its own mean. Rare: the shift is the running mean
-	 * of the chunk, so this happens for non-stationary data or a first block. */
+	/* A shift further from the mean than the spread (4 spreads for f32's double sums) would
+	 * cost precision to cancellation: read the block again (from L1) around its own mean.
+	 * Rare: the shift is the running mean of the chunk (or 0, for f32 data centred there), so
+	 * this happens for non-stationary data or a first block. */
 	double c = sd * sd / dn;
-	if (c > sdd - c) {
+	if (c > (dt == DLI_DTYPE_F32 ? F32_NEAR : 1.0) * (sdd - c)) {
 		shift = (float)((double)shift + sd / dn);
 		if (dt == DLI_DTYPE_BF16)
 			block_sums_bf16(p, lines, shift, pf, &a);
 		else if (dt == DLI_DTYPE_F32)
-			block_sums_f32(p, lines, shift, pf, &a);
+			block_sums_f32(p, lines, shift, a.zc > 0, pf, &a);
 		else
 			block_sums(p, dt, lines, shift, pf, &a);
 		sd = a.sd;
@@ -673,7 +725,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	r->m2 = m2 < 0 ? 0 : m2;
 	/* Every term is positive, so this sum of squares has no cancellation to fear. */
 	r->sum_sq = r->m2 + dn * r->mean * r->mean;
-	return CLEAN;
+	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 
 /* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first
@@ -681,6 +733,12 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
  * element; 0 when that is not a finite number of moderate size either. */
 INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct dli_stats_record *r)
 {
+	/* f32's double sums lose at most 4 bits to cancellation around 0 (see F32_NEAR) and skip
+	 * a subtraction there; a first block tries 0 too, and is read again around its own mean
+	 * when that is far from 0. */
+	if (dt == DLI_DTYPE_F32 &&
+	    (!r->count || r->mean * r->mean * (double)r->count <= F32_NEAR * r->m2))
+		return 0;
 	if (r->count && fabs(r->mean) <= LARGE)
 		return (float)r->mean;
 	__m256 v[8];

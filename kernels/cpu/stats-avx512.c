@@ -3,7 +3,8 @@
  * (with software prefetch) into float lanes of extrema, counts and sums of deviations from a shift
  * near the mean; a second pass over the block (still in L1) only when the shift was poor; a
  * redo in double lanes for blocks with NaN, infinities or extreme magnitudes; and a Chan merge
- * of each block into the chunk's record in double. */
+ * of each block into the chunk's record in double. f32 is not here: it takes the AVX2 file's
+ * kernel, whose sums are double lanes (see dli_stats_chunk_avx512). */
 #include <immintrin.h>
 #include <math.h>
 #include <stdbool.h>
@@ -27,9 +28,6 @@
 INLINE int load_line(const unsigned char *p, enum dli_dtype dt, __m512 v[4])
 {
 	switch (dt) {
-	case DLI_DTYPE_F32:
-		v[0] = _mm512_loadu_ps(p);
-		return 1;
 	case DLI_DTYPE_BF16: {
 		__m512i w = _mm512_loadu_si512(p);
 		v[0] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
@@ -376,7 +374,6 @@ __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dl
 						  float shift, struct dli_stats_record *r)
 {
 	switch (dt) {
-	case DLI_DTYPE_F32: return block_double(p, DLI_DTYPE_F32, n, shift, r);
 	case DLI_DTYPE_BF16: return block_double(p, DLI_DTYPE_BF16, n, shift, r);
 	case DLI_DTYPE_F16: return block_double(p, DLI_DTYPE_F16, n, shift, r);
 	case DLI_DTYPE_F8E4M3: return block_double(p, DLI_DTYPE_F8E4M3, n, shift, r);
@@ -462,8 +459,9 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_step = 2 * LINE / (int64_t)es;
 	/* bf16 through vdpbf16ps: twice the block, so that its float lanes add as many terms as
-	 * f32's do (32 elements a vector against 16), and the block's end (reductions, checks and
-	 * the merge in double: 15-20% of the time at DLI_STATS_BLOCK) comes half as often. */
+	 * the generic loop's do (32 elements a vector against 16), and the block's end
+	 * (reductions, checks and the merge in double: 15-20% of the time at DLI_STATS_BLOCK)
+	 * comes half as often. */
 	const int64_t bs = bf16dp ? 2 * DLI_STATS_BLOCK : DLI_STATS_BLOCK;
 	struct dli_stats_record b;
 	bool rare = false;
@@ -504,9 +502,12 @@ int dli_stats_avx512_bf16dp = 1;
 
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
 {
-	/* One instance per dtype, so each inner loop is straight-line code for its format. */
+	/* One instance per dtype, so each inner loop is straight-line code for its format. f32 goes
+	 * to the AVX2 kernel: its sums in double lanes make a tensor's moments independent of where
+	 * its blocks begin (shards and one call agree to 1e-12), and a port of them to AVX-512 could
+	 * not be run where this was written. */
 	switch (dt) {
-	case DLI_DTYPE_F32: chunk(p, DLI_DTYPE_F32, false, n, r); break;
+	case DLI_DTYPE_F32: dli_stats_chunk_avx2(p, dt, n, r); break;
 	case DLI_DTYPE_BF16:
 		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
 			chunk_bf16dp(p, n, r);
@@ -525,7 +526,7 @@ void dli_stats_runs_avx512(const struct dli_cpu_runs *v, int64_t first, int64_t 
 			   unsigned char *scratch, struct dli_stats_record *r)
 {
 	switch (v->dtype) {
-	case DLI_DTYPE_F32: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, false, n, r); break;
+	case DLI_DTYPE_F32: dli_stats_runs_avx2(v, first, n, scratch, r); break; /* as above */
 	case DLI_DTYPE_BF16:
 		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
 			chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, true, n, r);

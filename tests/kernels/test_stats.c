@@ -591,6 +591,102 @@ static void test_merge(void)
 	}
 }
 
+/* The moments of finite x in long double over ref_stats' double ones: a naive double sum of 1e5
+ * elements is itself off by ~1e-12 where the mean is far from 0 (OFFSET). */
+static void ref_moments_long(const double *x, int64_t n, double want[DLI_STAT_COUNT])
+{
+	long double sum = 0, sum_abs = 0, sum_sq = 0, m2 = 0;
+	for (int64_t i = 0; i < n; i++) {
+		if (!isfinite(x[i]))
+			return;
+		sum += x[i];
+		sum_abs += fabsl(x[i]);
+		sum_sq += (long double)x[i] * x[i];
+	}
+	long double mean = sum / n;
+	for (int64_t i = 0; i < n; i++)
+		m2 += (x[i] - mean) * (x[i] - mean);
+	want[DLI_STAT_MEAN] = (double)mean;
+	want[DLI_STAT_VAR] = (double)(m2 / (n - 1));
+	want[DLI_STAT_STD] = (double)sqrtl(m2 / (n - 1));
+	want[DLI_STAT_L1_NORM] = (double)sum_abs;
+	want[DLI_STAT_L2_NORM] = (double)sqrtl(sum_sq);
+}
+
+/* f32 moments come from double sums on every path (stats-avx2.c), so a tensor cut into shards at
+ * any places, their records merged, gives the moments of one call over the whole to double
+ * rounding: 1e-12 (the distributed rule, docs/distributed.md), the extrema and counts exactly,
+ * and both hold against a long-double reference. A mean is held relative to mean |x|, the
+ * scale of its rounding error (close_enough). */
+/* Element i of the stretches case: 3001-element stretches (falling across blocks at changing
+ * places) of zero-free data around 0, ReLU-like data (half zeros), data around 1e4 (read around a
+ * shift), and the same with 1% zeros: a block with zeros after one without, and the reverse, on
+ * both sides of the shift. */
+static float stretch_value(int64_t i)
+{
+	double u = rng_unit(), v = rng_normal();
+	switch (i / 3001 % 4) {
+	case 0: return (float)v;
+	case 1: return (float)(v > 0 ? v : 0.0);
+	case 2: return (float)(1e4 + 1e-2 * v);
+	default: return u < 0.01 ? 0.0f : (float)(1e4 + 1e-2 * v);
+	}
+}
+
+static void test_f32_shards_one_call(void)
+{
+	static const enum mix mixes[] = {NORMAL, OFFSET, POSITIVE, ZEROS, TINY, HUGE, WIDE};
+	const size_t n_mixes = sizeof(mixes) / sizeof(mixes[0]);
+	const int64_t n = 100003;
+	for (size_t m = 0; m <= n_mixes; m++) {
+		void *base;
+		double *x, want[DLI_STAT_COUNT], scale, whole_v[DLI_STAT_COUNT];
+		float *p;
+		if (m < n_mixes) {
+			p = make_data(DLI_DTYPE_F32, mixes[m], n, 0, &base, &x);
+		} else {
+			p = base = malloc((size_t)n * sizeof(float));
+			x = malloc((size_t)n * sizeof(double));
+			for (int64_t i = 0; i < n; i++)
+				x[i] = p[i] = stretch_value(i);
+		}
+		const char *name = m < n_mixes ? mix_names[mixes[m]] : "stretches";
+		ref_stats(x, n, want, &scale);
+		ref_moments_long(x, n, want);
+		for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
+			if (paths[k] > dli_simd_detect())
+				continue;
+			struct dli_cpu_options o = {.simd = paths[k], .threads = 1};
+			struct dli_stats_record whole, merged, part;
+			char what[96];
+			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_F32, n, &o, &whole), 0);
+			record_values(&whole, whole_v);
+			snprintf(what, sizeof(what), "f32 %s %s one call", name, dli_simd_name(paths[k]));
+			check_values(&whole, want, scale, 1e-12, what);
+			for (int shards = 2; shards <= 7; shards++) {
+				int64_t cuts[8] = {0};
+				cuts[shards] = n;
+				for (int i = 1; i < shards; i++) /* increasing, uneven, anywhere */
+					cuts[i] = cuts[i - 1] +
+						  (int64_t)(rng_u64() % (uint64_t)((n - cuts[i - 1]) / 2 + 1));
+				dli_stats_record_init(&merged);
+				for (int i = 0; i < shards; i++) {
+					CHECK_INT(dli_cpu_stats(p + cuts[i], DLI_DTYPE_F32, cuts[i + 1] - cuts[i],
+								&o, &part),
+						  0);
+					dli_stats_merge(&merged, &part);
+				}
+				snprintf(what, sizeof(what), "f32 %s %s %d shards", name,
+					 dli_simd_name(paths[k]), shards);
+				CHECK(merged.count == (uint64_t)n && merged.zero_count == whole.zero_count);
+				check_values(&merged, whole_v, scale, 1e-12, what);
+			}
+		}
+		free(base);
+		free(x);
+	}
+}
+
 /* Stretches of data that the SIMD paths' float lanes take and stretches they leave to double lanes
  * (tiny or huge magnitudes, NaN, infinities) in one call: a block after a double one goes straight
  * to double lanes, and the next clean block back to float ones; nothing may be lost or counted
@@ -840,6 +936,7 @@ int main(void)
 	test_fp8_all_codes();
 	test_one_sign_blocks();
 	test_merge();
+	test_f32_shards_one_call();
 	test_block_kinds_mixed();
 	test_nonfinite_blocks();
 	test_variance_large_mean();
