@@ -20,7 +20,8 @@
  * added into doubles. */
 #define BLOCK 1024
 /* Elements per group of fast steps: eight steps a range check (four cache lines of bf16 or f32).
- * Larger groups cost a lone NaN or underflow more (its group is redone a vector at a time). */
+ * Measured on Zen 3 with cache-resident bf16: groups of 64 took about 6% more time (twice the
+ * checks), groups of 256 1-7% more (a longer unrolled loop, and a NaN spoils more of a group). */
 #define GROUP 64
 #define GROUP16 128 /* bf16: 16 elements a fast step */
 
@@ -31,7 +32,7 @@ struct k256 {
 	/* The fast steps' range (fp8-avx512.c's k512 tells it): nonzero |x| at most xn1 lands
 	 * below the format's normals, above xov beyond its max; as float bits, and as bf16 bits. */
 	__m256i xn1, xov, xn1_16, xov_16;
-	__m256 kround; /* 2^(23 - mbits): the fast steps' rounding constant is 2^e times it */
+	__m256 kround, kround1; /* K = 2^(23 - mbits) of the fast steps' rounding, and K - 1 */
 };
 
 static void k256_init(struct k256 *k, enum dli_dtype format, float scale)
@@ -61,6 +62,7 @@ static void k256_init(struct k256 *k, enum dli_dtype format, float scale)
 	k->xn1_16 = _mm256_set1_epi16((short)(xn1 >> 16));
 	k->xov_16 = _mm256_set1_epi16((short)(xov >> 16));
 	k->kround = _mm256_set1_ps(ldexpf(1.0f, 23 - mbits));
+	k->kround1 = _mm256_set1_ps(ldexpf(1.0f, 23 - mbits) - 1.0f);
 }
 
 /* 8 elements from p on, widened to float. */
@@ -166,46 +168,55 @@ INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, bool caref
  *
  * For groups of vectors whose nonzero magnitudes all lie in [xn, xov] (finite, no underflow or
  * overflow to count, no saturation or subnormal grid to apply), checked once per group from the
- * running minimum of |x| - 1 (zeros wrap around to the top) and maximum of |x|; a group that
- * held another value is undone (its sums put back) and redone by vec_step. As in fp8-avx512.c,
- * the loop is bound by vector operations, so each one counts. Zen 3 runs float adds on two pipes,
- * multiplies and FMAs on two others, integer operations on any of the four: the range checks
- * are integer min/max (on 16-bit lanes for bf16, which needs then only a shift and an and to
- * widen 16 elements), and the fast steps leave out sum s r, which for their values is
- * (sum s^2 + sum r^2 - sum (s - r)^2) / 2 without cancellation (every r is within 2^-(mbits+1)
- * of its s, so sum (s - r)^2 is below 2^-7 of sum s^2; fp8-avx512.c's bf16 path does the same).
- * Per 16 bf16: 22 vector operations, against 48 in vec_step. (On Zen 3 such a loop sustains
- * about three a cycle, whichever pipes they need: their count is what matters.) */
+ * running minimum of |x| - 1 (zeros wrap around to the top) and maximum of |x|. A group that
+ * held another value has it taken out: on bf16, where it reached at most four positions (element
+ * i of each vector), the lanes of the sums those positions reached are put back as they were
+ * before the group and the positions redone by the careful step (a lone NaN costs one careful
+ * step, not a second pass); otherwise the whole group is redone a vector at a time with the bad
+ * lanes masked (redo_group). As in fp8-avx512.c, the loop is bound by vector operations, so each
+ * one counts: the range checks are integer min/max (on 16-bit lanes for bf16, which needs then
+ * only a shift and an and to widen 16 elements), and the fast steps sum three terms from which
+ * the pass gets the four (fast_core). Per 16 bf16: 18 vector operations (the range check 4, the
+ * widening 2, each set of 8 lanes 6), against 48 in vec_step. (On Zen 3 such a loop sustains
+ * about three a cycle, whichever pipes they need: their count is what matters. Moving work from
+ * the FMA pipes to the adders at the cost of one integer operation, as an integer-built rounding
+ * constant does, was slower.) */
 struct fast_lanes {
-	__m256 xs0, xs1, dqs0, dqs1, err0, err1; /* two sets, for the dependency chains */
+	/* sums of s^2, s d and d^2 (d = s - r), in two sets for the dependency chains */
+	__m256 xs0, xs1, sd0, sd1, err0, err1;
 };
 
-/* s is a normal float there, so e = s & expmask is 2^(its exponent), and C = e 2^(23 - mbits) is
- * exact: t = s + C with one rounding (an FMA), r = t - C exactly (another): three operations
- * where vec_step's integer-built C takes four. */
-INLINE void fast_core(__m256 xa, const struct k256 *k, __m256 *xs, __m256 *dqs, __m256 *err)
+/* s is a normal float there, in [2^E, 2^(E+1)) say, and its rounding to the format's quantum
+ * q = 2^(E - mbits) takes one FMA and no exponent mask: with K = 2^(23 - mbits), K s is exact,
+ * g = K s - s rounds once onto K s's float grid, which is q apart, and r = K s - g (exact) is s
+ * rounded to q. (For s within 2^-20 of 2^E, K s - s falls into the binade below, whose grid is
+ * q / 2 apart: s still rounds to 2^E there.) A tie (s halfway between two multiples of q) needs
+ * s's 24-bit significand M to be even, and g's rounding to even then makes M - r / q even: r
+ * rounds to even as well. The error d = s - r = g - (K - 1) s is g's rounding error, exact, so
+ * one more FMA gives it without r; the sums are then s^2, s d and d^2, and the pass gets
+ * sum r^2 = sum s^2 - 2 sum s d + sum d^2 and sum s r = sum s^2 - sum s d, without cancellation
+ * (|d| <= 2^-(mbits+1) |s|). Every float of the fast range of both formats was checked against
+ * an integer rounding (r) and against s - r (d). */
+INLINE void fast_core(__m256 xa, const struct k256 *k, __m256 *xs, __m256 *sd, __m256 *err)
 {
 	__m256 s = _mm256_mul_ps(xa, k->scale);
-	__m256 e = _mm256_and_ps(s, _mm256_castsi256_ps(k->expmask));
-	__m256 r = _mm256_fnmadd_ps(e, k->kround, _mm256_fmadd_ps(e, k->kround, s));
-	__m256 d = _mm256_sub_ps(s, r);
+	__m256 d = _mm256_fnmadd_ps(s, k->kround1, _mm256_fmsub_ps(s, k->kround, s));
 
 	*xs = _mm256_fmadd_ps(s, s, *xs);
-	*dqs = _mm256_fmadd_ps(r, r, *dqs);
+	*sd = _mm256_fmadd_ps(s, d, *sd);
 	*err = _mm256_fmadd_ps(d, d, *err);
 }
 
-/* 16 bf16 at p, into both sets. */
-INLINE void fast_bf16(const char *p, const struct k256 *k, struct fast_lanes *f, __m256i *lowm,
+/* 16 bf16 (their bits), into both sets. */
+INLINE void fast_bf16(__m256i bits, const struct k256 *k, struct fast_lanes *f, __m256i *lowm,
 		      __m256i *xmax)
 {
-	__m256i aw = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)p),
-				      _mm256_set1_epi16(0x7fff));
+	__m256i aw = _mm256_and_si256(bits, _mm256_set1_epi16(0x7fff));
 	*lowm = _mm256_min_epu16(*lowm, _mm256_add_epi16(aw, _mm256_set1_epi16(-1)));
 	*xmax = _mm256_max_epu16(*xmax, aw);
-	fast_core(_mm256_castsi256_ps(_mm256_slli_epi32(aw, 16)), k, &f->xs0, &f->dqs0, &f->err0);
+	fast_core(_mm256_castsi256_ps(_mm256_slli_epi32(aw, 16)), k, &f->xs0, &f->sd0, &f->err0);
 	fast_core(_mm256_castsi256_ps(_mm256_and_si256(aw, _mm256_set1_epi32((int)0xffff0000u))), k,
-		  &f->xs1, &f->dqs1, &f->err1);
+		  &f->xs1, &f->sd1, &f->err1);
 }
 
 /* 8 f32 or f16 at p, into set `odd`. */
@@ -216,34 +227,177 @@ INLINE void fast_8(const char *p, enum dli_dtype dtype, bool odd, const struct k
 	*lowm = _mm256_min_epu32(*lowm, _mm256_add_epi32(xa, _mm256_set1_epi32(-1)));
 	*xmax = _mm256_max_epu32(*xmax, xa);
 	if (odd)
-		fast_core(_mm256_castsi256_ps(xa), k, &f->xs1, &f->dqs1, &f->err1);
+		fast_core(_mm256_castsi256_ps(xa), k, &f->xs1, &f->sd1, &f->err1);
 	else
-		fast_core(_mm256_castsi256_ps(xa), k, &f->xs0, &f->dqs0, &f->err0);
+		fast_core(_mm256_castsi256_ps(xa), k, &f->xs0, &f->sd0, &f->err0);
 }
 
 /* Whether every lane of lowm is >= lo and every lane of xmax <= hi, unsigned, in 16- or 32-bit
- * lanes (AVX2 has no unsigned compare: a >= b is max(a, b) == a). */
+ * lanes: the saturating differences lo - lowm and xmax - hi are zero then (AVX2 has no unsigned
+ * compare; for 32-bit lanes a >= b is max(a, b) == a). */
 INLINE bool group_ok(__m256i lowm, __m256i xmax, __m256i lo, __m256i hi, bool w16)
 {
-	if (w16) /* saturating differences: nonzero where lowm < lo or xmax > hi */
+	if (w16)
 		return _mm256_testz_si256(_mm256_or_si256(_mm256_subs_epu16(lo, lowm),
 							  _mm256_subs_epu16(xmax, hi)),
 					  _mm256_set1_epi16(-1));
-	__m256i a = w16 ? _mm256_cmpeq_epi16(_mm256_max_epu16(lowm, lo), lowm)
-			: _mm256_cmpeq_epi32(_mm256_max_epu32(lowm, lo), lowm);
-	__m256i b = w16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(xmax, hi), xmax)
-			: _mm256_cmpeq_epi32(_mm256_min_epu32(xmax, hi), xmax);
+	__m256i a = _mm256_cmpeq_epi32(_mm256_max_epu32(lowm, lo), lowm);
+	__m256i b = _mm256_cmpeq_epi32(_mm256_min_epu32(xmax, hi), xmax);
 	return _mm256_movemask_epi8(_mm256_and_si256(a, b)) == -1;
 }
 
-INLINE void fast_add(struct fast_lanes *f, const struct fast_lanes *g)
+/* Positions (element i of each of a bf16 group's eight vectors) at most this many of which failed
+ * the range check are taken out of the group's fast sums and redone by one careful step each; a
+ * group with more is redone whole by redo_group. (f32 and f16 groups are always redone whole:
+ * their loop runs slower when this path is there, and their pass is bound by memory anyway.) */
+#define FEW_POSITIONS 4
+
+/* The positions of a bf16 group that failed its check, as bit 2i for position i (the byte mask
+ * of its 16-bit lanes, one bit of each pair kept), and the float lanes of the fast sums they
+ * reached, as sign bits: position 2m went to lane m of set 0 (m0), 2m + 1 to lane m of set 1
+ * (m1). */
+INLINE unsigned failed_positions(__m256i lowm, __m256i xmax, const struct k256 *k, __m256 *m0,
+				 __m256 *m1)
 {
-	f->xs0 = _mm256_add_ps(f->xs0, g->xs0);
-	f->xs1 = _mm256_add_ps(f->xs1, g->xs1);
-	f->dqs0 = _mm256_add_ps(f->dqs0, g->dqs0);
-	f->dqs1 = _mm256_add_ps(f->dqs1, g->dqs1);
-	f->err0 = _mm256_add_ps(f->err0, g->err0);
-	f->err1 = _mm256_add_ps(f->err1, g->err1);
+	__m256i bad = _mm256_xor_si256(
+		_mm256_cmpeq_epi16(_mm256_or_si256(_mm256_subs_epu16(k->xn1_16, lowm),
+						   _mm256_subs_epu16(xmax, k->xov_16)),
+				   _mm256_setzero_si256()),
+		_mm256_set1_epi32(-1));
+
+	*m0 = _mm256_castsi256_ps(_mm256_slli_epi32(bad, 16));
+	*m1 = _mm256_castsi256_ps(bad);
+	return (unsigned)_mm256_movemask_epi8(bad) & 0x55555555u;
+}
+
+/* The fast groups of a block from element j on, while each group's range check holds: the sums
+ * go straight into f's lanes, which stay in registers through the loop. Returns where it
+ * stopped: the first group that failed, or the first element after the last whole group. For a
+ * group that failed, f holds the sums with it, before the copy of them from before it, and lowm
+ * and xmax its check's running bounds. */
+INLINE int64_t fast_groups(const char *p, enum dli_dtype dtype, int64_t j, int64_t bn,
+			   const struct k256 *k, struct fast_lanes *f, struct fast_lanes *before,
+			   __m256i *lowm_out, __m256i *xmax_out)
+{
+	const int64_t sz = (int64_t)dli_dtype_size(dtype);
+	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int group = w16 ? GROUP16 : GROUP;
+	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
+	struct fast_lanes a = *f;
+
+	for (; j + group <= bn; j += group) {
+		const char *q = p + j * sz;
+		struct fast_lanes saved = a;
+		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
+
+		for (int i = 0; i < group * sz; i += LINE_BYTES)
+			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		if (w16) {
+#pragma GCC unroll 8
+			for (int i = 0; i < GROUP16; i += 16)
+				fast_bf16(_mm256_loadu_si256((const __m256i *)(q + i * sz)), k, &a,
+					  &lowm, &xmax);
+		} else {
+#pragma GCC unroll 8
+			for (int i = 0; i < GROUP; i += 8)
+				fast_8(q + i * sz, dtype, i & 8, k, &a, &lowm, &xmax);
+		}
+		if (__builtin_expect(!group_ok(lowm, xmax, lo, hi, w16), 0)) {
+			*before = saved;
+			*lowm_out = lowm;
+			*xmax_out = xmax;
+			break;
+		}
+	}
+	*f = a;
+	return j;
+}
+
+/* The elements of the bf16 group at q at the positions in pos (bit 2i for position i; eight
+ * elements each, one a vector), each position's through one careful step. */
+INLINE void redo_positions(const char *q, unsigned pos, const struct k256 *k, struct block_sums *t)
+{
+	for (; pos; pos &= pos - 1) {
+		int at = __builtin_ctz(pos) / 2;
+		uint16_t e[8];
+
+		for (int v = 0; v < 8; v++)
+			memcpy(&e[v], q + (size_t)(v * 16 + at) * 2, 2);
+		vec_step(load8(e, DLI_DTYPE_BF16), 0xff, k, true, t);
+	}
+}
+
+/* A group whose range check failed, a vector at a time: the lanes outside the fast steps' range
+ * (NaN, inf, underflows, overflows) are zeroed for the fast step, where a zero adds nothing, and
+ * taken by the careful step alone, with every other lane zeroed there. A lone NaN thus costs one
+ * careful step and a few masks, not a second pass over the group. */
+INLINE void redo_group(const char *q, enum dli_dtype dtype, const struct k256 *k,
+		       struct block_sums *t, struct fast_lanes *f)
+{
+	const int64_t sz = (int64_t)dli_dtype_size(dtype);
+	const bool w16 = dtype == DLI_DTYPE_BF16;
+	const int group = w16 ? GROUP16 : GROUP;
+	const int vec = w16 ? 16 : 8;
+
+	for (int i = 0; i < group; i += vec) {
+		const char *v = q + i * sz;
+		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
+		__m256i bits, xa, bad;
+		unsigned badm;
+
+		if (w16) {
+			bits = _mm256_loadu_si256((const __m256i *)v);
+			xa = _mm256_and_si256(bits, _mm256_set1_epi16(0x7fff));
+			/* nonzero |x| - 1 below xn - 1, or |x| above xov (unsigned) */
+			bad = _mm256_or_si256(
+				_mm256_subs_epu16(k->xn1_16,
+						  _mm256_add_epi16(xa, _mm256_set1_epi16(-1))),
+				_mm256_subs_epu16(xa, k->xov_16));
+			bad = _mm256_xor_si256(_mm256_cmpeq_epi16(bad, _mm256_setzero_si256()),
+					       _mm256_set1_epi32(-1));
+		} else {
+			__m256i x1;
+			bits = _mm256_castps_si256(load8(v, dtype));
+			xa = _mm256_and_si256(bits, k->absmask);
+			x1 = _mm256_add_epi32(xa, _mm256_set1_epi32(-1));
+			bad = _mm256_xor_si256(
+				_mm256_and_si256(
+					_mm256_cmpeq_epi32(_mm256_max_epu32(x1, k->xn1), x1),
+					_mm256_cmpeq_epi32(_mm256_min_epu32(xa, k->xov), xa)),
+				_mm256_set1_epi32(-1));
+		}
+		badm = (unsigned)_mm256_movemask_epi8(bad);
+		/* the fast step on the vector with its bad lanes zeroed */
+		if (w16) {
+			fast_bf16(_mm256_andnot_si256(bad, bits), k, f, &lowm, &xmax);
+		} else {
+			__m256 good = _mm256_castsi256_ps(_mm256_andnot_si256(bad, xa));
+			fast_core(good, k, &f->xs0, &f->sd0, &f->err0);
+		}
+		t->count += (uint32_t)(vec - __builtin_popcount(badm) / (32 / vec));
+		if (badm == 0)
+			continue;
+		/* the bad lanes through the careful step, as floats */
+		if (w16) {
+			__m256i only = _mm256_and_si256(bad, bits);
+			/* elements 2m (low halves) and 2m + 1 (high halves), m = 0 .. 7: bit m of
+			 * each lane mask is the sign of its half moved to the top */
+			unsigned even = (unsigned)_mm256_movemask_ps(
+				_mm256_castsi256_ps(_mm256_slli_epi32(bad, 16)));
+			unsigned odd = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
+
+			if (even)
+				vec_step(_mm256_castsi256_ps(_mm256_slli_epi32(only, 16)), even, k, true,
+					 t);
+			if (odd)
+				vec_step(_mm256_castsi256_ps(_mm256_and_si256(
+						 only, _mm256_set1_epi32((int)0xffff0000u))),
+					 odd, k, true, t);
+		} else {
+			unsigned lanes = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
+			vec_step(_mm256_castsi256_ps(_mm256_and_si256(bad, bits)), lanes, k, true, t);
+		}
+	}
 }
 
 /* One pass over a block into t (vec_step's terms) and f (the fast steps'): when `fast`, groups
@@ -257,57 +411,40 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	int64_t j = 0;
 	int redone = 0;
 	const bool w16 = dtype == DLI_DTYPE_BF16;
-	const int vec = w16 ? 16 : 8; /* elements a fast step */
-	const __m256i lo = w16 ? k->xn1_16 : k->xn1, hi = w16 ? k->xov_16 : k->xov;
 	const int group = w16 ? GROUP16 : GROUP;
 
 	t->err = t->dot = t->dqs = t->xs = _mm256_setzero_ps();
 	t->under = t->over = _mm256_setzero_si256();
 	t->count = t->finite_nonzero = 0;
-	f->xs0 = f->xs1 = f->dqs0 = f->dqs1 = f->err0 = f->err1 = _mm256_setzero_ps();
-	for (; fast && j + group <= bn; j += group) {
-		const char *q = p + j * sz;
-		/* the group's own sums, from zero: its steps do not wait for the block's sums
-		 * (which the compiler keeps in memory between groups), and an undone group has
-		 * nothing to put back */
-		struct fast_lanes g = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-					_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
-		__m256i lowm = _mm256_set1_epi32(-1), xmax = _mm256_setzero_si256();
+	f->xs0 = f->xs1 = f->sd0 = f->sd1 = f->err0 = f->err1 = _mm256_setzero_ps();
+	while (fast && j + group <= bn) {
+		struct fast_lanes before;
+		__m256i lowm, xmax;
+		__m256 m0, m1;
+		int64_t stop = fast_groups(p, dtype, j, bn, k, f, &before, &lowm, &xmax);
+		unsigned pos;
 
-		for (int i = 0; i < group * sz; i += LINE_BYTES)
-			_mm_prefetch(q + i + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		if (w16)
-			for (int i = 0; i < group; i += 16)
-				fast_bf16(q + i * sz, k, &g, &lowm, &xmax);
-		else
-			for (int i = 0; i < GROUP; i += 8)
-				fast_8(q + i * sz, dtype, i & 8, k, &g, &lowm, &xmax);
-		if (__builtin_expect(group_ok(lowm, xmax, lo, hi, w16), 1)) {
-			fast_add(f, &g);
-			t->count += (uint32_t)group;
-			continue;
+		t->count += (uint32_t)(stop - j);
+		j = stop;
+		if (j + group > bn)
+			break;
+		/* the group failed: a few positions are taken out of its sums and redone, else
+		 * the whole group */
+		pos = w16 ? failed_positions(lowm, xmax, k, &m0, &m1) : ~0u;
+		if (__builtin_popcount(pos) <= FEW_POSITIONS) {
+			f->xs0 = _mm256_blendv_ps(f->xs0, before.xs0, m0);
+			f->sd0 = _mm256_blendv_ps(f->sd0, before.sd0, m0);
+			f->err0 = _mm256_blendv_ps(f->err0, before.err0, m0);
+			f->xs1 = _mm256_blendv_ps(f->xs1, before.xs1, m1);
+			f->sd1 = _mm256_blendv_ps(f->sd1, before.sd1, m1);
+			f->err1 = _mm256_blendv_ps(f->err1, before.err1, m1);
+			t->count += (uint32_t)(group - 8 * __builtin_popcount(pos));
+			redo_positions(p + j * sz, pos, k, t);
+		} else {
+			*f = before;
+			redo_group(p + j * sz, dtype, k, t, f);
 		}
-		/* The group again, a vector at a time: the fast step where it can take the
-		 * vector, else the careful one (which leaves NaN and inf out). A lone NaN or
-		 * underflow costs one vector's careful step, not the group's. */
-		for (int i = 0; i < group; i += vec) {
-			struct fast_lanes v = { _mm256_setzero_ps(), _mm256_setzero_ps(),
-						_mm256_setzero_ps(), _mm256_setzero_ps(),
-						_mm256_setzero_ps(), _mm256_setzero_ps() };
-			lowm = _mm256_set1_epi32(-1);
-			xmax = _mm256_setzero_si256();
-			if (w16)
-				fast_bf16(q + i * sz, k, &v, &lowm, &xmax);
-			else
-				fast_8(q + i * sz, dtype, false, k, &v, &lowm, &xmax);
-			if (group_ok(lowm, xmax, lo, hi, w16)) {
-				fast_add(f, &v);
-				t->count += (uint32_t)vec;
-				continue;
-			}
-			for (int h = 0; h < vec; h += 8)
-				vec_step(load8(q + (i + h) * sz, dtype), 0xff, k, true, t);
-		}
+		j += group;
 		redone++;
 	}
 	for (; j + 8 <= bn; j += 8) {
@@ -349,8 +486,10 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 	size_t sz = dli_dtype_size(dtype);
 	double inv2 = 1.0 / ((double)scale * scale);
 	struct fast_mode fm = { false, 0 };
-	/* the fast steps' sums over the call, and the count of what they compared */
-	__m256d fxs = _mm256_setzero_pd(), fdqs = fxs, ferr = fxs;
+	/* the fast steps' sums over the call, and the count of what they compared; the careful
+	 * steps' sums over the call (reduced once at the end, as the fast ones) */
+	__m256d fxs = _mm256_setzero_pd(), fsd = fxs, ferr = fxs;
+	__m256d cerr = fxs, cdot = fxs, cdqs = fxs, cxs = fxs;
 	uint64_t fcount = 0;
 
 	k256_init(&k, format, scale);
@@ -361,7 +500,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		struct fast_lanes f;
 		bool fast = !fm.off || ++fm.since % 32 == 0;
 		int redone = block_pass(p, dtype, bn, &k, fast, &t, &f);
-		__m256 fx = _mm256_add_ps(f.xs0, f.xs1), fq = _mm256_add_ps(f.dqs0, f.dqs1),
+		__m256 fx = _mm256_add_ps(f.xs0, f.xs1), fsdv = _mm256_add_ps(f.sd0, f.sd1),
 		       fe = _mm256_add_ps(f.err0, f.err1);
 
 		if (fast) {
@@ -372,7 +511,7 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 		 * range, and every element was compared. */
 		if (fast && redone == 0 && bn % (dtype == DLI_DTYPE_BF16 ? GROUP16 : GROUP) == 0) {
 			fxs = widen_add(fxs, fx);
-			fdqs = widen_add(fdqs, fq);
+			fsd = widen_add(fsd, fsdv);
 			ferr = widen_add(ferr, fe);
 			fcount += (uint64_t)bn;
 			continue;
@@ -392,22 +531,25 @@ INLINE void compare_blocks(const void *data, enum dli_dtype dtype, int64_t n, en
 			continue;
 		}
 		fxs = widen_add(fxs, fx);
-		fdqs = widen_add(fdqs, fq);
+		fsd = widen_add(fsd, fsdv);
 		ferr = widen_add(ferr, fe);
+		cerr = widen_add(cerr, t.err);
+		cdot = widen_add(cdot, t.dot);
+		cdqs = widen_add(cdqs, t.dqs);
+		cxs = widen_add(cxs, t.xs);
 		acc->fp8_count += t.count;
-		acc->underflows += sum_epi32(t.under);
-		acc->overflows += sum_epi32(t.over);
-		acc->err_sq += sum_pd(t.err) * inv2;
-		acc->dot += sum_pd(t.dot) * inv2;
-		acc->dq_sq += sum_pd(t.dqs) * inv2;
-		acc->x_sq += sum_pd(t.xs) * inv2;
+		/* a block redone for a NaN or inf has none of these */
+		if (!_mm256_testz_si256(t.under, t.under))
+			acc->underflows += sum_epi32(t.under);
+		if (!_mm256_testz_si256(t.over, t.over))
+			acc->overflows += sum_epi32(t.over);
 	}
-	double sx = reduce_pd(fxs), sq = reduce_pd(fdqs), se = reduce_pd(ferr);
+	double sx = reduce_pd(fxs), ssd = reduce_pd(fsd), se = reduce_pd(ferr);
 	acc->fp8_count += fcount;
-	acc->err_sq += se * inv2;
-	acc->dot += (sx + sq - se) / 2 * inv2;
-	acc->dq_sq += sq * inv2;
-	acc->x_sq += sx * inv2;
+	acc->err_sq += (se + reduce_pd(cerr)) * inv2;
+	acc->dot += (sx - ssd + reduce_pd(cdot)) * inv2;
+	acc->dq_sq += (sx - 2 * ssd + se + reduce_pd(cdqs)) * inv2;
+	acc->x_sq += (sx + reduce_pd(cxs)) * inv2;
 }
 
 void dli_fp8_compare_avx2(const void *data, enum dli_dtype dtype, int64_t n,

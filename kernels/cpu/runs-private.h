@@ -20,58 +20,91 @@ struct dli_cpu_runs {
 	int64_t step[DLI_TENSOR_MAX_DIMS];  /* their strides in bytes (any sign) */
 };
 
-/* Where run `run` (0 .. n / run_len - 1, row-major over outer[]) starts. */
-static inline const unsigned char *dli_runs_start(const struct dli_cpu_runs *v, int64_t run)
+/* A walk over a view's runs in order (the statistics kernels' blocks, the gather's runs): it keeps
+ * the current run and the start of the next one, and moves on by an odometer over the outer dims,
+ * so that each block or run costs a few additions rather than a division per outer dim. */
+struct dli_runs_cursor {
+	const struct dli_cpu_runs *v;
+	int64_t n_runs;
+	int64_t run, off;                  /* the run holding the next element, its index there */
+	const unsigned char *start, *next; /* where runs `run` and `run` + 1 start */
+	int64_t idx[DLI_TENSOR_MAX_DIMS];  /* the outer indices of run `run` + 1 */
+};
+
+/* Moves the cursor to the start of the next run (row-major over outer[]). Past the last run,
+ * c->next wraps to run 0, which nothing reads. */
+static inline void dli_runs_cursor_next_run(struct dli_runs_cursor *c)
 {
-	const unsigned char *p = v->base;
-	for (int d = v->n_outer - 1; d >= 0 && run; d--) {
-		p += (run % v->outer[d]) * v->step[d];
-		run /= v->outer[d];
+	const struct dli_cpu_runs *v = c->v;
+	c->run++;
+	c->off = 0;
+	c->start = c->next;
+	for (int d = v->n_outer - 1; d >= 0; d--) {
+		if (++c->idx[d] < v->outer[d]) {
+			c->next += v->step[d];
+			return;
+		}
+		c->next -= (v->outer[d] - 1) * v->step[d];
+		c->idx[d] = 0;
 	}
-	return p;
 }
 
-/* The m elements of the view from element `first` on (inner == element size), as one contiguous
- * piece of memory: inside one run, a pointer into it; across runs, `scratch` (m elements) after
- * copying the pieces there. The statistics kernels call it once per block, so a view whose runs
- * are as long as a block costs nothing but this arithmetic. */
-static inline const unsigned char *dli_runs_block(const struct dli_cpu_runs *v, int64_t first,
-						  int64_t m, unsigned char *scratch)
+/* A cursor at element `first` (0 .. n - 1) of the view. */
+static inline void dli_runs_cursor_init(struct dli_runs_cursor *c, const struct dli_cpu_runs *v,
+					int64_t first)
 {
-	const size_t es = dli_dtype_size(v->dtype);
-	int64_t run = first / v->run_len, off = first % v->run_len;
-	if (off + m <= v->run_len)
-		return dli_runs_start(v, run) + (size_t)off * es;
-	unsigned char *d = scratch;
-	while (m > 0) {
-		int64_t k = v->run_len - off < m ? v->run_len - off : m;
-		memcpy(d, dli_runs_start(v, run) + (size_t)off * es, (size_t)k * es);
-		d += (size_t)k * es;
-		m -= k;
-		run++;
-		off = 0;
+	int64_t run = first / v->run_len, rest = run;
+	c->v = v;
+	c->n_runs = v->n / v->run_len;
+	c->next = v->base;
+	for (int d = v->n_outer - 1; d >= 0; d--) {
+		c->idx[d] = rest % v->outer[d];
+		c->next += c->idx[d] * v->step[d];
+		rest /= v->outer[d];
 	}
-	return scratch;
+	/* Now as if in run - 1, whose next run is `run`: one run on sets every field. */
+	c->run = run - 1;
+	dli_runs_cursor_next_run(c);
+	c->off = first % v->run_len;
 }
 
-/* How far ahead (bytes, added to each line's address) the pass over the block dli_runs_block gave
- * at q prefetches: one block ahead in the view's order, so that each line brings in the line at
- * the same offset of the next block; that is the next block of the run, or, for a run's last
- * block, the start of the next run (which no hardware prefetcher can guess), and nothing beyond a
- * run is fetched for nothing. 0 (each line itself: no prefetch) for a block staged in scratch and
- * at the end of the view. */
-static inline int64_t dli_runs_prefetch(const struct dli_cpu_runs *v, int64_t first, int64_t m,
-					const unsigned char *q, const unsigned char *scratch)
+/* The cursor's next m elements as one contiguous piece of memory: inside one run, a pointer into
+ * it; across runs, `scratch` (m elements) after copying the pieces there. *pf: how far ahead
+ * (bytes, added to each line's address) the pass over the block prefetches, so that each line
+ * brings in the line at the same offset of the next block (as long as this one, or what is left
+ * of the view), where that block lies in one run: the next block of the run, or the start of the
+ * next run, which no hardware prefetcher can guess. Where the next block spans runs, or there is
+ * none, 0 (each line itself: no prefetch): one offset would reach past its first piece into the
+ * gap, fetching bytes nobody reads, while that piece continues the run being read, which the
+ * hardware prefetchers follow. */
+static inline const unsigned char *dli_runs_cursor_block(struct dli_runs_cursor *c, int64_t m,
+							 unsigned char *scratch, int64_t *pf)
 {
+	const struct dli_cpu_runs *v = c->v;
 	const int64_t es = (int64_t)dli_dtype_size(v->dtype);
-	int64_t run = first / v->run_len, off = first % v->run_len;
-	if (q == scratch)
-		return 0;
-	if (off + m < v->run_len)
-		return m * es;
-	if (run + 1 >= v->n / v->run_len)
-		return 0;
-	return (int64_t)((intptr_t)dli_runs_start(v, run + 1) - (intptr_t)q);
+	const unsigned char *q = scratch;
+	if (c->off + m <= v->run_len) {
+		q = c->start + c->off * es;
+		c->off += m;
+		if (c->off == v->run_len)
+			dli_runs_cursor_next_run(c);
+	} else {
+		unsigned char *d = scratch;
+		for (int64_t left = m; left > 0;) {
+			int64_t k = v->run_len - c->off < left ? v->run_len - c->off : left;
+			memcpy(d, c->start + c->off * es, (size_t)(k * es));
+			d += k * es;
+			left -= k;
+			c->off += k;
+			if (c->off == v->run_len)
+				dli_runs_cursor_next_run(c);
+		}
+	}
+	int64_t left = v->n - (c->run * v->run_len + c->off), next_m = m < left ? m : left;
+	*pf = 0;
+	if (next_m > 0 && c->off + next_m <= v->run_len)
+		*pf = (int64_t)((intptr_t)(c->start + c->off * es) - (intptr_t)q);
+	return q;
 }
 
 /* The largest block any statistics path reads at once, in bytes: the size of `scratch`. */

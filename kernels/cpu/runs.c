@@ -8,9 +8,11 @@ void dli_cpu_runs_gather(const struct dli_cpu_runs *v, void *dst)
 {
 	const size_t es = dli_dtype_size(v->dtype);
 	unsigned char *d = dst;
-	int64_t n_runs = v->run_len > 0 ? v->n / v->run_len : 0;
-	for (int64_t r = 0; r < n_runs; r++) {
-		const unsigned char *s = dli_runs_start(v, r);
+	struct dli_runs_cursor c;
+	if (v->run_len < 1 || v->n < v->run_len)
+		return;
+	for (dli_runs_cursor_init(&c, v, 0); c.run < c.n_runs; dli_runs_cursor_next_run(&c)) {
+		const unsigned char *s = c.start;
 		if (v->inner == (int64_t)es) {
 			memcpy(d, s, (size_t)v->run_len * es);
 			d += (size_t)v->run_len * es;

@@ -476,7 +476,7 @@ INLINE bool nf_record(const struct nf_counts *c, struct dli_stats_record *r)
 /* 16-bit elements (dt bf16 or f16; inf16 the bits of +inf): NaN lanes, found by magnitude,
  * become the neutral value of each reduction (0x8000 for the signed max, 0 for the unsigned
  * one, 0xffff for the least magnitude - 1). */
-INLINE bool nf_block16(const unsigned char *p, enum dli_dtype dt, int64_t n,
+INLINE bool nf_block16(const unsigned char *p, enum dli_dtype dt, int64_t n, int64_t pf,
 		       struct dli_stats_record *r)
 {
 	const unsigned inf16 = dt == DLI_DTYPE_F16 ? 0x7c00 : 0x7f80;
@@ -485,6 +485,7 @@ INLINE bool nf_block16(const unsigned char *p, enum dli_dtype dt, int64_t n,
 	__m256i smax = low, umax = zero, umin = _mm256_set1_epi16(-1), zc = zero, nanc = zero,
 		infc = zero;
 	for (int64_t i = 0; i < n; i += 16) {
+		_mm_prefetch((const char *)p + 2 * i + pf, _MM_HINT_T0);
 		__m256i w = _mm256_loadu_si256((const __m256i *)(p + 2 * i));
 		__m256i aw = _mm256_and_si256(w, absmask);
 		__m256i nan = _mm256_cmpgt_epi16(aw, vinf);
@@ -504,13 +505,14 @@ INLINE bool nf_block16(const unsigned char *p, enum dli_dtype dt, int64_t n,
 	return nf_record(&c, r);
 }
 
-INLINE bool nf_block32(const unsigned char *p, int64_t n, struct dli_stats_record *r)
+INLINE bool nf_block32(const unsigned char *p, int64_t n, int64_t pf, struct dli_stats_record *r)
 {
 	const __m256i absmask = _mm256_set1_epi32(0x7fffffff), vinf = _mm256_set1_epi32(0x7f800000);
 	const __m256i low = _mm256_set1_epi32(INT32_MIN), zero = _mm256_setzero_si256();
 	__m256i smax = low, umax = zero, umin = _mm256_set1_epi32(-1), zc = zero, nanc = zero,
 		infc = zero;
 	for (int64_t i = 0; i < n; i += 8) {
+		_mm_prefetch((const char *)p + 4 * i + pf, _MM_HINT_T0);
 		__m256i w = _mm256_loadu_si256((const __m256i *)(p + 4 * i));
 		__m256i aw = _mm256_and_si256(w, absmask);
 		__m256i nan = _mm256_cmpgt_epi32(aw, vinf);
@@ -530,12 +532,13 @@ INLINE bool nf_block32(const unsigned char *p, int64_t n, struct dli_stats_recor
 
 /* Whether the block (n a multiple of a line's elements) holds NaN or an infinity; then *r is its
  * record. Always false for the FP8 dtypes, which leave such blocks to the double lanes. */
-INLINE bool nf_block(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+INLINE bool nf_block(const unsigned char *p, enum dli_dtype dt, int64_t n, int64_t pf,
+		     struct dli_stats_record *r)
 {
 	switch (dt) {
-	case DLI_DTYPE_F32: return nf_block32(p, n, r);
+	case DLI_DTYPE_F32: return nf_block32(p, n, pf, r);
 	case DLI_DTYPE_BF16:
-	case DLI_DTYPE_F16: return nf_block16(p, dt, n, r);
+	case DLI_DTYPE_F16: return nf_block16(p, dt, n, pf, r);
 	default: return false;
 	}
 }
@@ -580,7 +583,7 @@ INLINE void dlanes_add(struct dlanes *a, __m256 x, __m256d shift, bool full)
 }
 
 INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t lines, double shift, bool full,
-		  struct dlanes *a)
+		  int64_t pf, struct dlanes *a)
 {
 	const __m256d vshift = _mm256_set1_pd(shift);
 	__m256 v[8];
@@ -595,7 +598,7 @@ INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t lines, doub
 	for (int64_t l = 0; l < lines; l++) {
 		const unsigned char *q = p + l * LINE;
 		if (full) /* the block may come from memory: see block() */
-			_mm_prefetch((const char *)q + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+			_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 		int nv = load_line(q, dt, v);
 		for (int k = 0; k < nv; k++)
 			dlanes_add(a, v[k], vshift, full);
@@ -604,18 +607,18 @@ INLINE void dpass(const unsigned char *p, enum dli_dtype dt, int64_t lines, doub
 
 /* Returns whether the float lanes could not have taken the block. */
 INLINE bool block_double(const unsigned char *p, enum dli_dtype dt, int64_t n, float fshift,
-			 struct dli_stats_record *r)
+			 int64_t pf, struct dli_stats_record *r)
 {
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
 	double dn = (double)n, shift = fshift, sd, sdd;
 	struct dlanes a;
-	dpass(p, dt, lines, shift, true, &a);
+	dpass(p, dt, lines, shift, true, pf, &a);
 	sd = sum_pd(a.sd);
 	sdd = sum_pd(a.sdd);
 	/* As in block(); never taken when sd is NaN or infinite (then m2 is NaN either way). */
 	if (sd * sd / dn > sdd - sd * sd / dn) {
 		shift += sd / dn;
-		dpass(p, dt, lines, shift, false, &a);
+		dpass(p, dt, lines, shift, false, 0, &a);
 		sd = sum_pd(a.sd);
 		sdd = sum_pd(a.sdd);
 	}
@@ -628,14 +631,14 @@ INLINE bool block_double(const unsigned char *p, enum dli_dtype dt, int64_t n, f
 
 /* Not inlined into each instance of block(): a rare path, one copy per dtype. */
 __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dli_dtype dt, int64_t n,
-						  float shift, struct dli_stats_record *r)
+						  float shift, int64_t pf, struct dli_stats_record *r)
 {
 	switch (dt) {
-	case DLI_DTYPE_F32: return block_double(p, DLI_DTYPE_F32, n, shift, r);
-	case DLI_DTYPE_BF16: return block_double(p, DLI_DTYPE_BF16, n, shift, r);
-	case DLI_DTYPE_F16: return block_double(p, DLI_DTYPE_F16, n, shift, r);
-	case DLI_DTYPE_F8E4M3: return block_double(p, DLI_DTYPE_F8E4M3, n, shift, r);
-	case DLI_DTYPE_F8E5M2: return block_double(p, DLI_DTYPE_F8E5M2, n, shift, r);
+	case DLI_DTYPE_F32: return block_double(p, DLI_DTYPE_F32, n, shift, pf, r);
+	case DLI_DTYPE_BF16: return block_double(p, DLI_DTYPE_BF16, n, shift, pf, r);
+	case DLI_DTYPE_F16: return block_double(p, DLI_DTYPE_F16, n, shift, pf, r);
+	case DLI_DTYPE_F8E4M3: return block_double(p, DLI_DTYPE_F8E4M3, n, shift, pf, r);
+	case DLI_DTYPE_F8E5M2: return block_double(p, DLI_DTYPE_F8E5M2, n, shift, pf, r);
 	default: dli_stats_block_scalar(p, dt, n, r); return true;
 	}
 }
@@ -650,27 +653,29 @@ enum kind {
 
 /* Also not inlined, for the same reason. */
 __attribute__((noinline)) static enum kind block_odd(const unsigned char *p, enum dli_dtype dt,
-						     int64_t n, float shift,
+						     int64_t n, float shift, int64_t pf,
 						     struct dli_stats_record *r)
 {
-	if (nf_block(p, dt, n, r))
+	if (nf_block(p, dt, n, pf, r))
 		return NONFINITE;
-	return block_rare(p, dt, n, shift, r) ? EXTREME : CLEAN;
+	return block_rare(p, dt, n, shift, pf, r) ? EXTREME : CLEAN;
 }
 
 /* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. prev: how
  * the previous block went; after a NONFINITE or EXTREME one, this one goes straight to the same
  * path (in data full of NaN, the float pass would be wasted on every block), and back to the
- * float lanes when it finds none. pf: how far ahead of each line the float pass prefetches
- * (DLI_PREFETCH_BYTES; for a view, where its next bytes are: runs-private.h). Returns how this
- * block went. */
+ * float lanes when it finds none. pf: how far ahead of each line the first pass over the block,
+ * whichever path takes it, prefetches (DLI_PREFETCH_BYTES; for a view, where its next bytes are:
+ * runs-private.h); the integer pass needs it as much as the float one, since in data full of NaN
+ * it reads every block from memory, and a view's runs start where no hardware prefetcher looks.
+ * Returns how this block went. */
 INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
 		       enum kind prev, int64_t pf, struct dli_stats_record *r)
 {
-	if (prev == NONFINITE && nf_block(p, dt, n, r))
+	if (prev == NONFINITE && nf_block(p, dt, n, pf, r))
 		return NONFINITE;
 	if (prev == EXTREME)
-		return block_odd(p, dt, n, shift, r);
+		return block_odd(p, dt, n, shift, pf, r);
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
 	struct sums a;
 	if (dt == DLI_DTYPE_BF16)
@@ -687,7 +692,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	 * finite magnitude: a float squared is far inside double's range. */
 	if (!isfinite(sd + sdd + sa) ||
 	    (dt != DLI_DTYPE_F32 && (amax > LARGE || (amax > 0 && amax < SMALL))))
-		return block_odd(p, dt, n, shift, r);
+		return block_odd(p, dt, n, shift, pf, r);
 	/* A shift further from the mean than the spread (4 spreads for f32's double sums) would
 	 * cost precision to cancellation: read the block again (from L1) around its own mean.
 	 * Rare: the shift is the running mean of the chunk (or 0, for f32 data centred there), so
@@ -752,14 +757,17 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 	const int64_t bs = dt == DLI_DTYPE_BF16 ? BLOCK16 : DLI_STATS_BLOCK;
 	struct dli_stats_record b;
 	enum kind prev = CLEAN;
+	struct dli_runs_cursor c;
+	if (v)
+		dli_runs_cursor_init(&c, v, first);
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n; i += bs) {
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_line;
-		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
+		int64_t pf = DLI_PREFETCH_BYTES;
+		const unsigned char *q = v ? dli_runs_cursor_block(&c, m, scratch, &pf)
+					   : p + (size_t)i * es;
 		if (whole) {
-			int64_t pf = v ? dli_runs_prefetch(v, first + i, m, q, scratch)
-				       : DLI_PREFETCH_BYTES;
 			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b);
 			dli_stats_merge(r, &b);
 		}

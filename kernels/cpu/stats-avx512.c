@@ -465,14 +465,17 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 	const int64_t bs = bf16dp ? 2 * DLI_STATS_BLOCK : DLI_STATS_BLOCK;
 	struct dli_stats_record b;
 	bool rare = false;
+	struct dli_runs_cursor c;
+	if (v)
+		dli_runs_cursor_init(&c, v, first);
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n; i += bs) {
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_step;
-		const unsigned char *q = v ? dli_runs_block(v, first + i, m, scratch) : p + (size_t)i * es;
+		int64_t pf = DLI_PREFETCH_BYTES;
+		const unsigned char *q = v ? dli_runs_cursor_block(&c, m, scratch, &pf)
+					   : p + (size_t)i * es;
 		if (whole) {
-			int64_t pf = v ? dli_runs_prefetch(v, first + i, m, q, scratch)
-				       : DLI_PREFETCH_BYTES;
 			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, pf, &b);
 			dli_stats_merge(r, &b);
 		}

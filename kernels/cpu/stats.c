@@ -297,10 +297,13 @@ void dli_stats_runs_scalar(const struct dli_cpu_runs *v, int64_t first, int64_t 
 			   unsigned char *scratch, struct dli_stats_record *r)
 {
 	struct dli_stats_record b;
+	struct dli_runs_cursor c;
+	int64_t pf; /* the scalar loop does not prefetch */
+	dli_runs_cursor_init(&c, v, first);
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n; i += DLI_STATS_BLOCK) {
 		int64_t m = n - i < DLI_STATS_BLOCK ? n - i : DLI_STATS_BLOCK;
-		dli_stats_block_scalar(dli_runs_block(v, first + i, m, scratch), v->dtype, m, &b);
+		dli_stats_block_scalar(dli_runs_cursor_block(&c, m, scratch, &pf), v->dtype, m, &b);
 		dli_stats_merge(r, &b);
 	}
 }

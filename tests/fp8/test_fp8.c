@@ -686,6 +686,108 @@ static void test_f32_fast_group_edges(void)
 	free(x);
 }
 
+/* The fast steps' rounding where it is easiest to get wrong, f32 values alone among zeros in a
+ * fast group (so each one's terms show against the reference): products halfway between two of
+ * the format's values (a tie, to even), and the floats just above a power of two and just below
+ * the next one, in every binade of the format's normal range. */
+static void test_fast_rounding_ties_and_binade_edges(void)
+{
+	int64_t n = 256 + 11;
+	float *x = calloc((size_t)n, 4);
+
+	for (int k = 0; k < 2; k++) {
+		int mbits = k == 0 ? 3 : 2, emin = k == 0 ? -6 : -14, emax = k == 0 ? 8 : 15;
+		float fmax = dli_fp8_max(formats[k]);
+		int bad = 0;
+
+		for (int kp = 0; kp < 2; kp++) {
+			struct dli_cpu_options o = { kp == 0 ? DLI_SIMD_AVX2 : DLI_SIMD_AVX512, 1 };
+			if (o.simd > dli_simd_detect())
+				continue;
+			for (int e = emin; e <= emax; e++)
+				for (int v = 0; v < 24; v++) {
+					float q = ldexpf(1.0f, e - mbits), p2 = ldexpf(1.0f, e), val;
+					int64_t at = (int64_t)(e - emin) * 7 % 256;
+					struct dli_stats_record r;
+					struct terms t;
+					char what[96];
+
+					if (v < 8) /* ties: 2^e + (i + 1/2) q */
+						val = p2 + ((float)v + 0.5f) * q;
+					else if (v < 16) /* just above 2^e */
+						val = bitsf(fbits(p2) + (uint32_t)(v - 8) * 3 + 1);
+					else /* just below 2^(e+1) */
+						val = bitsf(fbits(2.0f * p2) - (uint32_t)(v - 16) * 3 - 1);
+					if (val > fmax)
+						continue;
+					x[at] = v & 1 ? -val : val;
+					CHECK_INT(dli_cpu_fp8_compare(x, DLI_DTYPE_F32, n, formats[k],
+								      1.0f, &o, &r), 0);
+					t = reference(x, DLI_DTYPE_F32, n, formats[k], 1.0f);
+					snprintf(what, sizeof(what), "%s f32 %a %s", dli_simd_name(o.simd),
+						 (double)x[at], format_names[k]);
+					bad += compare_terms(&r, &t, 1e-6, what);
+					x[at] = 0.0f;
+				}
+		}
+		CHECK_INT(bad, 0);
+	}
+	free(x);
+}
+
+/* Fast groups holding a few values the fast steps cannot take (NaN, inf, underflows, overflows,
+ * float subnormals) among ordinary ones: 1 to 20 of them in one group, at positions drawn at
+ * random (so some share the position of an element in another of the group's vectors), then in
+ * every group. The AVX2 pass takes a few positions out of a group's sums and redoes them, and
+ * redoes a group with more whole, masking its bad lanes: each against the reference. */
+static void test_groups_with_a_few_bad_values(void)
+{
+	const enum dli_dtype dts[] = { DLI_DTYPE_BF16, DLI_DTYPE_F32, DLI_DTYPE_F16 };
+	int64_t n = 4 * 1024 + 13;
+	float *x = malloc((size_t)n * 4);
+	uint16_t *h = malloc((size_t)n * 2);
+
+	for (int k = 0; k < 2; k++)
+		for (int nbad = 1; nbad <= 21; nbad++) {
+			float fmax = dli_fp8_max(formats[k]), scale = fmax / 3.0f;
+			float tiny = ldexpf(1.0f, k == 0 ? -6 : -14) / scale;
+			const float odd[] = { NAN, INFINITY, -INFINITY, tiny * 0.3f, -tiny * 0.7f,
+					      fmax / scale * 1.5f, 0x1p-130f, -1e30f };
+			/* one group of 128 elements from 1024 + 256 on; with nbad 21, every 128 */
+			int64_t spread = nbad == 21 ? n : 128;
+
+			for (int64_t i = 0; i < n; i++)
+				x[i] = (float)(i % 11 + 1) / 4.0f * (i & 2 ? -1.0f : 1.0f);
+			for (int b = 0; b < (nbad == 21 ? 64 : nbad); b++) {
+				int64_t at = (nbad == 21 ? 0 : 1024 + 256) +
+					     (int64_t)(next_u64() % (uint64_t)spread);
+				x[at] = odd[next_u64() % 8];
+			}
+			for (int64_t i = 0; i < n; i++) {
+				x[i] = bitsf(fbits(x[i]) & 0xffff0000u); /* the same values in bf16 */
+				h[i] = (uint16_t)(fbits(x[i]) >> 16);
+			}
+			for (size_t d = 0; d < 3; d++) {
+				if (dts[d] == DLI_DTYPE_F16)
+					for (int64_t i = 0; i < n; i++) {
+						/* f16 patterns of the same kinds: ordinary, 0x7c00
+						 * (inf), 0x7e00 (NaN), 0x0001 (a subnormal, below
+						 * e4m3's normals at this scale) */
+						uint16_t v = (uint16_t)(0x3800 + (i % 11) * 0x40);
+						if (!isfinite(x[i]))
+							v = isnan(x[i]) ? 0x7e00 : 0x7c00;
+						else if (fabsf(x[i]) < 0.01f || fabsf(x[i]) > 100.0f)
+							v = 0x0001;
+						h[i] = v | (x[i] < 0 ? 0x8000 : 0);
+					}
+				compare_all_paths(dts[d] == DLI_DTYPE_F32 ? (void *)x : (void *)h, dts[d],
+						  n, k, scale, 30 + nbad);
+			}
+		}
+	free(x);
+	free(h);
+}
+
 /* Every finite bf16 pattern in one buffer, sorted (so most blocks are in the table path's range)
  * and shuffled, through the AVX-512 pass with and without the table path. */
 static void test_bf16_all_patterns_both_avx512_paths(void)
@@ -919,6 +1021,8 @@ int main(void)
 	test_bf16_every_pattern_in_a_fast_group();
 	test_fast_and_careful_stretches();
 	test_f32_fast_group_edges();
+	test_fast_rounding_ties_and_binade_edges();
+	test_groups_with_a_few_bad_values();
 	test_bf16_all_patterns_both_avx512_paths();
 	test_threads_give_the_same_record();
 	test_zero_tiny_and_huge_blocks();

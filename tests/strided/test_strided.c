@@ -218,6 +218,17 @@ static void kernel_views(void)
 	unsigned char *big = make_data(DLI_DTYPE_BF16, 2 * T * h, true);
 	check_view("threaded rows", big, DLI_DTYPE_BF16, 2, sh, st, true);
 	free(big);
+	/* Chunks (2^18 elements) that start inside a run, runs shorter and longer than a block
+	 * (blocks through scratch), two outer dims that do not merge: K of the first S of S + 1
+	 * positions of a fused [B, S + 1, 3h] bf16 output. */
+	const int64_t widths[] = {1000, 5120};
+	for (size_t j = 0; j < 2; j++) {
+		int64_t w = widths[j], B = 3, S = 300000 / (B * w) + 1;
+		int64_t sh3[3] = {B, S, w}, st3[3] = {(S + 1) * 3 * w, 3 * w, 1};
+		unsigned char *fused = make_data(DLI_DTYPE_BF16, B * (S + 1) * 3 * w, true);
+		check_view("chunks inside runs", fused + 2 * w, DLI_DTYPE_BF16, 3, sh3, st3, true);
+		free(fused);
+	}
 }
 
 /* ---- Through the host calls ---- */
