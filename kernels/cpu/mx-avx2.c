@@ -1,14 +1,14 @@
-/* MXFP8's row-wise quantize-and-compare pass with AVX2 (8 lanes). A block of 32 finite values
- * whose amax lies in [2^-60, 2^60] goes through vector steps: its scale is a power of two, so
- * s = |x| * 2^(127 - e) is exact, the FP8 rounding of s is the float trick of fp8-avx2.c (add and
- * subtract 2^(exponent + 23 - mbits), exponent clamped to the format's normals, s clamped to its
- * max), and dq = r * 2^(e - 127) is exact too; the terms are sums of non-negative products (x and
- * dq share their sign), summed in float lanes and widened to double every few blocks. Every other
- * block (NaN, infinities, huge or tiny magnitudes, a row's partial last block) goes to the
- * one-block path (vector steps that leave NaN and infinities out, or the scalar reference); a
- * batch of eight blocks sends only those there, after a call-free loop over the row's batches
- * (a call would keep the sums in memory: every vector register is the caller's to save).
- * Compiled with AVX2, FMA and F16C flags. */
+/* MXFP8's quantize-and-compare pass with AVX2 (8 lanes), row-wise and column-wise, and FP8 block
+ * scaling's 128 x 128 tiles. A block of 32 finite values whose amax lies in [2^-60, 2^60] goes
+ * through vector steps: its scale is a power of two, so |x| * 2^(127 - e) is exact and its FP8
+ * rounding times the scale is x rounded in its own scale by the float trick of fp8-avx2.c (add
+ * and subtract a constant from x's exponent, see step_fast), with no multiply; the terms are sums
+ * of non-negative products (x and dq share their sign), summed in float lanes and widened to
+ * double every few blocks. Every other block (NaN, infinities, huge or tiny magnitudes, a row's
+ * partial last block) goes to the one-block path (vector steps that leave NaN and infinities
+ * out, or the scalar reference); a batch of eight blocks sends only those there, after a
+ * call-free loop over the row's batches (a call would keep the sums in memory: every vector
+ * register is the caller's to save). Compiled with AVX2, FMA and F16C flags. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -25,11 +25,25 @@ struct lanes {
 	__m256i under, over;
 };
 
+/* The fast steps' float lanes: no sum x dq, no overflows. */
+struct fast_lanes {
+	__m256 err, dqs, xs;
+	__m256i under;
+};
+
+INLINE struct fast_lanes fast_lanes_zero(void)
+{
+	return (struct fast_lanes){_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+				   _mm256_setzero_si256()};
+}
+
 struct consts {
 	__m256i absmask, maxbits, expmask, emin, cadd;
 	__m256 maxrcp;   /* float(1 / fp8_max) */
-	__m256i emin_c;  /* the normals' smallest exponent plus 23 - mbits, in the exponent field */
+	__m256i chalf;   /* 23 - mbits in the exponent field, with the mantissa of 1.5 */
+	__m256i fbias;   /* 1 - bias: the format's smallest normal exponent */
 	__m256 half_sub; /* half the format's smallest subnormal */
+	__m256 min_normal; /* the format's smallest normal */
 };
 
 /* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
@@ -92,6 +106,27 @@ INLINE void load_abs(const char *p, enum dli_dtype dtype, const struct consts *k
 	}
 }
 
+/* The 32 values of a block as floats, signs kept, in four vectors (lane order free, as above):
+ * bf16 by a shift and a mask, no magnitude mask, which the fast steps do without. */
+INLINE void load_values(const char *p, enum dli_dtype dtype, __m256 x[4])
+{
+	if (dtype == DLI_DTYPE_BF16) {
+		#pragma GCC unroll 8
+		for (int h = 0; h < 2; h++) {
+			__m256i w = _mm256_loadu_si256((const __m256i *)(p + 32 * h));
+			x[2 * h] = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+			x[2 * h + 1] = _mm256_castsi256_ps(
+				_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
+		}
+		return;
+	}
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		x[h] = dtype == DLI_DTYPE_F32
+			       ? _mm256_loadu_ps((const float *)p + 8 * h)
+			       : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + h));
+}
+
 INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struct lanes *l)
 {
 	__m256 xa = _mm256_castsi256_ps(a);
@@ -130,69 +165,113 @@ INLINE __m256i hmax8(const __m256i m[8])
 				_mm256_permute2x128_si256(u[0], u[1], 0x31));
 }
 
-/* One step without the saturation and overflow count (a batch is taken only when no block's
- * largest element scales above fp8_max) and without sum x dq (flush derives it). s = |x| rcp is
- * normal or below the format's normals, and its exponent is |x|'s plus log2(rcp): the rounding
- * constant C = 2^(max(that, emin) + 23 - mbits) comes from |x|'s bits (`delta` is log2(rcp) and
- * the 23 - mbits in the exponent field; emin has the latter too), and s + C rounds in one FMA.
- * When `under`, the lanes count underflows: (r == 0) - (x == 0), an x of 0 giving r = 0. */
-INLINE void step_fast(__m256i a, __m256 rcp, __m256 si, __m256i delta, const struct consts *k,
-		      bool under, struct lanes *l)
+/* The same for sixteen 16-bit lanes (bf16 magnitude bits), the maxima widened to float bits
+ * at the end: a level more of unpacks, but no widening of each block's maximum first. */
+INLINE __m256i hmax8_16(const __m256i m[8])
 {
-	__m256 xa = _mm256_castsi256_ps(a);
-	__m256i e = _mm256_max_epi32(_mm256_add_epi32(_mm256_and_si256(a, k->expmask), delta),
-				     k->emin_c);
-	__m256 c = _mm256_castsi256_ps(e);
-	__m256 r = _mm256_sub_ps(_mm256_fmadd_ps(xa, rcp, c), c);
-	__m256 dq = _mm256_mul_ps(r, si);
-	__m256 d = _mm256_fnmadd_ps(r, si, xa);
+	__m256i t[4], u[2];
+	#pragma GCC unroll 8
+	for (int i = 0; i < 4; i++)
+		t[i] = _mm256_max_epu16(_mm256_unpacklo_epi16(m[2 * i], m[2 * i + 1]),
+					_mm256_unpackhi_epi16(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
+	for (int i = 0; i < 2; i++)
+		u[i] = _mm256_max_epu16(_mm256_unpacklo_epi32(t[2 * i], t[2 * i + 1]),
+					_mm256_unpackhi_epi32(t[2 * i], t[2 * i + 1]));
+	__m256i v = _mm256_max_epu16(_mm256_unpacklo_epi64(u[0], u[1]),
+				     _mm256_unpackhi_epi64(u[0], u[1]));
+	__m128i w = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	return _mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16);
+}
+
+/* What the fast steps of a batch or a tile must do beyond the rounding and the sums, in order of
+ * work (a group of several takes the largest). */
+enum fast_mode {
+	FAST_NORMAL,    /* nothing: every nonzero scaled |x| is at least the smallest normal */
+	FAST_SUBNORMAL, /* round some on the subnormals' grid (see step_fast's grid_floor) */
+	FAST_UNDER,     /* that, and count underflows: (dq == 0) - (x == 0), x = 0 giving dq = 0 */
+};
+
+/* One step without the saturation and overflow count (a batch is taken only when no block's
+ * largest element scales above fp8_max) and without sum x dq (flush derives it), in x's own scale:
+ * with a power-of-two scale, rounding x * rcp to the format's grid and scaling back by si is
+ * rounding x to that grid times si, so dq = (x + C) - C, two adds and no multiply, with
+ * C = 1.5 * 2^(max(E, grid_floor) + 23 - mbits) from x's exponent E (the 1.5 keeps x + C in C's
+ * binade for either sign of x, so x keeps its sign and needs no mask) and the block's
+ * `grid_floor`, the format's smallest normal exponent times si (in the exponent field; below it
+ * the grid is the subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times
+ * si. */
+INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum fast_mode mode,
+		      struct fast_lanes *l)
+{
+	__m256i e = _mm256_and_si256(_mm256_castps_si256(x), k->expmask);
+	if (mode != FAST_NORMAL)
+		e = _mm256_max_epi32(e, grid_floor);
+	__m256 c = _mm256_castsi256_ps(_mm256_add_epi32(e, k->chalf));
+	__m256 dq = _mm256_sub_ps(_mm256_add_ps(x, c), c);
+	__m256 d = _mm256_sub_ps(x, dq);
 
 	l->err = _mm256_fmadd_ps(d, d, l->err);
 	l->dqs = _mm256_fmadd_ps(dq, dq, l->dqs);
-	l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
-	if (under) {
-		__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
-		__m256i xz = _mm256_cmpeq_epi32(a, _mm256_setzero_si256());
+	l->xs = _mm256_fmadd_ps(x, x, l->xs);
+	if (mode == FAST_UNDER) {
+		const __m256 zero = _mm256_setzero_ps();
+		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, zero, _CMP_EQ_OQ));
+		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ));
 		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
 	}
 }
 
 /* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
- * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). */
+ * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). The
+ * loops keep the float lanes in registers, in two sets (a block's even vectors in one, its odd
+ * ones in the other, so that each sum's chain of FMAs, 4 cycles each, waits half as long), and
+ * the rest here, in memory: in registers too, they left too few for the steps. */
 struct fast_sums {
-	struct lanes l;
 	__m256d err, dqs, xs;
 	__m256i emin_seen, emax_seen; /* the E8M0 codes' range over the batches */
 };
 
-/* One block through the fast steps, its reciprocal, scale and log2(rcp) (plus the rounding
- * constant's exponent offset) broadcast from memory: a broadcast load costs no vector pipe, a lane
- * permute does. */
-INLINE void fast_block(const char *p, enum dli_dtype dtype, const float *rcp, const float *si,
-		       const int32_t *delta, const struct consts *k, bool under, struct fast_sums *f)
+/* One block through the fast steps, its grid_floor broadcast from memory: a broadcast load costs no
+ * vector pipe, a lane permute does. */
+INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
+		       const struct consts *k, enum fast_mode mode, struct fast_lanes l[2])
 {
-	__m256i a[4];
-	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
-	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
-	load_abs(p, dtype, k, a);
-	if (under)
-		#pragma GCC unroll 8
-		for (int h = 0; h < 4; h++)
-			step_fast(a[h], rb, sb, db, k, true, &f->l);
-	else
-		#pragma GCC unroll 8
-		for (int h = 0; h < 4; h++)
-			step_fast(a[h], rb, sb, db, k, false, &f->l);
+	__m256 x[4];
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+	load_values(p, dtype, x);
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		step_fast(x[h], fb, k, mode, &l[h & 1]);
 }
 
-/* A batch of eight full blocks at p (stride `bstride` bytes between blocks). Returns the mask of
- * the blocks it left to the one-block path (bit b for block b): an amax that is 0, NaN, inf or
- * outside [2^-60, 2^60], or that scales above fp8_max. The others go through the fast steps, so
- * that a lone NaN costs its own block the one-block path, not the batch. */
-INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const struct consts *k,
-		  struct fast_sums *f)
+/* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
+ * GCC merged the variants and ran out of registers for the sums. */
+INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
+			const int32_t *grid_floors, const struct consts *k,
+			const enum fast_mode mode, struct fast_lanes l[2])
 {
-	__m256i m[BATCH], lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
+	#pragma GCC unroll 1
+	for (int b = 0; b < BATCH; b++)
+		if (!(bad_mask >> b & 1))
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, l);
+}
+
+/* What a batch's fast steps need, worked out from its amaxes. */
+struct plan {
+	int bad;    /* the blocks left to the one-block path, bit b for block b */
+	enum fast_mode mode;
+	int32_t grid_floors[BATCH]; /* each block's (see step_fast) */
+};
+
+/* The plan of a batch of eight full blocks at p (stride `bstride` bytes between blocks), the codes
+ * of the blocks it takes into f's range. A block is left to the one-block path for an amax that
+ * is 0, NaN, inf or outside [2^-60, 2^60], or that scales above fp8_max; the others go through
+ * the fast steps, so that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
+		       const struct consts *k, struct fast_sums *f, struct plan *pl)
+{
+	__m256i m[BATCH], amax, lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
 	if (dtype == DLI_DTYPE_BF16) {
 		/* bf16 in its own 16-bit lanes (a bf16's magnitude bits are the top half of its
 		 * float's, so maxima and minima carry over), widened once a block */
@@ -203,17 +282,16 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 			const __m256i *q = (const __m256i *)(p + b * bstride);
 			__m256i a0 = _mm256_and_si256(_mm256_loadu_si256(q), abs16);
 			__m256i a1 = _mm256_and_si256(_mm256_loadu_si256(q + 1), abs16);
-			__m256i mm = _mm256_max_epu16(a0, a1);
-			/* each 32-bit lane's pair: its larger one in the low half, as float bits */
-			mm = _mm256_max_epu16(mm, _mm256_srli_epi32(mm, 16));
-			m[b] = _mm256_slli_epi32(mm, 16);
+			m[b] = _mm256_max_epu16(a0, a1);
 			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
 									 _mm256_sub_epi16(a1, one16)));
 		}
-		/* as float bits less 1: ((l + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the top */
-		__m256i l = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
-					     _mm256_set1_epi32(0xffff));
-		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(l, one), 16), one);
+		/* as float bits less 1: ((lo + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the
+		 * top */
+		__m256i lo = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
+					      _mm256_set1_epi32(0xffff));
+		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one);
+		amax = hmax8_16(m);
 	} else {
 		#pragma GCC unroll 8
 		for (int b = 0; b < BATCH; b++) {
@@ -226,8 +304,8 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 			for (int h = 0; h < 4; h++)
 				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 		}
+		amax = hmax8(m);
 	}
-	__m256i amax = hmax8(m);
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
 	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
 	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
@@ -241,13 +319,13 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
 	__m256 rcp = _mm256_castsi256_ps(
 		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
-	__m256 si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 	/* the largest element scaled: above fp8_max only by the rounding of v */
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
 	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	pl->bad = bad_mask;
 	if (bad_mask == 0xff)
-		return bad_mask;
+		return;
 	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
 	e = _mm256_andnot_si256(bad, e);
 	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
@@ -257,7 +335,7 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
 	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
 	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
-	 * which can only make `under` true where it need not be. */
+	 * which can only make the mode FAST_UNDER where it need not be. */
 	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
 	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
@@ -268,27 +346,16 @@ INLINE int batch(const char *p, enum dli_dtype dtype, size_t bstride, const stru
 	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
 	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
 	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
-	bool under = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)) != 0;
-	/* log2(rcp) and the rounding constant's 23 - mbits, in the exponent field */
-	__m256i delta = _mm256_add_epi32(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(127), e), 23),
-					 k->cadd);
-	/* each block's from memory (see fast_block) */
-	float rcps[BATCH], sis[BATCH];
-	int32_t deltas[BATCH];
-	_mm256_storeu_ps(rcps, rcp);
-	_mm256_storeu_ps(sis, si);
-	_mm256_storeu_si256((__m256i *)deltas, delta);
-	if (!bad_mask) {
-		#pragma GCC unroll 8
-		for (int b = 0; b < BATCH; b++)
-			fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k, under, f);
-	} else {
-		for (int b = 0; b < BATCH; b++)
-			if (!(bad_mask >> b & 1))
-				fast_block(p + b * bstride, dtype, rcps + b, sis + b, deltas + b, k,
-					   under, f);
-	}
-	return bad_mask;
+	/* likewise, no value on the subnormals' grid when it is at least the smallest normal */
+	pl->mode = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ))
+			   ? FAST_UNDER
+		   : _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ))
+			   ? FAST_SUBNORMAL
+			   : FAST_NORMAL;
+	/* each block's grid_floor (see step_fast): the format's smallest normal exponent, 1 - bias,
+	 * plus log2(si) = e - 127, in the exponent field; from memory (see fast_block) */
+	_mm256_storeu_si256((__m256i *)pl->grid_floors,
+			    _mm256_slli_epi32(_mm256_add_epi32(e, k->fbias), 23));
 }
 
 INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
@@ -393,14 +460,15 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 	}
 }
 
-INLINE void flush_fast(struct fast_sums *f, struct dli_block_terms *t)
+INLINE void flush_fast(struct fast_lanes l[2], struct fast_sums *f, struct dli_block_terms *t)
 {
-	f->err = _mm256_add_pd(f->err, widen(f->l.err));
-	f->dqs = _mm256_add_pd(f->dqs, widen(f->l.dqs));
-	f->xs = _mm256_add_pd(f->xs, widen(f->l.xs));
-	t->under += sum_epi32(f->l.under);
-	f->l.err = f->l.dqs = f->l.xs = _mm256_setzero_ps();
-	f->l.under = _mm256_setzero_si256();
+	struct fast_lanes *a = &l[0], *b = &l[1];
+	f->err = _mm256_add_pd(f->err, widen(_mm256_add_ps(a->err, b->err)));
+	f->dqs = _mm256_add_pd(f->dqs, widen(_mm256_add_ps(a->dqs, b->dqs)));
+	f->xs = _mm256_add_pd(f->xs, widen(_mm256_add_ps(a->xs, b->xs)));
+	t->under += sum_epi32(_mm256_add_epi32(a->under, b->under));
+	a->err = a->dqs = a->xs = b->err = b->dqs = b->xs = _mm256_setzero_ps();
+	a->under = b->under = _mm256_setzero_si256();
 }
 
 /* Batches in a row segment (rows_avx2) */
@@ -414,26 +482,44 @@ INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct con
 		    struct dli_block_terms *t, uint8_t *masks)
 {
 	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
-	struct fast_sums f = *fp;
+	struct fast_lanes l[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct plan plans[2];
 	int pend = *fast_pending;
 	uint64_t cnt = 0;
 
+	/* Each batch is planned one batch ahead, before the steps of the one before it: the plan
+	 * is a long chain (amaxes, codes, floors) that the steps wait on, and so it runs while
+	 * the steps before it do. */
+	if (n > 0)
+		batch_plan(p, dtype, bstride, k, fp, &plans[0]);
 	for (int i = 0; i < n; i++, p += BATCH * bstride) {
 		#pragma GCC unroll 8
 		for (size_t j = 0; j < BATCH * bstride; j += 64)
 			_mm_prefetch(p + j + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		int bad = batch(p, dtype, bstride, k, &f);
-		masks[i] = (uint8_t)bad;
-		if (bad == 0xff)
+		if (i + 1 < n)
+			batch_plan(p + BATCH * bstride, dtype, bstride, k, fp, &plans[(i + 1) & 1]);
+		const struct plan *pl = &plans[i & 1];
+		/* The blocks read again (from L1): without this, GCC keeps the plan's vectors for
+		 * the steps and, with too few registers for them all, spills them to the stack. */
+		__asm__ volatile("" ::: "memory");
+		masks[i] = (uint8_t)pl->bad;
+		if (pl->bad == 0xff)
 			continue;
-		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)bad)) * DLI_MX_BLOCK;
-		/* 32 terms a lane a batch: two batches, then double */
-		if (++pend == 2) {
-			flush_fast(&f, t);
+		if (pl->mode == FAST_UNDER)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_UNDER, l);
+		else if (pl->mode == FAST_SUBNORMAL)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_SUBNORMAL,
+				    l);
+		else
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_NORMAL, l);
+		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)pl->bad)) * DLI_MX_BLOCK;
+		/* 16 terms a lane a batch (two sets of lanes): four batches, then double */
+		if (++pend == 4) {
+			flush_fast(l, fp, t);
 			pend = 0;
 		}
 	}
-	*fp = f;
+	flush_fast(l, fp, t); /* the lanes stay here */
 	*fast_pending = pend;
 	*count += cnt;
 }
@@ -462,8 +548,10 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
 		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
-		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
+		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
@@ -471,7 +559,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
-	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0],
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0],
 			      .emin_seen = _mm256_set1_epi32(255),
 			      .emax_seen = _mm256_setzero_si256()};
 	int pending = 0, fast_pending = 0;
@@ -508,7 +596,6 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
 	}
 	flush(&l, acc, t);
-	flush_fast(&f, t);
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
 	t->err += reduce_pd(acc[0]) + ferr;
@@ -527,28 +614,42 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	}
 }
 
-/* 8 columns of one row as float magnitude bits: f32 and f16 by 8 consecutive elements; bf16 by
- * 16, as two vectors (even and odd columns), so `wide` groups hold 16 columns. */
-INLINE void load_cols(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i *a0,
-		      __m256i *a1)
+/* 16 columns of one row as floats, signs kept, in two vectors: f32 and f16 by 8 consecutive
+ * elements each, bf16 by even and odd columns. Sixteen, not eight: a row of a group is then a
+ * whole line or half of one, which the group's two passes read, where eight f32 columns left
+ * the other half of each line to the next group, after the 32 lines of a strip (a row stride of
+ * a multiple of 4 KiB puts them all in one L1 set) had left L1. */
+INLINE void load_cols_values(const char *p, enum dli_dtype dtype, __m256 *x0, __m256 *x1)
 {
 	if (dtype == DLI_DTYPE_BF16) {
 		__m256i w = _mm256_loadu_si256((const __m256i *)p);
-		*a0 = _mm256_and_si256(_mm256_slli_epi32(w, 16), k->absmask);
-		*a1 = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
+		*x0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+		*x1 = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xffff0000u)));
 		return;
 	}
-	__m256 x = dtype == DLI_DTYPE_F32 ? _mm256_loadu_ps((const float *)p)
-					  : _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
-	*a0 = _mm256_and_si256(_mm256_castps_si256(x), k->absmask);
-	*a1 = _mm256_setzero_si256();
+	if (dtype == DLI_DTYPE_F32) {
+		*x0 = _mm256_loadu_ps((const float *)p);
+		*x1 = _mm256_loadu_ps((const float *)p + 8);
+		return;
+	}
+	*x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+	*x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p + 1));
+}
+
+/* The same as magnitude bits. */
+INLINE void load_cols(const char *p, enum dli_dtype dtype, const struct consts *k, __m256i *a0,
+		      __m256i *a1)
+{
+	__m256 x0, x1;
+	load_cols_values(p, dtype, &x0, &x1);
+	*a0 = _mm256_and_si256(_mm256_castps_si256(x0), k->absmask);
+	*a1 = _mm256_and_si256(_mm256_castps_si256(x1), k->absmask);
 }
 
 /* The codes of eight column blocks whose amaxes are in `amax`: the reciprocals and scales, and
  * whether any lane needs the scalar path (0, NaN, inf, outside [2^-60, 2^60], or scaling above
  * fp8_max). */
-INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m256 *si,
-			__m256i *e_out)
+INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m256i *e_out)
 {
 	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
 	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
@@ -559,16 +660,43 @@ INLINE bool lane_scales(__m256i amax, const struct consts *k, __m256 *rcp, __m25
 	__m256i e = _mm256_add_epi32(_mm256_add_epi32(_mm256_srli_epi32(v, 23), mz),
 				     _mm256_set1_epi32(1));
 	*rcp = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
-	*si = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), *rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
 	*e_out = e;
 	return _mm256_testz_si256(bad, bad);
 }
 
+/* The fast steps' mode for column blocks, one a lane, from their smallest nonzero magnitudes
+ * less 1 (`lowm`, zeros wrapped to the top) and reciprocals: as batch_plan's, per block. */
+INLINE enum fast_mode lane_mode(__m256i lowm, __m256 rcp, const struct consts *k)
+{
+	__m256 lowest = _mm256_mul_ps(
+		_mm256_castsi256_ps(_mm256_add_epi32(lowm, _mm256_set1_epi32(1))), rcp);
+	if (_mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)))
+		return FAST_UNDER;
+	if (_mm256_movemask_ps(_mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ)))
+		return FAST_SUBNORMAL;
+	return FAST_NORMAL;
+}
+
+/* The fast steps of a group of columns down a strip of 32 rows (row stride `stride` bytes), each
+ * lane its own block and floor, the group's two vectors into a set of float lanes each. */
+INLINE void cols_steps(const char *p, size_t stride, enum dli_dtype dtype, __m256i floor0,
+		       __m256i floor1, const struct consts *k, const enum fast_mode mode,
+		       struct fast_lanes fl[2])
+{
+	for (int i = 0; i < DLI_MX_BLOCK; i++) {
+		__m256 x0, x1;
+		load_cols_values(p + i * stride, dtype, &x0, &x1);
+		step_fast(x0, floor0, k, mode, &fl[0]);
+		step_fast(x1, floor1, k, mode, &fl[1]);
+	}
+}
+
 /* COMPARE of rows [r0, r1) (whole strips of 32 rows but the tensor's last), column-wise blocks:
- * eight (bf16: sixteen) columns at a time, one column block a lane, so each lane has its own
- * scale and nothing is broadcast. */
+ * sixteen columns at a time, one column block a lane, so each lane has its own scale and nothing
+ * is broadcast. A group with a lane the fast steps cannot take (see
+ * lane_scales) goes to the scalar block. */
 INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
 		      struct dli_block_terms *t)
 {
@@ -579,16 +707,18 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
 										  : 0x47600000u)),
 		.expmask = _mm256_set1_epi32(0x7f800000),
-		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
-		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
 		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
+		.fbias = _mm256_set1_epi32(1 - bias),
+		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
 	};
 	const size_t sz = dli_dtype_size(dtype);
-	const int64_t cols = ps->cols, group = dtype == DLI_DTYPE_BF16 ? 16 : 8;
-	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
-			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
-	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
-			  _mm256_setzero_pd()};
+	const int64_t cols = ps->cols, group = 16;
+	const __m256i one = _mm256_set1_epi32(1);
+	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct fast_sums f = {.err = _mm256_setzero_pd(), .dqs = _mm256_setzero_pd(),
+			      .xs = _mm256_setzero_pd()};
 	__m256i emin_seen = _mm256_set1_epi32(255), emax_seen = _mm256_setzero_si256();
 	uint64_t count = 0;
 
@@ -599,16 +729,18 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			const char *p = ps->data + (size_t)(r * cols + c) * sz;
 			const size_t stride = (size_t)cols * sz;
 			__m256i m0 = _mm256_setzero_si256(), m1 = m0, a0, a1;
+			__m256i low0 = _mm256_set1_epi32(-1), low1 = low0;
 			for (int i = 0; i < DLI_MX_BLOCK; i++) {
 				load_cols(p + i * stride, dtype, &k, &a0, &a1);
 				m0 = _mm256_max_epu32(m0, a0);
+				low0 = _mm256_min_epu32(low0, _mm256_sub_epi32(a0, one));
 				m1 = _mm256_max_epu32(m1, a1);
+				low1 = _mm256_min_epu32(low1, _mm256_sub_epi32(a1, one));
 			}
-			__m256 rcp0, si0, rcp1, si1;
+			__m256 rcp0, rcp1;
 			__m256i e0, e1;
-			bool ok = lane_scales(m0, &k, &rcp0, &si0, &e0);
-			if (dtype == DLI_DTYPE_BF16)
-				ok = ok && lane_scales(m1, &k, &rcp1, &si1, &e1);
+			bool ok = lane_scales(m0, &k, &rcp0, &e0) &&
+				  lane_scales(m1, &k, &rcp1, &e1);
 			if (!ok) {
 				for (int64_t j = c; j < c + group; j++)
 					dli_mx_block_scalar(ps, r * cols + j, cols, DLI_MX_BLOCK, t);
@@ -616,28 +748,34 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			}
 			emin_seen = _mm256_min_epu32(emin_seen, e0);
 			emax_seen = _mm256_max_epu32(emax_seen, e0);
-			if (dtype == DLI_DTYPE_BF16) {
-				emin_seen = _mm256_min_epu32(emin_seen, e1);
-				emax_seen = _mm256_max_epu32(emax_seen, e1);
-			}
-			for (int i = 0; i < DLI_MX_BLOCK; i++) {
-				load_cols(p + i * stride, dtype, &k, &a0, &a1);
-				step(a0, rcp0, si0, &k, &l);
-				if (dtype == DLI_DTYPE_BF16)
-					step(a1, rcp1, si1, &k, &l);
-			}
+			emin_seen = _mm256_min_epu32(emin_seen, e1);
+			emax_seen = _mm256_max_epu32(emax_seen, e1);
+			enum fast_mode mode = lane_mode(low0, rcp0, &k);
+			enum fast_mode mode1 = lane_mode(low1, rcp1, &k);
+			mode = mode1 > mode ? mode1 : mode;
+			/* each lane's floor, as batch_plan's */
+			__m256i floor0 = _mm256_slli_epi32(_mm256_add_epi32(e0, k.fbias), 23);
+			__m256i floor1 = _mm256_slli_epi32(_mm256_add_epi32(e1, k.fbias), 23);
+			if (mode == FAST_UNDER)
+				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_UNDER, fl);
+			else if (mode == FAST_SUBNORMAL)
+				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_SUBNORMAL,
+					   fl);
+			else
+				cols_steps(p, stride, dtype, floor0, floor1, &k, FAST_NORMAL, fl);
 			count += (uint64_t)(DLI_MX_BLOCK * group);
-			/* 32 (bf16: 64) terms a lane: to double now */
-			flush(&l, acc, t);
+			/* 32 terms a lane: to double now */
+			flush_fast(fl, &f, t);
 		}
 		for (; c < cols; c++)
 			dli_mx_block_scalar(ps, r * cols + c, cols, m, t);
 	}
 	t->count += count;
-	t->err += reduce_pd(acc[0]);
-	t->dot += reduce_pd(acc[1]);
-	t->dqs += reduce_pd(acc[2]);
-	t->xs += reduce_pd(acc[3]);
+	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
+	t->err += ferr;
+	t->dot += (fxs + fdqs - ferr) / 2; /* as in rows_avx2 */
+	t->dqs += fdqs;
+	t->xs += fxs;
 	uint32_t emax = hmax_epu32(emax_seen);
 	if (emax) { /* a vector group ran: its codes are 1 .. 254 */
 		uint32_t emin = ~hmax_epu32(_mm256_xor_si256(emin_seen, _mm256_set1_epi32(-1)));
@@ -673,105 +811,157 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 /* Rows ahead of the current one that the tile passes prefetch. */
 #define FB_AHEAD 8
 
-/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
- * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
- * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
- * acc; else the fast steps into f. `clean`: NaN and infinities zeroed, which leaves them out of
- * every term (a zero adds nothing, and is no underflow); the caller counts them out. */
-INLINE void tile_loop(const char *p, enum dli_dtype dtype, size_t stride, int64_t rows,
-		      const float *rcp, const float *si, const int32_t *delta, const struct consts *k,
-		      const bool under, const bool sat, const bool clean, struct fast_sums *fp,
-		      struct lanes *lp, __m256d acc[4], struct dli_block_terms *t)
+/* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
+ * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
+		     const struct consts *k, const enum fast_mode mode, const bool sat,
+		     const bool clean,
+		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
 	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
-	struct fast_sums f = *fp;
-	struct lanes l = *lp;
-	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
-	__m256i db = _mm256_castps_si256(_mm256_broadcast_ss((const float *)delta));
 
-	for (int64_t r = 0; r < rows; r++, p += stride) {
-		#pragma GCC unroll 4
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+	#pragma GCC unroll 4
+	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+		if (sat) {
 			__m256i a[4];
 			load_abs(p + (size_t)j * sz, dtype, k, a);
 			#pragma GCC unroll 4
 			for (int h = 0; h < 4; h++) {
-				if (clean)
-					a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
-				if (sat)
-					step(a[h], rb, sb, k, &l);
-				else
-					step_fast(a[h], rb, sb, db, k, under, &f.l);
+				a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+				step(a[h], rb, sb, k, l);
 			}
+			continue;
 		}
-		if (r % 4 == 3) { /* 16 terms a lane a row: 64, then double */
-			if (sat)
-				flush(&l, acc, t);
-			else
-				flush_fast(&f, t);
+		__m256 x[4];
+		load_values(p + (size_t)j * sz, dtype, x);
+		#pragma GCC unroll 4
+		for (int h = 0; h < 4; h++) {
+			if (clean) {
+				__m256i a = _mm256_and_si256(_mm256_castps_si256(x[h]), k->absmask);
+				x[h] = _mm256_andnot_ps(
+					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
+			}
+			step_fast(x[h], fb, k, mode, &fl[h & 1]);
 		}
+	}
+}
+
+/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
+ * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
+ * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
+ * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned.
+ * `next`, unless NULL: the next tile (as many rows, same stride), prefetched a row a row, so that
+ * memory works for it while the steps work here (from L2, where the tile's first pass left it). */
+INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
+		      int64_t rows,
+		      const float *rcp, const float *si, const int32_t *grid_floor,
+		      const uint64_t nf_rows[2], const struct consts *k, const enum fast_mode mode,
+		      const bool sat, const bool clean, struct fast_sums *fp, struct lanes *lp,
+		      __m256d acc[4], struct dli_block_terms *t)
+{
+	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct lanes l = *lp;
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+
+	for (int64_t r = 0; r < rows; r++, p += stride) {
+		if (next) {
+			#pragma GCC unroll 8
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
+				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
+		}
+		if (sat)
+			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
+		else if (clean && (nf_rows[r >> 6] >> (r & 63) & 1))
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, fl, &l);
+		else
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, fl, &l);
+		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
+		if (sat && r % 4 == 3)
+			flush(&l, acc, t);
+		else if (!sat && r % 8 == 7)
+			flush_fast(fl, fp, t);
 	}
 	if (sat)
 		flush(&l, acc, t);
 	else
-		flush_fast(&f, t);
-	*fp = f;
+		flush_fast(fl, fp, t);
 	*lp = l;
 }
 
+/* One tile_loop a mode, with or without NaN (tile_steps) */
+#define TILE_MODES(dt, clean)                                                                     \
+	do {                                                                                      \
+		if (mode == FAST_UNDER)                                                           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
+				  FAST_UNDER, false, clean, f, l, acc, t);                        \
+		else if (mode == FAST_SUBNORMAL)                                                  \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
+				  FAST_SUBNORMAL, false, clean, f, l, acc, t);                    \
+		else                                                                              \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
+				  FAST_NORMAL, false, clean, f, l, acc, t);                       \
+	} while (0)
+
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
-		const char *p, size_t stride, int64_t rows, const float *rcp, const float *si,    \
-		const int32_t *delta, const struct consts *k, bool under, bool sat, bool clean,   \
-		struct fast_sums *f, struct lanes *l, __m256d acc[4], struct dli_block_terms *t)  \
+		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
+		const float *si,                                                                  \
+		const int32_t *grid_floor, const uint64_t nf_rows[2], const struct consts *k,     \
+		enum fast_mode mode, bool sat, bool clean, struct fast_sums *f, struct lanes *l,  \
+		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, true, true, f, l, \
-				  acc, t);                                                        \
-		else if (clean && under)                                                          \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, true, f,  \
-				  l, acc, t);                                                     \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
+				  FAST_UNDER, true, true, f, l, acc, t);                          \
 		else if (clean)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, true, f, \
-				  l, acc, t);                                                     \
-		else if (under)                                                                   \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, true, false, false, f, \
-				  l, acc, t);                                                     \
+			TILE_MODES(dt, true);                                                     \
 		else                                                                              \
-			tile_loop(p, dt, stride, rows, rcp, si, delta, k, false, false, false, f,\
-				  l, acc, t);                                                     \
+			TILE_MODES(dt, false);                                                    \
 	}
 TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
 TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
 TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
 
-/* A tile's largest magnitude bits in the lanes of *m, and its smallest nonzero one less 1 in those
- * of *lowm (zeros wrap to the top), the rows FB_AHEAD ahead prefetched. */
+/* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
+ * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
+ * (row r0 + i: bit i % 64 of word i / 64), with in *fin the largest magnitude of the lanes of
+ * rows that hold none in that lane (the rest of the finite amax is in the rows of nf_rows), the
+ * rows FB_AHEAD ahead prefetched. */
 INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
 			int64_t r1, int64_t c0, const struct consts *k, __m256i *m_out,
-			__m256i *lowm_out)
+			__m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2])
 {
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
-	const __m256i one = _mm256_set1_epi32(1);
-	__m256i m = *m_out, lowm = *lowm_out;
+	const __m256i one = _mm256_set1_epi32(1), finm = _mm256_set1_epi32(0x7f7fffff);
+	__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1), fin = m;
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * sz;
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256();
 		#pragma GCC unroll 4
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 			__m256i a[4];
 			load_abs(p + (size_t)j * sz, dtype, k, a);
-			m = _mm256_max_epu32(m, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
-								 _mm256_max_epu32(a[2], a[3])));
+			mr = _mm256_max_epu32(mr, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+								   _mm256_max_epu32(a[2], a[3])));
 			#pragma GCC unroll 4
 			for (int h = 0; h < 4; h++)
 				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 		}
+		m = _mm256_max_epu32(m, mr);
+		/* magnitudes are below 2^31: a signed compare */
+		__m256i nfv = _mm256_cmpgt_epi32(mr, finm);
+		fin = _mm256_max_epu32(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_ps(_mm256_castsi256_ps(nfv));
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
 	}
+	*fin_out = fin;
 	*m_out = m;
 	*lowm_out = lowm;
 }
@@ -779,33 +969,44 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 /* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
  * magnitude bits are the top half of its float's, so the extremes carry over, widened once. */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
-			     __m256i *m_out, __m256i *lowm_out)
+			     __m256i *m_out, __m256i *lowm_out, __m256i *fin_out,
+			     uint64_t nf_rows[2])
 {
 	const size_t stride = (size_t)cols * 2;
 	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
-	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1);
-	uint16_t mv[16], lv[16];
-	uint32_t mx = 0, lo = 0xffff;
+	const __m256i fin16 = _mm256_set1_epi16(0x7f7f);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1), fin = m;
+	uint16_t mv[16], lv[16], fv[16];
+	uint32_t mx = 0, lo = 0xffff, fx = 0;
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * 2;
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256();
 		#pragma GCC unroll 8
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
 			__m256i a = _mm256_and_si256(
 				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
-			m = _mm256_max_epu16(m, a);
+			mr = _mm256_max_epu16(mr, a);
 			low = _mm256_min_epu16(low, _mm256_sub_epi16(a, one16));
 		}
+		m = _mm256_max_epu16(m, mr);
+		__m256i nfv = _mm256_cmpgt_epi16(mr, fin16); /* below 2^15: signed */
+		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_epi8(nfv);
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
 	}
 	_mm256_storeu_si256((__m256i *)mv, m);
 	_mm256_storeu_si256((__m256i *)lv, low);
+	_mm256_storeu_si256((__m256i *)fv, fin);
 	for (int i = 0; i < 16; i++) {
 		mx = mv[i] > mx ? mv[i] : mx;
 		lo = lv[i] < lo ? lv[i] : lo;
+		fx = fv[i] > fx ? fv[i] : fx;
 	}
+	*fin_out = _mm256_set1_epi32((int)(fx << 16));
 	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
 	 * to 0xffffffff as the 32-bit lanes would) */
 	*m_out = _mm256_set1_epi32((int)(mx << 16));
@@ -825,8 +1026,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
-		.emin_c = _mm256_set1_epi32(((1 - bias + 127) << 23) + ((23 - mbits) << 23)),
+		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
+		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
+		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
 	};
 	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
@@ -834,7 +1037,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
 	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
 			  _mm256_setzero_pd()};
-	struct fast_sums f = {.l = l, .err = acc[0], .dqs = acc[0], .xs = acc[0]};
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
@@ -842,20 +1045,25 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			scalar_tile(ctx, r0, c0);
 			continue;
 		}
-		__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1);
+		__m256i m, lowm, fin_lanes;
+		uint64_t nf_rows[2] = {0, 0};
 		if (dtype == DLI_DTYPE_BF16)
-			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm);
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows);
 		else
-			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm);
+			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm, &fin_lanes,
+				    nf_rows);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
 		uint64_t nonfinite = 0;
 		if (amax_bits > 0x7f7fffffu) {
-			/* NaN or an infinity: a second look (from cache) for the largest finite
-			 * magnitude, an infinity (the scalar pass's amax, with NaN left out) and the
-			 * count of both, which the terms leave out. */
+			/* NaN or an infinity: a second look (from cache) at the rows that hold
+			 * them for the largest finite magnitude, an infinity (the scalar pass's
+			 * amax, with NaN left out) and the count of both, which the terms leave
+			 * out; the rest of the finite amax came with the first. */
 			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
-			__m256i fm = _mm256_setzero_si256(), inf = _mm256_setzero_si256();
+			__m256i fm = fin_lanes, inf = _mm256_setzero_si256();
 			for (int64_t r = r0; r < r1; r++) {
+				if (!(nf_rows[(r - r0) >> 6] >> ((r - r0) & 63) & 1))
+					continue;
 				const char *p = data + (size_t)(r * cols + c0) * sz;
 				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 					__m256i a[4];
@@ -896,21 +1104,28 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
 		float lowest;
 		memcpy(&lowest, &lmin, sizeof(lowest));
-		bool under = lowest * scale <= ldexpf(1.0f, -bias - mbits);
+		float low_scaled = lowest * scale;
+		enum fast_mode mode = low_scaled <= ldexpf(1.0f, -bias - mbits) ? FAST_UNDER
+				      : low_scaled < ldexpf(1.0f, 1 - bias)   ? FAST_SUBNORMAL
+									       : FAST_NORMAL;
 		bool sat = top_bits > maxbits, clean = nonfinite > 0;
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
-		const int32_t delta = (int32_t)(sbits - (127u << 23) + ((uint32_t)(23 - mbits) << 23));
+		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si),
+		 * that is 127 - the scale's exponent field, in the exponent field */
+		const int32_t grid_floor =
+			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		const char *p = data + (size_t)(r0 * cols + c0) * sz;
+		const char *next = c0 + 2 * DLI_FP8B_BLOCK <= cols ? p + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
-				       &f, &l, acc, t);
+			tile_steps_f32(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
+				       &k, mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat,
-					clean, &f, &l, acc, t);
+			tile_steps_bf16(p, next, stride, r1 - r0, &scale, &si, &grid_floor,
+					nf_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, stride, r1 - r0, &scale, &si, &delta, &k, under, sat, clean,
-				       &f, &l, acc, t);
+			tile_steps_f16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
+				       &k, mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);

@@ -2,8 +2,9 @@
  * the scalar reference of the same library (kernels/cpu/fp8-block.c), which test_mx holds to a
  * naive reference: f32, bf16 and f16 input, E4M3 and E5M2, shapes with partial tiles and strips,
  * and the tiles the AVX2 path treats apart: NaN and infinities (an infinity makes the tile's scale
- * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, zeros, and
- * magnitudes beyond the float lanes' range (the scalar tile). Counts and the scale range must be
+ * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, with and
+ * without zeros, zeros, magnitudes beyond the float lanes' range (the scalar tile), and tiles
+ * whose small values round on the format's subnormal grid without underflowing. Counts and the scale range must be
  * equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to double every few
  * rows). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
@@ -32,7 +33,19 @@ static float uniform(void)
 	return (float)(((double)(next_u64() >> 11) * 0x1p-53 - 0.5) * 4);
 }
 
-enum kind { PLAIN, WIDE, ZEROS, BANDS, NONFINITE, NONFINITE_WIDE, NAN_ONLY, HUGE_TILE, KINDS };
+enum kind {
+	PLAIN,
+	WIDE,
+	ZEROS,
+	ZEROS_WIDE,
+	BANDS,
+	NONFINITE,
+	NONFINITE_WIDE,
+	NAN_ONLY,
+	HUGE_TILE,
+	SUBNORMAL_GRID,
+	KINDS
+};
 
 static float value(enum kind kind, int64_t i, int64_t cols)
 {
@@ -42,6 +55,8 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 		return ldexpf(v, (int)(next_u64() % 41) - 20);
 	case ZEROS:
 		return next_u64() % 3 ? v : 0.0f;
+	case ZEROS_WIDE: /* zeros among values that underflow: both counted apart */
+		return next_u64() % 3 ? ldexpf(v, (int)(next_u64() % 41) - 20) : 0.0f;
 	case BANDS: /* each column band of tiles its own magnitude, 2^-60 .. 2^60 and past */
 		return ldexpf(v, (int)(i % cols / 128) * 30 - 70);
 	case NONFINITE:
@@ -57,6 +72,10 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 		return next_u64() % 700 == 0 ? NAN : v;
 	case HUGE_TILE: /* one tile's amax beyond 2^60: the scalar tile */
 		return i == 5 ? 0x1p70f : v;
+	case SUBNORMAL_GRID: /* 1.75 (exact, so that the rest's errors show in the sums) and the
+			      * rest in [2^-15, 2^-14): times the scale 2^8, on E4M3's subnormal
+			      * grid, above half its smallest subnormal */
+		return copysignf(i % 97 == 0 ? 1.75f : ldexpf(1.0f + fabsf(v) / 2, -15), v);
 	default:
 		return v;
 	}

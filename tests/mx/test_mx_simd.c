@@ -1,0 +1,174 @@
+/* MXFP8's compare pass (row-wise and column-wise blocks of 32) on its AVX2 path against the scalar
+ * reference of the same library (kernels/cpu/mx.c), which test_mx and the interop test hold to
+ * naive and ml_dtypes references: f32, bf16 and f16 input, E4M3 and E5M2, rows of whole batches
+ * of eight blocks, a few blocks more and a partial block, and the data that takes each of the
+ * AVX2 path's ways: narrow values whose batches need neither underflow counts nor the
+ * subnormal grid (the bench's data: sums of two uniforms on a grid of 2^-15, with zeros and
+ * halfway cases), batches with a value on the format's subnormal grid but none that underflows,
+ * batches with underflows, zeros, NaN and infinities in some blocks, and magnitudes beyond the
+ * float lanes' range. Counts and the scale range must be equal, the sums within 1e-5 (the AVX2
+ * path sums in float lanes, widened to double every few batches). Exits 77 when the CPU has no
+ * AVX2. */
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kernels-private.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint64_t next_u64(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return rng;
+}
+
+enum kind { GRID, SUBNORMAL_GRID, UNDERFLOW, ZEROS, NONFINITE, WIDE, HUGE_BLOCK, KINDS };
+
+static float value(enum kind kind, int64_t i, int64_t cols)
+{
+	uint64_t u = next_u64();
+	/* the bench's values: (a + b - 65535) / 32768, a and b 16-bit uniforms */
+	float v = ((float)(u & 0xffff) + (float)(u >> 16 & 0xffff) - 65535.0f) / 32768.0f;
+	switch (kind) {
+	case SUBNORMAL_GRID: /* a block's first value (row-wise and column-wise) 1.5 or 1.75
+			      * (exact, so that the rest's errors show in the sums), the rest in
+			      * [2^-15, 2^-14): times 2^7 or 2^8 (the first's code), on E4M3's
+			      * subnormal grid, above half its smallest subnormal */
+		return copysignf(i % 32 == 0 || i / cols % 32 == 0 ? (u >> 30 & 1 ? 1.5f : 1.75f)
+					     : ldexpf(1.0f + (float)(u >> 20 & 0xff) / 256.0f, -15),
+				 v);
+	case UNDERFLOW: /* one in 2000 2^-24 of the rest: below E4M3's and E5M2's subnormals */
+		return (u >> 40) % 2000 == 0 ? ldexpf(v, -24) : v;
+	case ZEROS:
+		return (u >> 40) % 5 ? v : 0.0f;
+	case NONFINITE:
+		if ((u >> 40) % 1000 == 0) {
+			uint64_t w = (u >> 50) % 3;
+			return w == 0 ? NAN : w == 1 ? INFINITY : -INFINITY;
+		}
+		return v;
+	case WIDE: /* each block its own magnitude, 2^-30 .. 2^30 */
+		return ldexpf(v, (int)(i / 32 % 61) - 30);
+	case HUGE_BLOCK: /* one block's amax beyond 2^60 */
+		return i == 100 ? 0x1p70f : v;
+	default:
+		return v;
+	}
+}
+
+/* x cut to bf16 (truncated) or rounded to f16 (values here are within its range or flushed). */
+static void narrow(const float *x, int64_t n, enum dli_dtype dt, uint16_t *out)
+{
+	for (int64_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof(u));
+		if (dt == DLI_DTYPE_BF16) {
+			out[i] = isnan(x[i]) ? (uint16_t)0x7fc0 : (uint16_t)(u >> 16);
+			continue;
+		}
+		uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
+		int e = (int)(u >> 23 & 0xff) - 127;
+		if (isnan(x[i]))
+			out[i] = 0x7e00;
+		else if (e > 15)
+			out[i] = sign | 0x7c00;
+		else if (e < -14)
+			out[i] = sign;
+		else
+			out[i] = (uint16_t)(sign | (uint32_t)(e + 15) << 10 | (u & 0x7fffff) >> 13);
+	}
+}
+
+static bool close_to(double a, double b)
+{
+	return a == b || fabs(a - b) <= 1e-5 * fmax(fabs(a), fabs(b));
+}
+
+/* The AVX2 and the scalar compare of one input, one format, one direction. */
+static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols, enum kind kind,
+		  enum dli_dtype fmt, bool col)
+{
+	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
+	const struct dli_cpu_options scalar = {.simd = DLI_SIMD_SCALAR, .threads = 1};
+	struct dli_stats_record a, s;
+	int ra = dli_cpu_mx_compare(in, dt, rows, cols, fmt, col, &avx2, &a);
+	int rs = dli_cpu_mx_compare(in, dt, rows, cols, fmt, col, &scalar, &s);
+	bool ok = ra == 0 && rs == 0 && a.fp8_count == s.fp8_count &&
+		  a.underflows == s.underflows && a.overflows == s.overflows &&
+		  close_to(a.err_sq, s.err_sq) && close_to(a.dot, s.dot) &&
+		  close_to(a.dq_sq, s.dq_sq) && close_to(a.x_sq, s.x_sq) &&
+		  a.scale_inv_min == s.scale_inv_min && a.scale_inv_max == s.scale_inv_max;
+
+	CHECK(ok);
+	if (!ok)
+		fprintf(stderr,
+			"%lld x %lld, kind %d, dtype %d, format %d%s: count %llu/%llu under "
+			"%llu/%llu over %llu/%llu err %.9g/%.9g dot %.9g/%.9g dq %.9g/%.9g x "
+			"%.9g/%.9g scale_inv %g/%g .. %g/%g\n",
+			(long long)rows, (long long)cols, (int)kind, (int)dt, (int)fmt,
+			col ? " columnwise" : "", (unsigned long long)a.fp8_count,
+			(unsigned long long)s.fp8_count, (unsigned long long)a.underflows,
+			(unsigned long long)s.underflows, (unsigned long long)a.overflows,
+			(unsigned long long)s.overflows, a.err_sq, s.err_sq, a.dot, s.dot, a.dq_sq,
+			s.dq_sq, a.x_sq, s.x_sq, a.scale_inv_min, s.scale_inv_min,
+			a.scale_inv_max, s.scale_inv_max);
+	/* the kinds meant to take a way take it (or the test would not cover it): underflows
+	 * where wanted, none where not (an infinity's block, code 0xfe, and the huge block's
+	 * underflow all their other values) */
+	if (!col && dt == DLI_DTYPE_F32 && fmt == DLI_DTYPE_F8E4M3 && kind != WIDE &&
+	    kind != NONFINITE && kind != HUGE_BLOCK)
+		CHECK((kind == UNDERFLOW) == (s.underflows > 0));
+}
+
+int main(void)
+{
+	/* 4096 columns: 16 batches a row; 4096 + 3 * 32 + 5: batches, three blocks more and a
+	 * partial one; 256 x 64: two blocks a row, no batch (the one-block path) */
+	static const int64_t shapes[][2] = {{8, 4096}, {5, 4096 + 3 * 32 + 5}, {256, 64},
+					    {64, 1024}};
+	static const enum dli_dtype dtypes[] = {DLI_DTYPE_F32, DLI_DTYPE_BF16, DLI_DTYPE_F16};
+	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
+	struct dli_stats_record probe;
+	float one = 1.0f;
+
+	if (dli_cpu_mx_compare(&one, DLI_DTYPE_F32, 1, 1, DLI_DTYPE_F8E4M3, false, &avx2,
+			       &probe) == -ENOTSUP) {
+		printf("no AVX2 on this CPU: skipped\n");
+		return 77;
+	}
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(*x));
+		void *in = malloc((size_t)n * sizeof(float));
+		if (!x || !in) {
+			CHECK(false);
+			free(x);
+			free(in);
+			return check_exit();
+		}
+		for (int kind = 0; kind < KINDS; kind++) {
+			for (int64_t i = 0; i < n; i++)
+				x[i] = value((enum kind)kind, i, cols);
+			for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+				enum dli_dtype dt = dtypes[di];
+				if (dt == DLI_DTYPE_F32)
+					memcpy(in, x, (size_t)n * sizeof(float));
+				else
+					narrow(x, n, dt, in);
+				for (int f = 0; f < 4; f++)
+					check(in, dt, rows, cols, (enum kind)kind,
+					      f & 1 ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3, f >= 2);
+			}
+		}
+		free(x);
+		free(in);
+	}
+	return check_exit();
+}
