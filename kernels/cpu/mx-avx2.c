@@ -821,6 +821,10 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	const size_t sz = dli_dtype_size(dtype);
 	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
 
+	/* p made opaque to the compiler, so that it cannot hoist the row's loads and its sum x x,
+	 * the same in each of tile_loop's variants of a row, above their branch: GCC did, and kept
+	 * the row's sixteen vectors on the stack */
+	__asm__ volatile("" : "+r"(p));
 	#pragma GCC unroll 4
 	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 		if (sat) {
