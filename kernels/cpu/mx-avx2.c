@@ -200,9 +200,10 @@ enum fast_mode {
  * binade for either sign of x, so x keeps its sign and needs no mask) and the block's
  * `grid_floor`, the format's smallest normal exponent times si (in the exponent field; below it
  * the grid is the subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times
- * si. */
+ * si. The underflows count in *under, which may be another set's (FP8 block scaling's tiles
+ * count in one, and so keep a register for the steps). */
 INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum fast_mode mode,
-		      struct fast_lanes *l)
+		      struct fast_lanes *l, __m256i *under)
 {
 	__m256i e = _mm256_and_si256(_mm256_castps_si256(x), k->expmask);
 	if (mode != FAST_NORMAL)
@@ -218,7 +219,7 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum
 		const __m256 zero = _mm256_setzero_ps();
 		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, zero, _CMP_EQ_OQ));
 		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ));
-		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+		*under = _mm256_add_epi32(_mm256_sub_epi32(*under, rz), xz);
 	}
 }
 
@@ -242,7 +243,7 @@ INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_
 	load_values(p, dtype, x);
 	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++)
-		step_fast(x[h], fb, k, mode, &l[h & 1]);
+		step_fast(x[h], fb, k, mode, &l[h & 1], &l[h & 1].under);
 }
 
 /* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
@@ -688,8 +689,8 @@ INLINE void cols_steps(const char *p, size_t stride, enum dli_dtype dtype, __m25
 	for (int i = 0; i < DLI_MX_BLOCK; i++) {
 		__m256 x0, x1;
 		load_cols_values(p + i * stride, dtype, &x0, &x1);
-		step_fast(x0, floor0, k, mode, &fl[0]);
-		step_fast(x1, floor1, k, mode, &fl[1]);
+		step_fast(x0, floor0, k, mode, &fl[0], &fl[0].under);
+		step_fast(x1, floor1, k, mode, &fl[1], &fl[1].under);
 	}
 }
 
@@ -846,7 +847,7 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 				x[h] = _mm256_andnot_ps(
 					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
 			}
-			step_fast(x[h], fb, k, mode, &fl[h & 1]);
+			step_fast(x[h], fb, k, mode, &fl[h & 1], &fl[0].under);
 		}
 	}
 }
