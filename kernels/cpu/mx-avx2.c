@@ -863,12 +863,13 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 /* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
  * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
  * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
- * acc, every row cleaned; else the fast steps into f. In FAST_UNDER, only the rows whose bits are
- * set in under_rows (as nf_rows's) hold a value that can underflow and count underflows; the
- * others take FAST_SUBNORMAL's steps, the same rounding without the count. `clean`: the tile holds NaN or infinities,
- * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned.
- * `next`, unless NULL: the next tile (as many rows, same stride), prefetched a row a row, so that
- * memory works for it while the steps work here (from L2, where the tile's first pass left it). */
+ * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. In
+ * FAST_UNDER, only the rows whose bits are set in under_rows (as nf_rows's) hold a value that
+ * can underflow and count underflows; the others take FAST_SUBNORMAL's steps, the same rounding
+ * without the count. `next`, unless NULL: the next tile (as many rows, same stride), whose rows
+ * past their first_share are prefetched a row a row, so that memory works for it while the
+ * steps work here (from L2, where the tile's first pass left it). */
 INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
 		      int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
@@ -1102,7 +1103,8 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		__m256i m, lowm, fin_lanes;
 		uint64_t nf_rows[2] = {0, 0}, under_rows[2] = {0, 0};
 		const char *tile = data + (size_t)(r0 * cols + c0) * sz;
-		const char *next = c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
+		const char *next =
+			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_BF16)
 			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows,
 					 row_low);
@@ -1182,14 +1184,14 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		const int32_t grid_floor =
 			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
-				       under_rows, &k, mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
 			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
 					nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
-				       under_rows, &k, mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
