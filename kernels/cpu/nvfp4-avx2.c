@@ -167,9 +167,9 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  *
  * The sums are of x f and dq f in float lanes: scaling by a power of two is exact, and keeps the
  * squares of the group's largest values near 1, far from float's overflow and underflow (x^2 of
- * data beyond 2^64 or below 2^-75 would leave float's range unscaled); dq is rounded as the
- * scalar rounds it before it is scaled, so that a dq that overflows is inf here too. x f - dq f
- * is exact (the two are within a factor of 2, or dq is 0), so each term is rounded once, by its
+ * data beyond 2^64 or below 2^-75 would leave float's range unscaled). dq f is r * (dqs f)
+ * when dqs_scaled (the groups: see group_scales), else dq as the scalar rounds it, times f (a
+ * lone block: its f is from its largest finite magnitude, which may be 0). x f - dq f is exact (the two are within a factor of 2, or dq is 0), so each term is rounded once, by its
  * FMA, and a lane adds 16 of them before they are widened: about 1e-6 relative. Terms of blocks
  * 2^75 below the group's largest magnitude vanish (relative to the group's sum of squares, below
  * 2^-150).
@@ -180,8 +180,8 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * lane; the low half is then underflows plus overflows, the high half overflows (see
  * counts_widen). */
 static inline __attribute__((always_inline)) void
-elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
-	 __m256i *counts, struct fsums *sum, const __m256i *keep)
+elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
+	 const struct e2m1_constants *k, __m256i *counts, struct fsums *sum, const __m256i *keep)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
@@ -200,7 +200,7 @@ elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constan
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
 	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
 	*counts = _mm256_sub_epi16(*counts, ov);
-	__m256 xf = _mm256_mul_ps(m, f), dqf = _mm256_mul_ps(dq, f);
+	__m256 xf = _mm256_mul_ps(m, f), dqf = dqs_scaled ? dq : _mm256_mul_ps(dq, f);
 	__m256 d = _mm256_sub_ps(xf, dqf);
 	sum->err = _mm256_fmadd_ps(d, d, sum->err);
 	sum->dqs = _mm256_fmadd_ps(dqf, dqf, sum->dqs);
@@ -268,11 +268,11 @@ static inline void dsums_reset(struct dsums *a)
 
 /* One whole block of finite values whose magnitudes are in a[2], into the float sums. */
 static inline __attribute__((always_inline)) void
-block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
-	__m256i *counts, struct fsums *sum)
+block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
+	const struct e2m1_constants *k, __m256i *counts, struct fsums *sum)
 {
-	elements(a[0], enc, dqs, f, k, counts, sum, NULL);
-	elements(a[1], enc, dqs, f, k, counts, sum, NULL);
+	elements(a[0], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
+	elements(a[1], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -304,8 +304,16 @@ struct rule_constants {
 /* The eight blocks at p: their maxima (NaN and inf have the largest magnitude bits), their E4M3
  * scales, multipliers (into enc) and dequantization factors (into dqs) by the scalar rules'
  * float operations in the lanes of one vector, the scale range over those of a nonzero scale
- * into *lo and *hi, the group's power of two (see elements) into *factor and *unscale. Returns
- * the mask of the blocks holding NaN or an infinity (their lanes' values are not used). */
+ * into *lo and *hi, the group's power of two f (see elements) into *factor and *unscale, the
+ * factors times f into dqs. Returns the mask of the blocks holding NaN or an infinity (their
+ * lanes' values are not used).
+ *
+ * r * (dqs f) is the scalar's dq = r * dqs, rounded, times f, exactly, when the pass's amax is
+ * at least 2^-100 (dli_nvfp4_rows_avx2 asks for it): a nonzero scale is at least 2^-9, so dqs is
+ * 0 or at least about amax 2^-20.4 and r * dqs, r >= 0.5, is 0 or a normal float; dqs f is
+ * normal (at least 2^-20.4: the group's largest magnitude, at most amax, times f is at least 1)
+ * and finite; r * dqs cannot overflow where dqs is finite (dqs is at most FLT_MAX / 2688 then),
+ * and an infinite or NaN dqs stays so. The multiplication by f leaves the elements' work. */
 static inline __attribute__((always_inline)) int
 group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k, __m256 *lo,
 	     __m256 *hi, float enc[8], float dqs[8], float *factor, double *unscale)
@@ -334,13 +342,13 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
 	*hi = _mm256_max_ps(*hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
 	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
 	_mm256_storeu_ps(enc, ve);
-	_mm256_storeu_ps(dqs, vd);
 	float gmax = hmax(bm);
 	uint32_t gbits, fe;
 	memcpy(&gbits, &gmax, sizeof(gbits));
 	fe = scale_exponent(gbits);
 	gbits = fe << 23;
 	memcpy(factor, &gbits, sizeof(gbits));
+	_mm256_storeu_ps(dqs, _mm256_mul_ps(vd, _mm256_broadcast_ss(factor)));
 	*unscale = unscale_of(fe);
 	return _mm256_movemask_ps(_mm256_castsi256_ps(nf));
 }
@@ -390,7 +398,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
 			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
 			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
-			block16(a, ej, dj, f, &e2m1, &counts, &fs);
+			block16(a, ej, dj, f, true, &e2m1, &counts, &fs);
 			count += DLI_NVFP4_BLOCK;
 		}
 		fsums_widen(&fs, unscale[g & 1], &sum);
@@ -449,7 +457,7 @@ static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int6
 	struct fsums fs;
 	fsums_reset(&fs);
 	for (int h = 0; h < 2; h++)
-		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), k,
+		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false, k,
 			 &st->counts, &fs, &keep[h]);
 	fsums_widen(&fs, unscale_of(fe), &st->sum);
 	st->count += (uint64_t)kept;
@@ -516,8 +524,8 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			uint32_t fe = scale_exponent(bits);
 			struct fsums fs;
 			fsums_reset(&fs);
-			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), &e2m1,
-				&st.counts, &fs);
+			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false,
+				&e2m1, &st.counts, &fs);
 			fsums_widen(&fs, unscale_of(fe), &st.sum);
 			st.count += DLI_NVFP4_BLOCK;
 		}

@@ -368,6 +368,42 @@ static void test_given_amax(void)
 		  -EINVAL);
 }
 
+/* Tensors whose amax is near 2^-100, where the AVX2 pass hands over to the scalar one (below it,
+ * dequantized values could be subnormal): blocks spread down into the subnormals, both sides of
+ * that line give the naive reference's counts and sums and the scalar path's record. */
+static void test_tiny_amax(void)
+{
+	int64_t rows = 8, cols = 1024, n = rows * cols;
+	float *x = malloc((size_t)n * sizeof(float));
+	CHECK(x != NULL);
+	if (!x)
+		return;
+	float amax = 0;
+	for (int64_t i = 0; i < n; i++) {
+		x[i] = random_value(i);
+		amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+	}
+	/* amax in [2^-99, 2^-98), [2^-100, 2^-99), [2^-101, 2^-100) and [2^-121, 2^-120), where
+	 * most dequantized values are subnormal */
+	static const int targets[] = {-99, -100, -101, -121};
+	int exponent = ilogbf(amax);
+	for (size_t k = 0; k < sizeof(targets) / sizeof(targets[0]); k++) {
+		for (int64_t i = 0; i < n; i++)
+			x[i] = ldexpf(x[i], targets[k] - exponent);
+		exponent = targets[k];
+		struct terms t;
+		struct dli_stats_record a, s;
+		struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1};
+		naive(x, rows, cols, 1, &t);
+		CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, rows, cols, 1, false, NULL, &a), 0);
+		CHECK_INT(dli_cpu_nvfp4_compare(x, DLI_DTYPE_F32, rows, cols, 1, false, &so, &s), 0);
+		CHECK(a.fp8_count == t.count && a.underflows == t.under &&
+		      close_to(a.err_sq, t.err, SIMD_SUMS));
+		CHECK(near_record(&s, &a));
+	}
+	free(x);
+}
+
 /* ---- Through the core ---- */
 
 static double logged(const char *name)
@@ -476,6 +512,7 @@ int main(void)
 	test_passes();
 	test_threads();
 	test_given_amax();
+	test_tiny_amax();
 	test_feature();
 	test_errors();
 	remove_log_dir();
