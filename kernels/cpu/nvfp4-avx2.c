@@ -138,7 +138,7 @@ struct fsums {
 
 /* The E2M1 rounding's constants (see elements), made in registers once a segment and hidden from
  * the compiler: otherwise it rebuilds them in every block from general registers by broadcasts,
- * which take the one pipe the conversions to double need. */
+ * which run on one pipe only on Zen 3. */
 struct e2m1_constants {
 	__m256 six;
 	__m256i exponent; /* the exponent field's mask */
@@ -155,24 +155,25 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
 	__asm__("" : "+x"(k->six), "+x"(k->exponent), "+x"(k->one), "+x"(k->shift));
 }
 
-/* Eight magnitudes m of one block, with its multiplier, its dequantization factor and the power
- * of two f of its group (or of the block alone): the E2M1
- * value r of m * enc (the scalar rules' s = x * enc and |s|: the product's magnitude is the
- * same), rounded by the float trick: add and subtract C = 2^(max(exponent, 0) + 22), which rounds
- * to one mantissa bit (steps of 0.5 below 2, 1 up to 4, 2 up to 8) to nearest-even, after
- * clamping to 6. Each tie lands on the code the scalar comparisons give (0.25 -> 0, 0.75 -> 1,
- * 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is
- * the scalar's e2m1_values[c] * dqs. x and dq share their sign, so the terms are those of the
- * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
+/* Eight magnitudes m of one block, with its multiplier, its dequantization factor and the power of
+ * two f of its group (or of the block alone): the E2M1 value r of m * enc (the scalar rules'
+ * s = x * enc and |s|: the product's magnitude is the same), rounded by the float trick: add and
+ * subtract C = 2^(max(exponent, 0) + 22), which rounds to one mantissa bit (steps of 0.5 below 2,
+ * 1 up to 4, 2 up to 8) to nearest-even, after clamping to 6. Each tie lands on the code the
+ * scalar comparisons give (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
+ * 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is the scalar's e2m1_values[c] * dqs. x and
+ * dq share their sign, so the terms are those of the magnitudes. keep, when not NULL, marks the
+ * lanes compared; the others hold m = 0.
  *
  * The sums are of x f and dq f in float lanes: scaling by a power of two is exact, and keeps the
  * squares of the group's largest values near 1, far from float's overflow and underflow (x^2 of
- * data beyond 2^64 or below 2^-75 would leave float's range unscaled). dq f is r * (dqs f)
- * when dqs_scaled (the groups: see group_scales), else dq as the scalar rounds it, times f (a
- * lone block: its f is from its largest finite magnitude, which may be 0). x f - dq f is exact (the two are within a factor of 2, or dq is 0), so each term is rounded once, by its
- * FMA, and a lane adds 16 of them before they are widened: about 1e-6 relative. Terms of blocks
- * 2^75 below the group's largest magnitude vanish (relative to the group's sum of squares, below
- * 2^-150).
+ * data beyond 2^64 or below 2^-75 would leave float's range unscaled). dq f is r * (dqs f) when
+ * dqs_scaled (the groups: see group_scales), else dq as the scalar rounds it, times f (a lone
+ * block: its f is from its largest finite magnitude, which may be 0). x f - dq f is exact where
+ * the two are within a factor of 2 or dq is 0 (nearly every element), so a term is rounded once,
+ * by its FMA, and a lane adds 16 of them before they are widened: about 1e-6 relative. Terms of
+ * blocks 2^75 below the group's largest magnitude vanish (below 2^-150 of the group's sum of
+ * squares).
  *
  * Both counts share one register, so that the sums and the constants stay in registers too: an
  * overflow (|s| > 6, compared as integers: s is not negative and not NaN, so its bits order as
@@ -227,7 +228,8 @@ static inline __attribute__((always_inline)) void fsums_widen(const struct fsums
 }
 
 /* The power of two f that brings a largest magnitude (its float bits, finite) to [1, 4), as
- * f's exponent field (1 .. 254: f is never subnormal), and 1 / f^2 in double. */
+ * f's exponent field (1 .. 254: f is never subnormal); unscale_of gives 1 / f^2 in double,
+ * factor_of f in every lane. */
 static inline uint32_t scale_exponent(uint32_t max_bits)
 {
 	int e = 254 - (int)(max_bits >> 23);
