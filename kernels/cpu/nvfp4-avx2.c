@@ -423,6 +423,21 @@ __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int
 	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
 }
 
+/* A lone block's multiplier and dequantization factor from its maximum bmax (an infinity
+ * saturates the scale) by group_scales' float operations, in one lane; returns whether its scale
+ * is nonzero. */
+static inline bool lone_scale(float bmax, const struct nv_pass *ps, float *enc, float *dqs)
+{
+	__m256 vs = e4m3_round(_mm256_set1_ps(bmax * (ps->s_enc * (1.0f / 6.0f))));
+	__m256 ve = _mm256_div_ps(_mm256_set1_ps(1.0f),
+				  _mm256_mul_ps(vs, _mm256_set1_ps((float)(1.0 / (double)ps->s_enc))));
+	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, _mm256_set1_ps(ps->amax)),
+				  _mm256_set1_ps(1.0f / 2688.0f));
+	*enc = _mm256_cvtss_f32(_mm256_min_ps(ve, _mm256_set1_ps(FLT_MAX)));
+	*dqs = _mm256_cvtss_f32(vd);
+	return _mm256_cvtss_f32(vs) != 0.0f;
+}
+
 /* A whole block from element i on holding NaN or an infinity, as the scalar block takes it: its
  * scale from the maximum of all but NaN (an infinity saturates it), by the scalar rules, and its
  * elements but NaN and the infinities compared, their lanes zeroed and left out. */
@@ -442,10 +457,8 @@ static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int6
 		kept += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep[h])));
 	}
 	float bmax = hmax(_mm256_castsi256_ps(mx));
-	uint8_t sc = dli_nvfp4_block_scale(bmax, ps->s_enc);
-	float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
-	float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
-	if (sc & 0x7f) {
+	float enc, dqs;
+	if (lone_scale(bmax, ps, &enc, &dqs)) {
 		if (dqs < t->lo)
 			t->lo = dqs;
 		if (dqs > t->hi)
@@ -500,7 +513,7 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
 		}
-		/* The rest of the whole blocks one at a time, the scale by the scalar rules. */
+		/* The rest of the whole blocks one at a time. */
 		for (; c < full; c += DLI_NVFP4_BLOCK) {
 			const int64_t i = r * cols + c;
 			__m256i a[2];
@@ -511,11 +524,8 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				block_nonfinite(ps, dtype, i, &e2m1, &st, t);
 				continue;
 			}
-			float bmax = hmax(_mm256_castsi256_ps(mx));
-			uint8_t sc = dli_nvfp4_block_scale(bmax, ps->s_enc);
-			float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
-			float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
-			if (sc & 0x7f) {
+			float bmax = hmax(_mm256_castsi256_ps(mx)), enc, dqs;
+			if (lone_scale(bmax, ps, &enc, &dqs)) {
 				if (dqs < t->lo)
 					t->lo = dqs;
 				if (dqs > t->hi)
