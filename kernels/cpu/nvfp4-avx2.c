@@ -4,13 +4,15 @@
  * rules' float operations (the E4M3 rounding by integer nearest-even on the dropped mantissa bits,
  * or on multiples of 2^-9 below 2^-6), then each block's elements eight a vector, as magnitudes
  * (x and its dequantized value share their sign): |x| * multiplier rounded to float, its E2M1
- * value by the float rounding trick (see elements), times the factor. The sums are in double
- * lanes, one FMA chain each: products of two floats are exact in double, so only the order of the
- * additions differs from the scalar pass; sum x dq is derived from the other three. Each group's
- * scales are computed while the group before it is worked on. The vector loop is a function with
- * no call inside, so that the sums stay in registers; blocks holding NaN or an infinity go to the
- * scalar block after each segment of the row, a row's last partial block too; the global amax
- * (when the caller does not give it) has its own AVX2 pass. */
+ * value by the float rounding trick (see elements), times the factor. The sums are in float
+ * lanes over a group (16 terms a lane), of x and dq scaled by a power of two that brings the
+ * group's largest magnitude near 1, then widened into double lanes, as the MXFP8 pass sums them
+ * (within about 1e-6 of the scalar pass's double sums; see elements); sum x dq is derived from
+ * the other three. Each group's scales are computed while the group before it is worked on. The
+ * vector loop is a function with no call inside, so that the sums stay in registers; blocks
+ * holding NaN or an infinity are done one at a time after each segment of the row, a row's last
+ * whole blocks one at a time too (each its own float sums), its last partial block by the scalar
+ * block; the global amax (when the caller does not give it) has its own AVX2 pass. */
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
@@ -124,16 +126,19 @@ static inline void load_abs16(const char *data, enum dli_dtype dtype, int64_t i,
 	a[1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
 }
 
-/* The running sums in double lanes, one register each (a second set would not fit in the
- * sixteen registers with the counts and the constants: the sums would live in memory). A block
- * adds four dependent FMAs to each, about 16 cycles. */
+/* The running sums in double lanes, added to once a group (or a block done alone). */
 struct dsums {
 	__m256d err, dqs, xs;
 };
 
+/* A group's (or a lone block's) sums in float lanes, of x and dq scaled by its power of two. */
+struct fsums {
+	__m256 err, dqs, xs;
+};
+
 /* The E2M1 rounding's constants (see elements), made in registers once a segment and hidden from
  * the compiler: otherwise it rebuilds them in every block from general registers by broadcasts,
- * which take the one pipe the conversions to double need. */
+ * which run on one pipe only on Zen 3. */
 struct e2m1_constants {
 	__m256 six;
 	__m256i exponent; /* the exponent field's mask */
@@ -150,14 +155,25 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
 	__asm__("" : "+x"(k->six), "+x"(k->exponent), "+x"(k->one), "+x"(k->shift));
 }
 
-/* Eight magnitudes m of one block, with its multiplier and its dequantization factor: the E2M1
- * value r of m * enc (the scalar rules' s = x * enc and |s|: the product's magnitude is the
- * same), rounded by the float trick: add and subtract C = 2^(max(exponent, 0) + 22), which rounds
- * to one mantissa bit (steps of 0.5 below 2, 1 up to 4, 2 up to 8) to nearest-even, after
- * clamping to 6. Each tie lands on the code the scalar comparisons give (0.25 -> 0, 0.75 -> 1,
- * 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4, 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is
- * the scalar's e2m1_values[c] * dqs. x and dq share their sign, so the terms are those of the
- * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
+/* Eight magnitudes m of one block, with its multiplier, its dequantization factor and the power of
+ * two f of its group (or of the block alone): the E2M1 value r of m * enc (the scalar rules'
+ * s = x * enc and |s|: the product's magnitude is the same), rounded by the float trick: add and
+ * subtract C = 2^(max(exponent, 0) + 22), which rounds to one mantissa bit (steps of 0.5 below 2,
+ * 1 up to 4, 2 up to 8) to nearest-even, after clamping to 6. Each tie lands on the code the
+ * scalar comparisons give (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
+ * 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is the scalar's e2m1_values[c] * dqs. x and
+ * dq share their sign, so the terms are those of the magnitudes. keep, when not NULL, marks the
+ * lanes compared; the others hold m = 0.
+ *
+ * The sums are of x f and dq f in float lanes: scaling by a power of two is exact, and keeps the
+ * squares of the group's largest values near 1, far from float's overflow and underflow (x^2 of
+ * data beyond 2^64 or below 2^-75 would leave float's range unscaled). dq f is r * (dqs f) when
+ * dqs_scaled (the groups: see group_scales), else dq as the scalar rounds it, times f (a lone
+ * block: its f is from its largest finite magnitude, which may be 0). x f - dq f is exact where
+ * the two are within a factor of 2 or dq is 0 (nearly every element), so a term is rounded once,
+ * by its FMA, and a lane adds 16 of them before they are widened: about 1e-6 relative. Terms of
+ * blocks 2^75 below the group's largest magnitude vanish (below 2^-150 of the group's sum of
+ * squares).
  *
  * Both counts share one register, so that the sums and the constants stay in registers too: an
  * overflow (|s| > 6, compared as integers: s is not negative and not NaN, so its bits order as
@@ -165,8 +181,8 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * lane; the low half is then underflows plus overflows, the high half overflows (see
  * counts_widen). */
 static inline __attribute__((always_inline)) void
-elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m256i *counts,
-	 struct dsums *sum, const __m256i *keep)
+elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
+	 const struct e2m1_constants *k, __m256i *counts, struct fsums *sum, const __m256i *keep)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
@@ -185,22 +201,52 @@ elements(__m256i mb, __m256 enc, __m256 dqs, const struct e2m1_constants *k, __m
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
 	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
 	*counts = _mm256_sub_epi16(*counts, ov);
-	/* Widened from memory: the register form of the conversion, like the extraction of a
-	 * vector's upper half, runs on one pipe only (one a cycle on Zen 3), the memory form on
-	 * two, and a store costs no vector pipe. */
-	float wide[16] __attribute__((aligned(32)));
-	_mm256_store_ps(wide, m);
-	_mm256_store_ps(wide + 8, dq);
-	__asm__("" : "+m"(wide)); /* or the compiler turns it back into extractions */
+	__m256 xf = _mm256_mul_ps(m, f), dqf = dqs_scaled ? dq : _mm256_mul_ps(dq, f);
+	__m256 d = _mm256_sub_ps(xf, dqf);
+	sum->err = _mm256_fmadd_ps(d, d, sum->err);
+	sum->dqs = _mm256_fmadd_ps(dqf, dqf, sum->dqs);
+	sum->xs = _mm256_fmadd_ps(xf, xf, sum->xs);
+}
+
+static inline void fsums_reset(struct fsums *a)
+{
+	a->err = a->dqs = a->xs = _mm256_setzero_ps();
+}
+
+/* The float sums times 1 / f^2 (exact: a power of two) added into the double ones. */
+static inline __attribute__((always_inline)) void fsums_widen(const struct fsums *a, double unscale,
+							      struct dsums *sum)
+{
+	const __m256d u = _mm256_set1_pd(unscale);
+	const __m256 v[3] = { a->err, a->dqs, a->xs };
+	__m256d *w[3] = { &sum->err, &sum->dqs, &sum->xs };
 	#pragma GCC unroll 8
-	for (int h = 0; h < 2; h++) {
-		__m256d xd = _mm256_cvtps_pd(_mm_load_ps(wide + 4 * h));
-		__m256d dd = _mm256_cvtps_pd(_mm_load_ps(wide + 8 + 4 * h));
-		__m256d d = _mm256_sub_pd(xd, dd);
-		sum->err = _mm256_fmadd_pd(d, d, sum->err);
-		sum->dqs = _mm256_fmadd_pd(dd, dd, sum->dqs);
-		sum->xs = _mm256_fmadd_pd(xd, xd, sum->xs);
+	for (int k = 0; k < 3; k++) {
+		*w[k] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(v[k])), u, *w[k]);
+		*w[k] = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(v[k], 1)), u, *w[k]);
 	}
+}
+
+/* The power of two f that brings a largest magnitude (its float bits, finite) to [1, 4), as
+ * f's exponent field (1 .. 254: f is never subnormal); unscale_of gives 1 / f^2 in double,
+ * factor_of f in every lane. */
+static inline uint32_t scale_exponent(uint32_t max_bits)
+{
+	int e = 254 - (int)(max_bits >> 23);
+	return (uint32_t)(e < 1 ? 1 : e);
+}
+
+static inline double unscale_of(uint32_t fe)
+{
+	uint64_t u = (uint64_t)(1023 + 2 * (127 - (int)fe)) << 52;
+	double d;
+	memcpy(&d, &u, sizeof(d));
+	return d;
+}
+
+static inline __m256 factor_of(uint32_t fe)
+{
+	return _mm256_castsi256_ps(_mm256_set1_epi32((int)(fe << 23)));
 }
 
 /* The underflows and overflows in the lanes of counts (see elements) into *t. A block adds at
@@ -222,13 +268,13 @@ static inline void dsums_reset(struct dsums *a)
 	a->err = a->dqs = a->xs = _mm256_setzero_pd();
 }
 
-/* One whole block of finite values whose magnitudes are in a[2], into the running sums. */
+/* One whole block of finite values whose magnitudes are in a[2], into the float sums. */
 static inline __attribute__((always_inline)) void
-block16(const __m256i a[2], __m256 enc, __m256 dqs, const struct e2m1_constants *k,
-	__m256i *counts, struct dsums *sum)
+block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
+	const struct e2m1_constants *k, __m256i *counts, struct fsums *sum)
 {
-	elements(a[0], enc, dqs, k, counts, sum, NULL);
-	elements(a[1], enc, dqs, k, counts, sum, NULL);
+	elements(a[0], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
+	elements(a[1], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -260,11 +306,19 @@ struct rule_constants {
 /* The eight blocks at p: their maxima (NaN and inf have the largest magnitude bits), their E4M3
  * scales, multipliers (into enc) and dequantization factors (into dqs) by the scalar rules'
  * float operations in the lanes of one vector, the scale range over those of a nonzero scale
- * into *lo and *hi. Returns the mask of the blocks holding NaN or an infinity (their lanes'
- * values are not used). */
+ * into *lo and *hi, the group's power of two f (see elements) into *factor and *unscale, the
+ * factors times f into dqs. Returns the mask of the blocks holding NaN or an infinity (their
+ * lanes' values are not used).
+ *
+ * r * (dqs f) is the scalar's dq = r * dqs, rounded, times f, exactly, when the pass's amax is
+ * at least 2^-100 (dli_nvfp4_rows_avx2 asks for it): a nonzero scale is at least 2^-9, so dqs is
+ * 0 or at least about amax 2^-20.4 and r * dqs, r >= 0.5, is 0 or a normal float; dqs f is
+ * normal (at least 2^-20.4: the group's largest magnitude, at most amax, times f is at least 1)
+ * and finite; r * dqs cannot overflow where dqs is finite (dqs is at most FLT_MAX / 2688 then),
+ * and an infinite or NaN dqs stays so. The multiplication by f leaves the elements' work. */
 static inline __attribute__((always_inline)) int
 group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k, __m256 *lo,
-	     __m256 *hi, float enc[8], float dqs[8])
+	     __m256 *hi, float enc[8], float dqs[8], float *factor, double *unscale)
 {
 	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
 	__m256i m[8];
@@ -290,7 +344,14 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
 	*hi = _mm256_max_ps(*hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
 	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
 	_mm256_storeu_ps(enc, ve);
-	_mm256_storeu_ps(dqs, vd);
+	float gmax = hmax(bm);
+	uint32_t gbits, fe;
+	memcpy(&gbits, &gmax, sizeof(gbits));
+	fe = scale_exponent(gbits);
+	gbits = fe << 23;
+	memcpy(factor, &gbits, sizeof(gbits));
+	_mm256_storeu_ps(dqs, _mm256_mul_ps(vd, _mm256_broadcast_ss(factor)));
+	*unscale = unscale_of(fe);
 	return _mm256_movemask_ps(_mm256_castsi256_ps(nf));
 }
 
@@ -314,17 +375,23 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 	__m256i counts = st->counts;
 	uint64_t count = 0;
 	const char *p = ps->data + (size_t)i0 * (gbytes / (8 * DLI_NVFP4_BLOCK));
-	float enc[2][8], dqs[2][8];
+	float enc[2][8], dqs[2][8], factor[2];
+	double unscale[2];
 	struct e2m1_constants e2m1;
 	e2m1_constants_init(&e2m1);
-	int bad = group_scales(p, dtype, &k, &st->lo, &st->hi, enc[0], dqs[0]);
+	int bad = group_scales(p, dtype, &k, &st->lo, &st->hi, enc[0], dqs[0], &factor[0],
+			       &unscale[0]);
 
 	for (int g = 0; g < n_groups; g++, p += gbytes) {
 		int next_bad = 0;
 		if (g + 1 < n_groups)
 			next_bad = group_scales(p + gbytes, dtype, &k, &st->lo, &st->hi,
-						enc[(g + 1) & 1], dqs[(g + 1) & 1]);
+						enc[(g + 1) & 1], dqs[(g + 1) & 1],
+						&factor[(g + 1) & 1], &unscale[(g + 1) & 1]);
 		bad_masks[g] = (uint8_t)bad;
+		struct fsums fs;
+		fsums_reset(&fs);
+		__m256 f = _mm256_broadcast_ss(&factor[g & 1]);
 		#pragma GCC unroll 8
 		for (int j = 0; j < 8; j++) {
 			if (bad >> j & 1)
@@ -333,9 +400,10 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
 			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
 			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
-			block16(a, ej, dj, &e2m1, &counts, &sum);
+			block16(a, ej, dj, f, true, &e2m1, &counts, &fs);
 			count += DLI_NVFP4_BLOCK;
 		}
+		fsums_widen(&fs, unscale[g & 1], &sum);
 		bad = next_bad;
 	}
 	st->sum = sum;
@@ -353,6 +421,21 @@ __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int
 						   struct state *st, uint8_t *bad_masks)
 {
 	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
+}
+
+/* A lone block's multiplier and dequantization factor from its maximum bmax (an infinity
+ * saturates the scale) by group_scales' float operations, in one lane; returns whether its scale
+ * is nonzero. */
+static inline bool lone_scale(float bmax, const struct nv_pass *ps, float *enc, float *dqs)
+{
+	__m256 vs = e4m3_round(_mm256_set1_ps(bmax * (ps->s_enc * (1.0f / 6.0f))));
+	__m256 ve = _mm256_div_ps(_mm256_set1_ps(1.0f),
+				  _mm256_mul_ps(vs, _mm256_set1_ps((float)(1.0 / (double)ps->s_enc))));
+	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, _mm256_set1_ps(ps->amax)),
+				  _mm256_set1_ps(1.0f / 2688.0f));
+	*enc = _mm256_cvtss_f32(_mm256_min_ps(ve, _mm256_set1_ps(FLT_MAX)));
+	*dqs = _mm256_cvtss_f32(vd);
+	return _mm256_cvtss_f32(vs) != 0.0f;
 }
 
 /* A whole block from element i on holding NaN or an infinity, as the scalar block takes it: its
@@ -373,18 +456,25 @@ static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int6
 		a[h] = _mm256_and_si256(a[h], keep[h]);
 		kept += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep[h])));
 	}
-	uint8_t sc = dli_nvfp4_block_scale(hmax(_mm256_castsi256_ps(mx)), ps->s_enc);
-	float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
-	float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
-	if (sc & 0x7f) {
+	float bmax = hmax(_mm256_castsi256_ps(mx));
+	float enc, dqs;
+	if (lone_scale(bmax, ps, &enc, &dqs)) {
 		if (dqs < t->lo)
 			t->lo = dqs;
 		if (dqs > t->hi)
 			t->hi = dqs;
 	}
+	/* the power of two from the largest finite magnitude (an infinity's would flush the rest) */
+	float fmax_kept = hmax(_mm256_castsi256_ps(_mm256_max_epu32(a[0], a[1])));
+	uint32_t bits;
+	memcpy(&bits, &fmax_kept, sizeof(bits));
+	uint32_t fe = scale_exponent(bits);
+	struct fsums fs;
+	fsums_reset(&fs);
 	for (int h = 0; h < 2; h++)
-		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), k, &st->counts, &st->sum,
-			 &keep[h]);
+		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false, k,
+			 &st->counts, &fs, &keep[h]);
+	fsums_widen(&fs, unscale_of(fe), &st->sum);
 	st->count += (uint64_t)kept;
 }
 
@@ -423,7 +513,7 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
 		}
-		/* The rest of the whole blocks one at a time, the scale by the scalar rules. */
+		/* The rest of the whole blocks one at a time. */
 		for (; c < full; c += DLI_NVFP4_BLOCK) {
 			const int64_t i = r * cols + c;
 			__m256i a[2];
@@ -434,18 +524,21 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				block_nonfinite(ps, dtype, i, &e2m1, &st, t);
 				continue;
 			}
-			float bmax = hmax(_mm256_castsi256_ps(mx));
-			uint8_t sc = dli_nvfp4_block_scale(bmax, ps->s_enc);
-			float enc = dli_nvfp4_block_encode(sc, ps->s_enc);
-			float dqs = dli_nvfp4_dequant_scale(sc, ps->amax);
-			if (sc & 0x7f) {
+			float bmax = hmax(_mm256_castsi256_ps(mx)), enc, dqs;
+			if (lone_scale(bmax, ps, &enc, &dqs)) {
 				if (dqs < t->lo)
 					t->lo = dqs;
 				if (dqs > t->hi)
 					t->hi = dqs;
 			}
-			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), &e2m1, &st.counts,
-				&st.sum);
+			uint32_t bits;
+			memcpy(&bits, &bmax, sizeof(bits));
+			uint32_t fe = scale_exponent(bits);
+			struct fsums fs;
+			fsums_reset(&fs);
+			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false,
+				&e2m1, &st.counts, &fs);
+			fsums_widen(&fs, unscale_of(fe), &st.sum);
 			st.count += DLI_NVFP4_BLOCK;
 		}
 		if (full < cols)

@@ -30,10 +30,11 @@ void dli_nvfp4_block_scalar(const struct nv_pass *ps, int64_t r, int64_t c0, int
 			    struct dli_block_terms *t);
 
 #ifdef DLI_HAVE_X86_SIMD
-/* COMPARE of rows [r0, r1), row-wise 1 x 16 blocks, into *t: whole blocks of finite values with
- * AVX2 (the block's scale computed by the scalar rules, its elements eight a vector, the sums in
- * double lanes), the rest by the scalar block. Compiled with AVX2 and FMA; call it only when the
- * CPU has them. */
+/* COMPARE of rows [r0, r1), row-wise 1 x 16 blocks, into *t: whole blocks with AVX2 (the
+ * block's scale computed by the scalar rules, its elements eight a vector, the sums in float
+ * lanes per group of blocks, widened to double), a row's last partial block by the scalar block.
+ * Compiled with AVX2 and FMA; call it only when the CPU has them, and the pass's amax is not
+ * below 2^-100. */
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t);
 /* max |x| over elements [i0, i1) of f32 or bf16 data, NaN left out (0 when nothing is left). */
 float dli_nvfp4_amax_avx2(const void *data, enum dli_dtype dtype, int64_t i0, int64_t i1);

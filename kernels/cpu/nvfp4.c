@@ -247,9 +247,12 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	unsigned csr = dli_csr_exact();
 	(void)worker;
 #ifdef DLI_HAVE_X86_SIMD
-	/* The AVX2 pass does the row-wise comparison of f32 and bf16 (AVX-512 machines run it too). */
+	/* The AVX2 pass does the row-wise comparison of f32 and bf16 (AVX-512 machines run it too),
+	 * but for tensors whose amax is below 2^-100, where its dequantized values could be
+	 * subnormal (see nvfp4-avx2.c, group_scales). */
 	if (ps->mode == NV_COMPARE && ps->dims == 1 && !ps->columnwise &&
-	    ps->dtype != DLI_DTYPE_F16 && (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512))
+	    ps->dtype != DLI_DTYPE_F16 && !(ps->amax < 0x1p-100f) &&
+	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512))
 		dli_nvfp4_rows_avx2(ps, r0, r1, &t);
 	else
 #endif
