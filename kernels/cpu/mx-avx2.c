@@ -200,9 +200,10 @@ enum fast_mode {
  * binade for either sign of x, so x keeps its sign and needs no mask) and the block's
  * `grid_floor`, the format's smallest normal exponent times si (in the exponent field; below it
  * the grid is the subnormals'). dq and x - dq are exact and the same as |x| * rcp rounded, times
- * si. */
+ * si. The underflows count in *under, which may be another set's (FP8 block scaling's tiles
+ * count in one, and so keep a register for the steps). */
 INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum fast_mode mode,
-		      struct fast_lanes *l)
+		      struct fast_lanes *l, __m256i *under)
 {
 	__m256i e = _mm256_and_si256(_mm256_castps_si256(x), k->expmask);
 	if (mode != FAST_NORMAL)
@@ -218,7 +219,7 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum
 		const __m256 zero = _mm256_setzero_ps();
 		__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, zero, _CMP_EQ_OQ));
 		__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x, zero, _CMP_EQ_OQ));
-		l->under = _mm256_add_epi32(_mm256_sub_epi32(l->under, rz), xz);
+		*under = _mm256_add_epi32(_mm256_sub_epi32(*under, rz), xz);
 	}
 }
 
@@ -242,7 +243,7 @@ INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_
 	load_values(p, dtype, x);
 	#pragma GCC unroll 8
 	for (int h = 0; h < 4; h++)
-		step_fast(x[h], fb, k, mode, &l[h & 1]);
+		step_fast(x[h], fb, k, mode, &l[h & 1], &l[h & 1].under);
 }
 
 /* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
@@ -688,8 +689,8 @@ INLINE void cols_steps(const char *p, size_t stride, enum dli_dtype dtype, __m25
 	for (int i = 0; i < DLI_MX_BLOCK; i++) {
 		__m256 x0, x1;
 		load_cols_values(p + i * stride, dtype, &x0, &x1);
-		step_fast(x0, floor0, k, mode, &fl[0]);
-		step_fast(x1, floor1, k, mode, &fl[1]);
+		step_fast(x0, floor0, k, mode, &fl[0], &fl[0].under);
+		step_fast(x1, floor1, k, mode, &fl[1], &fl[1].under);
 	}
 }
 
@@ -810,6 +811,14 @@ void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct d
 
 /* Rows ahead of the current one that the tile passes prefetch. */
 #define FB_AHEAD 8
+/* The bytes of each row of the next tile that a tile's first pass prefetches, its steps the
+ * rest: for f32 a quarter, so that memory works for the next tile during the first pass too,
+ * not only during the steps (measured: 5 to 8% faster than none or half); for 16-bit types none
+ * (measured: a quarter was 7% slower for bf16, whose first pass is short). */
+INLINE size_t first_share(size_t sz)
+{
+	return sz == 4 ? DLI_FP8B_BLOCK * sz / 4 : 0;
+}
 
 /* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
  * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
@@ -821,6 +830,10 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	const size_t sz = dli_dtype_size(dtype);
 	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
 
+	/* p made opaque to the compiler, so that it cannot hoist the row's loads and its sum x x,
+	 * the same in each of tile_loop's variants of a row, above their branch: GCC did, and kept
+	 * the row's sixteen vectors on the stack */
+	__asm__ volatile("" : "+r"(p));
 	#pragma GCC unroll 4
 	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 		if (sat) {
@@ -842,7 +855,7 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 				x[h] = _mm256_andnot_ps(
 					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
 			}
-			step_fast(x[h], fb, k, mode, &fl[h & 1]);
+			step_fast(x[h], fb, k, mode, &fl[h & 1], &fl[0].under);
 		}
 	}
 }
@@ -851,14 +864,18 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
  * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
  * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
  * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
- * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned.
- * `next`, unless NULL: the next tile (as many rows, same stride), prefetched a row a row, so that
- * memory works for it while the steps work here (from L2, where the tile's first pass left it). */
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. In
+ * FAST_UNDER, only the rows whose bits are set in under_rows (as nf_rows's) hold a value that
+ * can underflow and count underflows; the others take FAST_SUBNORMAL's steps, the same rounding
+ * without the count. `next`, unless NULL: the next tile (as many rows, same stride), whose rows
+ * past their first_share are prefetched a row a row, so that memory works for it while the
+ * steps work here (from L2, where the tile's first pass left it). */
 INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
 		      int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
-		      const uint64_t nf_rows[2], const struct consts *k, const enum fast_mode mode,
-		      const bool sat, const bool clean, struct fast_sums *fp, struct lanes *lp,
+		      const uint64_t nf_rows[2], const uint64_t under_rows[2],
+		      const struct consts *k, const enum fast_mode mode, const bool sat,
+		      const bool clean, struct fast_sums *fp, struct lanes *lp,
 		      __m256d acc[4], struct dli_block_terms *t)
 {
 	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
@@ -869,12 +886,21 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 	for (int64_t r = 0; r < rows; r++, p += stride) {
 		if (next) {
 			#pragma GCC unroll 8
-			for (size_t j = 0; j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
+			for (size_t j = first_share(dli_dtype_size(dtype));
+			     j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
 				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
 		}
+		bool nf = clean && (nf_rows[r >> 6] >> (r & 63) & 1);
 		if (sat)
 			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
-		else if (clean && (nf_rows[r >> 6] >> (r & 63) & 1))
+		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
+			if (nf)
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true, fl,
+					 &l);
+			else
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, false, fl,
+					 &l);
+		} else if (nf)
 			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, fl, &l);
 		else
 			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, fl, &l);
@@ -895,27 +921,28 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 #define TILE_MODES(dt, clean)                                                                     \
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
-				  FAST_UNDER, false, clean, f, l, acc, t);                        \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, k, FAST_UNDER, false, clean, f, l, acc, t);         \
 		else if (mode == FAST_SUBNORMAL)                                                  \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
-				  FAST_SUBNORMAL, false, clean, f, l, acc, t);                    \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, k, FAST_SUBNORMAL, false, clean, f, l, acc, t);     \
 		else                                                                              \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
-				  FAST_NORMAL, false, clean, f, l, acc, t);                       \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, k, FAST_NORMAL, false, clean, f, l, acc, t);        \
 	} while (0)
 
 #define TILE_STEPS(name, dt)                                                                      \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
 		const float *si,                                                                  \
-		const int32_t *grid_floor, const uint64_t nf_rows[2], const struct consts *k,     \
-		enum fast_mode mode, bool sat, bool clean, struct fast_sums *f, struct lanes *l,  \
+		const int32_t *grid_floor, const uint64_t nf_rows[2],                             \
+		const uint64_t under_rows[2], const struct consts *k, enum fast_mode mode,        \
+		bool sat, bool clean, struct fast_sums *f, struct lanes *l,                       \
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows, k,     \
-				  FAST_UNDER, true, true, f, l, acc, t);                          \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, k, FAST_UNDER, true, true, f, l, acc, t);           \
 		else if (clean)                                                                   \
 			TILE_MODES(dt, true);                                                     \
 		else                                                                              \
@@ -928,11 +955,13 @@ TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
 /* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
  * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
  * (row r0 + i: bit i % 64 of word i / 64), with in *fin the largest magnitude of the lanes of
- * rows that hold none in that lane (the rest of the finite amax is in the rows of nf_rows), the
- * rows FB_AHEAD ahead prefetched. */
+ * rows that hold none in that lane (the rest of the finite amax is in the rows of nf_rows), each
+ * row's smallest nonzero magnitudes less 1 in row_low[i] (for under_rows_of), the rows FB_AHEAD
+ * ahead prefetched, and, unless `next` is NULL, the first_share of each row of the next tile. */
 INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
-			int64_t r1, int64_t c0, const struct consts *k, __m256i *m_out,
-			__m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2])
+			int64_t r1, int64_t c0, const char *next, const struct consts *k,
+			__m256i *m_out, __m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2],
+			__m256i *row_low)
 {
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
 	const __m256i one = _mm256_set1_epi32(1), finm = _mm256_set1_epi32(0x7f7fffff);
@@ -940,10 +969,13 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * sz;
+		if (next)
+			for (size_t j = 0; j < first_share(sz); j += 64)
+				_mm_prefetch(next + (size_t)(r - r0) * stride + j, _MM_HINT_T0);
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
-		__m256i mr = _mm256_setzero_si256();
+		__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi32(-1);
 		#pragma GCC unroll 4
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 			__m256i a[4];
@@ -952,8 +984,10 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 								   _mm256_max_epu32(a[2], a[3])));
 			#pragma GCC unroll 4
 			for (int h = 0; h < 4; h++)
-				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+				lr = _mm256_min_epu32(lr, _mm256_sub_epi32(a[h], one));
 		}
+		row_low[r - r0] = lr;
+		lowm = _mm256_min_epu32(lowm, lr);
 		m = _mm256_max_epu32(m, mr);
 		/* magnitudes are below 2^31: a signed compare */
 		__m256i nfv = _mm256_cmpgt_epi32(mr, finm);
@@ -967,10 +1001,11 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 }
 
 /* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
- * magnitude bits are the top half of its float's, so the extremes carry over, widened once. */
+ * magnitude bits are the top half of its float's, so the extremes carry over, widened once (but
+ * row_low's, kept in 16-bit lanes). */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
 			     __m256i *m_out, __m256i *lowm_out, __m256i *fin_out,
-			     uint64_t nf_rows[2])
+			     uint64_t nf_rows[2], __m256i *row_low)
 {
 	const size_t stride = (size_t)cols * 2;
 	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
@@ -984,14 +1019,16 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
-		__m256i mr = _mm256_setzero_si256();
+		__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi16(-1);
 		#pragma GCC unroll 8
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
 			__m256i a = _mm256_and_si256(
 				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
 			mr = _mm256_max_epu16(mr, a);
-			low = _mm256_min_epu16(low, _mm256_sub_epi16(a, one16));
+			lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
 		}
+		row_low[r - r0] = lr;
+		low = _mm256_min_epu16(low, lr);
 		m = _mm256_max_epu16(m, mr);
 		__m256i nfv = _mm256_cmpgt_epi16(mr, fin16); /* below 2^15: signed */
 		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nfv, mr));
@@ -1011,6 +1048,23 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 	 * to 0xffffffff as the 32-bit lanes would) */
 	*m_out = _mm256_set1_epi32((int)(mx << 16));
 	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
+}
+
+/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits, a
+ * power of two, so its bf16 bits are its top half), from their row_low of tile_bounds or
+ * tile_bounds_bf16: the magnitude less 1 at most limit less 1, unsigned. */
+INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, bool bf16,
+			  uint64_t under_rows[2])
+{
+	const __m256i lim = bf16 ? _mm256_set1_epi16((short)((limit >> 16) - 1))
+				 : _mm256_set1_epi32((int)(limit - 1));
+
+	for (int64_t r = 0; r < rows; r++) {
+		__m256i v = row_low[r];
+		__m256i hit = bf16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(v, lim), v)
+				   : _mm256_cmpeq_epi32(_mm256_min_epu32(v, lim), v);
+		under_rows[r >> 6] |= (uint64_t)!_mm256_testz_si256(hit, hit) << (r & 63);
+	}
 }
 
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
@@ -1039,6 +1093,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			  _mm256_setzero_pd()};
 	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
+	__m256i row_low[DLI_FP8B_BLOCK]; /* tile_bounds's, a row of the tile each */
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
 		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
@@ -1046,12 +1101,16 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			continue;
 		}
 		__m256i m, lowm, fin_lanes;
-		uint64_t nf_rows[2] = {0, 0};
+		uint64_t nf_rows[2] = {0, 0}, under_rows[2] = {0, 0};
+		const char *tile = data + (size_t)(r0 * cols + c0) * sz;
+		const char *next =
+			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_BF16)
-			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows);
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows,
+					 row_low);
 		else
-			tile_bounds(data, dtype, cols, r0, r1, c0, &k, &m, &lowm, &fin_lanes,
-				    nf_rows);
+			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
+				    nf_rows, row_low);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
 		uint64_t nonfinite = 0;
 		if (amax_bits > 0x7f7fffffu) {
@@ -1108,6 +1167,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		enum fast_mode mode = low_scaled <= ldexpf(1.0f, -bias - mbits) ? FAST_UNDER
 				      : low_scaled < ldexpf(1.0f, 1 - bias)   ? FAST_SUBNORMAL
 									       : FAST_NORMAL;
+		if (mode == FAST_UNDER) {
+			/* half the smallest subnormal times si: exact, a power of two within
+			 * float's normals (the scale is at most fp8_max * 2^60) */
+			float limit = ldexpf(1.0f, -bias - mbits) / scale;
+			uint32_t limit_bits;
+			memcpy(&limit_bits, &limit, sizeof(limit_bits));
+			under_rows_of(row_low, r1 - r0, limit_bits, dtype == DLI_DTYPE_BF16,
+				      under_rows);
+		}
 		bool sat = top_bits > maxbits, clean = nonfinite > 0;
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
@@ -1115,17 +1183,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		 * that is 127 - the scale's exponent field, in the exponent field */
 		const int32_t grid_floor =
 			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
-		const char *p = data + (size_t)(r0 * cols + c0) * sz;
-		const char *next = c0 + 2 * DLI_FP8B_BLOCK <= cols ? p + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
-				       &k, mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(p, next, stride, r1 - r0, &scale, &si, &grid_floor,
-					nf_rows, &k, mode, sat, clean, &f, &l, acc, t);
+			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+					nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 		else
-			tile_steps_f16(p, next, stride, r1 - r0, &scale, &si, &grid_floor, nf_rows,
-				       &k, mode, sat, clean, &f, &l, acc, t);
+			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);

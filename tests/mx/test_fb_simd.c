@@ -3,10 +3,11 @@
  * naive reference: f32, bf16 and f16 input, E4M3 and E5M2, shapes with partial tiles and strips,
  * and the tiles the AVX2 path treats apart: NaN and infinities (an infinity makes the tile's scale
  * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, with and
- * without zeros, zeros, magnitudes beyond the float lanes' range (the scalar tile), and tiles
- * whose small values round on the format's subnormal grid without underflowing. Counts and the scale range must be
- * equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to double every few
- * rows). Exits 77 when the CPU has no AVX2. */
+ * without zeros, zeros, magnitudes beyond the float lanes' range (the scalar tile), tiles whose
+ * small values round on the format's subnormal grid without underflowing, and tiles whose rows
+ * hold a value at the underflow limit or not (the rows that count underflows). Counts and the
+ * scale range must be equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to
+ * double every few rows). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -44,6 +45,7 @@ enum kind {
 	NAN_ONLY,
 	HUGE_TILE,
 	SUBNORMAL_GRID,
+	ROW_UNDER,
 	KINDS
 };
 
@@ -76,6 +78,20 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 			      * rest in [2^-15, 2^-14): times the scale 2^8, on E4M3's subnormal
 			      * grid, above half its smallest subnormal */
 		return copysignf(i % 97 == 0 ? 1.75f : ldexpf(1.0f + fabsf(v) / 2, -15), v);
+	case ROW_UNDER: { /* 1.75 (scale 2^8 in E4M3, 2^15 in E5M2: half the smallest subnormal
+			   * times si is 2^-18 or 2^-32), the rest in [-1.5, 1.5), and in some rows
+			   * one value at either format's limit (a tie, which underflows), just
+			   * above it (which does not), or below it: the rows that count
+			   * underflows and the rows that need not in one tile */
+		int64_t r = i / cols, c = i % cols;
+		static const float near_limit[] = {0x1p-18f, 0x1.02p-18f, 0x1p-19f,
+						   0x1p-32f, 0x1.02p-32f, 0x1p-33f};
+		if (i % 97 == 0)
+			return 1.75f;
+		if (r % 9 < 6 && c == (r * 37 + 5) % cols)
+			return copysignf(near_limit[r % 9], v);
+		return v * 0.75f;
+	}
 	default:
 		return v;
 	}
