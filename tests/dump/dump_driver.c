@@ -18,15 +18,7 @@
 static const char *out_dir;
 static FILE *manifest;
 static int n_expect;
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#include "test-rng.h"
 
 /* Random bytes; for floats, with the special values a dump must keep bit for bit mixed in. */
 static void *make_data(size_t bytes, int dtype)

@@ -32,15 +32,7 @@ static float bitsf(uint32_t u)
 	return f;
 }
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#include "test-rng.h"
 
 static bool is_nan_code(uint8_t c, enum dli_dtype f)
 {

@@ -65,15 +65,7 @@ static float from_bits(uint32_t b)
 
 /* ---- Helpers ---- */
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#include "test-rng.h"
 
 static double uniform(void)
 {

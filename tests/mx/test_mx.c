@@ -20,15 +20,7 @@
 
 #define FC1 "model.layers.1.mlp.fc1"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#include "test-rng.h"
 
 /* Spread magnitudes: 2^-30 .. 2^20 per block, 2^-20 within it, signs mixed, a few zeros. */
 static float random_value(int64_t i)

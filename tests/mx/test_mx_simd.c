@@ -19,15 +19,8 @@
 #include "check.h"
 #include "kernels-private.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#include "test-rng.h"
+#include "simd-test.h"
 
 enum kind { GRID, SUBNORMAL_GRID, UNDERFLOW, ZEROS, NONFINITE, WIDE, HUGE_BLOCK, KINDS };
 
@@ -63,33 +56,6 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 	}
 }
 
-/* x cut to bf16 (truncated) or rounded to f16 (values here are within its range or flushed). */
-static void narrow(const float *x, int64_t n, enum dli_dtype dt, uint16_t *out)
-{
-	for (int64_t i = 0; i < n; i++) {
-		uint32_t u;
-		memcpy(&u, &x[i], sizeof(u));
-		if (dt == DLI_DTYPE_BF16) {
-			out[i] = isnan(x[i]) ? (uint16_t)0x7fc0 : (uint16_t)(u >> 16);
-			continue;
-		}
-		uint16_t sign = (uint16_t)(u >> 16 & 0x8000);
-		int e = (int)(u >> 23 & 0xff) - 127;
-		if (isnan(x[i]))
-			out[i] = 0x7e00;
-		else if (e > 15)
-			out[i] = sign | 0x7c00;
-		else if (e < -14)
-			out[i] = sign;
-		else
-			out[i] = (uint16_t)(sign | (uint32_t)(e + 15) << 10 | (u & 0x7fffff) >> 13);
-	}
-}
-
-static bool close_to(double a, double b)
-{
-	return a == b || fabs(a - b) <= 1e-5 * fmax(fabs(a), fabs(b));
-}
 
 /* The AVX2 and the scalar compare of one input, one format, one direction. */
 static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols, enum kind kind,

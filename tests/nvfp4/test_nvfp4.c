@@ -20,15 +20,8 @@
 
 #define FC1 "model.layers.1.mlp.fc1"
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-
-static uint64_t next_u64(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+#define TEST_RNG_SEED 0x2545f4914f6cdd1dull
+#include "test-rng.h"
 
 /* Blocks of 16 with their own magnitude, spread over 2^-30 .. 2^10, values within 2^-8 of it. */
 static float random_value(int64_t i)
