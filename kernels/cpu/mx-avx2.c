@@ -2,13 +2,14 @@
  * scaling's 128 x 128 tiles. A block of 32 finite values whose amax lies in [2^-60, 2^60] goes
  * through vector steps: its scale is a power of two, so |x| * 2^(127 - e) is exact and its FP8
  * rounding times the scale is x rounded in its own scale by the float trick of fp8-avx2.c (add
- * and subtract a constant from x's exponent, see step_fast), with no multiply; the terms are sums
- * of non-negative products (x and dq share their sign), summed in float lanes and widened to
- * double every few blocks. Every other block (NaN, infinities, huge or tiny magnitudes, a row's
- * partial last block) goes to the one-block path (vector steps that leave NaN and infinities
- * out, or the scalar reference); a batch of eight blocks sends only those there, after a
- * call-free loop over the row's batches (a call would keep the sums in memory: every vector
- * register is the caller's to save). Compiled with AVX2, FMA and F16C flags. */
+ * and subtract a constant from x's exponent, see step_fast; bf16 whose scaled values are all
+ * normals of the format: on its raw bits, see step_bf16_normal), with no multiply; the terms
+ * are sums of non-negative products (x and dq share their sign), summed in float lanes and
+ * widened to double every few blocks. Every other block (NaN, infinities, huge or tiny
+ * magnitudes, a row's partial last block) goes to the one-block path (vector steps that leave
+ * NaN and infinities out, or the scalar reference); a batch of eight blocks sends only those
+ * there, after a call-free loop over the row's batches (a call would keep the sums in memory:
+ * every vector register is the caller's to save). Compiled with AVX2, FMA and F16C flags. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
