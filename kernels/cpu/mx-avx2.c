@@ -2,13 +2,14 @@
  * scaling's 128 x 128 tiles. A block of 32 finite values whose amax lies in [2^-60, 2^60] goes
  * through vector steps: its scale is a power of two, so |x| * 2^(127 - e) is exact and its FP8
  * rounding times the scale is x rounded in its own scale by the float trick of fp8-avx2.c (add
- * and subtract a constant from x's exponent, see step_fast), with no multiply; the terms are sums
- * of non-negative products (x and dq share their sign), summed in float lanes and widened to
- * double every few blocks. Every other block (NaN, infinities, huge or tiny magnitudes, a row's
- * partial last block) goes to the one-block path (vector steps that leave NaN and infinities
- * out, or the scalar reference); a batch of eight blocks sends only those there, after a
- * call-free loop over the row's batches (a call would keep the sums in memory: every vector
- * register is the caller's to save). Compiled with AVX2, FMA and F16C flags. */
+ * and subtract a constant from x's exponent, see step_fast; bf16 whose scaled values are all
+ * normals of the format: on its raw bits, see step_bf16_normal), with no multiply; the terms
+ * are sums of non-negative products (x and dq share their sign), summed in float lanes and
+ * widened to double every few blocks. Every other block (NaN, infinities, huge or tiny
+ * magnitudes, a row's partial last block) goes to the one-block path (vector steps that leave
+ * NaN and infinities out, or the scalar reference); a batch of eight blocks sends only those
+ * there, after a call-free loop over the row's batches (a call would keep the sums in memory:
+ * every vector register is the caller's to save). Compiled with AVX2, FMA and F16C flags. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -44,6 +45,9 @@ struct consts {
 	__m256i fbias;   /* 1 - bias: the format's smallest normal exponent */
 	__m256 half_sub; /* half the format's smallest subnormal */
 	__m256 min_normal; /* the format's smallest normal */
+	/* bf16's rounding to the format's mantissa in 16-bit lanes (step_bf16_normal): the lowest
+	 * mantissa bit kept, half of it less 1, and the bits kept (sign, exponent, mantissa) */
+	__m256i keep_lsb16, half16, keep16;
 };
 
 /* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
@@ -223,6 +227,42 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum
 	}
 }
 
+/* The fast steps of FAST_NORMAL for 16 bf16 at once, in their own 16-bit lanes, the even ones
+ * into l[0] and the odd ones into l[1] (as load_values splits them, so the sums are step_fast's,
+ * term for term). Every nonzero scaled |x| is a normal of the format and none is above fp8_max
+ * (the caller's plan), and the scale is a power of two, so dq is x with its 7-bit mantissa
+ * rounded to nearest even at the format's mbits: add half an ulp of the format less 1, plus the
+ * lowest kept bit (ties go to even), and drop the bits below. A carry out of the mantissa steps
+ * the exponent up, which is the right rounding; it never reaches the sign (the exponent of a
+ * finite x below 2^60 is far from all ones), and fp8_max, on the format's grid, rounds to
+ * itself, so nothing rounds above it. Zeros stay zeros. Integer operations on 16 lanes, where
+ * step_fast's rounding is four float-lane operations a vector of 8. */
+INLINE void step_bf16_normal(__m256i w, const struct consts *k, struct fast_lanes l[2])
+{
+	const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+	__m256i odd = _mm256_cmpeq_epi16(_mm256_and_si256(w, k->keep_lsb16), k->keep_lsb16);
+	__m256i q = _mm256_and_si256(_mm256_sub_epi16(_mm256_add_epi16(w, k->half16), odd),
+				     k->keep16);
+	__m256 x[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
+		       _mm256_castsi256_ps(_mm256_and_si256(w, high))};
+	__m256 dq[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(q, 16)),
+			_mm256_castsi256_ps(_mm256_and_si256(q, high))};
+
+	#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256 d = _mm256_sub_ps(x[h], dq[h]); /* exact: x and dq within an ulp of x */
+		l[h].err = _mm256_fmadd_ps(d, d, l[h].err);
+		l[h].dqs = _mm256_fmadd_ps(dq[h], dq[h], l[h].dqs);
+		l[h].xs = _mm256_fmadd_ps(x[h], x[h], l[h].xs);
+	}
+}
+
+/* The rounding constants of step_bf16_normal for a format of mbits mantissa bits. */
+#define BF16_ROUNDING(mbits)                                                                      \
+	.keep_lsb16 = _mm256_set1_epi16((short)(1 << (7 - (mbits)))),                             \
+	.half16 = _mm256_set1_epi16((short)((1 << (6 - (mbits))) - 1)),                          \
+	.keep16 = _mm256_set1_epi16((short)(0xffff << (7 - (mbits))))
+
 /* The sums of the fast batches: err, dqs, xs; their sum x dq is (xs + dqs - err) / 2 (x and dq
  * share sign and lie within 2^-(mbits+1) of each other or dq is 0, so nothing cancels). The
  * loops keep the float lanes in registers, in two sets (a block's even vectors in one, its odd
@@ -238,6 +278,11 @@ struct fast_sums {
 INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
 		       const struct consts *k, enum fast_mode mode, struct fast_lanes l[2])
 {
+	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL) {
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p), k, l);
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p + 1), k, l);
+		return;
+	}
 	__m256 x[4];
 	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
 	load_values(p, dtype, x);
@@ -553,6 +598,7 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
+		BF16_ROUNDING(mbits),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
@@ -687,6 +733,11 @@ INLINE void cols_steps(const char *p, size_t stride, enum dli_dtype dtype, __m25
 		       struct fast_lanes fl[2])
 {
 	for (int i = 0; i < DLI_MX_BLOCK; i++) {
+		if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL) {
+			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + i * stride)), k,
+					 fl);
+			continue;
+		}
 		__m256 x0, x1;
 		load_cols_values(p + i * stride, dtype, &x0, &x1);
 		step_fast(x0, floor0, k, mode, &fl[0], &fl[0].under);
@@ -713,6 +764,7 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
+		BF16_ROUNDING(mbits),
 	};
 	const size_t sz = dli_dtype_size(dtype);
 	const int64_t cols = ps->cols, group = 16;
@@ -834,6 +886,13 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	 * the same in each of tile_loop's variants of a row, above their branch: GCC did, and kept
 	 * the row's sixteen vectors on the stack */
 	__asm__ volatile("" : "+r"(p));
+	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL && !sat && !clean) {
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), k,
+					 fl);
+		return;
+	}
 	#pragma GCC unroll 4
 	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 		if (sat) {
@@ -867,14 +926,18 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
  * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. In
  * FAST_UNDER, only the rows whose bits are set in under_rows (as nf_rows's) hold a value that
  * can underflow and count underflows; the others take FAST_SUBNORMAL's steps, the same rounding
- * without the count. `next`, unless NULL: the next tile (as many rows, same stride), whose rows
- * past their first_share are prefetched a row a row, so that memory works for it while the
- * steps work here (from L2, where the tile's first pass left it). */
+ * without the count. For bf16, the rows whose bits are clear in sub_rows (as nf_rows's) hold no
+ * nonzero value below the format's smallest normal times si, and take FAST_NORMAL's steps
+ * (step_bf16_normal) in any mode, unless they hold NaN or infinities. `next`, unless NULL: the
+ * next tile (as many rows, same stride), whose rows past their first_share are prefetched a row
+ * a row, so that memory works for it while the steps work here (from L2, where the tile's first
+ * pass left it). */
 INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
 		      int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
 		      const uint64_t nf_rows[2], const uint64_t under_rows[2],
-		      const struct consts *k, const enum fast_mode mode, const bool sat,
+		      const uint64_t sub_rows[2], const struct consts *k, const enum fast_mode mode,
+		      const bool sat,
 		      const bool clean, struct fast_sums *fp, struct lanes *lp,
 		      __m256d acc[4], struct dli_block_terms *t)
 {
@@ -891,8 +954,12 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
 		}
 		bool nf = clean && (nf_rows[r >> 6] >> (r & 63) & 1);
+		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
+			      !(sub_rows[r >> 6] >> (r & 63) & 1);
 		if (sat)
 			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
+		else if (normal && !nf)
+			tile_row(p, dtype, rb, sb, fb, k, FAST_NORMAL, false, false, fl, &l);
 		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
 			if (nf)
 				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true, fl,
@@ -922,13 +989,16 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, k, FAST_UNDER, false, clean, f, l, acc, t);         \
+				  under_rows, sub_rows, k, FAST_UNDER, false, clean, f, l, acc,   \
+				  t);                                                             \
 		else if (mode == FAST_SUBNORMAL)                                                  \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, k, FAST_SUBNORMAL, false, clean, f, l, acc, t);     \
+				  under_rows, sub_rows, k, FAST_SUBNORMAL, false, clean, f, l,    \
+				  acc, t);                                                        \
 		else                                                                              \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, k, FAST_NORMAL, false, clean, f, l, acc, t);        \
+				  under_rows, sub_rows, k, FAST_NORMAL, false, clean, f, l, acc,  \
+				  t);                                                             \
 	} while (0)
 
 #define TILE_STEPS(name, dt)                                                                      \
@@ -936,13 +1006,14 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
 		const float *si,                                                                  \
 		const int32_t *grid_floor, const uint64_t nf_rows[2],                             \
-		const uint64_t under_rows[2], const struct consts *k, enum fast_mode mode,        \
+		const uint64_t under_rows[2], const uint64_t sub_rows[2],                         \
+		const struct consts *k, enum fast_mode mode,                                      \
 		bool sat, bool clean, struct fast_sums *f, struct lanes *l,                       \
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, k, FAST_UNDER, true, true, f, l, acc, t);           \
+				  under_rows, sub_rows, k, FAST_UNDER, true, true, f, l, acc, t); \
 		else if (clean)                                                                   \
 			TILE_MODES(dt, true);                                                     \
 		else                                                                              \
@@ -1050,8 +1121,9 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
 }
 
-/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits, a
- * power of two, so its bf16 bits are its top half), from their row_low of tile_bounds or
+/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits; for
+ * bf16 a power of two, whose bf16 bits are its top half, or one less, the largest bf16 below
+ * it), from their row_low of tile_bounds or
  * tile_bounds_bf16: the magnitude less 1 at most limit less 1, unsigned. */
 INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, bool bf16,
 			  uint64_t under_rows[2])
@@ -1084,6 +1156,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		.fbias = _mm256_set1_epi32(1 - bias),
 		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
 		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
+		BF16_ROUNDING(mbits),
 	};
 	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
@@ -1102,6 +1175,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		}
 		__m256i m, lowm, fin_lanes;
 		uint64_t nf_rows[2] = {0, 0}, under_rows[2] = {0, 0};
+		uint64_t sub_rows[2] = {~0ull, ~0ull}; /* unless found otherwise, every row */
 		const char *tile = data + (size_t)(r0 * cols + c0) * sz;
 		const char *next =
 			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
@@ -1167,7 +1241,13 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		enum fast_mode mode = low_scaled <= ldexpf(1.0f, -bias - mbits) ? FAST_UNDER
 				      : low_scaled < ldexpf(1.0f, 1 - bias)   ? FAST_SUBNORMAL
 									       : FAST_NORMAL;
-		if (mode == FAST_UNDER) {
+		/* the row sets below are for the fast steps: the steps with saturation count
+		 * underflows in every row. Rows with no value on the subnormal grid are taken
+		 * apart only in tiles without NaN or infinities: an infinity sets the scale to
+		 * 1, which puts most rows on that grid, and looking for the others made the
+		 * bench's _nan tiles 8 % slower). */
+		bool sat = top_bits > maxbits, clean = nonfinite > 0;
+		if (!sat && mode == FAST_UNDER) {
 			/* half the smallest subnormal times si: exact, a power of two within
 			 * float's normals (the scale is at most fp8_max * 2^60) */
 			float limit = ldexpf(1.0f, -bias - mbits) / scale;
@@ -1176,7 +1256,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			under_rows_of(row_low, r1 - r0, limit_bits, dtype == DLI_DTYPE_BF16,
 				      under_rows);
 		}
-		bool sat = top_bits > maxbits, clean = nonfinite > 0;
+		if (!sat && !clean && dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL) {
+			/* the rows with a nonzero |x| below the smallest normal times si (exact,
+			 * as limit's above), whose bits less 1 are the largest bf16 below it */
+			float normal_limit = ldexpf(1.0f, 1 - bias) / scale;
+			uint32_t normal_bits;
+			memcpy(&normal_bits, &normal_limit, sizeof(normal_bits));
+			sub_rows[0] = sub_rows[1] = 0;
+			under_rows_of(row_low, r1 - r0, normal_bits - 1, true, sub_rows);
+		}
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
 		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si),
@@ -1185,13 +1273,16 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
 		if (dtype == DLI_DTYPE_F32)
 			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
-				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
+				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
+				       t);
 		else if (dtype == DLI_DTYPE_BF16)
 			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
-					nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
+					nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l,
+					acc, t);
 		else
 			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
-				       nf_rows, under_rows, &k, mode, sat, clean, &f, &l, acc, t);
+				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
+				       t);
 	}
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);

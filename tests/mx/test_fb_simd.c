@@ -4,8 +4,10 @@
  * and the tiles the AVX2 path treats apart: NaN and infinities (an infinity makes the tile's scale
  * 1, so values above fp8_max saturate), magnitudes spread wide enough to underflow, with and
  * without zeros, zeros, magnitudes beyond the float lanes' range (the scalar tile), tiles whose
- * small values round on the format's subnormal grid without underflowing, and tiles whose rows
- * hold a value at the underflow limit or not (the rows that count underflows). Counts and the
+ * small values round on the format's subnormal grid without underflowing, tiles whose rows
+ * hold a value at the underflow limit or not (the rows that count underflows), and tiles of
+ * every mantissa that bf16's steps round on the raw bits, or with rows that hold a value on the
+ * subnormal grid among rows that do not (the rows that can take those steps). Counts and the
  * scale range must be equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to
  * double every few rows). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
@@ -40,6 +42,8 @@ enum kind {
 	HUGE_TILE,
 	SUBNORMAL_GRID,
 	ROW_UNDER,
+	MANTISSAS,
+	ROW_SUBNORMAL,
 	KINDS
 };
 
@@ -85,6 +89,31 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 		if (r % 9 < 6 && c == (r * 37 + 5) % cols)
 			return copysignf(near_limit[r % 9], v);
 		return v * 0.75f;
+	}
+	case MANTISSAS: { /* 1.75 (scale 2^8 in E4M3, 2^15 in E5M2: fp8_max, the top of the
+			   * range), the rest (1 + m / 128) 2^-j, j = 0 .. 4, every 7-bit m (j = 0:
+			   * m up to 96, at most 1.75), so every rounding of a bf16 mantissa to the
+			   * format's: ties to even either way, carries into the exponent */
+		int64_t r = i / cols, c = i % cols;
+		int j = (int)((r + c / 7) % 5), m = (int)(i % 128);
+		if (i % 97 == 0)
+			return 1.75f;
+		if (j == 0)
+			m = 64 + m % 33;
+		return copysignf(ldexpf(1.0f + (float)m / 128.0f, -j), v);
+	}
+	case ROW_SUBNORMAL: { /* 1.75 (as above) and values both formats hold exactly,
+			       * (1 + m / 4) 2^-j, but in some rows one (1 + m / 128) 2^-15, on
+			       * E4M3's subnormal grid (times the scale 2^8: 2^-7), whose
+			       * rounding errors are then the sums': the rows whose bf16 steps
+			       * cannot round on the raw bits among rows that can, in one tile */
+		int64_t r = i / cols, c = i % cols;
+		int j = (int)((r + c / 7) % 5), m = (int)(i % 128);
+		if (i % 97 == 0)
+			return 1.75f;
+		if (r % 7 == 3 && c == (r * 5) % cols)
+			return copysignf(ldexpf(1.0f + (float)m / 128.0f, -15), v);
+		return copysignf(ldexpf(1.0f + (float)(m % 3) / 4.0f, -j), v);
 	}
 	default:
 		return v;

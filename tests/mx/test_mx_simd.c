@@ -6,9 +6,9 @@
  * subnormal grid (the bench's data: sums of two uniforms on a grid of 2^-15, with zeros and
  * halfway cases), batches with a value on the format's subnormal grid but none that underflows,
  * batches with underflows, zeros, NaN and infinities in some blocks, and magnitudes beyond the
- * float lanes' range. Counts and the scale range must be equal, the sums within 1e-5 (the AVX2
- * path sums in float lanes, widened to double every few batches). Exits 77 when the CPU has no
- * AVX2. */
+ * float lanes' range, and batches of every mantissa that bf16's steps round on the raw bits.
+ * Counts and the scale range must be equal, the sums within 1e-5 (the AVX2 path sums in float
+ * lanes, widened to double every few batches). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
 #include <math.h>
 #include <stdint.h>
@@ -22,7 +22,17 @@
 #include "test-rng.h"
 #include "simd-test.h"
 
-enum kind { GRID, SUBNORMAL_GRID, UNDERFLOW, ZEROS, NONFINITE, WIDE, HUGE_BLOCK, KINDS };
+enum kind {
+	GRID,
+	SUBNORMAL_GRID,
+	UNDERFLOW,
+	ZEROS,
+	NONFINITE,
+	WIDE,
+	HUGE_BLOCK,
+	MANTISSAS,
+	KINDS
+};
 
 static float value(enum kind kind, int64_t i, int64_t cols)
 {
@@ -51,6 +61,18 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 		return ldexpf(v, (int)(i / 32 % 61) - 30);
 	case HUGE_BLOCK: /* one block's amax beyond 2^60 */
 		return i == 100 ? 0x1p70f : v;
+	case MANTISSAS: { /* a block's first value (row-wise and column-wise) 1.75 (code 2^8 in
+			   * E4M3, 2^15 in E5M2: fp8_max, the top of the range), the rest
+			   * (1 + m / 128) 2^-j, j = 0 .. 4, every 7-bit m (j = 0: m up to 96, at most
+			   * 1.75): every rounding of a bf16 mantissa to the format's (ties to even
+			   * either way, carries into the exponent), all on the format's normals */
+		int j = (int)((i / 32 + i / cols) % 5), m = (int)(i % 128);
+		if (i % 32 == 0 || i / cols % 32 == 0)
+			return copysignf(1.75f, v);
+		if (j == 0)
+			m = 64 + m % 33;
+		return copysignf(ldexpf(1.0f + (float)m / 128.0f, -j), v);
+	}
 	default:
 		return v;
 	}
