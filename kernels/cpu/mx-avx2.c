@@ -14,6 +14,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "avx2-private.h"
 #include "mx-private.h"
 
 #define INLINE static inline __attribute__((always_inline))
@@ -153,24 +154,9 @@ INLINE void step(__m256i a, __m256 rcp, __m256 si, const struct consts *k, struc
 	l->over = _mm256_sub_epi32(l->over, _mm256_cmpgt_epi32(sb, k->maxbits));
 }
 
-/* The eight maxima of eight vectors, m[k]'s in lane k: a transpose by unpacks, max at each level. */
-INLINE __m256i hmax8(const __m256i m[8])
-{
-	__m256i t[4], u[2];
-	#pragma GCC unroll 8
-	for (int i = 0; i < 4; i++)
-		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
-					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
-	#pragma GCC unroll 8
-	for (int i = 0; i < 2; i++)
-		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-	return _mm256_max_epu32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
-				_mm256_permute2x128_si256(u[0], u[1], 0x31));
-}
-
-/* The same for sixteen 16-bit lanes (bf16 magnitude bits), the maxima widened to float bits
- * at the end: a level more of unpacks, but no widening of each block's maximum first. */
+/* dli_avx2_hmax8 (avx2-private.h) for sixteen 16-bit lanes (bf16 magnitude bits), the maxima
+ * widened to float bits at the end: a level more of unpacks, but no widening of each block's
+ * maximum first. */
 INLINE __m256i hmax8_16(const __m256i m[8])
 {
 	__m256i t[4], u[2];
@@ -350,7 +336,7 @@ INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
 			for (int h = 0; h < 4; h++)
 				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 		}
-		amax = hmax8(m);
+		amax = dli_avx2_hmax8(m);
 	}
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
 	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));

@@ -18,6 +18,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "avx2-private.h"
 #include "nvfp4-private.h"
 
 static inline __m256 load8(const void *data, enum dli_dtype dtype, int64_t i)
@@ -90,23 +91,6 @@ static inline __m256 e4m3_round(__m256 v)
 		_mm256_set1_ps(1.0f / 512.0f));
 	return _mm256_blendv_ps(_mm256_castsi256_ps(rn), sub,
 				_mm256_cmp_ps(v, _mm256_set1_ps(0x1p-6f), _CMP_LT_OQ));
-}
-
-/* The eight maxima of eight vectors of magnitude bits, m[k]'s in lane k: a transpose by unpacks,
- * max at each level. */
-static inline __m256i hmax8(const __m256i m[8])
-{
-	__m256i t[4], u[2];
-	#pragma GCC unroll 8
-	for (int i = 0; i < 4; i++)
-		t[i] = _mm256_max_epu32(_mm256_unpacklo_epi32(m[2 * i], m[2 * i + 1]),
-					_mm256_unpackhi_epi32(m[2 * i], m[2 * i + 1]));
-	#pragma GCC unroll 8
-	for (int i = 0; i < 2; i++)
-		u[i] = _mm256_max_epu32(_mm256_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-					_mm256_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-	return _mm256_max_epu32(_mm256_permute2x128_si256(u[0], u[1], 0x20),
-				_mm256_permute2x128_si256(u[0], u[1], 0x31));
 }
 
 /* A block's 16 magnitudes as float bits in two vectors (lane order does not matter: the block's
@@ -331,7 +315,7 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
 		load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
 		m[j] = _mm256_max_epu32(a[0], a[1]);
 	}
-	__m256i amax = hmax8(m);
+	__m256i amax = dli_avx2_hmax8(m);
 	__m256i nf = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff));
 	__m256 bm = _mm256_andnot_ps(_mm256_castsi256_ps(nf), _mm256_castsi256_ps(amax));
 	__m256 vs = e4m3_round(_mm256_mul_ps(bm, k->mult));
