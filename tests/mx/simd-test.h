@@ -1,15 +1,20 @@
-/* What the block-scaled SIMD tests (test_mx_simd.c, test_fb_simd.c) share: their inputs narrowed
- * to the 16-bit types, and the tolerance of the sums their SIMD and scalar passes add in
- * different orders. */
+/* What the block-scaled SIMD tests (test_mx_simd.c, test_fb_simd.c) share: their inputs (every
+ * shape, kind of values and input type, the 16-bit types narrowed from f32), and the comparison of
+ * the AVX2 record with the scalar one (the sums, added in different orders, within a tolerance). */
 #ifndef DLI_TEST_MX_SIMD_H
 #define DLI_TEST_MX_SIMD_H
 
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dlinspect/tensor.h>
+
+#include "check.h"
+#include "kernels-private.h"
 
 /* x's float bits cut to bf16 or f16 (the mantissa truncated: any pattern is input as good as
  * another, both paths see the same); f16 flushes below its normals and overflows to inf. */
@@ -39,6 +44,68 @@ static void narrow(const float *x, int64_t n, enum dli_dtype dt, uint16_t *out)
 static bool close_to(double a, double b)
 {
 	return a == b || fabs(a - b) <= 1e-5 * fmax(fabs(a), fabs(b));
+}
+
+/* Whether the AVX2 record a agrees with the scalar one s (both calls returned ra and rs): counts
+ * and the scale range exactly, the sums within close_to; a CHECK, and both records printed after
+ * `what` when not. */
+static bool records_agree(int ra, int rs, const struct dli_stats_record *a,
+			  const struct dli_stats_record *s, const char *what)
+{
+	bool ok = ra == 0 && rs == 0 && a->fp8_count == s->fp8_count &&
+		  a->underflows == s->underflows && a->overflows == s->overflows &&
+		  close_to(a->err_sq, s->err_sq) && close_to(a->dot, s->dot) &&
+		  close_to(a->dq_sq, s->dq_sq) && close_to(a->x_sq, s->x_sq) &&
+		  a->scale_inv_min == s->scale_inv_min && a->scale_inv_max == s->scale_inv_max;
+
+	CHECK(ok);
+	if (!ok)
+		fprintf(stderr,
+			"%s: returned %d/%d, count %llu/%llu under %llu/%llu over %llu/%llu err "
+			"%.9g/%.9g dot %.9g/%.9g dq %.9g/%.9g x %.9g/%.9g scale_inv %g/%g .. %g/%g\n",
+			what, ra, rs, (unsigned long long)a->fp8_count,
+			(unsigned long long)s->fp8_count, (unsigned long long)a->underflows,
+			(unsigned long long)s->underflows, (unsigned long long)a->overflows,
+			(unsigned long long)s->overflows, a->err_sq, s->err_sq, a->dot, s->dot,
+			a->dq_sq, s->dq_sq, a->x_sq, s->x_sq, a->scale_inv_min, s->scale_inv_min,
+			a->scale_inv_max, s->scale_inv_max);
+	return ok;
+}
+
+/* Every input of a test: for each of the n_shapes [rows, cols], each kind of values (x[i] =
+ * value(kind, i, cols), kinds of them) and each input type (f32 as it is, bf16 and f16 narrowed),
+ * each(in, dtype, rows, cols, kind). */
+static void for_each_input(const int64_t (*shapes)[2], size_t n_shapes, int kinds,
+			   float (*value)(int kind, int64_t i, int64_t cols),
+			   void (*each)(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
+					int kind))
+{
+	static const enum dli_dtype dtypes[] = {DLI_DTYPE_F32, DLI_DTYPE_BF16, DLI_DTYPE_F16};
+
+	for (size_t si = 0; si < n_shapes; si++) {
+		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(*x));
+		void *in = malloc((size_t)n * sizeof(float));
+		if (!x || !in) {
+			CHECK(false);
+			free(x);
+			free(in);
+			return;
+		}
+		for (int kind = 0; kind < kinds; kind++) {
+			for (int64_t i = 0; i < n; i++)
+				x[i] = value(kind, i, cols);
+			for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
+				if (dtypes[di] == DLI_DTYPE_F32)
+					memcpy(in, x, (size_t)n * sizeof(float));
+				else
+					narrow(x, n, dtypes[di], in);
+				each(in, dtypes[di], rows, cols, kind);
+			}
+		}
+		free(x);
+		free(in);
+	}
 }
 
 #endif

@@ -47,7 +47,7 @@ enum kind {
 	KINDS
 };
 
-static float value(enum kind kind, int64_t i, int64_t cols)
+static float value(int kind, int64_t i, int64_t cols)
 {
 	float v = uniform();
 	switch (kind) {
@@ -121,13 +121,31 @@ static float value(enum kind kind, int64_t i, int64_t cols)
 }
 
 
+/* The AVX2 and the scalar compare of one input in 128 x 128 tiles with power-of-two scales, both
+ * formats. */
+static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols, int kind)
+{
+	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
+	const struct dli_cpu_options scalar = {.simd = DLI_SIMD_SCALAR, .threads = 1};
+
+	for (int f = 0; f < 2; f++) {
+		enum dli_dtype fmt = f ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
+		struct dli_stats_record a, s;
+		int ra = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false, true, &avx2, &a);
+		int rs = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false, true, &scalar, &s);
+		char what[80];
+
+		snprintf(what, sizeof(what), "%lld x %lld, kind %d, dtype %d, format %d",
+			 (long long)rows, (long long)cols, kind, (int)dt, (int)fmt);
+		records_agree(ra, rs, &a, &s, what);
+	}
+}
+
 int main(void)
 {
 	static const int64_t shapes[][2] = {{128, 128}, {256, 512}, {200, 300}, {129, 257},
 					    {384, 128}, {1, 128}, {130, 4096}};
-	static const enum dli_dtype dtypes[] = {DLI_DTYPE_F32, DLI_DTYPE_BF16, DLI_DTYPE_F16};
 	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
-	const struct dli_cpu_options scalar = {.simd = DLI_SIMD_SCALAR, .threads = 1};
 	struct dli_stats_record probe;
 	float one = 1.0f;
 
@@ -136,59 +154,6 @@ int main(void)
 		printf("no AVX2 on this CPU: skipped\n");
 		return 77;
 	}
-	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
-		int64_t rows = shapes[si][0], cols = shapes[si][1], n = rows * cols;
-		float *x = malloc((size_t)n * sizeof(*x));
-		void *in = malloc((size_t)n * sizeof(float));
-		if (!x || !in) {
-			CHECK(false);
-			free(x);
-			free(in);
-			return check_exit();
-		}
-		for (int kind = 0; kind < KINDS; kind++) {
-			for (int64_t i = 0; i < n; i++)
-				x[i] = value((enum kind)kind, i, cols);
-			for (size_t di = 0; di < sizeof(dtypes) / sizeof(dtypes[0]); di++) {
-				enum dli_dtype dt = dtypes[di];
-				if (dt == DLI_DTYPE_F32)
-					memcpy(in, x, (size_t)n * sizeof(float));
-				else
-					narrow(x, n, dt, in);
-				for (int f = 0; f < 2; f++) {
-					enum dli_dtype fmt = f ? DLI_DTYPE_F8E5M2 : DLI_DTYPE_F8E4M3;
-					struct dli_stats_record a, s;
-					int ra = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false,
-								      true, &avx2, &a);
-					int rs = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false,
-								      true, &scalar, &s);
-					bool ok = ra == 0 && rs == 0 && a.fp8_count == s.fp8_count &&
-						  a.underflows == s.underflows &&
-						  a.overflows == s.overflows && close_to(a.err_sq, s.err_sq) &&
-						  close_to(a.dot, s.dot) && close_to(a.dq_sq, s.dq_sq) &&
-						  close_to(a.x_sq, s.x_sq) &&
-						  a.scale_inv_min == s.scale_inv_min &&
-						  a.scale_inv_max == s.scale_inv_max;
-					CHECK(ok);
-					if (!ok)
-						fprintf(stderr,
-							"%lld x %lld, kind %d, dtype %d, format %d: count %llu/%llu "
-							"under %llu/%llu over %llu/%llu err %.9g/%.9g dot %.9g/%.9g "
-							"dq %.9g/%.9g x %.9g/%.9g scale_inv %g/%g .. %g/%g\n",
-							(long long)rows, (long long)cols, kind, (int)dt, (int)fmt,
-							(unsigned long long)a.fp8_count,
-							(unsigned long long)s.fp8_count,
-							(unsigned long long)a.underflows,
-							(unsigned long long)s.underflows,
-							(unsigned long long)a.overflows,
-							(unsigned long long)s.overflows, a.err_sq, s.err_sq, a.dot,
-							s.dot, a.dq_sq, s.dq_sq, a.x_sq, s.x_sq, a.scale_inv_min,
-							s.scale_inv_min, a.scale_inv_max, s.scale_inv_max);
-				}
-			}
-		}
-		free(x);
-		free(in);
-	}
+	for_each_input(shapes, sizeof(shapes) / sizeof(shapes[0]), KINDS, value, check);
 	return check_exit();
 }
