@@ -435,12 +435,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 				       t);
 	}
 	t->count += count;
-	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
-	t->err += reduce_pd(acc[0]) + ferr;
-	/* the fast steps' sum x dq, as in mx-avx2-rows.c's rows_avx2 */
-	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
-	t->dqs += reduce_pd(acc[2]) + fdqs;
-	t->xs += reduce_pd(acc[3]) + fxs;
+	add_sums(acc, &f, t);
 }
 
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,

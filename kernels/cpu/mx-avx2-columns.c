@@ -170,18 +170,10 @@ INLINE void cols_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	t->count += count;
 	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
 	t->err += ferr;
-	t->dot += (fxs + fdqs - ferr) / 2; /* as in mx-avx2-rows.c's rows_avx2 */
+	t->dot += (fxs + fdqs - ferr) / 2; /* as in add_sums */
 	t->dqs += fdqs;
 	t->xs += fxs;
-	uint32_t emax = hmax_epu32(emax_seen);
-	if (emax) { /* a vector group ran: its codes are 1 .. 254 */
-		uint32_t emin = ~hmax_epu32(_mm256_xor_si256(emin_seen, _mm256_set1_epi32(-1)));
-		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
-		if (lo < t->lo)
-			t->lo = lo;
-		if (hi > t->hi)
-			t->hi = hi;
-	}
+	add_scale_range(&emin_seen, &emax_seen, t);
 }
 
 void dli_mx_cols_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)

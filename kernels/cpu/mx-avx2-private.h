@@ -251,4 +251,34 @@ INLINE void flush_fast(struct fast_lanes l[2], struct fast_sums *f, struct dli_b
 	a->under = b->under = _mm256_setzero_si256();
 }
 
+/* A pass's sums into *t: the steps' with saturation (acc: err, dot, dqs, xs) and the fast steps'
+ * (f), whose sum x dq is (xs + dqs - err) / 2 (see struct fast_sums). */
+INLINE void add_sums(const __m256d acc[4], const struct fast_sums *f, struct dli_block_terms *t)
+{
+	double ferr = reduce_pd(f->err), fdqs = reduce_pd(f->dqs), fxs = reduce_pd(f->xs);
+	t->err += reduce_pd(acc[0]) + ferr;
+	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
+	t->dqs += reduce_pd(acc[2]) + fdqs;
+	t->xs += reduce_pd(acc[3]) + fxs;
+}
+
+/* The scales of the E8M0 codes the vector steps took, from the smallest in emin_seen's lanes to
+ * the largest in emax_seen's, into t's range: none when emax_seen is all 0 (their codes are 1 ..
+ * 254, never 0, so no vector step ran). */
+INLINE void add_scale_range(const __m256i *emin_seen, const __m256i *emax_seen,
+			    struct dli_block_terms *t)
+{
+	uint32_t emax = hmax_epu32(*emax_seen);
+	if (emax) {
+		/* the smallest: the complement of the largest complement */
+		__m256i inv = _mm256_xor_si256(*emin_seen, _mm256_set1_epi32(-1));
+		uint32_t emin = ~hmax_epu32(inv);
+		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
+		if (lo < t->lo)
+			t->lo = lo;
+		if (hi > t->hi)
+			t->hi = hi;
+	}
+}
+
 #endif

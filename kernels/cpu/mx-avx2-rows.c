@@ -389,21 +389,8 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	}
 	flush(&l, acc, t);
 	t->count += count;
-	double ferr = reduce_pd(f.err), fdqs = reduce_pd(f.dqs), fxs = reduce_pd(f.xs);
-	t->err += reduce_pd(acc[0]) + ferr;
-	t->dot += reduce_pd(acc[1]) + (fxs + fdqs - ferr) / 2;
-	t->dqs += reduce_pd(acc[2]) + fdqs;
-	t->xs += reduce_pd(acc[3]) + fxs;
-	uint32_t emax = hmax_epu32(f.emax_seen);
-	if (emax) { /* a fast batch ran: its codes are 1 .. 254, never 0 */
-		__m256i inv = _mm256_xor_si256(f.emin_seen, _mm256_set1_epi32(-1));
-		uint32_t emin = ~hmax_epu32(inv);
-		double lo = dli_mx_scale_inv((uint8_t)emin), hi = dli_mx_scale_inv((uint8_t)emax);
-		if (lo < t->lo)
-			t->lo = lo;
-		if (hi > t->hi)
-			t->hi = hi;
-	}
+	add_sums(acc, &f, t);
+	add_scale_range(&f.emin_seen, &f.emax_seen, t);
 }
 
 void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
