@@ -295,17 +295,9 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
 	const int bias = format == DLI_DTYPE_F8E4M3 ? 7 : 15;
 	const struct consts k = {
-		.absmask = _mm256_set1_epi32(0x7fffffff),
-		.maxbits = _mm256_set1_epi32((int)(format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
-									     : 0x47600000u)),
-		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
-		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
-		.fbias = _mm256_set1_epi32(1 - bias),
-		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
-		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
-		BF16_ROUNDING(mbits),
+		CONSTS_OF(format, mbits, bias),
 	};
 	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
 	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;

@@ -212,8 +212,17 @@ INLINE void step_bf16_normal(__m256i w, const struct consts *k, struct fast_lane
 	}
 }
 
-/* The rounding constants of step_bf16_normal for a format of mbits mantissa bits. */
-#define BF16_ROUNDING(mbits)                                                                      \
+/* The initializers of the consts every pass uses, for `format` (E4M3 or E5M2) of `mbits` mantissa
+ * bits and exponent bias `bias`; a pass adds those of emin, cadd and maxrcp that it uses. */
+#define CONSTS_OF(format, mbits, bias)                                                            \
+	.absmask = _mm256_set1_epi32(0x7fffffff),                                                 \
+	.maxbits = _mm256_set1_epi32(                                                             \
+		(int)((format) == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u)),                 \
+	.expmask = _mm256_set1_epi32(0x7f800000),                                                 \
+	.chalf = _mm256_set1_epi32(((23 - (mbits)) << 23) | 0x400000),                            \
+	.fbias = _mm256_set1_epi32(1 - (bias)),                                                   \
+	.half_sub = _mm256_set1_ps(ldexpf(1.0f, -(bias) - (mbits))),                              \
+	.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - (bias))),                                   \
 	.keep_lsb16 = _mm256_set1_epi16((short)(1 << (7 - (mbits)))),                             \
 	.half16 = _mm256_set1_epi16((short)((1 << (6 - (mbits))) - 1)),                          \
 	.keep16 = _mm256_set1_epi16((short)(0xffff << (7 - (mbits))))

@@ -332,18 +332,10 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
 	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
 	const struct consts k = {
-		.absmask = _mm256_set1_epi32(0x7fffffff),
-		.maxbits = _mm256_set1_epi32((int)(ps->format == DLI_DTYPE_F8E4M3 ? 0x43e00000u
-										  : 0x47600000u)),
-		.expmask = _mm256_set1_epi32(0x7f800000),
 		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
 		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
 		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
-		.chalf = _mm256_set1_epi32(((23 - mbits) << 23) | 0x400000),
-		.fbias = _mm256_set1_epi32(1 - bias),
-		.half_sub = _mm256_set1_ps(ldexpf(1.0f, -bias - mbits)),
-		.min_normal = _mm256_set1_ps(ldexpf(1.0f, 1 - bias)),
-		BF16_ROUNDING(mbits),
+		CONSTS_OF(ps->format, mbits, bias),
 	};
 	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
 	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
