@@ -543,6 +543,12 @@ INLINE bool nf_block(const unsigned char *p, enum dli_dtype dt, int64_t n, int64
 	}
 }
 
+bool dli_stats_nonfinite_block_avx2(const void *p, enum dli_dtype dt, int64_t n, int64_t pf,
+				    struct dli_stats_record *r)
+{
+	return (dt == DLI_DTYPE_BF16 || dt == DLI_DTYPE_F16) && nf_block(p, dt, n, pf, r);
+}
+
 /* ---- Blocks the float lanes cannot take: double lanes (see stats-avx512.c) ---- */
 struct dlanes {
 	__m256 mn, mx, mnz;
