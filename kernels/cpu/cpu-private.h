@@ -73,6 +73,18 @@ struct dli_stats_dblock {
  * infinity, or its largest magnitude is above `large` or nonzero and below `small`. */
 bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, float large,
 			     struct dli_stats_record *r);
+/* What a SIMD path's float lanes found in a block: extrema and the count of zeros exactly, and
+ * the sums of d = x - shift, d^2 and |x| reduced into double. */
+struct dli_stats_sums {
+	float mn, mx, mnz;
+	uint64_t zc;
+	double sd, sdd, sa;
+};
+
+/* Fills *r (initializing it) from the float lanes' *a over n elements around shift: the finite
+ * case (dli_stats_dblock_record takes the others). */
+void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shift,
+			   struct dli_stats_record *r);
 #ifdef DLI_HAVE_X86_SIMD
 void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);

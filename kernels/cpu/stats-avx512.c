@@ -145,16 +145,8 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t steps,
 	*out = a0;
 }
 
-/* What a block pass leaves for the block's record: extrema and counts exactly, sums reduced into
- * double. */
-struct sums {
-	float mn, mx, mnz;
-	uint64_t zc;
-	double sd, sdd, sa;
-};
-
 INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t steps, float shift,
-		       int64_t pf, struct sums *o)
+		       int64_t pf, struct dli_stats_sums *o)
 {
 	struct lanes a;
 	block_pass(p, dt, steps, shift, pf, &a);
@@ -240,7 +232,7 @@ INLINE float bf16_float(uint32_t bits)
 
 /* Not inlined: block() is inlined into code for CPUs without vdpbf16ps too. */
 __attribute__((target("avx512bf16"), noinline)) static void
-block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct sums *o)
+block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct dli_stats_sums *o)
 {
 	const __m512 vshift = _mm512_set1_ps(shift);
 	const __m512i lo16 = _mm512_set1_epi32(0xffff);
@@ -415,13 +407,12 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, i
 	if (prev == RARE)
 		return block_odd(p, dt, n, shift, pf, r);
 	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
-	struct sums a;
+	struct dli_stats_sums a;
 	if (bf16dp)
 		block_sums_bf16(p, steps, shift, pf, &a);
 	else
 		block_sums(p, dt, steps, shift, pf, &a);
-	float fmn = a.mn, fmx = a.mx;
-	float amax = fmx > -fmn ? fmx : -fmn;
+	float amax = a.mx > -a.mn ? a.mx : -a.mn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite). */
@@ -437,25 +428,8 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, i
 			block_sums_bf16(p, steps, shift, pf, &a);
 		else
 			block_sums(p, dt, steps, shift, pf, &a);
-		sd = a.sd;
-		sdd = a.sdd;
-		c = sd * sd / dn;
 	}
-	double m2 = sdd - c;
-	dli_stats_record_init(r);
-	r->count = (uint64_t)n;
-	r->zero_count = a.zc;
-	r->min = fmn;
-	r->max = fmx;
-	r->amax = amax;
-	r->min_nonzero_abs = a.mnz;
-	r->sum = dn * shift + sd;
-	r->sum_abs = sa;
-	r->mean = r->sum / dn;
-	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
-	r->m2 = m2 < 0 ? 0 : m2;
-	/* Every term is positive, so this sum of squares has no cancellation to fear. */
-	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+	dli_stats_sums_record(&a, n, shift, r);
 	return CLEAN;
 }
 

@@ -197,6 +197,26 @@ bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, floa
 	return b->nan || b->inf || r->amax > large || (r->amax > 0 && r->amax < small);
 }
 
+void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shift,
+			   struct dli_stats_record *r)
+{
+	double dn = (double)n, m2 = a->sdd - a->sd * a->sd / dn;
+	dli_stats_record_init(r);
+	r->count = (uint64_t)n;
+	r->zero_count = a->zc;
+	r->min = a->mn;
+	r->max = a->mx;
+	r->amax = a->mx > -a->mn ? a->mx : -a->mn;
+	r->min_nonzero_abs = a->mnz;
+	r->sum = dn * shift + a->sd;
+	r->sum_abs = a->sa;
+	r->mean = r->sum / dn;
+	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
+	r->m2 = m2 < 0 ? 0 : m2;
+	/* Every term is positive, so this sum of squares has no cancellation to fear. */
+	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+}
+
 /* ---- The driver ---- */
 
 /* A pass over n elements in chunks of DLI_STATS_CHUNK: of the contiguous data (chunk) or of the
