@@ -4,6 +4,7 @@
 #define DLI_MX_AVX2_PRIVATE_H
 
 #include <immintrin.h>
+#include <math.h>
 
 #include "mx-private.h"
 
@@ -213,7 +214,8 @@ INLINE void step_bf16_normal(__m256i w, const struct consts *k, struct fast_lane
 }
 
 /* The initializers of the consts every pass uses, for `format` (E4M3 or E5M2) of `mbits` mantissa
- * bits and exponent bias `bias`; a pass adds those of emin, cadd and maxrcp that it uses. */
+ * bits and exponent bias `bias`; a pass adds those of emin, cadd and maxrcp that it uses. A macro:
+ * a function returning all the consts changed the code GCC made of the passes. */
 #define CONSTS_OF(format, mbits, bias)                                                            \
 	.absmask = _mm256_set1_epi32(0x7fffffff),                                                 \
 	.maxbits = _mm256_set1_epi32(                                                             \
@@ -273,7 +275,8 @@ INLINE void add_sums(const __m256d acc[4], const struct fast_sums *f, struct dli
 
 /* The scales of the E8M0 codes the vector steps took, from the smallest in emin_seen's lanes to
  * the largest in emax_seen's, into t's range: none when emax_seen is all 0 (their codes are 1 ..
- * 254, never 0, so no vector step ran). */
+ * 254, never 0, so no vector step ran). By address: passed by value, they changed rows_avx2's
+ * code. */
 INLINE void add_scale_range(const __m256i *emin_seen, const __m256i *emax_seen,
 			    struct dli_block_terms *t)
 {
