@@ -61,11 +61,19 @@ INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_
 }
 
 /* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
- * GCC merged the variants and ran out of registers for the sums. */
+ * GCC merged the variants and ran out of registers for the sums. But a whole batch of bf16 on the
+ * format's normals without x^2 (sum_xs false): two sums fewer leave registers enough, and the
+ * unrolled batch ran 1-2 % faster, the loop and its tests on bad_mask gone. */
 INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
 			const int32_t *grid_floors, const struct consts *k,
 			const enum fast_mode mode, const bool sum_xs, struct fast_lanes l[2])
 {
+	if (!sum_xs && bad_mask == 0 && mode == FAST_NORMAL) {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++)
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, sum_xs, l);
+		return;
+	}
 	#pragma GCC unroll 1
 	for (int b = 0; b < BATCH; b++)
 		if (!(bad_mask >> b & 1))
