@@ -409,7 +409,8 @@ static void make_nonfinite(float *b, int kind)
  * one group and whole blocks, and of whole blocks only. With NaN only (a finite amax), against
  * the naive reference and the scalar path; with infinities (an infinite amax: every nonzero
  * block scale's factor infinite), the scalar path's counts and scale range, on one thread and
- * two. */
+ * two; and where no finite element rounds to 0, the sums infinite, not NaN (elements left out
+ * must not add 0 * inf). */
 static void test_nonfinite_blocks(void)
 {
 	static const int64_t shapes[][2] = {
@@ -485,6 +486,26 @@ static void test_nonfinite_blocks(void)
 		free(x);
 		free(h);
 	}
+
+	/* magnitudes 1 .. 1.75 (no code 0 in their blocks), blocks all infinite, all NaN and with
+	 * a NaN, among the groups and the last whole blocks of the rows */
+	enum { ROWS = 2, COLS = 2 * 128 + 3 * 16 };
+	static float y[ROWS * COLS];
+	static const int64_t blocks[][2] = {{0, 3}, {1, 17}, {4, 1}, {0, 16}, {9, 17}, {4, 18}};
+	for (int64_t i = 0; i < ROWS * COLS; i++)
+		y[i] = 1.0f + (float)(i % 7) / 8.0f;
+	for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
+		make_nonfinite(y + blocks[b][1] * 16, (int)blocks[b][0]);
+	struct dli_stats_record scalar, one;
+	struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1}, o1 = {DLI_SIMD_AUTO, 1};
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &so,
+					     &scalar),
+		  0);
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &o1,
+					     &one),
+		  0);
+	CHECK(isinf(scalar.err_sq) && isinf(scalar.dq_sq) && isfinite(scalar.x_sq));
+	CHECK(near_record(&scalar, &one));
 }
 
 /* Tensors whose amax is near 2^-100, where the AVX2 pass hands over to the scalar one (below it,
