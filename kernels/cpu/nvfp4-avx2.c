@@ -345,11 +345,11 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
  * register is a caller's to save, so a call in this loop would keep the sums in memory. Each
  * group's scales are computed one group ahead, so that their chain of dependent operations (the
  * maxima, the E4M3 rounding, a division) runs while the previous group's elements are worked on
- * instead of holding them up. The groups' blocks holding NaN or an infinity are left out, their
- * numbers (from i0's block on) listed in bad_blocks; returns how many. */
-static inline __attribute__((always_inline)) int
+ * instead of holding them up. The groups' blocks holding NaN or an infinity are left out and
+ * marked in bad_masks, one byte a group. */
+static inline __attribute__((always_inline)) void
 segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups,
-	struct state *st, uint16_t *bad_blocks)
+	struct state *st, uint8_t *bad_masks)
 {
 	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
 	const struct rule_constants k = {
@@ -360,7 +360,6 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 	struct dsums sum = st->sum;
 	__m256i counts = st->counts;
 	uint64_t count = 0;
-	int n_bad = 0;
 	const char *p = ps->data + (size_t)i0 * (gbytes / (8 * DLI_NVFP4_BLOCK));
 	float enc[2][8], dqs[2][8], factor[2];
 	double unscale[2];
@@ -375,11 +374,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			next_bad = group_scales(p + gbytes, dtype, &k, &st->lo, &st->hi,
 						enc[(g + 1) & 1], dqs[(g + 1) & 1],
 						&factor[(g + 1) & 1], &unscale[(g + 1) & 1]);
-		if (__builtin_expect(bad != 0, 0))
-			for (int j = 0; j < 8; j++) {
-				bad_blocks[n_bad] = (uint16_t)(g * 8 + j);
-				n_bad += bad >> j & 1;
-			}
+		bad_masks[g] = (uint8_t)bad;
 		struct fsums fs;
 		fsums_reset(&fs);
 		__m256 f = _mm256_broadcast_ss(&factor[g & 1]);
@@ -400,19 +395,32 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 	st->sum = sum;
 	st->counts = counts;
 	st->count += count;
-	return n_bad;
 }
 
-__attribute__((noinline)) static int segment_f32(const struct nv_pass *ps, int64_t i0, int n,
-						 struct state *st, uint16_t *bad_blocks)
+__attribute__((noinline)) static void segment_f32(const struct nv_pass *ps, int64_t i0, int n,
+						  struct state *st, uint8_t *bad_masks)
 {
-	return segment(ps, DLI_DTYPE_F32, i0, n, st, bad_blocks);
+	segment(ps, DLI_DTYPE_F32, i0, n, st, bad_masks);
 }
 
-__attribute__((noinline)) static int segment_bf16(const struct nv_pass *ps, int64_t i0, int n,
-						  struct state *st, uint16_t *bad_blocks)
+__attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int64_t i0, int n,
+						   struct state *st, uint8_t *bad_masks)
 {
-	return segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_blocks);
+	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
+}
+
+/* The first n_groups of a segment's bad_masks that are not 0, as bits: found by a vector
+ * comparison, since a branch on each group's byte would mispredict on each such group. */
+static inline uint64_t groups_marked(const uint8_t bad_masks[SEGMENT], int n_groups)
+{
+	_Static_assert(SEGMENT == 64, "one bit a group in 64 bits");
+	const __m256i zero = _mm256_setzero_si256();
+	uint32_t lo = (uint32_t)_mm256_movemask_epi8(
+		_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)bad_masks), zero));
+	uint32_t hi = (uint32_t)_mm256_movemask_epi8(
+		_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(bad_masks + 32)), zero));
+	uint64_t marked = ~((uint64_t)hi << 32 | lo);
+	return n_groups < 64 ? marked & ((1ull << n_groups) - 1) : marked;
 }
 
 /* Up to eight whole blocks anywhere in the tensor, from elements at[0 .. n) on (the blocks holding
@@ -517,7 +525,7 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
 	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
-	uint16_t bad_blocks[SEGMENT * 8];
+	uint8_t bad_masks[SEGMENT];
 	int64_t gathered[8];
 	int n_gathered = 0;
 
@@ -530,14 +538,19 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 		 * gathered for blocks_masked. */
 		while (c + group <= full) {
 			int64_t n = (full - c) / group;
-			int n_groups = n < SEGMENT ? (int)n : SEGMENT, n_bad;
+			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
 			if (dtype == DLI_DTYPE_F32)
-				n_bad = segment_f32(ps, r * cols + c, n_groups, &st, bad_blocks);
+				segment_f32(ps, r * cols + c, n_groups, &st, bad_masks);
 			else
-				n_bad = segment_bf16(ps, r * cols + c, n_groups, &st, bad_blocks);
-			for (int b = 0; b < n_bad; b++)
-				gather(ps, r * cols + c + bad_blocks[b] * DLI_NVFP4_BLOCK, gathered,
-				       &n_gathered, &st);
+				segment_bf16(ps, r * cols + c, n_groups, &st, bad_masks);
+			for (uint64_t m = groups_marked(bad_masks, n_groups); m; m &= m - 1) {
+				int g = __builtin_ctzll(m);
+				for (unsigned b = bad_masks[g]; b; b &= b - 1)
+					gather(ps,
+					       r * cols + c +
+						       (g * 8 + __builtin_ctz(b)) * DLI_NVFP4_BLOCK,
+					       gathered, &n_gathered, &st);
+			}
 			counts_widen(st.counts, t);
 			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
