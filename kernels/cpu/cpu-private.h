@@ -73,9 +73,26 @@ struct dli_stats_dblock {
  * infinity, or its largest magnitude is above `large` or nonzero and below `small`. */
 bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, float large,
 			     struct dli_stats_record *r);
+/* What a SIMD path's float lanes found in a block: extrema and the count of zeros exactly, and
+ * the sums of d = x - shift, d^2 and |x| reduced into double. */
+struct dli_stats_sums {
+	float mn, mx, mnz;
+	uint64_t zc;
+	double sd, sdd, sa;
+};
+
+/* Fills *r (initializing it) from the float lanes' *a over n elements around shift: the finite
+ * case (dli_stats_dblock_record takes the others). */
+void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shift,
+			   struct dli_stats_record *r);
 #ifdef DLI_HAVE_X86_SIMD
 void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+/* Whether the block of n bf16 or f16 elements at p (n a multiple of 16) holds NaN or an infinity;
+ * then *r is its record, from one integer pass over its bits that prefetches pf bytes ahead (the
+ * AVX2 kernel's; the AVX-512 one takes such blocks there too). False for other dtypes. */
+bool dli_stats_nonfinite_block_avx2(const void *p, enum dli_dtype dt, int64_t n, int64_t pf,
+				    struct dli_stats_record *r);
 #endif
 
 /* Bytes ahead of the current read that the SIMD passes prefetch (into L1): far enough to cover

@@ -29,7 +29,7 @@ struct k256 {
 	__m256 scale, maxv;
 	__m256i maxbits, absmask, infbits, expmask, emin, cadd, rebias, nancode, signmask;
 	int mshift;
-	/* The fast steps' range (fp8-avx512.c's k512 tells it): nonzero |x| at most xn1 lands
+	/* The fast steps' range: nonzero |x| at most xn1 lands
 	 * below the format's normals, above xov beyond its max; as float bits, and as bf16 bits. */
 	__m256i xn1, xov, xn1_16, xov_16;
 	__m256 kround, kround1; /* K = 2^(23 - mbits) of the fast steps' rounding, and K - 1 */
@@ -118,14 +118,19 @@ struct block_sums {
 	__m256 err, dot, dqs, xs;
 	__m256i under, over;
 	uint32_t count;          /* elements compared (all but NaN and inf) */
-	uint32_t finite_nonzero; /* careful steps only */
+	uint32_t finite_nonzero; /* vec_step only: the fast steps' are in the fast lanes */
 };
 
-/* One vector of a block pass (fp8-avx512.c explains the fast and the careful pass):
- * magnitudes clamped and compared as integers, underflow tested on x. `lanes` has a bit for
- * each real element (the tail's zero padding is not one). */
-INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, bool careful,
-		     struct block_sums *t)
+/* One vector of a block pass: the cast, then the terms on magnitudes (|s| and |dq * scale| share
+ * their sign, so every term is the same on magnitudes and the sign never comes back). Magnitudes
+ * are clamped and compared as integers (non-negative floats order as their bits do), which leaves
+ * the floating-point pipes to the rounding and the sums. Sum x dq is summed, not derived from the
+ * other three (as the fast steps may): where most values saturate or underflow, that difference
+ * cancels to noise. A NaN or infinite x is zeroed before any term and is not counted, so a
+ * block holding one needs no second pass. Underflow is tested on x, not s: a tiny nonzero x whose
+ * product with the scale is 0 in float has still underflowed. `lanes` has a bit for each real
+ * element (the tail's zero padding is not one). */
+INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, struct block_sums *t)
 {
 	const __m256i izero = _mm256_setzero_si256();
 	__m256i x = _mm256_castps_si256(xv);
@@ -135,18 +140,14 @@ INLINE void vec_step(__m256 xv, unsigned lanes, const struct k256 *k, bool caref
 	__m256i a, ac, e, rz, uf;
 	__m256 c, r, af, d;
 
-	if (careful) {
-		__m256i fin = _mm256_cmpgt_epi32(k->infbits, xabs);
-		unsigned fm = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(fin)) & lanes;
-		unsigned nzm = fm & ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(xz));
+	__m256i fin = _mm256_cmpgt_epi32(k->infbits, xabs);
+	unsigned fm = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(fin)) & lanes;
+	unsigned nzm = fm & ~(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(xz));
 
-		s = _mm256_and_ps(s, _mm256_castsi256_ps(fin)); /* a NaN or inf x adds nothing */
-		xz = _mm256_or_si256(xz, _mm256_xor_si256(fin, _mm256_set1_epi32(-1)));
-		t->count += (uint32_t)__builtin_popcount(fm);
-		t->finite_nonzero += (uint32_t)__builtin_popcount(nzm);
-	} else {
-		t->count += (uint32_t)__builtin_popcount(lanes);
-	}
+	s = _mm256_and_ps(s, _mm256_castsi256_ps(fin)); /* a NaN or inf x adds nothing */
+	xz = _mm256_or_si256(xz, _mm256_xor_si256(fin, _mm256_set1_epi32(-1)));
+	t->count += (uint32_t)__builtin_popcount(fm);
+	t->finite_nonzero += (uint32_t)__builtin_popcount(nzm);
 	a = _mm256_and_si256(_mm256_castps_si256(s), k->absmask);
 	ac = _mm256_min_epi32(a, k->maxbits);
 	e = _mm256_max_epi32(_mm256_and_si256(ac, k->expmask), k->emin);
@@ -331,7 +332,7 @@ INLINE void redo_positions(const char *q, unsigned pos, const struct k256 *k, st
 
 		for (int v = 0; v < 8; v++)
 			memcpy(&e[v], q + (size_t)(v * 16 + at) * 2, 2);
-		vec_step(load8(e, DLI_DTYPE_BF16), 0xff, k, true, t);
+		vec_step(load8(e, DLI_DTYPE_BF16), 0xff, k, t);
 	}
 }
 
@@ -395,15 +396,14 @@ INLINE void redo_group(const char *q, enum dli_dtype dtype, const struct k256 *k
 			unsigned odd = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
 
 			if (even)
-				vec_step(_mm256_castsi256_ps(_mm256_slli_epi32(only, 16)), even, k, true,
-					 t);
+				vec_step(_mm256_castsi256_ps(_mm256_slli_epi32(only, 16)), even, k, t);
 			if (odd)
 				vec_step(_mm256_castsi256_ps(_mm256_and_si256(
 						 only, _mm256_set1_epi32((int)0xffff0000u))),
-					 odd, k, true, t);
+					 odd, k, t);
 		} else {
 			unsigned lanes = (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(bad));
-			vec_step(_mm256_castsi256_ps(_mm256_and_si256(bad, bits)), lanes, k, true, t);
+			vec_step(_mm256_castsi256_ps(_mm256_and_si256(bad, bits)), lanes, k, t);
 		}
 	}
 }
@@ -457,10 +457,10 @@ INLINE int block_pass(const char *p, enum dli_dtype dtype, int64_t bn, const str
 	}
 	for (; j + 8 <= bn; j += 8) {
 		_mm_prefetch(p + j * sz + DLI_PREFETCH_BYTES, _MM_HINT_T0);
-		vec_step(load8(p + j * sz, dtype), 0xff, k, true, t);
+		vec_step(load8(p + j * sz, dtype), 0xff, k, t);
 	}
 	if (j < bn)
-		vec_step(load_tail(p + j * sz, dtype, bn - j), (1u << (bn - j)) - 1, k, true, t);
+		vec_step(load_tail(p + j * sz, dtype, bn - j), (1u << (bn - j)) - 1, k, t);
 	return redone;
 }
 

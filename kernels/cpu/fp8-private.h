@@ -11,7 +11,9 @@
  * quantization error, and would make mse, cos_sim and sqnr NaN); the main pass counts it. The
  * scalar path is the reference, in double per element, with dq = decode(q) / scale; the SIMD
  * paths sum float lanes inside a block, and a block whose float sums left a safe range is redone
- * (see fp8-avx512.c): NaN and inf masked out, then, if still out of range, by the scalar path. */
+ * (see fp8-avx2.c): NaN and inf masked out, then, if still out of range, by the scalar path. The
+ * AVX-512 path has its own loop only for bf16 on CPUs with AVX512-BF16; the rest is the AVX2
+ * pass's. */
 void dli_fp8_compare_scalar(const void *data, enum dli_dtype dtype, int64_t n,
 			    enum dli_dtype format, float scale, struct dli_stats_record *acc);
 void dli_fp8_compare_avx2(const void *data, enum dli_dtype dtype, int64_t n,
@@ -20,7 +22,7 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			    enum dli_dtype format, float scale, struct dli_stats_record *acc);
 
 /* Nonzero (the default): the AVX-512 pass takes bf16 input through its table path when the CPU
- * has AVX512_BF16. Tests set it to 0 to reach the generic path with bf16 input. */
+ * has AVX512_BF16. Tests set it to 0 to send bf16 input to the AVX2 pass instead. */
 extern int dli_fp8_avx512_bf16_table;
 
 /* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit, or -1:
@@ -34,10 +36,6 @@ void dli_fp8_quantize_avx2(const void *data, enum dli_dtype dtype, int64_t n,
 			   enum dli_dtype format, float scale, uint8_t *q);
 void dli_fp8_quantize_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			     enum dli_dtype format, float scale, uint8_t *q);
-
-/* The largest float magnitude (bits 0 .. 0x7f7fffff) whose product with scale is <= limit, or -1:
- * the SIMD paths' bounds of the values whose casts need no saturation or subnormal grid. */
-int64_t dli_fp8_f32_last_le(float scale, float limit);
 
 /* q[i] = encode(x[i] * scale) for n elements of f32, f16 or bf16, with the SIMD path of `o` (NULL:
  * the best one). For tests and for hosts that quantize on the CPU. -EINVAL for a bad dtype,

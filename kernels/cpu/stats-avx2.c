@@ -179,16 +179,8 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t lines,
 	*out = a0;
 }
 
-/* What a block pass leaves for the block's record: extrema and counts exactly, sums reduced into
- * double. */
-struct sums {
-	float mn, mx, mnz;
-	uint64_t zc;
-	double sd, sdd, sa;
-};
-
 INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t lines, float shift,
-		       int64_t pf, struct sums *o)
+		       int64_t pf, struct dli_stats_sums *o)
 {
 	struct lanes a;
 	block_pass(p, dt, lines, shift, pf, &a);
@@ -341,7 +333,7 @@ INLINE void lanes32_add(struct lanes32 *a, struct sums32 *f, const unsigned char
 
 /* Returns false, having filled nothing, when zeros is false and the block holds a zero. */
 INLINE bool f32_pass(const unsigned char *p, int64_t lines, float shift, bool shifted, bool zeros,
-		     int64_t pf, struct sums *o)
+		     int64_t pf, struct dli_stats_sums *o)
 {
 	const __m256d vshift = _mm256_set1_pd(shift);
 	struct lanes32 a = {
@@ -376,7 +368,7 @@ INLINE bool f32_pass(const unsigned char *p, int64_t lines, float shift, bool sh
 /* zeros: whether to count zeros from the start (the previous block held some); a block that
  * turns out to hold one is read again (from L1) counting them. */
 static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, bool zeros,
-			   int64_t pf, struct sums *o)
+			   int64_t pf, struct dli_stats_sums *o)
 {
 	if (shift == 0) {
 		if (zeros || !f32_pass(p, lines, 0, false, false, pf, o))
@@ -420,7 +412,7 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
 #define BLOCK16 (2 * DLI_STATS_BLOCK)
 
 static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, int64_t pf,
-			    struct sums *o)
+			    struct dli_stats_sums *o)
 {
 	const __m256 vshift = _mm256_set1_ps(shift);
 	struct lanes16 a = {
@@ -541,6 +533,12 @@ INLINE bool nf_block(const unsigned char *p, enum dli_dtype dt, int64_t n, int64
 	case DLI_DTYPE_F16: return nf_block16(p, dt, n, pf, r);
 	default: return false;
 	}
+}
+
+bool dli_stats_nonfinite_block_avx2(const void *p, enum dli_dtype dt, int64_t n, int64_t pf,
+				    struct dli_stats_record *r)
+{
+	return (dt == DLI_DTYPE_BF16 || dt == DLI_DTYPE_F16) && nf_block(p, dt, n, pf, r);
 }
 
 /* ---- Blocks the float lanes cannot take: double lanes (see stats-avx512.c) ---- */
@@ -677,15 +675,14 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	if (prev == EXTREME)
 		return block_odd(p, dt, n, shift, pf, r);
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
-	struct sums a;
+	struct dli_stats_sums a;
 	if (dt == DLI_DTYPE_BF16)
 		block_sums_bf16(p, lines, shift, pf, &a);
 	else if (dt == DLI_DTYPE_F32)
 		block_sums_f32(p, lines, shift, prev == ZEROS, pf, &a);
 	else
 		block_sums(p, dt, lines, shift, pf, &a);
-	float fmn = a.mn, fmx = a.mx;
-	float amax = fmx > -fmn ? fmx : -fmn;
+	float amax = a.mx > -a.mn ? a.mx : -a.mn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite but squares past float range). f32's double sums take every
@@ -706,25 +703,8 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 			block_sums_f32(p, lines, shift, a.zc > 0, pf, &a);
 		else
 			block_sums(p, dt, lines, shift, pf, &a);
-		sd = a.sd;
-		sdd = a.sdd;
-		c = sd * sd / dn;
 	}
-	double m2 = sdd - c;
-	dli_stats_record_init(r);
-	r->count = (uint64_t)n;
-	r->zero_count = a.zc;
-	r->min = fmn;
-	r->max = fmx;
-	r->amax = amax;
-	r->min_nonzero_abs = a.mnz;
-	r->sum = dn * shift + sd;
-	r->sum_abs = sa;
-	r->mean = r->sum / dn;
-	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
-	r->m2 = m2 < 0 ? 0 : m2;
-	/* Every term is positive, so this sum of squares has no cancellation to fear. */
-	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+	dli_stats_sums_record(&a, n, shift, r);
 	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 

@@ -1,9 +1,10 @@
 /* The statistics pass with AVX-512 (F, BW, DQ, VL; compiled with those flags and chosen at run time
  * by stats.c). Same structure as the AVX2 file: per L1-sized block, one pass that reads memory
  * (with software prefetch) into float lanes of extrema, counts and sums of deviations from a shift
- * near the mean; a second pass over the block (still in L1) only when the shift was poor; a
- * redo in double lanes for blocks with NaN, infinities or extreme magnitudes; and a Chan merge
- * of each block into the chunk's record in double. f32 is not here: it takes the AVX2 file's
+ * near the mean; a second pass over the block (still in L1) only when the shift was poor; for
+ * bf16 and f16 blocks holding NaN or infinities, the AVX2 kernel's integer pass; a redo in double
+ * lanes for the other blocks with NaN, infinities or extreme magnitudes; and a Chan merge of
+ * each block into the chunk's record in double. f32 is not here: it takes the AVX2 file's
  * kernel, whose sums are double lanes (see dli_stats_chunk_avx512). */
 #include <immintrin.h>
 #include <math.h>
@@ -144,16 +145,8 @@ INLINE void block_pass(const unsigned char *p, enum dli_dtype dt, int64_t steps,
 	*out = a0;
 }
 
-/* What a block pass leaves for the block's record: extrema and counts exactly, sums reduced into
- * double. */
-struct sums {
-	float mn, mx, mnz;
-	uint64_t zc;
-	double sd, sdd, sa;
-};
-
 INLINE void block_sums(const unsigned char *p, enum dli_dtype dt, int64_t steps, float shift,
-		       int64_t pf, struct sums *o)
+		       int64_t pf, struct dli_stats_sums *o)
 {
 	struct lanes a;
 	block_pass(p, dt, steps, shift, pf, &a);
@@ -239,7 +232,7 @@ INLINE float bf16_float(uint32_t bits)
 
 /* Not inlined: block() is inlined into code for CPUs without vdpbf16ps too. */
 __attribute__((target("avx512bf16"), noinline)) static void
-block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct sums *o)
+block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct dli_stats_sums *o)
 {
 	const __m512 vshift = _mm512_set1_ps(shift);
 	const __m512i lo16 = _mm512_set1_epi32(0xffff);
@@ -275,12 +268,11 @@ block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, 
 
 /* ---- Blocks the float lanes cannot take: double lanes ----
  *
- * A block holding NaN or infinities, or magnitudes outside [SMALL, LARGE], is read again (it is in
- * L1) into double lanes. There the square of every float is exact and no block sum can overflow,
- * and NaN and infinities flow through the sums as in a naive double loop, in any order: a sum
- * holding a NaN, or both infinities, is NaN, one holding one infinity is that infinity. Extrema and
- * the counts of zeros, NaN and infinities come from float lanes, exactly. Tensors with NaN or
- * infinities are the ones this tool exists to catch, so this path is kept at SIMD speed. */
+ * An FP8 block holding NaN or infinities, or any block with magnitudes outside [SMALL, LARGE], is
+ * read again (it is in L1) into double lanes. There the square of every float is exact and no
+ * block sum can overflow, and NaN and infinities flow through the sums as in a naive double loop,
+ * in any order: a sum holding a NaN, or both infinities, is NaN, one holding one infinity is that
+ * infinity. Extrema and the counts of zeros, NaN and infinities come from float lanes, exactly. */
 struct dlanes {
 	__m512 mn, mx, mnz;
 	__m512i zc;
@@ -382,29 +374,50 @@ __attribute__((noinline)) static bool block_rare(const unsigned char *p, enum dl
 	}
 }
 
-/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean.
- * bf16dp: bf16 input through block_sums_bf16 (the CPU has vdpbf16ps). rare: the previous block
- * needed the double lanes, so this one goes straight to them (in data full of NaN, the float pass
- * would be wasted on every block). Returns whether this block needed them. */
-INLINE bool block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n, float shift,
-		  bool rare, int64_t pf, struct dli_stats_record *r)
+/* Which way a block went, for the next one: blocks of one kind come in stretches. */
+enum kind {
+	CLEAN,     /* float lanes */
+	NONFINITE, /* bf16 or f16 holding NaN or infinities: the AVX2 kernel's integer pass */
+	RARE,      /* the double lanes: magnitudes the float lanes cannot take, or FP8 NaN/inf */
+};
+
+/* Not inlined either. A bf16 or f16 block holding NaN or an infinity needs no float arithmetic
+ * (its sums follow from its counts and extrema): the AVX2 kernel's integer pass over its bits
+ * gives its record, at the speed of a clean block (stats-avx2.c); other blocks go to the double
+ * lanes. */
+__attribute__((noinline)) static enum kind block_odd(const unsigned char *p, enum dli_dtype dt,
+						     int64_t n, float shift, int64_t pf,
+						     struct dli_stats_record *r)
 {
-	if (rare)
-		return block_rare(p, dt, n, shift, r);
+	if (dli_stats_nonfinite_block_avx2(p, dt, n, pf, r))
+		return NONFINITE;
+	return block_rare(p, dt, n, shift, r) ? RARE : CLEAN;
+}
+
+/* n: a positive multiple of the elements in two lines; shift: a guess at the block's mean.
+ * bf16dp: bf16 input through block_sums_bf16 (the CPU has vdpbf16ps). prev: how the previous
+ * block went; after a NONFINITE or RARE one, this one goes straight to the same path (in data full
+ * of NaN, the float pass would be wasted on every block), and back to the float lanes when it
+ * finds none. Returns how this block went. */
+INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_t n,
+		       float shift, enum kind prev, int64_t pf, struct dli_stats_record *r)
+{
+	if (prev == NONFINITE && dli_stats_nonfinite_block_avx2(p, dt, n, pf, r))
+		return NONFINITE;
+	if (prev == RARE)
+		return block_odd(p, dt, n, shift, pf, r);
 	const int64_t steps = n / (2 * LINE / (int64_t)dli_dtype_size(dt));
-	struct sums a;
+	struct dli_stats_sums a;
 	if (bf16dp)
 		block_sums_bf16(p, steps, shift, pf, &a);
 	else
 		block_sums(p, dt, steps, shift, pf, &a);
-	float fmn = a.mn, fmx = a.mx;
-	float amax = fmx > -fmn ? fmx : -fmn;
+	float amax = a.mx > -a.mn ? a.mx : -a.mn;
 	double dn = (double)n, sd = a.sd, sdd = a.sdd, sa = a.sa;
 	/* NaN or an infinity reaches the sums (the shift is finite and bounded, so nothing else
 	 * can make them non-finite). */
-	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL)) {
-		return block_rare(p, dt, n, shift, r);
-	}
+	if (!isfinite(sd + sdd + sa) || amax > LARGE || (amax > 0 && amax < SMALL))
+		return block_odd(p, dt, n, shift, pf, r);
 	/* A shift further from the mean than the spread would cost precision to cancellation:
 	 * read the block again (from L1) around its own mean. Rare: the shift is the running mean
 	 * of the chunk, so this happens for non-stationary data or a first block. */
@@ -415,26 +428,9 @@ INLINE bool block(const unsigned char *p, enum dli_dtype dt, bool bf16dp, int64_
 			block_sums_bf16(p, steps, shift, pf, &a);
 		else
 			block_sums(p, dt, steps, shift, pf, &a);
-		sd = a.sd;
-		sdd = a.sdd;
-		c = sd * sd / dn;
 	}
-	double m2 = sdd - c;
-	dli_stats_record_init(r);
-	r->count = (uint64_t)n;
-	r->zero_count = a.zc;
-	r->min = fmn;
-	r->max = fmx;
-	r->amax = amax;
-	r->min_nonzero_abs = a.mnz;
-	r->sum = dn * shift + sd;
-	r->sum_abs = sa;
-	r->mean = r->sum / dn;
-	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
-	r->m2 = m2 < 0 ? 0 : m2;
-	/* Every term is positive, so this sum of squares has no cancellation to fear. */
-	r->sum_sq = r->m2 + dn * r->mean * r->mean;
-	return false;
+	dli_stats_sums_record(&a, n, shift, r);
+	return CLEAN;
 }
 
 /* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first
@@ -464,7 +460,7 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 	 * comes half as often. */
 	const int64_t bs = bf16dp ? 2 * DLI_STATS_BLOCK : DLI_STATS_BLOCK;
 	struct dli_stats_record b;
-	bool rare = false;
+	enum kind prev = CLEAN;
 	struct dli_runs_cursor c;
 	if (v)
 		dli_runs_cursor_init(&c, v, first);
@@ -476,7 +472,7 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 		const unsigned char *q = v ? dli_runs_cursor_block(&c, m, scratch, &pf)
 					   : p + (size_t)i * es;
 		if (whole) {
-			rare = block(q, dt, bf16dp, whole, next_shift(q, dt, r), rare, pf, &b);
+			prev = block(q, dt, bf16dp, whole, next_shift(q, dt, r), prev, pf, &b);
 			dli_stats_merge(r, &b);
 		}
 		if (m > whole) {

@@ -197,34 +197,115 @@ bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, floa
 	return b->nan || b->inf || r->amax > large || (r->amax > 0 && r->amax < small);
 }
 
+void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shift,
+			   struct dli_stats_record *r)
+{
+	double dn = (double)n, m2 = a->sdd - a->sd * a->sd / dn;
+	dli_stats_record_init(r);
+	r->count = (uint64_t)n;
+	r->zero_count = a->zc;
+	r->min = a->mn;
+	r->max = a->mx;
+	r->amax = a->mx > -a->mn ? a->mx : -a->mn;
+	r->min_nonzero_abs = a->mnz;
+	r->sum = dn * shift + a->sd;
+	r->sum_abs = a->sa;
+	r->mean = r->sum / dn;
+	/* sum(d)^2 / n <= sum(d^2) in exact arithmetic; rounding may cross it when all are equal. */
+	r->m2 = m2 < 0 ? 0 : m2;
+	/* Every term is positive, so this sum of squares has no cancellation to fear. */
+	r->sum_sq = r->m2 + dn * r->mean * r->mean;
+}
+
 /* ---- The driver ---- */
 
+/* A pass over n elements in chunks of DLI_STATS_CHUNK: of the contiguous data (chunk) or of the
+ * view v (runs, the same chunk boundaries in the view's element order, so the records and their
+ * merge are those of a contiguous copy). */
 struct pass {
+	int64_t n;
 	const char *data;
 	enum dli_dtype dt;
-	int64_t n;
 	dli_stats_chunk_fn chunk;
-	struct dli_stats_record *recs; /* one per chunk, or NULL: then every chunk writes *one */
-	struct dli_stats_record *one;
+	const struct dli_cpu_runs *v; /* set for a view */
+	dli_stats_runs_fn runs;
+	struct dli_stats_record *recs; /* one per chunk, or NULL: then every chunk writes `one` */
+	struct dli_stats_record one;
 };
 
 /* One chunk, with subnormals honoured: a host (or a framework's "flush denormal" switch) may have
  * set FTZ/DAZ on this thread, which would turn subnormal inputs into zeros and skew min, zero%
- * and the range. The thread's own setting is restored before returning. */
+ * and the range. The thread's own setting is restored before returning. A view's block spanning
+ * runs is copied to scratch on this thread's stack. */
 static void pass_chunk(void *arg, int64_t c, int worker)
 {
-	const struct pass *ps = arg;
+	struct pass *ps = arg;
 	int64_t first = c * DLI_STATS_CHUNK;
 	int64_t m = ps->n - first < DLI_STATS_CHUNK ? ps->n - first : DLI_STATS_CHUNK;
+	struct dli_stats_record *r = ps->recs ? &ps->recs[c] : &ps->one;
+	(void)worker;
 #ifdef DLI_HAVE_X86_SIMD
 	unsigned csr = _mm_getcsr();
 	_mm_setcsr(csr & ~0x8040u); /* FTZ (bit 15) and DAZ (bit 6) off */
 #endif
-	ps->chunk(ps->data + (size_t)first * dli_dtype_size(ps->dt), ps->dt, m,
-		  ps->recs ? &ps->recs[c] : ps->one);
+	if (ps->v) {
+		_Alignas(64) unsigned char scratch[DLI_RUNS_SCRATCH];
+		ps->runs(ps->v, first, m, scratch, r);
+	} else {
+		ps->chunk(ps->data + (size_t)first * dli_dtype_size(ps->dt), ps->dt, m, r);
+	}
 #ifdef DLI_HAVE_X86_SIMD
 	_mm_setcsr(csr);
 #endif
+}
+
+/* The chunk kernels of o's SIMD path; -ENOTSUP for a path this CPU or build lacks. */
+static int pick(const struct dli_cpu_options *o, dli_stats_chunk_fn *chunk, dli_stats_runs_fn *runs)
+{
+	switch (dli_cpu_simd(o)) {
+	case DLI_SIMD_SCALAR:
+		*chunk = dli_stats_chunk_scalar;
+		*runs = dli_stats_runs_scalar;
+		return 0;
+#ifdef DLI_HAVE_X86_SIMD
+	case DLI_SIMD_AVX2:
+		*chunk = dli_stats_chunk_avx2;
+		*runs = dli_stats_runs_avx2;
+		return 0;
+	case DLI_SIMD_AVX512:
+		*chunk = dli_stats_chunk_avx512;
+		*runs = dli_stats_runs_avx512;
+		return 0;
+#endif
+	default:
+		return -ENOTSUP;
+	}
+}
+
+/* Runs the pass (ps->n > 0) into out, on o's threads for a large one. */
+static void run_pass(struct pass *ps, const struct dli_cpu_options *o, struct dli_stats_record *out)
+{
+	pthread_once(&fp8_once, fp8_build);
+	int64_t n_chunks = (ps->n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
+	int threads = ps->n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
+	/* Per-chunk records (a few hundred bytes per MiB of input) let threads finish in any order;
+	 * without memory for them the pass runs on this thread and gives the same result. */
+	struct dli_stats_record *recs = NULL;
+	if (threads > 1)
+		recs = malloc((size_t)n_chunks * sizeof(*recs));
+	if (recs) {
+		ps->recs = recs;
+		dli_parallel_for(n_chunks, threads, pass_chunk, ps);
+		for (int64_t c = 0; c < n_chunks; c++)
+			dli_stats_merge(out, &recs[c]);
+		free(recs);
+		ps->recs = NULL;
+		return;
+	}
+	for (int64_t c = 0; c < n_chunks; c++) {
+		pass_chunk(ps, c, 0);
+		dli_stats_merge(out, &ps->one);
+	}
 }
 
 int dli_cpu_check_input(const void *data, enum dli_dtype dtype, int64_t n)
@@ -248,46 +329,11 @@ int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struc
 	int rc = dli_cpu_check_input(data, dtype, n);
 	if (rc)
 		return rc;
-	dli_stats_chunk_fn chunk = dli_stats_chunk_scalar;
-	switch (dli_cpu_simd(o)) {
-	case DLI_SIMD_SCALAR:
-		break;
-#ifdef DLI_HAVE_X86_SIMD
-	case DLI_SIMD_AVX2:
-		chunk = dli_stats_chunk_avx2;
-		break;
-	case DLI_SIMD_AVX512:
-		chunk = dli_stats_chunk_avx512;
-		break;
-#endif
-	default:
-		return -ENOTSUP;
-	}
-	if (n == 0)
-		return 0;
-	pthread_once(&fp8_once, fp8_build);
-
-	int64_t n_chunks = (n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
-	int threads = n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
-	struct dli_stats_record one;
-	struct pass ps = {.data = data, .dt = dtype, .n = n, .chunk = chunk, .one = &one};
-	/* Per-chunk records (a few hundred bytes per MiB of input) let threads finish in any order;
-	 * without memory for them the pass runs on this thread and gives the same result. */
-	struct dli_stats_record *recs = NULL;
-	if (threads > 1)
-		recs = malloc((size_t)n_chunks * sizeof(*recs));
-	if (recs) {
-		ps.recs = recs;
-		dli_parallel_for(n_chunks, threads, pass_chunk, &ps);
-		for (int64_t c = 0; c < n_chunks; c++)
-			dli_stats_merge(out, &recs[c]);
-		free(recs);
-		return 0;
-	}
-	for (int64_t c = 0; c < n_chunks; c++) {
-		pass_chunk(&ps, c, 0);
-		dli_stats_merge(out, &one);
-	}
+	struct pass ps = {.n = n, .data = data, .dt = dtype};
+	rc = pick(o, &ps.chunk, &ps.runs);
+	if (rc || n == 0)
+		return rc;
+	run_pass(&ps, o, out);
 	return 0;
 }
 
@@ -308,33 +354,6 @@ void dli_stats_runs_scalar(const struct dli_cpu_runs *v, int64_t first, int64_t 
 	}
 }
 
-struct runs_pass {
-	const struct dli_cpu_runs *v;
-	dli_stats_runs_fn chunk;
-	struct dli_stats_record *recs; /* as in struct pass */
-	struct dli_stats_record *one;
-};
-
-/* pass_chunk for a view: the same chunk boundaries in the view's element order, so the records
- * and their merge are those of a contiguous copy. The scratch a block spanning runs is copied to
- * lives on this thread's stack. */
-static void runs_chunk(void *arg, int64_t c, int worker)
-{
-	const struct runs_pass *ps = arg;
-	_Alignas(64) unsigned char scratch[DLI_RUNS_SCRATCH];
-	int64_t first = c * DLI_STATS_CHUNK;
-	int64_t m = ps->v->n - first < DLI_STATS_CHUNK ? ps->v->n - first : DLI_STATS_CHUNK;
-	(void)worker;
-#ifdef DLI_HAVE_X86_SIMD
-	unsigned csr = _mm_getcsr();
-	_mm_setcsr(csr & ~0x8040u);
-#endif
-	ps->chunk(ps->v, first, m, scratch, ps->recs ? &ps->recs[c] : ps->one);
-#ifdef DLI_HAVE_X86_SIMD
-	_mm_setcsr(csr);
-#endif
-}
-
 int dli_cpu_stats_runs(const struct dli_cpu_runs *v, const struct dli_cpu_options *o,
 		       struct dli_stats_record *out)
 {
@@ -347,43 +366,10 @@ int dli_cpu_stats_runs(const struct dli_cpu_runs *v, const struct dli_cpu_option
 	int rc = dli_cpu_check_input(v->base, v->dtype, v->n);
 	if (rc)
 		return rc;
-	dli_stats_runs_fn chunk = dli_stats_runs_scalar;
-	switch (dli_cpu_simd(o)) {
-	case DLI_SIMD_SCALAR:
-		break;
-#ifdef DLI_HAVE_X86_SIMD
-	case DLI_SIMD_AVX2:
-		chunk = dli_stats_runs_avx2;
-		break;
-	case DLI_SIMD_AVX512:
-		chunk = dli_stats_runs_avx512;
-		break;
-#endif
-	default:
-		return -ENOTSUP;
-	}
-	if (v->n == 0)
-		return 0;
-	pthread_once(&fp8_once, fp8_build);
-
-	int64_t n_chunks = (v->n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
-	int threads = v->n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
-	struct dli_stats_record one;
-	struct runs_pass ps = {.v = v, .chunk = chunk, .one = &one};
-	struct dli_stats_record *recs = NULL;
-	if (threads > 1)
-		recs = malloc((size_t)n_chunks * sizeof(*recs));
-	if (recs) {
-		ps.recs = recs;
-		dli_parallel_for(n_chunks, threads, runs_chunk, &ps);
-		for (int64_t c = 0; c < n_chunks; c++)
-			dli_stats_merge(out, &recs[c]);
-		free(recs);
-		return 0;
-	}
-	for (int64_t c = 0; c < n_chunks; c++) {
-		runs_chunk(&ps, c, 0);
-		dli_stats_merge(out, &one);
-	}
+	struct pass ps = {.n = v->n, .v = v};
+	rc = pick(o, &ps.chunk, &ps.runs);
+	if (rc || v->n == 0)
+		return rc;
+	run_pass(&ps, o, out);
 	return 0;
 }

@@ -476,7 +476,8 @@ static void test_simd_codes_identical(void)
  * written anywhere, but the decoded
  * value shows in dq_sq and dot, which a wrong code moves by at least one FP8 step; the counts must
  * be exact. Scales around the edges: tiny and huge ones that put bf16 subnormals or the float
- * overflow in the format's range, and a float-subnormal scale (the generic path). */
+ * overflow in the format's range, and a float-subnormal scale (which the table path leaves to
+ * the AVX2 pass). */
 static void test_bf16_every_pattern_one_by_one(void)
 {
 	const float scales[] = { 1.0f, 448.0f / 3.7f, 0x1p-12f, 3e5f, 0.37f, 0.05f, 0x1p100f, 0x1p-100f,
@@ -807,7 +808,7 @@ static void test_bf16_all_patterns_both_avx512_paths(void)
 		}
 	}
 	dli_fp8_avx512_bf16_table = 1;
-	/* and the random inputs of every mode through the generic path with bf16 */
+	/* and the random inputs of every mode with the table path off (the AVX2 pass takes them) */
 	{
 		int64_t m = 70001;
 		uint16_t *x = malloc((size_t)m * 2);
