@@ -525,7 +525,7 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
 	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
-	uint8_t bad_masks[SEGMENT];
+	uint8_t bad_masks[SEGMENT] = { 0 };
 	int64_t gathered[8];
 	int n_gathered = 0;
 
