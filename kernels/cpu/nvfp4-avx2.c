@@ -445,7 +445,7 @@ blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8
 	float enc[8], dqs[8], factor;
 	double unscale;
 	struct e2m1_constants e2m1;
-	struct fsums fs[2];
+	struct fsums fs;
 	uint64_t kept = 0;
 
 	/* the lanes past n repeat block 0 (maxima are not changed by it), left out of the range */
@@ -467,27 +467,22 @@ blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8
 		     _mm256_castsi256_ps(finite_max), absent, &k, &st->lo, &st->hi, enc, dqs,
 		     &factor, &unscale);
 	e2m1_constants_init(&e2m1);
-	fsums_reset(&fs[0]);
-	fsums_reset(&fs[1]);
+	fsums_reset(&fs);
 	const __m256 f = _mm256_broadcast_ss(&factor);
 	for (int j = 0; j < n; j++) {
 		__m256i a[2];
 		const __m256 ej = _mm256_broadcast_ss(&enc[j]), dj = _mm256_broadcast_ss(&dqs[j]);
 		load_abs16(ps->data, dtype, at[j], a);
-		/* a sum each, so that each chain of FMAs is half as long */
 		#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			__m256i keep = _mm256_cmpgt_epi32(inf, a[h]);
 			kept += (uint64_t)__builtin_popcount(
 				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep)));
-			elements(_mm256_and_si256(a[h], keep), ej, dj, f, &e2m1, &counts, &fs[h],
+			elements(_mm256_and_si256(a[h], keep), ej, dj, f, &e2m1, &counts, &fs,
 				 &keep);
 		}
 	}
-	fs[0].err = _mm256_add_ps(fs[0].err, fs[1].err);
-	fs[0].dqs = _mm256_add_ps(fs[0].dqs, fs[1].dqs);
-	fs[0].xs = _mm256_add_ps(fs[0].xs, fs[1].xs);
-	fsums_widen(&fs[0], unscale, &st->sum);
+	fsums_widen(&fs, unscale, &st->sum);
 	st->counts = counts;
 	st->count += kept;
 }
