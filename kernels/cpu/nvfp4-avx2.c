@@ -147,8 +147,8 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * 1 up to 4, 2 up to 8) to nearest-even, after clamping to 6. Each tie lands on the code the
  * scalar comparisons give (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
  * 5 -> 4), and above 5 the clamp gives 6. dq f = r * (dqs f) is the scalar's e2m1_values[c] * dqs
- * times f (see block_scales). x and dq share their sign, so the terms are those of the magnitudes. keep, when not NULL, marks the
- * lanes compared; the others hold m = 0.
+ * times f (see block_scales). x and dq share their sign, so the terms are those of the
+ * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
  *
  * The sums are of x f and dq f in float lanes: scaling by a power of two is exact, and keeps the
  * squares of the group's largest values near 1, far from float's overflow and underflow (x^2 of
@@ -164,7 +164,8 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * lane; the low half is then underflows plus overflows, the high half overflows (see
  * counts_widen). */
 static inline __attribute__((always_inline)) void
-elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k, __m256i *counts, struct fsums *sum, const __m256i *keep)
+elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
+	 __m256i *counts, struct fsums *sum, const __m256i *keep)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
