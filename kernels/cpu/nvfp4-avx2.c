@@ -281,6 +281,15 @@ struct rule_constants {
 	__m256 amax;
 };
 
+static inline struct rule_constants rule_constants_of(const struct nv_pass *ps)
+{
+	return (struct rule_constants){
+		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
+		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
+		.amax = _mm256_set1_ps(ps->amax),
+	};
+}
+
 /* Eight blocks' E4M3 scales, multipliers (into enc) and dequantization factors (into dqs) from
  * their maxima bm (all but NaN: an infinity saturates the scale) by the scalar rules' float
  * operations in the lanes of one vector, the scale range over those of a nonzero scale and not
@@ -353,11 +362,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 	struct state *st, uint8_t *bad_masks)
 {
 	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
-	const struct rule_constants k = {
-		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
-		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
-		.amax = _mm256_set1_ps(ps->amax),
-	};
+	const struct rule_constants k = rule_constants_of(ps);
 	struct dsums sum = st->sum;
 	__m256i counts = st->counts;
 	uint64_t count = 0;
@@ -437,11 +442,7 @@ blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8
 	      struct state *st)
 {
 	const __m256i inf = _mm256_set1_epi32(0x7f800000);
-	const struct rule_constants k = {
-		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
-		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
-		.amax = _mm256_set1_ps(ps->amax),
-	};
+	const struct rule_constants k = rule_constants_of(ps);
 	__m256i scale_max[8], finite_max = _mm256_setzero_si256(), counts = st->counts;
 	float enc[8], dqs[8], factor;
 	double unscale;
