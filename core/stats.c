@@ -384,8 +384,11 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		float scale = fp8->current_scaling
 				      ? dli_fp8_scale((float)rec.amax, fp8->format, fp8->margin)
 				      : fp8->scale;
+		/* The pass's sum of x^2 spares the comparison one term (kernels-private.h). */
+		double sum_sq = rec.nan_count || rec.inf_count ? NAN : rec.sum_sq;
 		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
-		r = c ? dli_cpu_fp8_compare(c->data, t->dtype, n, fp8->format, scale, NULL, &cmp)
+		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale, sum_sq,
+						   NULL, &cmp)
 		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);

@@ -66,7 +66,8 @@ struct bench {
 	size_t bytes;
 	float *sums;
 	float scale32, scale16;
-	float amax32, amax16; /* the buffers' as they are now (see set_amaxes) */
+	float amax32, amax16; /* the buffers' as they are now (see set_pass_results) */
+	double sum_sq32, sum_sq16; /* likewise, NaN where they hold NaN or inf */
 	float *saved32;     /* what poke_nonfinite replaced */
 	uint16_t *saved16;
 	struct dli_cpu_runs q32, q16; /* the Q thirds of the buffers seen as fused QKV outputs */
@@ -96,12 +97,15 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 	case STATS_BF16:
 		rc = dli_cpu_stats(b->bf16, DLI_DTYPE_BF16, b->n16, &o, &r);
 		break;
+	/* The FP8 what-if as LogFp8TensorStats runs it: after the statistics pass, whose sum of
+	 * x^2 it is given (core/stats.c). */
 	case FP8_F32:
-		rc = dli_cpu_fp8_compare(b->f32, DLI_DTYPE_F32, b->n32, DLI_DTYPE_F8E4M3, b->scale32, &o, &r);
+		rc = dli_cpu_fp8_compare_sum_sq(b->f32, DLI_DTYPE_F32, b->n32, DLI_DTYPE_F8E4M3,
+						b->scale32, b->sum_sq32, &o, &r);
 		break;
 	case FP8_BF16:
-		rc = dli_cpu_fp8_compare(b->bf16, DLI_DTYPE_BF16, b->n16, DLI_DTYPE_F8E4M3, b->scale16, &o,
-					 &r);
+		rc = dli_cpu_fp8_compare_sum_sq(b->bf16, DLI_DTYPE_BF16, b->n16, DLI_DTYPE_F8E4M3,
+						b->scale16, b->sum_sq16, &o, &r);
 		break;
 	case MX_F32: /* MXFP8's what-if (row-wise blocks, E4M3), as LogFp8TensorStats runs it */
 		rc = dli_cpu_mx_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
@@ -358,13 +362,15 @@ static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite
 }
 
 /* The buffers' amaxes as the statistics pass finds them, for the NVFP4 rows (untimed). */
-static void set_amaxes(struct bench *b)
+static void set_pass_results(struct bench *b)
 {
 	struct dli_stats_record r;
 	dli_cpu_stats(b->f32, DLI_DTYPE_F32, b->n32, NULL, &r);
 	b->amax32 = (float)r.amax;
+	b->sum_sq32 = r.nan_count || r.inf_count ? NAN : r.sum_sq;
 	dli_cpu_stats(b->bf16, DLI_DTYPE_BF16, b->n16, NULL, &r);
 	b->amax16 = (float)r.amax;
+	b->sum_sq16 = r.nan_count || r.inf_count ? NAN : r.sum_sq;
 }
 
 /* Puts a NaN or an infinity at every 1000th element of both buffers (on), or puts back what was
@@ -488,7 +494,7 @@ int dli_bench_stats(int argc, char **argv)
 	b.scale32 = dli_fp8_scale((float)r.amax, DLI_DTYPE_F8E4M3, 0);
 	dli_cpu_stats(b.bf16, DLI_DTYPE_BF16, b.n16, NULL, &r);
 	b.scale16 = dli_fp8_scale((float)r.amax, DLI_DTYPE_F8E4M3, 0);
-	set_amaxes(&b);
+	set_pass_results(&b);
 
 	/* The passes on the benchmark's data, then on the same data with every 1000th element NaN
 	 * or an infinity (in blocks that hold them the passes take other, slower paths), with no
@@ -497,10 +503,10 @@ int dli_bench_stats(int argc, char **argv)
 	int nr = run_rows(&b, all, simd, false, sel, rows);
 	int clean_rows = nr;
 	poke_nonfinite(&b, true);
-	set_amaxes(&b);
+	set_pass_results(&b);
 	nr += run_rows(&b, all, simd, true, sel, rows + nr);
 	poke_nonfinite(&b, false);
-	set_amaxes(&b);
+	set_pass_results(&b);
 	bool ok = true;
 	/* the first rows of each thread count are stats_f32's when every pass runs */
 	double read1 = rows[0].read_gbs, stats1 = rows[0].gbs;

@@ -494,7 +494,8 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 					continue;
 				}
 				/* a rare block: the AVX2 pass, which takes every value */
-				dli_fp8_compare_avx2(p, DLI_DTYPE_BF16, bn, format, scale, acc);
+				dli_fp8_compare_avx2(p, DLI_DTYPE_BF16, bn, format, scale, false,
+						     acc);
 				continue;
 			}
 		}
@@ -549,7 +550,8 @@ compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale
 int dli_fp8_avx512_bf16_table = 1;
 
 void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
-			    enum dli_dtype format, float scale, struct dli_stats_record *acc)
+			    enum dli_dtype format, float scale, bool xs_known,
+			    struct dli_stats_record *acc)
 {
 	if (dtype == DLI_DTYPE_BF16 && dli_fp8_avx512_bf16_table &&
 	    __builtin_cpu_supports("avx512bf16")) {
@@ -565,7 +567,7 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 	}
 	/* f32 and f16 (an AVX-512 port of the AVX2 pass's fast groups and NaN handling was
 	 * never written: no machine at hand runs AVX-512), and bf16 without AVX512-BF16 */
-	dli_fp8_compare_avx2(data, dtype, n, format, scale, acc);
+	dli_fp8_compare_avx2(data, dtype, n, format, scale, xs_known, acc);
 }
 
 static inline __attribute__((always_inline)) void

@@ -3,6 +3,8 @@
 #ifndef DLI_FP8_PRIVATE_H
 #define DLI_FP8_PRIVATE_H
 
+#include <stdbool.h>
+
 #include "kernels-private.h"
 
 /* Each path adds the FP8 terms of n elements (f32, f16 or bf16; the caller has checked the dtype,
@@ -16,10 +18,17 @@
  * pass's. */
 void dli_fp8_compare_scalar(const void *data, enum dli_dtype dtype, int64_t n,
 			    enum dli_dtype format, float scale, struct dli_stats_record *acc);
+/* The SIMD paths take `xs_known`: the caller knows the sum of x^2 over the elements (from the
+ * statistics pass) and will set x_sq to it, so a path may leave out of x_sq, dot and dq_sq one and
+ * the same amount, the fast steps' sum of x^2, which the caller then adds to all three (their
+ * fast terms are sums of x^2 less other terms: see fp8-avx2.c). A path that leaves nothing out
+ * is right as well. */
 void dli_fp8_compare_avx2(const void *data, enum dli_dtype dtype, int64_t n,
-			  enum dli_dtype format, float scale, struct dli_stats_record *acc);
+			  enum dli_dtype format, float scale, bool xs_known,
+			  struct dli_stats_record *acc);
 void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
-			    enum dli_dtype format, float scale, struct dli_stats_record *acc);
+			    enum dli_dtype format, float scale, bool xs_known,
+			    struct dli_stats_record *acc);
 
 /* Nonzero (the default): the AVX-512 pass takes bf16 input through its table path when the CPU
  * has AVX512_BF16. Tests set it to 0 to send bf16 input to the AVX2 pass instead. */

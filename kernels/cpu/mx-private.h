@@ -1,4 +1,5 @@
-/* The MXFP8 passes' internals, shared by kernels/cpu/mx.c and its SIMD variant mx-avx2.c. Never
+/* The MXFP8 passes' internals, shared by kernels/cpu/mx.c and its SIMD variants mx-avx2-rows.c
+ * and mx-avx2-columns.c (and FP8 block scaling's, fp8-block.c and fp8-block-avx2.c). Never
  * installed. */
 #ifndef DLI_MX_PRIVATE_H
 #define DLI_MX_PRIVATE_H

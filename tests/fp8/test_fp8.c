@@ -383,6 +383,19 @@ static void compare_all_paths(const void *data, enum dli_dtype dt, int64_t n, in
 		CHECK(r.scale_inv_min == (double)(1.0f / scale));
 		CHECK(r.scale_inv_max == (double)(1.0f / scale));
 		CHECK_INT(r.count, 0); /* only the FP8 terms are filled */
+		/* As the statistics feature calls it: with the statistics pass's sum of x^2,
+		 * where that is finite (no NaN or inf), which the SIMD paths may sum less. */
+		struct dli_stats_record st;
+		CHECK_INT(dli_cpu_stats(data, dt, n, &o, &st), 0);
+		if (st.nan_count || st.inf_count || !isfinite(st.sum_sq))
+			continue;
+		CHECK_INT(dli_cpu_fp8_compare_sum_sq(data, dt, n, formats[k], scale, st.sum_sq, &o, &r),
+			  0);
+		snprintf(what, sizeof(what), "%s dt %d mode %d n %lld %s, given sum_sq",
+			 dli_simd_name(paths[p]), (int)dt, mode, (long long)n, format_names[k]);
+		CHECK_INT(compare_terms(&r, &t, p == 0 ? 1e-12 : 1e-5, what), 0);
+		CHECK(r.scale_inv_min == (double)(1.0f / scale));
+		CHECK_INT(r.count, 0);
 	}
 }
 

@@ -1,0 +1,448 @@
+/* FP8 block scaling's quantize-and-compare pass with AVX2 over 128 x 128 tiles with power-of-two
+ * scales, by the vector steps of mx-avx2-private.h. */
+#include <math.h>
+#include <string.h>
+
+#include "mx-avx2-private.h"
+
+/* The same exact-scaling argument as MXFP8's (mx-avx2-private.h), one scale a tile (dli_fp8b_scale,
+ * as the scalar pass computes it). A tile is read twice, its amax and smallest magnitude first
+ * (from memory, with the rows a few ahead prefetched: each row of a tile is a short run of its own
+ * page, which the hardware prefetchers barely follow), then its steps (from L2). */
+
+/* Rows ahead of the current one that the tile passes prefetch. */
+#define FB_AHEAD 8
+/* The bytes of each row of the next tile that a tile's first pass prefetches, its steps the
+ * rest: for f32 a quarter, so that memory works for the next tile during the first pass too,
+ * not only during the steps (measured: 5 to 8% faster than none or half); for 16-bit types none
+ * (measured: a quarter was 7% slower for bf16, whose first pass is short). */
+INLINE size_t first_share(size_t sz)
+{
+	return sz == 4 ? DLI_FP8B_BLOCK * sz / 4 : 0;
+}
+
+/* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
+ * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
+		     const struct consts *k, const enum fast_mode mode, const bool sat,
+		     const bool clean,
+		     struct fast_lanes fl[2], struct lanes *l)
+{
+	const size_t sz = dli_dtype_size(dtype);
+	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+
+	/* p made opaque to the compiler, so that it cannot hoist the row's loads and its sum x x,
+	 * the same in each of tile_loop's variants of a row, above their branch: GCC did, and kept
+	 * the row's sixteen vectors on the stack */
+	__asm__ volatile("" : "+r"(p));
+	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL && !sat && !clean) {
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), k,
+					 fl);
+		return;
+	}
+	#pragma GCC unroll 4
+	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+		if (sat) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++) {
+				a[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], finm), a[h]);
+				step(a[h], rb, sb, k, l);
+			}
+			continue;
+		}
+		__m256 x[4];
+		load_values(p + (size_t)j * sz, dtype, x);
+		#pragma GCC unroll 4
+		for (int h = 0; h < 4; h++) {
+			if (clean) {
+				__m256i a = _mm256_and_si256(_mm256_castps_si256(x[h]), k->absmask);
+				x[h] = _mm256_andnot_ps(
+					_mm256_castsi256_ps(_mm256_cmpgt_epi32(a, finm)), x[h]);
+			}
+			step_fast(x[h], fb, k, mode, &fl[h & 1], &fl[0].under);
+		}
+	}
+}
+
+/* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
+ * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
+ * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
+ * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
+ * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. In
+ * FAST_UNDER, only the rows whose bits are set in under_rows (as nf_rows's) hold a value that
+ * can underflow and count underflows; the others take FAST_SUBNORMAL's steps, the same rounding
+ * without the count. For bf16, the rows whose bits are clear in sub_rows (as nf_rows's) hold no
+ * nonzero value below the format's smallest normal times si, and take FAST_NORMAL's steps
+ * (step_bf16_normal) in any mode, unless they hold NaN or infinities. `next`, unless NULL: the
+ * next tile (as many rows, same stride), whose rows past their first_share are prefetched a row
+ * a row, so that memory works for it while the steps work here (from L2, where the tile's first
+ * pass left it). */
+INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
+		      int64_t rows,
+		      const float *rcp, const float *si, const int32_t *grid_floor,
+		      const uint64_t nf_rows[2], const uint64_t under_rows[2],
+		      const uint64_t sub_rows[2], const struct consts *k, const enum fast_mode mode,
+		      const bool sat,
+		      const bool clean, struct fast_sums *fp, struct lanes *lp,
+		      __m256d acc[4], struct dli_block_terms *t)
+{
+	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct lanes l = *lp;
+	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+
+	for (int64_t r = 0; r < rows; r++, p += stride) {
+		if (next) {
+			#pragma GCC unroll 8
+			for (size_t j = first_share(dli_dtype_size(dtype));
+			     j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
+				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
+		}
+		bool nf = clean && (nf_rows[r >> 6] >> (r & 63) & 1);
+		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
+			      !(sub_rows[r >> 6] >> (r & 63) & 1);
+		if (sat)
+			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
+		else if (normal && !nf)
+			tile_row(p, dtype, rb, sb, fb, k, FAST_NORMAL, false, false, fl, &l);
+		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
+			if (nf)
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true, fl,
+					 &l);
+			else
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, false, fl,
+					 &l);
+		} else if (nf)
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, fl, &l);
+		else
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, fl, &l);
+		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
+		if (sat && r % 4 == 3)
+			flush(&l, acc, t);
+		else if (!sat && r % 8 == 7)
+			flush_fast(fl, fp, t);
+	}
+	if (sat)
+		flush(&l, acc, t);
+	else
+		flush_fast(fl, fp, t);
+	*lp = l;
+}
+
+/* One tile_loop a mode, with or without NaN (tile_steps) */
+#define TILE_MODES(dt, clean)                                                                     \
+	do {                                                                                      \
+		if (mode == FAST_UNDER)                                                           \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, sub_rows, k, FAST_UNDER, false, clean, f, l, acc,   \
+				  t);                                                             \
+		else if (mode == FAST_SUBNORMAL)                                                  \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, sub_rows, k, FAST_SUBNORMAL, false, clean, f, l,    \
+				  acc, t);                                                        \
+		else                                                                              \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, sub_rows, k, FAST_NORMAL, false, clean, f, l, acc,  \
+				  t);                                                             \
+	} while (0)
+
+#define TILE_STEPS(name, dt)                                                                      \
+	__attribute__((noinline)) static void name(                                               \
+		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
+		const float *si,                                                                  \
+		const int32_t *grid_floor, const uint64_t nf_rows[2],                             \
+		const uint64_t under_rows[2], const uint64_t sub_rows[2],                         \
+		const struct consts *k, enum fast_mode mode,                                      \
+		bool sat, bool clean, struct fast_sums *f, struct lanes *l,                       \
+		__m256d acc[4], struct dli_block_terms *t)                                        \
+	{                                                                                         \
+		if (sat)                                                                          \
+			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+				  under_rows, sub_rows, k, FAST_UNDER, true, true, f, l, acc, t); \
+		else if (clean)                                                                   \
+			TILE_MODES(dt, true);                                                     \
+		else                                                                              \
+			TILE_MODES(dt, false);                                                    \
+	}
+TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
+TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
+TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
+
+/* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
+ * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
+ * (row r0 + i: bit i % 64 of word i / 64), with in *fin the largest magnitude of the lanes of
+ * rows that hold none in that lane (the rest of the finite amax is in the rows of nf_rows), each
+ * row's smallest nonzero magnitudes less 1 in row_low[i] (for under_rows_of), the rows FB_AHEAD
+ * ahead prefetched, and, unless `next` is NULL, the first_share of each row of the next tile. */
+INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+			int64_t r1, int64_t c0, const char *next, const struct consts *k,
+			__m256i *m_out, __m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2],
+			__m256i *row_low)
+{
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
+	const __m256i one = _mm256_set1_epi32(1), finm = _mm256_set1_epi32(0x7f7fffff);
+	__m256i m = _mm256_setzero_si256(), lowm = _mm256_set1_epi32(-1), fin = m;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * sz;
+		if (next)
+			for (size_t j = 0; j < first_share(sz); j += 64)
+				_mm_prefetch(next + (size_t)(r - r0) * stride + j, _MM_HINT_T0);
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * sz; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi32(-1);
+		#pragma GCC unroll 4
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			mr = _mm256_max_epu32(mr, _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+								   _mm256_max_epu32(a[2], a[3])));
+			#pragma GCC unroll 4
+			for (int h = 0; h < 4; h++)
+				lr = _mm256_min_epu32(lr, _mm256_sub_epi32(a[h], one));
+		}
+		row_low[r - r0] = lr;
+		lowm = _mm256_min_epu32(lowm, lr);
+		m = _mm256_max_epu32(m, mr);
+		/* magnitudes are below 2^31: a signed compare */
+		__m256i nfv = _mm256_cmpgt_epi32(mr, finm);
+		fin = _mm256_max_epu32(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_ps(_mm256_castsi256_ps(nfv));
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
+	}
+	*fin_out = fin;
+	*m_out = m;
+	*lowm_out = lowm;
+}
+
+/* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
+ * magnitude bits are the top half of its float's, so the extremes carry over, widened once (but
+ * row_low's, kept in 16-bit lanes). */
+INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
+			     __m256i *m_out, __m256i *lowm_out, __m256i *fin_out,
+			     uint64_t nf_rows[2], __m256i *row_low)
+{
+	const size_t stride = (size_t)cols * 2;
+	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+	const __m256i fin16 = _mm256_set1_epi16(0x7f7f);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1), fin = m;
+	uint16_t mv[16], lv[16], fv[16];
+	uint32_t mx = 0, lo = 0xffff, fx = 0;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *p = data + (size_t)(r * cols + c0) * 2;
+		if (r + FB_AHEAD < r1)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
+				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi16(-1);
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+			__m256i a = _mm256_and_si256(
+				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
+			mr = _mm256_max_epu16(mr, a);
+			lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
+		}
+		row_low[r - r0] = lr;
+		low = _mm256_min_epu16(low, lr);
+		m = _mm256_max_epu16(m, mr);
+		__m256i nfv = _mm256_cmpgt_epi16(mr, fin16); /* below 2^15: signed */
+		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nfv, mr));
+		int nf = _mm256_movemask_epi8(nfv);
+		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
+	}
+	_mm256_storeu_si256((__m256i *)mv, m);
+	_mm256_storeu_si256((__m256i *)lv, low);
+	_mm256_storeu_si256((__m256i *)fv, fin);
+	for (int i = 0; i < 16; i++) {
+		mx = mv[i] > mx ? mv[i] : mx;
+		lo = lv[i] < lo ? lv[i] : lo;
+		fx = fv[i] > fx ? fv[i] : fx;
+	}
+	*fin_out = _mm256_set1_epi32((int)(fx << 16));
+	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
+	 * to 0xffffffff as the 32-bit lanes would) */
+	*m_out = _mm256_set1_epi32((int)(mx << 16));
+	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
+}
+
+/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits; for
+ * bf16 a power of two, whose bf16 bits are its top half, or one less, the largest bf16 below
+ * it), from their row_low of tile_bounds or
+ * tile_bounds_bf16: the magnitude less 1 at most limit less 1, unsigned. */
+INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, bool bf16,
+			  uint64_t under_rows[2])
+{
+	const __m256i lim = bf16 ? _mm256_set1_epi16((short)((limit >> 16) - 1))
+				 : _mm256_set1_epi32((int)(limit - 1));
+
+	for (int64_t r = 0; r < rows; r++) {
+		__m256i v = row_low[r];
+		__m256i hit = bf16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(v, lim), v)
+				   : _mm256_cmpeq_epi32(_mm256_min_epu32(v, lim), v);
+		under_rows[r >> 6] |= (uint64_t)!_mm256_testz_si256(hit, hit) << (r & 63);
+	}
+}
+
+static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
+		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		     struct dli_block_terms *t)
+{
+	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		CONSTS_OF(format, mbits, bias),
+	};
+	const uint32_t maxbits = format == DLI_DTYPE_F8E4M3 ? 0x43e00000u : 0x47600000u;
+	const size_t sz = dli_dtype_size(dtype), stride = (size_t)cols * sz;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0]};
+	uint64_t count = 0;
+	__m256i row_low[DLI_FP8B_BLOCK]; /* tile_bounds's, a row of the tile each */
+
+	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
+		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
+			scalar_tile(ctx, r0, c0);
+			continue;
+		}
+		__m256i m, lowm, fin_lanes;
+		uint64_t nf_rows[2] = {0, 0}, under_rows[2] = {0, 0};
+		uint64_t sub_rows[2] = {~0ull, ~0ull}; /* unless found otherwise, every row */
+		const char *tile = data + (size_t)(r0 * cols + c0) * sz;
+		const char *next =
+			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
+		if (dtype == DLI_DTYPE_BF16)
+			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows,
+					 row_low);
+		else
+			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
+				    nf_rows, row_low);
+		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
+		uint64_t nonfinite = 0;
+		if (amax_bits > 0x7f7fffffu) {
+			/* NaN or an infinity: a second look (from cache) at the rows that hold
+			 * them for the largest finite magnitude, an infinity (the scalar pass's
+			 * amax, with NaN left out) and the count of both, which the terms leave
+			 * out; the rest of the finite amax came with the first. */
+			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+			__m256i fm = fin_lanes, inf = _mm256_setzero_si256();
+			for (int64_t r = r0; r < r1; r++) {
+				if (!(nf_rows[(r - r0) >> 6] >> ((r - r0) & 63) & 1))
+					continue;
+				const char *p = data + (size_t)(r * cols + c0) * sz;
+				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+					__m256i a[4];
+					load_abs(p + (size_t)j * sz, dtype, &k, a);
+					for (int h = 0; h < 4; h++) {
+						__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+						nonfinite += (uint64_t)__builtin_popcount((unsigned)
+							_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+						fm = _mm256_max_epu32(fm, _mm256_andnot_si256(nf, a[h]));
+						inf = _mm256_or_si256(inf, _mm256_cmpeq_epi32(
+							a[h], _mm256_set1_epi32(0x7f800000)));
+					}
+				}
+			}
+			fin_bits = hmax_epu32(fm);
+			amax_bits = _mm256_testz_si256(inf, inf) ? fin_bits : 0x7f800000u;
+		}
+		if (fin_bits != 0 && (fin_bits > 0x5d800000u || fin_bits < 0x21800000u)) {
+			scalar_tile(ctx, r0, c0); /* beyond the float lanes' range */
+			continue;
+		}
+		float amax, fin;
+		memcpy(&amax, &amax_bits, sizeof(amax));
+		memcpy(&fin, &fin_bits, sizeof(fin));
+		float scale = dli_fp8b_scale(amax, format, dtype, true), si = 1.0f / scale;
+		if (si < t->lo)
+			t->lo = si;
+		if (si > t->hi)
+			t->hi = si;
+		count += (uint64_t)((r1 - r0) * DLI_FP8B_BLOCK) - nonfinite;
+		if (fin_bits == 0)
+			continue;
+		float top = fin * scale; /* exact: the scale is a power of two */
+		uint32_t top_bits;
+		memcpy(&top_bits, &top, sizeof(top_bits));
+		/* Without saturation, the fast steps, as MXFP8's batches (see batch_plan in
+		 * mx-avx2-rows.c), with the underflows counted only when the smallest nonzero |x|
+		 * can underflow. */
+		uint32_t lmin = ~hmax_epu32(_mm256_xor_si256(lowm, _mm256_set1_epi32(-1))) + 1;
+		float lowest;
+		memcpy(&lowest, &lmin, sizeof(lowest));
+		float low_scaled = lowest * scale;
+		enum fast_mode mode = low_scaled <= ldexpf(1.0f, -bias - mbits) ? FAST_UNDER
+				      : low_scaled < ldexpf(1.0f, 1 - bias)   ? FAST_SUBNORMAL
+									       : FAST_NORMAL;
+		/* the row sets below are for the fast steps: the steps with saturation count
+		 * underflows in every row. Rows with no value on the subnormal grid are taken
+		 * apart only in tiles without NaN or infinities: an infinity sets the scale to
+		 * 1, which puts most rows on that grid, and looking for the others made the
+		 * bench's _nan tiles 8 % slower). */
+		bool sat = top_bits > maxbits, clean = nonfinite > 0;
+		if (!sat && mode == FAST_UNDER) {
+			/* half the smallest subnormal times si: exact, a power of two within
+			 * float's normals (the scale is at most fp8_max * 2^60) */
+			float limit = ldexpf(1.0f, -bias - mbits) / scale;
+			uint32_t limit_bits;
+			memcpy(&limit_bits, &limit, sizeof(limit_bits));
+			under_rows_of(row_low, r1 - r0, limit_bits, dtype == DLI_DTYPE_BF16,
+				      under_rows);
+		}
+		if (!sat && !clean && dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL) {
+			/* the rows with a nonzero |x| below the smallest normal times si (exact,
+			 * as limit's above), whose bits less 1 are the largest bf16 below it */
+			float normal_limit = ldexpf(1.0f, 1 - bias) / scale;
+			uint32_t normal_bits;
+			memcpy(&normal_bits, &normal_limit, sizeof(normal_bits));
+			sub_rows[0] = sub_rows[1] = 0;
+			under_rows_of(row_low, r1 - r0, normal_bits - 1, true, sub_rows);
+		}
+		uint32_t sbits;
+		memcpy(&sbits, &scale, sizeof(sbits));
+		/* the fast steps' grid_floor: the format's smallest normal exponent plus log2(si),
+		 * that is 127 - the scale's exponent field, in the exponent field */
+		const int32_t grid_floor =
+			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
+		if (dtype == DLI_DTYPE_F32)
+			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
+				       t);
+		else if (dtype == DLI_DTYPE_BF16)
+			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+					nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l,
+					acc, t);
+		else
+			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
+				       t);
+	}
+	t->count += count;
+	add_sums(acc, &f, t);
+}
+
+void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
+		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		       struct dli_block_terms *t)
+{
+	switch (dtype) {
+	case DLI_DTYPE_F32:
+		fb_strip(data, DLI_DTYPE_F32, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	case DLI_DTYPE_F16:
+		fb_strip(data, DLI_DTYPE_F16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	default:
+		fb_strip(data, DLI_DTYPE_BF16, cols, r0, r1, format, scalar_tile, ctx, t);
+		break;
+	}
+}

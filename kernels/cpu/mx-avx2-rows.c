@@ -1,0 +1,401 @@
+/* MXFP8's quantize-and-compare pass with AVX2 over row-wise blocks: batches of eight 32-element
+ * blocks through the fast steps (mx-avx2-private.h), the others one block at a time. */
+#include <math.h>
+#include <string.h>
+
+#include "avx2-private.h"
+#include "mx-avx2-private.h"
+
+/* Every block the fast steps cannot take (NaN, infinities, huge or tiny magnitudes, a row's
+ * partial last block) goes to the one-block path (vector steps that leave NaN and infinities out,
+ * or the scalar reference); a batch of eight blocks sends only those there, after a call-free loop
+ * over the row's batches (a call would keep the sums in memory: every vector register is the
+ * caller's to save). */
+
+/* Blocks summed in float lanes before the sums go to double: 4 terms a lane a block, so at most
+ * 64 terms a lane, and non-negative terms keep the float sums within 64 * 2^-24 of exact. */
+#define FLUSH_BLOCKS 16
+
+/* Eight blocks at a time: their amaxes gathered into one vector, their E8M0 codes, scale
+ * reciprocals and scales computed in its lanes, and each block's broadcast from there, so that
+ * no scalar work sits between two blocks. */
+#define BATCH 8
+
+/* dli_avx2_hmax8 (avx2-private.h) for sixteen 16-bit lanes (bf16 magnitude bits), the maxima
+ * widened to float bits at the end: a level more of unpacks, but no widening of each block's
+ * maximum first. */
+INLINE __m256i hmax8_16(const __m256i m[8])
+{
+	__m256i t[4], u[2];
+	#pragma GCC unroll 8
+	for (int i = 0; i < 4; i++)
+		t[i] = _mm256_max_epu16(_mm256_unpacklo_epi16(m[2 * i], m[2 * i + 1]),
+					_mm256_unpackhi_epi16(m[2 * i], m[2 * i + 1]));
+	#pragma GCC unroll 8
+	for (int i = 0; i < 2; i++)
+		u[i] = _mm256_max_epu16(_mm256_unpacklo_epi32(t[2 * i], t[2 * i + 1]),
+					_mm256_unpackhi_epi32(t[2 * i], t[2 * i + 1]));
+	__m256i v = _mm256_max_epu16(_mm256_unpacklo_epi64(u[0], u[1]),
+				     _mm256_unpackhi_epi64(u[0], u[1]));
+	__m128i w = _mm_max_epu16(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+	return _mm256_slli_epi32(_mm256_cvtepu16_epi32(w), 16);
+}
+
+/* One block through the fast steps, its grid_floor broadcast from memory: a broadcast load costs no
+ * vector pipe, a lane permute does. */
+INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
+		       const struct consts *k, enum fast_mode mode, struct fast_lanes l[2])
+{
+	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL) {
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p), k, l);
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p + 1), k, l);
+		return;
+	}
+	__m256 x[4];
+	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+	load_values(p, dtype, x);
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		step_fast(x[h], fb, k, mode, &l[h & 1], &l[h & 1].under);
+}
+
+/* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
+ * GCC merged the variants and ran out of registers for the sums. */
+INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
+			const int32_t *grid_floors, const struct consts *k,
+			const enum fast_mode mode, struct fast_lanes l[2])
+{
+	#pragma GCC unroll 1
+	for (int b = 0; b < BATCH; b++)
+		if (!(bad_mask >> b & 1))
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, l);
+}
+
+/* What a batch's fast steps need, worked out from its amaxes. */
+struct plan {
+	int bad;    /* the blocks left to the one-block path, bit b for block b */
+	enum fast_mode mode;
+	int32_t grid_floors[BATCH]; /* each block's (see step_fast) */
+};
+
+/* The plan of a batch of eight full blocks at p (stride `bstride` bytes between blocks), the codes
+ * of the blocks it takes into f's range. A block is left to the one-block path for an amax that
+ * is 0, NaN, inf or outside [2^-60, 2^60], or that scales above fp8_max; the others go through
+ * the fast steps, so that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
+		       const struct consts *k, struct fast_sums *f, struct plan *pl)
+{
+	__m256i m[BATCH], amax, lowm = _mm256_set1_epi32(-1), one = _mm256_set1_epi32(1);
+	if (dtype == DLI_DTYPE_BF16) {
+		/* bf16 in its own 16-bit lanes (a bf16's magnitude bits are the top half of its
+		 * float's, so maxima and minima carry over), widened once a block */
+		const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+		__m256i low16 = _mm256_set1_epi16(-1);
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++) {
+			const __m256i *q = (const __m256i *)(p + b * bstride);
+			__m256i a0 = _mm256_and_si256(_mm256_loadu_si256(q), abs16);
+			__m256i a1 = _mm256_and_si256(_mm256_loadu_si256(q + 1), abs16);
+			m[b] = _mm256_max_epu16(a0, a1);
+			low16 = _mm256_min_epu16(low16, _mm256_min_epu16(_mm256_sub_epi16(a0, one16),
+									 _mm256_sub_epi16(a1, one16)));
+		}
+		/* as float bits less 1: ((lo + 1) << 16) - 1, 0xffff (no nonzero) wrapping to the
+		 * top */
+		__m256i lo = _mm256_and_si256(_mm256_min_epu16(low16, _mm256_srli_epi32(low16, 16)),
+					      _mm256_set1_epi32(0xffff));
+		lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one);
+		amax = hmax8_16(m);
+	} else {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++) {
+			__m256i a[4];
+			load_abs(p + b * bstride, dtype, k, a);
+			m[b] = _mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+						_mm256_max_epu32(a[2], a[3]));
+			/* the batch's smallest nonzero magnitude, less 1 (zeros wrap to the top) */
+			#pragma GCC unroll 8
+			for (int h = 0; h < 4; h++)
+				lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
+		}
+		amax = dli_avx2_hmax8(m);
+	}
+	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
+	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
+	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
+	/* the code: v = amax * float(1 / fp8_max) (a normal float here), its exponent field,
+	 * plus 1 when its mantissa is nonzero */
+	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
+	__m256i e = _mm256_srli_epi32(v, 23);
+	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
+					_mm256_setzero_si256());
+	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
+	__m256 rcp = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
+	/* the largest element scaled: above fp8_max only by the rounding of v */
+	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
+	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
+	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	pl->bad = bad_mask;
+	if (bad_mask == 0xff)
+		return;
+	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
+	e = _mm256_andnot_si256(bad, e);
+	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
+								      bad, _mm256_set1_epi32(255))));
+	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
+	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
+	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
+	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
+	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
+	 * which can only make the mode FAST_UNDER where it need not be. */
+	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
+	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
+	__m256 rcpmin = _mm256_castsi256_ps(
+		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), emax8), 23));
+	__m256i lmin = _mm256_min_epu32(lowm, _mm256_permute2x128_si256(lowm, lowm, 0x01));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0x4e));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
+	lmin = _mm256_add_epi32(lmin, one); /* the smallest nonzero |x| (the min of |x| - 1, + 1) */
+	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
+	/* likewise, no value on the subnormals' grid when it is at least the smallest normal */
+	pl->mode = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ))
+			   ? FAST_UNDER
+		   : _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ))
+			   ? FAST_SUBNORMAL
+			   : FAST_NORMAL;
+	/* each block's grid_floor (see step_fast): the format's smallest normal exponent, 1 - bias,
+	 * plus log2(si) = e - 127, in the exponent field; from memory (see fast_block) */
+	_mm256_storeu_si256((__m256i *)pl->grid_floors,
+			    _mm256_slli_epi32(_mm256_add_epi32(e, k->fbias), 23));
+}
+
+/* One full block by the one-block path: the scalar code, the vector steps with saturation and
+ * overflow counts, or nothing but its count for zeros. */
+INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char *p, int64_t idx,
+		      const struct consts *k, struct lanes *l, __m256d acc[4], int *pending,
+		      uint64_t *count, struct dli_block_terms *t)
+{
+	__m256i a[4];
+	load_abs(p, dtype, k, a);
+	uint32_t amax_bits = hmax_epu32(_mm256_max_epu32(_mm256_max_epu32(a[0], a[1]),
+							 _mm256_max_epu32(a[2], a[3])));
+	uint32_t block_n = DLI_MX_BLOCK; /* the elements compared: the finite ones */
+	if (amax_bits >= 0x7f800000u) {
+		/* NaN or an infinity. They are left out of every term (the main pass counts them):
+		 * their lanes are zeroed, and the amax is that of the finite values, plus inf. */
+		__m256i finm = _mm256_set1_epi32(0x7f7fffff), fmax8 = _mm256_setzero_si256();
+		unsigned nonfinite = 0;
+		bool inf = false;
+		#pragma GCC unroll 8
+		for (int h = 0; h < 4; h++) {
+			__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+			inf = inf || !_mm256_testz_si256(
+					     _mm256_cmpeq_epi32(a[h], _mm256_set1_epi32(0x7f800000)),
+					     _mm256_set1_epi32(-1));
+			nonfinite += (unsigned)__builtin_popcount(
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+			a[h] = _mm256_andnot_si256(nf, a[h]);
+			fmax8 = _mm256_max_epu32(fmax8, a[h]);
+		}
+		uint32_t fmax_bits = hmax_epu32(fmax8);
+		if (fmax_bits != 0 && (fmax_bits > 0x5d800000u || fmax_bits < 0x21800000u)) {
+			dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+			return;
+		}
+		block_n = DLI_MX_BLOCK - nonfinite;
+		if (inf) {
+			/* Code 0xfe: every finite x is scaled by 2^-127, far below the format's
+			 * subnormals from |x| <= 2^60, so each nonzero one underflows to a zero dq:
+			 * err and x^2 are both x^2. */
+			double sid = dli_mx_scale_inv(0xfe);
+			if (sid < t->lo)
+				t->lo = sid;
+			if (sid > t->hi)
+				t->hi = sid;
+			#pragma GCC unroll 8
+			for (int h = 0; h < 4; h++) {
+				__m256 xa = _mm256_castsi256_ps(a[h]);
+				__m256i xz = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
+				l->err = _mm256_fmadd_ps(xa, xa, l->err);
+				l->xs = _mm256_fmadd_ps(xa, xa, l->xs);
+				/* nonzero finite lanes; the zeroed non-finite ones count as zeros */
+				l->under = _mm256_add_epi32(l->under, _mm256_set1_epi32(1));
+				l->under = _mm256_add_epi32(l->under, xz);
+			}
+			*count += block_n;
+			if (++*pending == FLUSH_BLOCKS) {
+				flush(l, acc, t);
+				*pending = 0;
+			}
+			return;
+		}
+		amax_bits = fmax_bits;
+	}
+	if (amax_bits == 0) { /* all zeros: nothing to add but the count */
+		*count += block_n;
+		return;
+	}
+	/* Magnitudes whose squares a float would lose: the scalar reference, in double. */
+	if (amax_bits > 0x5d800000u || amax_bits < 0x21800000u) { /* 2^60, 2^-60 */
+		dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
+		return;
+	}
+	float amax;
+	memcpy(&amax, &amax_bits, sizeof(amax));
+	uint8_t e = dli_mx_e8m0(amax, ps->format);
+	double sid = dli_mx_scale_inv(e);
+	__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
+	if (sid < t->lo)
+		t->lo = sid;
+	if (sid > t->hi)
+		t->hi = sid;
+	#pragma GCC unroll 8
+	for (int h = 0; h < 4; h++)
+		step(a[h], rcp, si, k, l);
+	*count += block_n;
+	if (++*pending == FLUSH_BLOCKS) {
+		flush(l, acc, t);
+		*pending = 0;
+	}
+}
+
+/* Batches in a row segment (rows_avx2) */
+#define SEGMENT 32
+
+/* n batches from p on through the fast steps into *f, their counts into *count; masks[i] is batch
+ * i's blocks left to the one-block path. No call inside: every vector register is the caller's
+ * to save, so a call in this loop would keep the sums in memory. */
+INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct consts *k,
+		    struct fast_sums *fp, int *fast_pending, uint64_t *count,
+		    struct dli_block_terms *t, uint8_t *masks)
+{
+	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
+	struct fast_lanes l[2] = {fast_lanes_zero(), fast_lanes_zero()};
+	struct plan plans[2];
+	int pend = *fast_pending;
+	uint64_t cnt = 0;
+
+	/* Each batch is planned one batch ahead, before the steps of the one before it: the plan
+	 * is a long chain (amaxes, codes, floors) that the steps wait on, and so it runs while
+	 * the steps before it do. */
+	if (n > 0)
+		batch_plan(p, dtype, bstride, k, fp, &plans[0]);
+	for (int i = 0; i < n; i++, p += BATCH * bstride) {
+		#pragma GCC unroll 8
+		for (size_t j = 0; j < BATCH * bstride; j += 64)
+			_mm_prefetch(p + j + DLI_PREFETCH_BYTES, _MM_HINT_T0);
+		if (i + 1 < n)
+			batch_plan(p + BATCH * bstride, dtype, bstride, k, fp, &plans[(i + 1) & 1]);
+		const struct plan *pl = &plans[i & 1];
+		/* The blocks read again (from L1): without this, GCC keeps the plan's vectors for
+		 * the steps and, with too few registers for them all, spills them to the stack. */
+		__asm__ volatile("" ::: "memory");
+		masks[i] = (uint8_t)pl->bad;
+		if (pl->bad == 0xff)
+			continue;
+		if (pl->mode == FAST_UNDER)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_UNDER, l);
+		else if (pl->mode == FAST_SUBNORMAL)
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_SUBNORMAL,
+				    l);
+		else
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_NORMAL, l);
+		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)pl->bad)) * DLI_MX_BLOCK;
+		/* 16 terms a lane a batch (two sets of lanes): four batches, then double */
+		if (++pend == 4) {
+			flush_fast(l, fp, t);
+			pend = 0;
+		}
+	}
+	flush_fast(l, fp, t); /* the lanes stay here */
+	*fast_pending = pend;
+	*count += cnt;
+}
+
+#define BATCHES(name, dt)                                                                         \
+	__attribute__((noinline)) static void name(const char *p, int n, const struct consts *k,  \
+						   struct fast_sums *f, int *pend, uint64_t *count,  \
+						   struct dli_block_terms *t, uint8_t *masks)       \
+	{                                                                                         \
+		batches(p, dt, n, k, f, pend, count, t, masks);                                   \
+	}
+BATCHES(batches_f32, DLI_DTYPE_F32)
+BATCHES(batches_bf16, DLI_DTYPE_BF16)
+BATCHES(batches_f16, DLI_DTYPE_F16)
+
+INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
+		      struct dli_block_terms *t)
+{
+	const int mbits = ps->format == DLI_DTYPE_F8E4M3 ? 3 : 2;
+	const int bias = ps->format == DLI_DTYPE_F8E4M3 ? 7 : 15;
+	const struct consts k = {
+		.emin = _mm256_set1_epi32((1 - bias + 127) << 23),
+		.cadd = _mm256_set1_epi32((23 - mbits) << 23),
+		.maxrcp = _mm256_set1_ps(dli_mx_max_rcp(ps->format)),
+		CONSTS_OF(ps->format, mbits, bias),
+	};
+	const size_t sz = dli_dtype_size(dtype), bstride = DLI_MX_BLOCK * sz;
+	const int64_t cols = ps->cols, full = cols / DLI_MX_BLOCK * DLI_MX_BLOCK;
+	struct lanes l = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+			  _mm256_setzero_ps(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+	__m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(),
+			  _mm256_setzero_pd()};
+	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0],
+			      .emin_seen = _mm256_set1_epi32(255),
+			      .emax_seen = _mm256_setzero_si256()};
+	int pending = 0, fast_pending = 0;
+	uint64_t count = 0;
+	uint8_t masks[SEGMENT];
+
+	for (int64_t r = r0; r < r1; r++) {
+		const char *row = ps->data + (size_t)(r * cols) * sz;
+		int64_t c = 0;
+		/* The row's batches in segments: the fast steps first (a call-free loop), then the
+		 * blocks they left out. */
+		while (c + BATCH * DLI_MX_BLOCK <= full) {
+			int64_t nb = (full - c) / (BATCH * DLI_MX_BLOCK);
+			int n = nb < SEGMENT ? (int)nb : SEGMENT;
+			const char *p = row + (size_t)c * sz;
+			if (dtype == DLI_DTYPE_F32)
+				batches_f32(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else if (dtype == DLI_DTYPE_BF16)
+				batches_bf16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else
+				batches_f16(p, n, &k, &f, &fast_pending, &count, t, masks);
+			for (int i = 0; i < n; i++)
+				for (int b = 0; masks[i] && b < BATCH; b++)
+					if (masks[i] >> b & 1)
+						one_block(ps, dtype, p + ((size_t)i * BATCH + b) * bstride,
+							  r * cols + c + ((int64_t)i * BATCH + b) * DLI_MX_BLOCK,
+							  &k, &l, acc, &pending, &count, t);
+			c += (int64_t)n * BATCH * DLI_MX_BLOCK;
+		}
+		for (; c < full; c += DLI_MX_BLOCK)
+			one_block(ps, dtype, row + (size_t)c * sz, r * cols + c, &k, &l, acc,
+				  &pending, &count, t);
+		if (full < cols)
+			dli_mx_block_scalar(ps, r * cols + full, 1, cols - full, t);
+	}
+	flush(&l, acc, t);
+	t->count += count;
+	add_sums(acc, &f, t);
+	add_scale_range(&f.emin_seen, &f.emax_seen, t);
+}
+
+void dli_mx_rows_avx2(const struct mx_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
+{
+	switch (ps->dtype) {
+	case DLI_DTYPE_F32:
+		rows_avx2(ps, DLI_DTYPE_F32, r0, r1, t);
+		break;
+	case DLI_DTYPE_F16:
+		rows_avx2(ps, DLI_DTYPE_F16, r0, r1, t);
+		break;
+	default:
+		rows_avx2(ps, DLI_DTYPE_BF16, r0, r1, t);
+		break;
+	}
+}
