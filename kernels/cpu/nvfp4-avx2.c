@@ -10,9 +10,10 @@
  * (within about 1e-6 of the scalar pass's double sums; see elements); sum x dq is derived from
  * the other three. Each group's scales are computed while the group before it is worked on. The
  * vector loop is a function with no call inside, so that the sums stay in registers; blocks
- * holding NaN or an infinity are done one at a time after each segment of the row, a row's last
- * whole blocks one at a time too (each its own float sums), its last partial block by the scalar
- * block; the global amax (when the caller does not give it) has its own AVX2 pass. */
+ * holding NaN or an infinity are left out of it and gathered, with a row's last whole blocks,
+ * into groups of eight done after a segment of the row (NaN and the infinities masked out), a
+ * row's last partial block by the scalar block; the global amax (when the caller does not give
+ * it) has its own AVX2 pass. */
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
@@ -110,12 +111,12 @@ static inline void load_abs16(const char *data, enum dli_dtype dtype, int64_t i,
 	a[1] = _mm256_and_si256(w, _mm256_set1_epi32(0x7fff0000));
 }
 
-/* The running sums in double lanes, added to once a group (or a block done alone). */
+/* The running sums in double lanes, added to once a group. */
 struct dsums {
 	__m256d err, dqs, xs;
 };
 
-/* A group's (or a lone block's) sums in float lanes, of x and dq scaled by its power of two. */
+/* A group's sums in float lanes, of x and dq scaled by its power of two. */
 struct fsums {
 	__m256 err, dqs, xs;
 };
@@ -139,21 +140,19 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
 	__asm__("" : "+x"(k->six), "+x"(k->exponent), "+x"(k->one), "+x"(k->shift));
 }
 
-/* Eight magnitudes m of one block, with its multiplier, its dequantization factor and the power of
- * two f of its group (or of the block alone): the E2M1 value r of m * enc (the scalar rules'
+/* Eight magnitudes m of one block, with its multiplier, its dequantization factor times f, and
+ * the power of two f of its group: the E2M1 value r of m * enc (the scalar rules'
  * s = x * enc and |s|: the product's magnitude is the same), rounded by the float trick: add and
  * subtract C = 2^(max(exponent, 0) + 22), which rounds to one mantissa bit (steps of 0.5 below 2,
  * 1 up to 4, 2 up to 8) to nearest-even, after clamping to 6. Each tie lands on the code the
  * scalar comparisons give (0.25 -> 0, 0.75 -> 1, 1.25 -> 1, 1.75 -> 2, 2.5 -> 2, 3.5 -> 4,
- * 5 -> 4), and above 5 the clamp gives 6. dq = r * dqs is the scalar's e2m1_values[c] * dqs. x and
- * dq share their sign, so the terms are those of the magnitudes. keep, when not NULL, marks the
- * lanes compared; the others hold m = 0.
+ * 5 -> 4), and above 5 the clamp gives 6. dq f = r * (dqs f) is the scalar's e2m1_values[c] * dqs
+ * times f (see block_scales). x and dq share their sign, so the terms are those of the
+ * magnitudes. keep, when not NULL, marks the lanes compared; the others hold m = 0.
  *
  * The sums are of x f and dq f in float lanes: scaling by a power of two is exact, and keeps the
  * squares of the group's largest values near 1, far from float's overflow and underflow (x^2 of
- * data beyond 2^64 or below 2^-75 would leave float's range unscaled). dq f is r * (dqs f) when
- * dqs_scaled (the groups: see group_scales), else dq as the scalar rounds it, times f (a lone
- * block: its f is from its largest finite magnitude, which may be 0). x f - dq f is exact where
+ * data beyond 2^64 or below 2^-75 would leave float's range unscaled). x f - dq f is exact where
  * the two are within a factor of 2 or dq is 0 (nearly every element), so a term is rounded once,
  * by its FMA, and a lane adds 16 of them before they are widened: about 1e-6 relative. Terms of
  * blocks 2^75 below the group's largest magnitude vanish (below 2^-150 of the group's sum of
@@ -165,8 +164,8 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * lane; the low half is then underflows plus overflows, the high half overflows (see
  * counts_widen). */
 static inline __attribute__((always_inline)) void
-elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
-	 const struct e2m1_constants *k, __m256i *counts, struct fsums *sum, const __m256i *keep)
+elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
+	 __m256i *counts, struct fsums *sum, const __m256i *keep)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
@@ -185,10 +184,10 @@ elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
 	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
 	*counts = _mm256_sub_epi16(*counts, ov);
-	__m256 xf = _mm256_mul_ps(m, f), dqf = dqs_scaled ? dq : _mm256_mul_ps(dq, f);
-	__m256 d = _mm256_sub_ps(xf, dqf);
+	__m256 xf = _mm256_mul_ps(m, f);
+	__m256 d = _mm256_sub_ps(xf, dq);
 	sum->err = _mm256_fmadd_ps(d, d, sum->err);
-	sum->dqs = _mm256_fmadd_ps(dqf, dqf, sum->dqs);
+	sum->dqs = _mm256_fmadd_ps(dq, dq, sum->dqs);
 	sum->xs = _mm256_fmadd_ps(xf, xf, sum->xs);
 }
 
@@ -212,8 +211,7 @@ static inline __attribute__((always_inline)) void fsums_widen(const struct fsums
 }
 
 /* The power of two f that brings a largest magnitude (its float bits, finite) to [1, 4), as
- * f's exponent field (1 .. 254: f is never subnormal); unscale_of gives 1 / f^2 in double,
- * factor_of f in every lane. */
+ * f's exponent field (1 .. 254: f is never subnormal); unscale_of gives 1 / f^2 in double. */
 static inline uint32_t scale_exponent(uint32_t max_bits)
 {
 	int e = 254 - (int)(max_bits >> 23);
@@ -228,14 +226,10 @@ static inline double unscale_of(uint32_t fe)
 	return d;
 }
 
-static inline __m256 factor_of(uint32_t fe)
-{
-	return _mm256_castsi256_ps(_mm256_set1_epi32((int)(fe << 23)));
-}
-
 /* The underflows and overflows in the lanes of counts (see elements) into *t. A block adds at
  * most 2 to a lane's low half: it stays below 2^16 for a segment (SEGMENT groups of 8 blocks)
- * or a row's remaining blocks (fewer than 8), after each of which this runs. */
+ * and the blocks gathered from it (at most as many), or a row's last whole blocks (fewer than
+ * 8, and at most 7 gathered before them), after each of which this runs. */
 static inline void counts_widen(__m256i counts, struct dli_block_terms *t)
 {
 	uint32_t u[8];
@@ -254,11 +248,11 @@ static inline void dsums_reset(struct dsums *a)
 
 /* One whole block of finite values whose magnitudes are in a[2], into the float sums. */
 static inline __attribute__((always_inline)) void
-block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, bool dqs_scaled,
-	const struct e2m1_constants *k, __m256i *counts, struct fsums *sum)
+block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
+	__m256i *counts, struct fsums *sum)
 {
-	elements(a[0], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
-	elements(a[1], enc, dqs, f, dqs_scaled, k, counts, sum, NULL);
+	elements(a[0], enc, dqs, f, k, counts, sum, NULL);
+	elements(a[1], enc, dqs, f, k, counts, sum, NULL);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -287,19 +281,54 @@ struct rule_constants {
 	__m256 amax;
 };
 
-/* The eight blocks at p: their maxima (NaN and inf have the largest magnitude bits), their E4M3
- * scales, multipliers (into enc) and dequantization factors (into dqs) by the scalar rules'
- * float operations in the lanes of one vector, the scale range over those of a nonzero scale
- * into *lo and *hi, the group's power of two f (see elements) into *factor and *unscale, the
- * factors times f into dqs. Returns the mask of the blocks holding NaN or an infinity (their
- * lanes' values are not used).
+static inline struct rule_constants rule_constants_of(const struct nv_pass *ps)
+{
+	return (struct rule_constants){
+		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
+		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
+		.amax = _mm256_set1_ps(ps->amax),
+	};
+}
+
+/* Eight blocks' E4M3 scales, multipliers (into enc) and dequantization factors (into dqs) from
+ * their maxima bm (all but NaN: an infinity saturates the scale) by the scalar rules' float
+ * operations in the lanes of one vector, the scale range over those of a nonzero scale and not
+ * left out into *lo and *hi, the power of two f (see elements) from the largest of fm (the
+ * blocks' largest finite magnitudes) into *factor and *unscale, the factors times f into dqs.
  *
  * r * (dqs f) is the scalar's dq = r * dqs, rounded, times f, exactly, when the pass's amax is
- * at least 2^-100 (dli_nvfp4_rows_avx2 asks for it): a nonzero scale is at least 2^-9, so dqs is
- * 0 or at least about amax 2^-20.4 and r * dqs, r >= 0.5, is 0 or a normal float; dqs f is
- * normal (at least 2^-20.4: the group's largest magnitude, at most amax, times f is at least 1)
- * and finite; r * dqs cannot overflow where dqs is finite (dqs is at most FLT_MAX / 2688 then),
- * and an infinite or NaN dqs stays so. The multiplication by f leaves the elements' work. */
+ * at least 2^-100 (dli_nvfp4_rows_avx2 asks for it) and at least every magnitude (it is the
+ * data's: an infinity in the data makes it infinite): a nonzero scale is at least 2^-9, so dqs
+ * is 0 or at least about amax 2^-20.4 and r * dqs, r >= 0.5, is 0 or a normal float; dqs f is
+ * normal (at least 2^-20.4: the largest of fm, at most amax, times f is at least 1) and finite
+ * where amax is; r * dqs cannot overflow where dqs is finite (dqs is at most FLT_MAX / 2688
+ * then), and an infinite or NaN dqs (an infinite amax) stays so. The multiplication by f leaves
+ * the elements' work. */
+static inline __attribute__((always_inline)) void
+block_scales(__m256 bm, __m256 fm, __m256 left_out, const struct rule_constants *k, __m256 *lo,
+	     __m256 *hi, float enc[8], float dqs[8], float *factor, double *unscale)
+{
+	__m256 vs = e4m3_round(_mm256_mul_ps(bm, k->mult));
+	__m256 ve = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(vs, k->s_dec)),
+				  _mm256_set1_ps(FLT_MAX));
+	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, k->amax), _mm256_set1_ps(1.0f / 2688.0f));
+	__m256 unused = _mm256_or_ps(_mm256_cmp_ps(vs, _mm256_setzero_ps(), _CMP_EQ_OQ), left_out);
+	*lo = _mm256_min_ps(*lo, _mm256_blendv_ps(vd, _mm256_set1_ps(INFINITY), unused));
+	*hi = _mm256_max_ps(*hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
+	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
+	_mm256_storeu_ps(enc, ve);
+	float gmax = hmax(fm);
+	uint32_t gbits, fe;
+	memcpy(&gbits, &gmax, sizeof(gbits));
+	fe = scale_exponent(gbits);
+	gbits = fe << 23;
+	memcpy(factor, &gbits, sizeof(gbits));
+	_mm256_storeu_ps(dqs, _mm256_mul_ps(vd, _mm256_broadcast_ss(factor)));
+	*unscale = unscale_of(fe);
+}
+
+/* The eight blocks at p: their maxima (NaN and inf have the largest magnitude bits) and their
+ * scales (block_scales). Returns the mask of the blocks holding NaN or an infinity, left out. */
 static inline __attribute__((always_inline)) int
 group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k, __m256 *lo,
 	     __m256 *hi, float enc[8], float dqs[8], float *factor, double *unscale)
@@ -316,27 +345,10 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
 		m[j] = _mm256_max_epu32(a[0], a[1]);
 	}
 	__m256i amax = dli_avx2_hmax8(m);
-	__m256i nf = _mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff));
-	__m256 bm = _mm256_andnot_ps(_mm256_castsi256_ps(nf), _mm256_castsi256_ps(amax));
-	__m256 vs = e4m3_round(_mm256_mul_ps(bm, k->mult));
-	__m256 ve = _mm256_min_ps(_mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(vs, k->s_dec)),
-				  _mm256_set1_ps(FLT_MAX));
-	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, k->amax), _mm256_set1_ps(1.0f / 2688.0f));
-	__m256 unused = _mm256_or_ps(_mm256_cmp_ps(vs, _mm256_setzero_ps(), _CMP_EQ_OQ),
-				     _mm256_castsi256_ps(nf));
-	*lo = _mm256_min_ps(*lo, _mm256_blendv_ps(vd, _mm256_set1_ps(INFINITY), unused));
-	*hi = _mm256_max_ps(*hi, _mm256_blendv_ps(vd, _mm256_set1_ps(-INFINITY), unused));
-	/* each block's from memory: a broadcast load costs no vector pipe, a permute does */
-	_mm256_storeu_ps(enc, ve);
-	float gmax = hmax(bm);
-	uint32_t gbits, fe;
-	memcpy(&gbits, &gmax, sizeof(gbits));
-	fe = scale_exponent(gbits);
-	gbits = fe << 23;
-	memcpy(factor, &gbits, sizeof(gbits));
-	_mm256_storeu_ps(dqs, _mm256_mul_ps(vd, _mm256_broadcast_ss(factor)));
-	*unscale = unscale_of(fe);
-	return _mm256_movemask_ps(_mm256_castsi256_ps(nf));
+	__m256 nf = _mm256_castsi256_ps(_mm256_cmpgt_epi32(amax, _mm256_set1_epi32(0x7f7fffff)));
+	__m256 bm = _mm256_andnot_ps(nf, _mm256_castsi256_ps(amax));
+	block_scales(bm, bm, nf, k, lo, hi, enc, dqs, factor, unscale);
+	return _mm256_movemask_ps(nf);
 }
 
 /* n_groups groups of eight blocks from element i0 on, into *st, with no call inside: every vector
@@ -344,17 +356,13 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
  * group's scales are computed one group ahead, so that their chain of dependent operations (the
  * maxima, the E4M3 rounding, a division) runs while the previous group's elements are worked on
  * instead of holding them up. The groups' blocks holding NaN or an infinity are left out and
- * marked in bad_masks, one byte a group, for the scalar block. */
+ * marked in bad_masks, one byte a group. */
 static inline __attribute__((always_inline)) void
 segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups,
 	struct state *st, uint8_t *bad_masks)
 {
 	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
-	const struct rule_constants k = {
-		.mult = _mm256_set1_ps(ps->s_enc * (1.0f / 6.0f)),
-		.s_dec = _mm256_set1_ps((float)(1.0 / (double)ps->s_enc)),
-		.amax = _mm256_set1_ps(ps->amax),
-	};
+	const struct rule_constants k = rule_constants_of(ps);
 	struct dsums sum = st->sum;
 	__m256i counts = st->counts;
 	uint64_t count = 0;
@@ -384,7 +392,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
 			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
 			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
-			block16(a, ej, dj, f, true, &e2m1, &counts, &fs);
+			block16(a, ej, dj, f, &e2m1, &counts, &fs);
 			count += DLI_NVFP4_BLOCK;
 		}
 		fsums_widen(&fs, unscale[g & 1], &sum);
@@ -407,59 +415,105 @@ __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int
 	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
 }
 
-/* A lone block's multiplier and dequantization factor from its maximum bmax (an infinity
- * saturates the scale) by group_scales' float operations, in one lane; returns whether its scale
- * is nonzero. */
-static inline bool lone_scale(float bmax, const struct nv_pass *ps, float *enc, float *dqs)
+/* The first n_groups of a segment's bad_masks that are not 0, as bits: found by a vector
+ * comparison, since a branch on each group's byte would mispredict on each such group. */
+static inline uint64_t groups_marked(const uint8_t bad_masks[SEGMENT], int n_groups)
 {
-	__m256 vs = e4m3_round(_mm256_set1_ps(bmax * (ps->s_enc * (1.0f / 6.0f))));
-	__m256 ve = _mm256_div_ps(_mm256_set1_ps(1.0f),
-				  _mm256_mul_ps(vs, _mm256_set1_ps((float)(1.0 / (double)ps->s_enc))));
-	__m256 vd = _mm256_mul_ps(_mm256_mul_ps(vs, _mm256_set1_ps(ps->amax)),
-				  _mm256_set1_ps(1.0f / 2688.0f));
-	*enc = _mm256_cvtss_f32(_mm256_min_ps(ve, _mm256_set1_ps(FLT_MAX)));
-	*dqs = _mm256_cvtss_f32(vd);
-	return _mm256_cvtss_f32(vs) != 0.0f;
+	_Static_assert(SEGMENT == 64, "one bit a group in 64 bits");
+	const __m256i zero = _mm256_setzero_si256();
+	uint32_t lo = (uint32_t)_mm256_movemask_epi8(
+		_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)bad_masks), zero));
+	uint32_t hi = (uint32_t)_mm256_movemask_epi8(
+		_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)(bad_masks + 32)), zero));
+	uint64_t marked = ~((uint64_t)hi << 32 | lo);
+	return n_groups < 64 ? marked & ((1ull << n_groups) - 1) : marked;
 }
 
-/* A whole block from element i on holding NaN or an infinity, as the scalar block takes it: its
- * scale from the maximum of all but NaN (an infinity saturates it), by the scalar rules, and its
- * elements but NaN and the infinities compared, their lanes zeroed and left out. */
-static void block_nonfinite(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i,
-			    const struct e2m1_constants *k, struct state *st,
-			    struct dli_block_terms *t)
+/* Up to eight whole blocks anywhere in the tensor, from elements at[0 .. n) on (the blocks holding
+ * NaN or an infinity that the segments leave out, a row's last whole blocks), as one group: their
+ * maxima in the lanes of one vector, NaN left out (an infinity saturates the scale, as the scalar
+ * block takes it), their scales by block_scales (f from their largest finite magnitude), their
+ * elements but NaN and the infinities compared, those lanes zeroed and left out. Gathered so that
+ * the chain of dependent operations of the scales runs once for eight such blocks, not for each;
+ * the elements are read a second time, from the cache. The counts go into st's (widened after
+ * each segment and row). */
+static inline __attribute__((always_inline)) void
+blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8], int n,
+	      struct state *st)
 {
 	const __m256i inf = _mm256_set1_epi32(0x7f800000);
-	__m256i a[2], keep[2], mx = _mm256_setzero_si256();
-	int kept = 0;
-
-	load_abs16(ps->data, dtype, i, a);
-	for (int h = 0; h < 2; h++) {
-		mx = _mm256_max_epu32(mx, _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], inf), a[h]));
-		keep[h] = _mm256_cmpgt_epi32(inf, a[h]);
-		a[h] = _mm256_and_si256(a[h], keep[h]);
-		kept += __builtin_popcount((unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep[h])));
-	}
-	float bmax = hmax(_mm256_castsi256_ps(mx));
-	float enc, dqs;
-	if (lone_scale(bmax, ps, &enc, &dqs)) {
-		if (dqs < t->lo)
-			t->lo = dqs;
-		if (dqs > t->hi)
-			t->hi = dqs;
-	}
-	/* the power of two from the largest finite magnitude (an infinity's would flush the rest) */
-	float fmax_kept = hmax(_mm256_castsi256_ps(_mm256_max_epu32(a[0], a[1])));
-	uint32_t bits;
-	memcpy(&bits, &fmax_kept, sizeof(bits));
-	uint32_t fe = scale_exponent(bits);
+	const struct rule_constants k = rule_constants_of(ps);
+	__m256i scale_max[8], finite_max = _mm256_setzero_si256(), counts = st->counts;
+	float enc[8], dqs[8], factor;
+	double unscale;
+	struct e2m1_constants e2m1;
 	struct fsums fs;
+	uint64_t kept = 0;
+
+	/* the lanes past n repeat block 0 (maxima are not changed by it), left out of the range */
+	#pragma GCC unroll 8
+	for (int j = 0; j < 8; j++) {
+		__m256i a[2], s[2];
+		load_abs16(ps->data, dtype, at[j < n ? j : 0], a);
+		#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			s[h] = _mm256_andnot_si256(_mm256_cmpgt_epi32(a[h], inf), a[h]);
+			finite_max = _mm256_max_epu32(
+				finite_max, _mm256_and_si256(_mm256_cmpgt_epi32(inf, a[h]), a[h]));
+		}
+		scale_max[j] = _mm256_max_epu32(s[0], s[1]);
+	}
+	__m256 absent = _mm256_castsi256_ps(_mm256_cmpgt_epi32(
+		_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(n - 1)));
+	block_scales(_mm256_castsi256_ps(dli_avx2_hmax8(scale_max)),
+		     _mm256_castsi256_ps(finite_max), absent, &k, &st->lo, &st->hi, enc, dqs,
+		     &factor, &unscale);
+	e2m1_constants_init(&e2m1);
 	fsums_reset(&fs);
-	for (int h = 0; h < 2; h++)
-		elements(a[h], _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false, k,
-			 &st->counts, &fs, &keep[h]);
-	fsums_widen(&fs, unscale_of(fe), &st->sum);
-	st->count += (uint64_t)kept;
+	const __m256 f = _mm256_broadcast_ss(&factor);
+	for (int j = 0; j < n; j++) {
+		__m256i a[2];
+		const __m256 ej = _mm256_broadcast_ss(&enc[j]), dj = _mm256_broadcast_ss(&dqs[j]);
+		load_abs16(ps->data, dtype, at[j], a);
+		#pragma GCC unroll 2
+		for (int h = 0; h < 2; h++) {
+			__m256i keep = _mm256_cmpgt_epi32(inf, a[h]);
+			kept += (uint64_t)__builtin_popcount(
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep)));
+			elements(_mm256_and_si256(a[h], keep), ej, dj, f, &e2m1, &counts, &fs,
+				 &keep);
+		}
+	}
+	fsums_widen(&fs, unscale, &st->sum);
+	st->counts = counts;
+	st->count += kept;
+}
+
+__attribute__((noinline)) static void blocks_masked_f32(const struct nv_pass *ps,
+							const int64_t at[8], int n, struct state *st)
+{
+	blocks_masked(ps, DLI_DTYPE_F32, at, n, st);
+}
+
+__attribute__((noinline)) static void blocks_masked_bf16(const struct nv_pass *ps,
+							 const int64_t at[8], int n, struct state *st)
+{
+	blocks_masked(ps, DLI_DTYPE_BF16, at, n, st);
+}
+
+/* Adds the block from element i on to those gathered for blocks_masked, which takes them eight
+ * at a time. */
+static inline void gather(const struct nv_pass *ps, int64_t i, int64_t gathered[8], int *n,
+			  struct state *st)
+{
+	gathered[(*n)++] = i;
+	if (*n < 8)
+		return;
+	if (ps->dtype == DLI_DTYPE_F32)
+		blocks_masked_f32(ps, gathered, 8, st);
+	else
+		blocks_masked_bf16(ps, gathered, 8, st);
+	*n = 0;
 }
 
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
@@ -468,17 +522,17 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 	const int64_t cols = ps->cols, full = cols / DLI_NVFP4_BLOCK * DLI_NVFP4_BLOCK;
 	const int64_t group = 8 * DLI_NVFP4_BLOCK;
 	struct state st = { .lo = _mm256_set1_ps(INFINITY), .hi = _mm256_set1_ps(-INFINITY) };
-	uint8_t bad_masks[SEGMENT];
-	struct e2m1_constants e2m1;
+	uint8_t bad_masks[SEGMENT] = { 0 };
+	int64_t gathered[8];
+	int n_gathered = 0;
 
-	e2m1_constants_init(&e2m1);
 	dsums_reset(&st.sum);
 	st.counts = _mm256_setzero_si256();
 	for (int64_t r = r0; r < r1; r++) {
 		int64_t c = 0;
 		/* Eight blocks at a time: their amaxes in one vector, their scales in its lanes; in
-		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity are done
-		 * after the segment, one at a time. */
+		 * segments of up to SEGMENT groups, whose blocks holding NaN or an infinity are
+		 * gathered for blocks_masked. */
 		while (c + group <= full) {
 			int64_t n = (full - c) / group;
 			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
@@ -486,49 +540,32 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 				segment_f32(ps, r * cols + c, n_groups, &st, bad_masks);
 			else
 				segment_bf16(ps, r * cols + c, n_groups, &st, bad_masks);
-			for (int g = 0; g < n_groups; g++)
-				for (int k = 0; bad_masks[g] && k < 8; k++)
-					if (bad_masks[g] >> k & 1)
-						block_nonfinite(ps, dtype,
-								r * cols + c +
-									(g * 8 + k) * DLI_NVFP4_BLOCK,
-								&e2m1, &st, t);
+			for (uint64_t m = groups_marked(bad_masks, n_groups); m; m &= m - 1) {
+				int g = __builtin_ctzll(m);
+				for (unsigned b = bad_masks[g]; b; b &= b - 1)
+					gather(ps,
+					       r * cols + c +
+						       (g * 8 + __builtin_ctz(b)) * DLI_NVFP4_BLOCK,
+					       gathered, &n_gathered, &st);
+			}
 			counts_widen(st.counts, t);
 			st.counts = _mm256_setzero_si256();
 			c += n_groups * group;
 		}
-		/* The rest of the whole blocks one at a time. */
-		for (; c < full; c += DLI_NVFP4_BLOCK) {
-			const int64_t i = r * cols + c;
-			__m256i a[2];
-			load_abs16(ps->data, dtype, i, a);
-			__m256i mx = _mm256_max_epu32(a[0], a[1]);
-			if (!_mm256_testz_si256(_mm256_cmpgt_epi32(mx, _mm256_set1_epi32(0x7f7fffff)),
-						_mm256_set1_epi32(-1))) {
-				block_nonfinite(ps, dtype, i, &e2m1, &st, t);
-				continue;
-			}
-			float bmax = hmax(_mm256_castsi256_ps(mx)), enc, dqs;
-			if (lone_scale(bmax, ps, &enc, &dqs)) {
-				if (dqs < t->lo)
-					t->lo = dqs;
-				if (dqs > t->hi)
-					t->hi = dqs;
-			}
-			uint32_t bits;
-			memcpy(&bits, &bmax, sizeof(bits));
-			uint32_t fe = scale_exponent(bits);
-			struct fsums fs;
-			fsums_reset(&fs);
-			block16(a, _mm256_set1_ps(enc), _mm256_set1_ps(dqs), factor_of(fe), false,
-				&e2m1, &st.counts, &fs);
-			fsums_widen(&fs, unscale_of(fe), &st.sum);
-			st.count += DLI_NVFP4_BLOCK;
-		}
+		/* The rest of the whole blocks gathered too. */
+		for (; c < full; c += DLI_NVFP4_BLOCK)
+			gather(ps, r * cols + c, gathered, &n_gathered, &st);
 		if (full < cols)
 			dli_nvfp4_block_scalar(ps, r, full, cols - full, t);
 		counts_widen(st.counts, t);
 		st.counts = _mm256_setzero_si256();
+	}
+	if (n_gathered) {
+		if (dtype == DLI_DTYPE_F32)
+			blocks_masked_f32(ps, gathered, n_gathered, &st);
+		else
+			blocks_masked_bf16(ps, gathered, n_gathered, &st);
+		counts_widen(st.counts, t);
 	}
 	t->count += st.count;
 	double err = hsum(st.sum.err), dqs = hsum(st.sum.dqs), xs = hsum(st.sum.xs);

@@ -586,8 +586,8 @@ static void test_bf16_every_pattern_in_a_fast_group(void)
 	free(v);
 }
 
-/* Data that moves the AVX-512 pass between its fast groups and its careful blocks (bf16), or
- * vec_step's blocks (f32): stretches of ordinary values, of values below the format's normals
+/* Data that moves the SIMD passes between their fast groups and careful steps (the AVX-512 path
+ * runs the AVX2 pass on f32, and on bf16 without AVX512-BF16): stretches of ordinary values, of values below the format's normals
  * every few elements (which send the following blocks to the slower step), a few tiny values or
  * overflows now and then (a fast group redone), and the same after a switch back. */
 static void test_fast_and_careful_stretches(void)

@@ -449,8 +449,8 @@ static void test_one_sign_blocks(void)
 	free(x);
 }
 
-/* Blocks holding NaN or infinities, which the AVX2 path records from counts and extrema alone (an
- * integer pass, kernels/cpu/stats-avx2.c nf_block): every sign combination of NaN, +inf and -inf
+/* Blocks holding NaN or infinities, which the AVX2 path (and the AVX-512 one for bf16 and f16)
+ * records from counts and extrema alone (an integer pass, kernels/cpu/stats-avx2.c nf_block): every sign combination of NaN, +inf and -inf
  * among negatives, positives, zeros and subnormals, whole tensors of one case and stretches of
  * them among clean data, on f32, bf16 and f16, every path against the reference. */
 static double nf_value(int c, int64_t i)

@@ -56,7 +56,8 @@ struct terms {
 };
 
 /* rows x cols, 1 x 16 blocks (dims 1) or 16 x 16 tiles (dims 2), row-wise, with the global
- * scale from amax. */
+ * scale from amax; NaN and the infinities are left out of the compare (a block's amax leaves
+ * NaN out only). */
 static void naive_amax(const float *x, int64_t rows, int64_t cols, int dims, float amax,
 		       struct terms *t)
 {
@@ -82,6 +83,8 @@ static void naive_amax(const float *x, int64_t rows, int64_t cols, int dims, flo
 			for (int64_t r = r0; r < r0 + bh && r < rows; r++)
 				for (int64_t c = c0; c < c0 + 16 && c < cols; c++) {
 					float xv = x[r * cols + c];
+					if (isnan(xv) || isinf(xv))
+						continue;
 					int q = naive_e2m1(xv * enc);
 					float dq = (q & 8 ? -v[q & 7] : v[q & 7]) * factor;
 					t->count++;
@@ -361,6 +364,150 @@ static void test_given_amax(void)
 		  -EINVAL);
 }
 
+/* Puts one of the kinds of block holding NaN or an infinity into the 16 values at b (kind 0
+ * leaves them as they are); kinds up to NAN_KINDS hold NaN only. */
+#define NAN_KINDS 7
+#define NONFINITE_KINDS 10
+static void make_nonfinite(float *b, int kind)
+{
+	for (int k = 0; k < 16; k++) {
+		switch (kind) {
+		case 1: /* the first element */
+			b[k] = k == 0 ? NAN : b[k];
+			break;
+		case 2: /* the last, with its sign bit set */
+			b[k] = k == 15 ? -NAN : b[k];
+			break;
+		case 3: /* several, in both halves */
+			b[k] = k == 3 || k == 7 || k == 8 || k == 12 ? NAN : b[k];
+			break;
+		case 4: /* all */
+			b[k] = NAN;
+			break;
+		case 5: /* all but one */
+			b[k] = k == 9 ? b[k] : NAN;
+			break;
+		case 6: /* among zeros */
+			b[k] = k == 4 ? NAN : 0.0f;
+			break;
+		case 7: /* +inf: the scale saturates */
+			b[k] = k == 5 ? INFINITY : b[k];
+			break;
+		case 8: /* -inf and NaN */
+			b[k] = k == 10 ? -INFINITY : k == 2 ? NAN : b[k];
+			break;
+		case 9: /* all infinite */
+			b[k] = k % 2 ? INFINITY : -INFINITY;
+			break;
+		}
+	}
+}
+
+/* Blocks holding NaN or an infinity, which the AVX2 pass leaves out of its groups and does eight
+ * at a time (with a row's last whole blocks), their NaN and infinities masked out: every kind of
+ * make_nonfinite in rows of two segments of groups with whole and partial blocks after them, of
+ * one group and whole blocks, and of whole blocks only. With NaN only (a finite amax), against
+ * the naive reference and the scalar path; with infinities (an infinite amax: every nonzero
+ * block scale's factor infinite), the scalar path's counts and scale range, on one thread and
+ * two; and where no finite element rounds to 0, the sums infinite, not NaN (elements left out
+ * must not add 0 * inf). */
+static void test_nonfinite_blocks(void)
+{
+	static const int64_t shapes[][2] = {
+		{3, 8192 + 2 * 128 + 3 * 16 + 5}, {5, 128 + 7 * 16}, {4, 5 * 16}, {2, 4096}};
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof(float));
+		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+		CHECK(x && h);
+		if (!x || !h) {
+			free(x);
+			free(h);
+			return;
+		}
+		for (int with_inf = 0; with_inf < 2; with_inf++) {
+			int kinds = with_inf ? NONFINITE_KINDS : NAN_KINDS;
+			uint64_t left_out = 0;
+			for (int64_t i = 0; i < n; i++)
+				x[i] = of_bf16(bf16_of(random_value(i)));
+			/* half the whole blocks clean, the others of every kind in turn */
+			for (int64_t r = 0, b = 0; r < rows; r++)
+				for (int64_t c = 0; c + 16 <= cols; c += 16, b++)
+					if (next_u64() & 1)
+						make_nonfinite(x + r * cols + c, 1 + (int)(b % (kinds - 1)));
+			for (int64_t i = 0; i < n; i++) {
+				h[i] = bf16_of(x[i]);
+				left_out += isnan(x[i]) || isinf(x[i]);
+			}
+			for (int d = 0; d < 2; d++) {
+				enum dli_dtype dtype = d ? DLI_DTYPE_BF16 : DLI_DTYPE_F32;
+				const void *data = d ? (const void *)h : (const void *)x;
+				struct dli_stats_record st, scalar, one, two;
+				struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1}, o1 = {DLI_SIMD_AUTO, 1},
+						       o2 = {DLI_SIMD_AUTO, 2};
+				CHECK_INT(dli_cpu_stats(data, dtype, n, NULL, &st), 0);
+				CHECK(with_inf ? isinf(st.amax) : isfinite(st.amax));
+				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
+								     (float)st.amax, &so, &scalar),
+					  0);
+				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
+								     (float)st.amax, &o1, &one),
+					  0);
+				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
+								     (float)st.amax, &o2, &two),
+					  0);
+				CHECK(scalar.fp8_count == (uint64_t)n - left_out);
+				if (!near_record(&scalar, &one) || !near_record(&scalar, &two))
+					fprintf(stderr,
+						"%lldx%lld dtype %d inf %d: count %llu / %llu / %llu "
+						"under %llu / %llu over %llu / %llu err %.17g / %.17g "
+						"scale %g..%g / %g..%g\n",
+						(long long)rows, (long long)cols, (int)dtype, with_inf,
+						(unsigned long long)scalar.fp8_count,
+						(unsigned long long)one.fp8_count,
+						(unsigned long long)two.fp8_count,
+						(unsigned long long)scalar.underflows,
+						(unsigned long long)one.underflows,
+						(unsigned long long)scalar.overflows,
+						(unsigned long long)one.overflows, scalar.err_sq, one.err_sq,
+						scalar.scale_inv_min, scalar.scale_inv_max,
+						one.scale_inv_min, one.scale_inv_max);
+				CHECK(near_record(&scalar, &one));
+				CHECK(near_record(&scalar, &two));
+				if (with_inf)
+					continue;
+				struct terms t;
+				naive_amax(x, rows, cols, 1, (float)st.amax, &t);
+				CHECK(one.fp8_count == t.count && one.underflows == t.under &&
+				      close_to(one.err_sq, t.err, SIMD_SUMS) &&
+				      close_to(scalar.err_sq, t.err, 1e-12));
+			}
+		}
+		free(x);
+		free(h);
+	}
+
+	/* magnitudes 1 .. 1.75 (no code 0 in their blocks), blocks all infinite, all NaN and with
+	 * a NaN, among the groups and the last whole blocks of the rows */
+	enum { ROWS = 2, COLS = 2 * 128 + 3 * 16 };
+	static float y[ROWS * COLS];
+	static const int64_t blocks[][2] = {{0, 3}, {1, 17}, {4, 1}, {0, 16}, {9, 17}, {4, 18}};
+	for (int64_t i = 0; i < ROWS * COLS; i++)
+		y[i] = 1.0f + (float)(i % 7) / 8.0f;
+	for (size_t b = 0; b < sizeof(blocks) / sizeof(blocks[0]); b++)
+		make_nonfinite(y + blocks[b][1] * 16, (int)blocks[b][0]);
+	struct dli_stats_record scalar, one;
+	struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1}, o1 = {DLI_SIMD_AUTO, 1};
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &so,
+					     &scalar),
+		  0);
+	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &o1,
+					     &one),
+		  0);
+	CHECK(isinf(scalar.err_sq) && isinf(scalar.dq_sq) && isfinite(scalar.x_sq));
+	CHECK(near_record(&scalar, &one));
+}
+
 /* Tensors whose amax is near 2^-100, where the AVX2 pass hands over to the scalar one (below it,
  * dequantized values could be subnormal): blocks spread down into the subnormals, both sides of
  * that line give the naive reference's counts and sums and the scalar path's record. */
@@ -505,6 +652,7 @@ int main(void)
 	test_passes();
 	test_threads();
 	test_given_amax();
+	test_nonfinite_blocks();
 	test_tiny_amax();
 	test_feature();
 	test_errors();
