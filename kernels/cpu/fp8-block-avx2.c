@@ -175,8 +175,8 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 	}
 TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32, true)
 TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16, true)
-TILE_STEPS(tile_steps_bf16_xs_known, DLI_DTYPE_BF16, false)
 TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16, true)
+TILE_STEPS(tile_steps_bf16_xs_known, DLI_DTYPE_BF16, false)
 
 /* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
  * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
