@@ -628,6 +628,9 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	/* MXFP8's and FP8 block scaling's compares are spared a term by its sum of x^2
+	 * (kernels-private.h). */
+	double sum_sq = pass.nan_count || pass.inf_count ? NAN : pass.sum_sq;
 	/* NVFP4's global scale comes from the amax this statistics pass has just found, so that
 	 * its compare reads the tensor once instead of twice. */
 	if (!r && nvfp4)
@@ -635,12 +638,13 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 					       spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
 					       spec->columnwise != 0, (float)pass.amax, NULL, &cmp);
 	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
-		r = dli_cpu_mx_compare(t->data, t->dtype, rows, cols, spec->format,
-				       spec->columnwise != 0, NULL, &cmp);
+		r = dli_cpu_mx_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
+					      spec->columnwise != 0, sum_sq, NULL, &cmp);
 	else if (!r)
-		r = dli_cpu_fp8b_compare(t->data, t->dtype, rows, cols, spec->format,
-					 spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
-					 spec->columnwise != 0, spec->pow2_scales != 0, NULL, &cmp);
+		r = dli_cpu_fp8b_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
+						spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
+						spec->columnwise != 0, spec->pow2_scales != 0,
+						sum_sq, NULL, &cmp);
 	if (r)
 		return r;
 	dli_stats_merge(&rec, &cmp);

@@ -118,6 +118,12 @@ void dli_mx_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *sr
 int dli_cpu_mx_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 		       enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
 		       struct dli_stats_record *out);
+/* The same, given the sum of x^2 over the tensor (the statistics pass's sum_sq; NaN when there is
+ * none, or it is not finite), as dli_cpu_fp8_compare_sum_sq is: the AVX2 fast steps on bf16 then
+ * leave that sum out and x_sq is sum_sq; the other terms within the same tolerance. */
+int dli_cpu_mx_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			      enum dli_dtype format, bool columnwise, double sum_sq,
+			      const struct dli_cpu_options *o, struct dli_stats_record *out);
 /* Codes q[rows * cols] (the data's layout) and E8M0 scales[srows * scols] (dli_mx_scale_shape,
  * row-major; the padding set to 0). */
 int dli_cpu_mx_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
@@ -144,6 +150,11 @@ float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype,
 int dli_cpu_fp8b_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			 enum dli_dtype format, int dims, bool columnwise, bool pow2,
 			 const struct dli_cpu_options *o, struct dli_stats_record *out);
+/* The same given the statistics pass's sum of x^2, as dli_cpu_mx_compare_sum_sq. */
+int dli_cpu_fp8b_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t rows,
+				int64_t cols, enum dli_dtype format, int dims, bool columnwise,
+				bool pow2, double sum_sq, const struct dli_cpu_options *o,
+				struct dli_stats_record *out);
 int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			       enum dli_dtype format, int dims, bool columnwise, bool pow2,
 			       const struct dli_cpu_options *o, float *out);

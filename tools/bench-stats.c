@@ -107,13 +107,14 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 		rc = dli_cpu_fp8_compare_sum_sq(b->bf16, DLI_DTYPE_BF16, b->n16, DLI_DTYPE_F8E4M3,
 						b->scale16, b->sum_sq16, &o, &r);
 		break;
-	case MX_F32: /* MXFP8's what-if (row-wise blocks, E4M3), as LogFp8TensorStats runs it */
-		rc = dli_cpu_mx_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
-					DLI_DTYPE_F8E4M3, false, &o, &r);
+	case MX_F32: /* MXFP8's what-if (row-wise blocks, E4M3), as LogFp8TensorStats runs it,
+		      * given the statistics pass's sum of x^2 */
+		rc = dli_cpu_mx_compare_sum_sq(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
+					       DLI_DTYPE_F8E4M3, false, b->sum_sq32, &o, &r);
 		break;
 	case MX_BF16:
-		rc = dli_cpu_mx_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
-					DLI_DTYPE_F8E4M3, false, &o, &r);
+		rc = dli_cpu_mx_compare_sum_sq(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+					       DLI_DTYPE_F8E4M3, false, b->sum_sq16, &o, &r);
 		break;
 	/* NVFP4's what-if (row-wise 1 x 16 blocks), as LogNvfp4TensorStats runs it: the core's
 	 * dli_stats_add_block gives it the amax of the statistics pass it makes first, so the
@@ -126,13 +127,16 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 		rc = dli_cpu_nvfp4_compare_amax(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS, 1,
 						false, b->amax16, &o, &r);
 		break;
-	case FB_F32: /* FP8 block scaling's what-if (128 x 128 tiles, power-of-two scales, E4M3) */
-		rc = dli_cpu_fp8b_compare(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
-					  DLI_DTYPE_F8E4M3, 2, false, true, &o, &r);
+	case FB_F32: /* FP8 block scaling's what-if (128 x 128 tiles, power-of-two scales, E4M3),
+		      * likewise */
+		rc = dli_cpu_fp8b_compare_sum_sq(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS,
+						 DLI_DTYPE_F8E4M3, 2, false, true, b->sum_sq32, &o,
+						 &r);
 		break;
 	case FB_BF16:
-		rc = dli_cpu_fp8b_compare(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
-					  DLI_DTYPE_F8E4M3, 2, false, true, &o, &r);
+		rc = dli_cpu_fp8b_compare_sum_sq(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+						 DLI_DTYPE_F8E4M3, 2, false, true, b->sum_sq16, &o,
+						 &r);
 		break;
 	case COL_F32: /* a strided view's statistics, read over its rows in place */
 		rc = dli_cpu_stats_runs(&b->q32, &o, &r);

@@ -22,10 +22,11 @@ INLINE size_t first_share(size_t sz)
 }
 
 /* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
- * of every term (a zero adds nothing, and is no underflow); the caller counts them out. */
+ * of every term (a zero adds nothing, and is no underflow); the caller counts them out. sum_xs:
+ * see step_bf16_normal. */
 INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
 		     const struct consts *k, const enum fast_mode mode, const bool sat,
-		     const bool clean,
+		     const bool clean, const bool sum_xs,
 		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
@@ -39,7 +40,7 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 		#pragma GCC unroll 8
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
 			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), k,
-					 fl);
+					 sum_xs, fl);
 		return;
 	}
 	#pragma GCC unroll 4
@@ -87,7 +88,7 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		      const uint64_t nf_rows[2], const uint64_t under_rows[2],
 		      const uint64_t sub_rows[2], const struct consts *k, const enum fast_mode mode,
 		      const bool sat,
-		      const bool clean, struct fast_sums *fp, struct lanes *lp,
+		      const bool clean, const bool sum_xs, struct fast_sums *fp, struct lanes *lp,
 		      __m256d acc[4], struct dli_block_terms *t)
 {
 	struct fast_lanes fl[2] = {fast_lanes_zero(), fast_lanes_zero()};
@@ -106,20 +107,21 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
 			      !(sub_rows[r >> 6] >> (r & 63) & 1);
 		if (sat)
-			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, sum_xs, fl, &l);
 		else if (normal && !nf)
-			tile_row(p, dtype, rb, sb, fb, k, FAST_NORMAL, false, false, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, FAST_NORMAL, false, false, sum_xs, fl,
+				 &l);
 		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
 			if (nf)
-				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true, fl,
-					 &l);
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true,
+					 sum_xs, fl, &l);
 			else
-				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, false, fl,
-					 &l);
+				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, false,
+					 sum_xs, fl, &l);
 		} else if (nf)
-			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, sum_xs, fl, &l);
 		else
-			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, sum_xs, fl, &l);
 		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
 		if (sat && r % 4 == 3)
 			flush(&l, acc, t);
@@ -134,23 +136,25 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 }
 
 /* One tile_loop a mode, with or without NaN (tile_steps) */
-#define TILE_MODES(dt, clean)                                                                     \
+#define TILE_MODES(dt, clean, sum_xs)                                                             \
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, sub_rows, k, FAST_UNDER, false, clean, f, l, acc,   \
-				  t);                                                             \
+				  under_rows, sub_rows, k, FAST_UNDER, false, clean, sum_xs, f,  \
+				  l, acc, t);                                                     \
 		else if (mode == FAST_SUBNORMAL)                                                  \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, sub_rows, k, FAST_SUBNORMAL, false, clean, f, l,    \
-				  acc, t);                                                        \
+				  under_rows, sub_rows, k, FAST_SUBNORMAL, false, clean, sum_xs,  \
+				  f, l, acc, t);                                                  \
 		else                                                                              \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, sub_rows, k, FAST_NORMAL, false, clean, f, l, acc,  \
-				  t);                                                             \
+				  under_rows, sub_rows, k, FAST_NORMAL, false, clean, sum_xs, f,  \
+				  l, acc, t);                                                     \
 	} while (0)
 
-#define TILE_STEPS(name, dt)                                                                      \
+/* sum_xs: see step_bf16_normal; a tile with NaN or infinities (clean) is never given the sum of
+ * x^2 (the statistics pass's is NaN then), so it sums all. */
+#define TILE_STEPS(name, dt, sum_xs)                                                              \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
 		const float *si,                                                                  \
@@ -162,15 +166,17 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 	{                                                                                         \
 		if (sat)                                                                          \
 			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
-				  under_rows, sub_rows, k, FAST_UNDER, true, true, f, l, acc, t); \
+				  under_rows, sub_rows, k, FAST_UNDER, true, true, true, f, l,    \
+				  acc, t);                                                        \
 		else if (clean)                                                                   \
-			TILE_MODES(dt, true);                                                     \
+			TILE_MODES(dt, true, true);                                               \
 		else                                                                              \
-			TILE_MODES(dt, false);                                                    \
+			TILE_MODES(dt, false, sum_xs);                                            \
 	}
-TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32)
-TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16)
-TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16)
+TILE_STEPS(tile_steps_f32, DLI_DTYPE_F32, true)
+TILE_STEPS(tile_steps_bf16, DLI_DTYPE_BF16, true)
+TILE_STEPS(tile_steps_f16, DLI_DTYPE_F16, true)
+TILE_STEPS(tile_steps_bf16_xs_known, DLI_DTYPE_BF16, false)
 
 /* A tile's largest magnitude bits in the lanes of *m, its smallest nonzero one less 1 in those
  * of *lowm (zeros wrap to the top), and the rows that hold NaN or an infinity as bits of nf_rows
@@ -289,7 +295,7 @@ INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, 
 }
 
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
-		     enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
+		     enum dli_dtype format, bool xs_known, dli_fb_tile_fn scalar_tile, void *ctx,
 		     struct dli_block_terms *t)
 {
 	const int mbits = format == DLI_DTYPE_F8E4M3 ? 3 : 2;
@@ -417,6 +423,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
 				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
 				       t);
+		else if (dtype == DLI_DTYPE_BF16 && xs_known)
+			tile_steps_bf16_xs_known(tile, next, stride, r1 - r0, &scale, &si,
+						 &grid_floor, nf_rows, under_rows, sub_rows, &k,
+						 mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
 			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
 					nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l,
@@ -431,18 +441,19 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 }
 
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
-		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
-		       struct dli_block_terms *t)
+		       int64_t r1, enum dli_dtype format, bool xs_known, dli_fb_tile_fn scalar_tile,
+		       void *ctx, struct dli_block_terms *t)
 {
 	switch (dtype) {
 	case DLI_DTYPE_F32:
-		fb_strip(data, DLI_DTYPE_F32, cols, r0, r1, format, scalar_tile, ctx, t);
+		fb_strip(data, DLI_DTYPE_F32, cols, r0, r1, format, false, scalar_tile, ctx, t);
 		break;
 	case DLI_DTYPE_F16:
-		fb_strip(data, DLI_DTYPE_F16, cols, r0, r1, format, scalar_tile, ctx, t);
+		fb_strip(data, DLI_DTYPE_F16, cols, r0, r1, format, false, scalar_tile, ctx, t);
 		break;
 	default:
-		fb_strip(data, DLI_DTYPE_BF16, cols, r0, r1, format, scalar_tile, ctx, t);
+		fb_strip(data, DLI_DTYPE_BF16, cols, r0, r1, format, xs_known, scalar_tile, ctx,
+			 t);
 		break;
 	}
 }

@@ -43,6 +43,7 @@ struct fb_pass {
 	int64_t rows, cols;
 	int64_t brows, bcols; /* the block: 1 x 128, 128 x 1 or 128 x 128 */
 	bool pow2;
+	bool xs_known; /* compare: see struct mx_pass (mx-private.h) */
 	enum dli_simd simd;
 	float *out;                    /* fake quantization, or NULL */
 	struct dli_stats_record *recs; /* compare: one per chunk */
@@ -115,6 +116,13 @@ static void fb_tile(void *ctx, int64_t r0, int64_t c0)
 	fb_block(tc->ps, r0, c0, tc->rec);
 }
 
+/* Whether the compare runs the AVX2 strips. */
+static bool fb_strips(const struct fb_pass *ps)
+{
+	return !ps->out && ps->pow2 && ps->brows == DLI_FP8B_BLOCK && ps->bcols == DLI_FP8B_BLOCK &&
+	       (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512);
+}
+
 static void fb_chunk(void *arg, int64_t c, int worker)
 {
 	const struct fb_pass *ps = arg;
@@ -126,14 +134,13 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 	dli_stats_record_init(rec);
 #ifdef DLI_HAVE_X86_SIMD
 	/* 128 x 128 tiles with power-of-two scales: the AVX2 strips (AVX-512 machines too) */
-	if (!ps->out && ps->pow2 && ps->brows == DLI_FP8B_BLOCK && ps->bcols == DLI_FP8B_BLOCK &&
-	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512)) {
+	if (fb_strips(ps)) {
 		struct fb_tile_ctx tc = {ps, rec};
 		struct dli_block_terms t = {.lo = INFINITY};
 		for (int64_t r = r0; r < r1; r += ps->brows)
 			dli_fb_strip_avx2(ps->data, ps->dtype, ps->cols, r,
-					  r + ps->brows < r1 ? r + ps->brows : r1, ps->format, fb_tile,
-					  &tc, &t);
+					  r + ps->brows < r1 ? r + ps->brows : r1, ps->format,
+					  ps->xs_known, fb_tile, &tc, &t);
 		rec->fp8_count += t.count;
 		rec->underflows += t.under;
 		rec->overflows += t.over;
@@ -153,8 +160,31 @@ static void fb_chunk(void *arg, int64_t c, int worker)
 	dli_csr_restore(csr);
 }
 
+/* Every chunk of ps, the compare's terms into *rec (initialized here) unless it is NULL. */
+static void fb_chunks(struct fb_pass *ps, int threads, int64_t n_chunks,
+		      struct dli_stats_record *rec)
+{
+	if (threads > 1 && n_chunks > 1)
+		dli_parallel_for(n_chunks, threads, fb_chunk, ps);
+	else
+		for (int64_t c = 0; c < n_chunks; c++)
+			fb_chunk(ps, c, 0);
+	if (!rec)
+		return;
+	dli_stats_record_init(rec);
+	for (int64_t c = 0; c < n_chunks; c++) { /* in chunk order: thread-independent */
+		dli_stats_add_fp8_terms(rec, &ps->recs[c]);
+		if (ps->recs[c].scale_inv_min < rec->scale_inv_min)
+			rec->scale_inv_min = ps->recs[c].scale_inv_min;
+		if (ps->recs[c].scale_inv_max > rec->scale_inv_max)
+			rec->scale_inv_max = ps->recs[c].scale_inv_max;
+	}
+}
+
+/* The compare (into rec, with sum_sq: see dli_cpu_fp8b_compare_sum_sq) or the fake-quantizer
+ * (into out). */
 static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-		  enum dli_dtype format, int dims, bool columnwise, bool pow2,
+		  enum dli_dtype format, int dims, bool columnwise, bool pow2, double sum_sq,
 		  const struct dli_cpu_options *o, float *out, struct dli_stats_record *rec)
 {
 	struct fb_pass *ps;
@@ -188,18 +218,15 @@ static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t 
 		free(ps);
 		return -ENOMEM;
 	}
+	/* Only the AVX2 strips' fast steps on bf16 leave anything out (mx-avx2-private.h's
+	 * step_bf16_normal): f32 and f16 are bound by memory, not by the FMAs. */
+	ps->xs_known = rec && isfinite(sum_sq) && dtype == DLI_DTYPE_BF16 && fb_strips(ps);
 	threads = rows * cols > ((int64_t)1 << 20) ? dli_cpu_threads(o) : 1;
-	if (threads > 1 && n_chunks > 1)
-		dli_parallel_for(n_chunks, threads, fb_chunk, ps);
-	else
-		for (int64_t c = 0; c < n_chunks; c++)
-			fb_chunk(ps, c, 0);
-	for (int64_t c = 0; rec && c < n_chunks; c++) { /* in chunk order: thread-independent */
-		dli_stats_add_fp8_terms(rec, &ps->recs[c]);
-		if (ps->recs[c].scale_inv_min < rec->scale_inv_min)
-			rec->scale_inv_min = ps->recs[c].scale_inv_min;
-		if (ps->recs[c].scale_inv_max > rec->scale_inv_max)
-			rec->scale_inv_max = ps->recs[c].scale_inv_max;
+	fb_chunks(ps, threads, n_chunks, rec);
+	/* the second run, where dli_mx_add_left_out asks for it, sums everything */
+	if (ps->xs_known && !dli_mx_add_left_out(rec, sum_sq)) {
+		ps->xs_known = false;
+		fb_chunks(ps, threads, n_chunks, rec);
 	}
 	free(ps->recs);
 	free(ps);
@@ -212,7 +239,19 @@ int dli_cpu_fp8b_compare(const void *data, enum dli_dtype dtype, int64_t rows, i
 {
 	if (!out)
 		return -EINVAL;
-	return fb_run(data, dtype, rows, cols, format, dims, columnwise, pow2, o, NULL, out);
+	return dli_cpu_fp8b_compare_sum_sq(data, dtype, rows, cols, format, dims, columnwise, pow2,
+					   NAN, o, out);
+}
+
+int dli_cpu_fp8b_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t rows,
+				int64_t cols, enum dli_dtype format, int dims, bool columnwise,
+				bool pow2, double sum_sq, const struct dli_cpu_options *o,
+				struct dli_stats_record *out)
+{
+	if (!out)
+		return -EINVAL;
+	return fb_run(data, dtype, rows, cols, format, dims, columnwise, pow2, sum_sq, o, NULL,
+		      out);
 }
 
 int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
@@ -221,5 +260,5 @@ int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t r
 {
 	if (rows * cols > 0 && !out)
 		return -EINVAL;
-	return fb_run(data, dtype, rows, cols, format, dims, columnwise, pow2, o, out, NULL);
+	return fb_run(data, dtype, rows, cols, format, dims, columnwise, pow2, NAN, o, out, NULL);
 }

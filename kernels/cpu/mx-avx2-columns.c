@@ -79,7 +79,7 @@ INLINE void cols_steps(const char *p, size_t stride, enum dli_dtype dtype, __m25
 	for (int i = 0; i < DLI_MX_BLOCK; i++) {
 		if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL) {
 			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + i * stride)), k,
-					 fl);
+					 true, fl);
 			continue;
 		}
 		__m256 x0, x1;

@@ -192,8 +192,12 @@ INLINE void step_fast(__m256 x, __m256i grid_floor, const struct consts *k, enum
  * the exponent up, which is the right rounding; it never reaches the sign (the exponent of a
  * finite x below 2^60 is far from all ones), and fp8_max, on the format's grid, rounds to
  * itself, so nothing rounds above it. Zeros stay zeros. Integer operations on 16 lanes, where
- * step_fast's rounding is four float-lane operations a vector of 8. */
-INLINE void step_bf16_normal(__m256i w, const struct consts *k, struct fast_lanes l[2])
+ * step_fast's rounding is four float-lane operations a vector of 8. Sums x^2 only when sum_xs
+ * (a compile-time constant): the bf16 passes are bound by these operations, 2 FMAs of 6 are x^2's,
+ * and a caller given the statistics pass's sum of x^2 leaves them out (struct mx_pass's
+ * xs_known). */
+INLINE void step_bf16_normal(__m256i w, const struct consts *k, const bool sum_xs,
+			     struct fast_lanes l[2])
 {
 	const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
 	__m256i odd = _mm256_cmpeq_epi16(_mm256_and_si256(w, k->keep_lsb16), k->keep_lsb16);
@@ -209,7 +213,8 @@ INLINE void step_bf16_normal(__m256i w, const struct consts *k, struct fast_lane
 		__m256 d = _mm256_sub_ps(x[h], dq[h]); /* exact: x and dq within an ulp of x */
 		l[h].err = _mm256_fmadd_ps(d, d, l[h].err);
 		l[h].dqs = _mm256_fmadd_ps(dq[h], dq[h], l[h].dqs);
-		l[h].xs = _mm256_fmadd_ps(x[h], x[h], l[h].xs);
+		if (sum_xs)
+			l[h].xs = _mm256_fmadd_ps(x[h], x[h], l[h].xs);
 	}
 }
 

@@ -42,13 +42,14 @@ INLINE __m256i hmax8_16(const __m256i m[8])
 }
 
 /* One block through the fast steps, its grid_floor broadcast from memory: a broadcast load costs no
- * vector pipe, a lane permute does. */
+ * vector pipe, a lane permute does. sum_xs: see step_bf16_normal. */
 INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_floor,
-		       const struct consts *k, enum fast_mode mode, struct fast_lanes l[2])
+		       const struct consts *k, enum fast_mode mode, const bool sum_xs,
+		       struct fast_lanes l[2])
 {
 	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL) {
-		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p), k, l);
-		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p + 1), k, l);
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p), k, sum_xs, l);
+		step_bf16_normal(_mm256_loadu_si256((const __m256i *)p + 1), k, sum_xs, l);
 		return;
 	}
 	__m256 x[4];
@@ -60,15 +61,23 @@ INLINE void fast_block(const char *p, enum dli_dtype dtype, const int32_t *grid_
 }
 
 /* The blocks of a batch not in bad_mask through the fast steps. A loop, not unrolled: unrolled,
- * GCC merged the variants and ran out of registers for the sums. */
+ * GCC merged the variants and ran out of registers for the sums. But a whole batch of bf16 on the
+ * format's normals without x^2 (sum_xs false): two sums fewer leave registers enough, and the
+ * unrolled batch ran 1-2 % faster, the loop and its tests on bad_mask gone. */
 INLINE void fast_blocks(const char *p, enum dli_dtype dtype, size_t bstride, int bad_mask,
 			const int32_t *grid_floors, const struct consts *k,
-			const enum fast_mode mode, struct fast_lanes l[2])
+			const enum fast_mode mode, const bool sum_xs, struct fast_lanes l[2])
 {
+	if (!sum_xs && bad_mask == 0 && mode == FAST_NORMAL) {
+		#pragma GCC unroll 8
+		for (int b = 0; b < BATCH; b++)
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, sum_xs, l);
+		return;
+	}
 	#pragma GCC unroll 1
 	for (int b = 0; b < BATCH; b++)
 		if (!(bad_mask >> b & 1))
-			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, l);
+			fast_block(p + b * bstride, dtype, grid_floors + b, k, mode, sum_xs, l);
 }
 
 /* What a batch's fast steps need, worked out from its amaxes. */
@@ -266,10 +275,10 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 #define SEGMENT 32
 
 /* n batches from p on through the fast steps into *f, their counts into *count; masks[i] is batch
- * i's blocks left to the one-block path. No call inside: every vector register is the caller's
- * to save, so a call in this loop would keep the sums in memory. */
-INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct consts *k,
-		    struct fast_sums *fp, int *fast_pending, uint64_t *count,
+ * i's blocks left to the one-block path; sum_xs: see step_bf16_normal. No call inside: every
+ * vector register is the caller's to save, so a call in this loop would keep the sums in memory. */
+INLINE void batches(const char *p, enum dli_dtype dtype, const bool sum_xs, int n,
+		    const struct consts *k, struct fast_sums *fp, int *fast_pending, uint64_t *count,
 		    struct dli_block_terms *t, uint8_t *masks)
 {
 	const size_t bstride = DLI_MX_BLOCK * dli_dtype_size(dtype);
@@ -297,12 +306,14 @@ INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct con
 		if (pl->bad == 0xff)
 			continue;
 		if (pl->mode == FAST_UNDER)
-			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_UNDER, l);
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_UNDER,
+				    sum_xs, l);
 		else if (pl->mode == FAST_SUBNORMAL)
 			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_SUBNORMAL,
-				    l);
+				    sum_xs, l);
 		else
-			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_NORMAL, l);
+			fast_blocks(p, dtype, bstride, pl->bad, pl->grid_floors, k, FAST_NORMAL,
+				    sum_xs, l);
 		cnt += (uint64_t)(BATCH - __builtin_popcount((unsigned)pl->bad)) * DLI_MX_BLOCK;
 		/* 16 terms a lane a batch (two sets of lanes): four batches, then double */
 		if (++pend == 4) {
@@ -315,16 +326,17 @@ INLINE void batches(const char *p, enum dli_dtype dtype, int n, const struct con
 	*count += cnt;
 }
 
-#define BATCHES(name, dt)                                                                         \
+#define BATCHES(name, dt, sum_xs)                                                                 \
 	__attribute__((noinline)) static void name(const char *p, int n, const struct consts *k,  \
 						   struct fast_sums *f, int *pend, uint64_t *count,  \
 						   struct dli_block_terms *t, uint8_t *masks)       \
 	{                                                                                         \
-		batches(p, dt, n, k, f, pend, count, t, masks);                                   \
+		batches(p, dt, sum_xs, n, k, f, pend, count, t, masks);                           \
 	}
-BATCHES(batches_f32, DLI_DTYPE_F32)
-BATCHES(batches_bf16, DLI_DTYPE_BF16)
-BATCHES(batches_f16, DLI_DTYPE_F16)
+BATCHES(batches_f32, DLI_DTYPE_F32, true)
+BATCHES(batches_bf16, DLI_DTYPE_BF16, true)
+BATCHES(batches_bf16_xs_known, DLI_DTYPE_BF16, false)
+BATCHES(batches_f16, DLI_DTYPE_F16, true)
 
 INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0, int64_t r1,
 		      struct dli_block_terms *t)
@@ -361,6 +373,9 @@ INLINE void rows_avx2(const struct mx_pass *ps, enum dli_dtype dtype, int64_t r0
 			const char *p = row + (size_t)c * sz;
 			if (dtype == DLI_DTYPE_F32)
 				batches_f32(p, n, &k, &f, &fast_pending, &count, t, masks);
+			else if (dtype == DLI_DTYPE_BF16 && ps->xs_known)
+				batches_bf16_xs_known(p, n, &k, &f, &fast_pending, &count, t,
+						      masks);
 			else if (dtype == DLI_DTYPE_BF16)
 				batches_bf16(p, n, &k, &f, &fast_pending, &count, t, masks);
 			else

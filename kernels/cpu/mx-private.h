@@ -21,7 +21,25 @@ struct mx_pass {
 	float *out;          /* FAKE: dequantized values (rows x cols) */
 	struct dli_stats_record *recs; /* COMPARE: one per chunk */
 	int64_t rows_per_chunk;        /* a multiple of DLI_MX_BLOCK */
+	/* COMPARE: the caller knows the sum of x^2 over the tensor (the statistics pass's), so the
+	 * AVX2 fast steps on bf16 may leave theirs out of xs (their dot, (xs + dqs - err) / 2, then
+	 * lacks half of it): dli_mx_add_left_out puts both back. */
+	bool xs_known;
 };
+
+/* After a compare whose bf16 fast steps left their sum of x^2 out (xs_known): x_sq set to the
+ * statistics pass's sum_sq, and what was left out (sum_sq less the x_sq summed) added to dot,
+ * half of it (the fast steps' dot is (xs + dqs - err) / 2; err and dq_sq hold no x^2). False when
+ * dot ends below 1/16 of sum_sq (most of the weight in values that underflow): sum_sq's own
+ * rounding (about 1e-7 of it) would then weigh too much in dot, and the caller runs the pass again
+ * summing everything. */
+static inline bool dli_mx_add_left_out(struct dli_stats_record *out, double sum_sq)
+{
+	double left_out = sum_sq - out->x_sq;
+	out->x_sq = sum_sq;
+	out->dot += left_out / 2;
+	return out->dot >= 0x1p-4 * sum_sq;
+}
 
 /* The scalar reference's COMPARE of one block of m elements, x[k] at data index idx0 + k * stride,
  * added into *t. */
@@ -34,10 +52,11 @@ typedef void (*dli_fb_tile_fn)(void *ctx, int64_t r0, int64_t c0);
 #ifdef DLI_HAVE_X86_SIMD
 /* FP8 block scaling's compare over one strip of 128 x 128 tiles (rows [r0, r1), at most 128),
  * power-of-two scales, into *t: full tiles of finite values in a safe range by vector steps, the
- * rest through scalar_tile(ctx, r0, c0). Compiled with AVX2 and FMA. */
+ * rest through scalar_tile(ctx, r0, c0); xs_known as struct mx_pass's. Compiled with AVX2 and
+ * FMA. */
 void dli_fb_strip_avx2(const void *data, enum dli_dtype dtype, int64_t cols, int64_t r0,
-		       int64_t r1, enum dli_dtype format, dli_fb_tile_fn scalar_tile, void *ctx,
-		       struct dli_block_terms *t);
+		       int64_t r1, enum dli_dtype format, bool xs_known, dli_fb_tile_fn scalar_tile,
+		       void *ctx, struct dli_block_terms *t);
 /* COMPARE of rows [r0, r1), row-wise blocks, into *t: full blocks of finite values in a safe range
  * with AVX2 (sums in float lanes, widened to double every few blocks), the rest by the scalar
  * block. Compiled with AVX2 and FMA; call it only when the CPU has them. */

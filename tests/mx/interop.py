@@ -8,6 +8,7 @@ subnormals); block maxima at and around the power-of-two boundaries of the scale
 with 1, 31, 33, 127, 129 rows and columns. The rules are docs/block-scaling.md's. Run by
 interop.sh."""
 
+import itertools
 import os
 import subprocess
 import sys
@@ -137,11 +138,13 @@ def check(name, raw, dt, rows, cols, tmp, modes=("quantize", "fake", "compare"),
                         fail(f"{tag}: fake quantization differs at {i}: got {f[i]!r} expected {ref[i]!r}")
             # The compare pass on each path: the scalar reference sums in double (to 1e-12 of
             # numpy's sums), the AVX2 path in float lanes widened every 16 blocks (to 1e-5);
-            # the counts and the scale range are exact on both.
-            for simd, tol in (("scalar", 1e-12), ("avx2", 1e-5)):
+            # the counts and the scale range are exact on both. compare-sq: given the
+            # statistics pass's sum of x^2, as the statistics feature calls it.
+            for (simd, tol), mode in itertools.product((("scalar", 1e-12), ("avx2", 1e-5)),
+                                                       ("compare", "compare-sq")):
                 if "compare" not in modes or (simd == "avx2" and not HAVE_AVX2):
                     continue
-                out = run(base + ["compare", src], tmp, simd)
+                out = run(base + [mode, src], tmp, simd)
                 if out is not None:
                     got = out.split()
                     with np.errstate(invalid="ignore"):  # NaN payloads
@@ -161,7 +164,7 @@ def check(name, raw, dt, rows, cols, tmp, modes=("quantize", "fake", "compare"),
                         good = g == w if k < 3 or k >= 7 else (
                             abs(g - w) <= tol * max(abs(w), 1e-300) or (np.isinf(w) and g == w))
                         if not good:
-                            fail(f"{tag} {simd}: compare term {k} is {g!r}, expected {w!r}")
+                            fail(f"{tag} {simd} {mode}: compare term {k} is {g!r}, expected {w!r}")
     return n
 
 
@@ -223,11 +226,13 @@ def check_fb(name, raw, dt, rows, cols, tmp):
                    int(np.count_nonzero(np.abs(ss) > fmax)),
                    float(np.sum((xs - dqs) ** 2)), float(np.sum(xs * dqs)),
                    float(np.sum(dqs * dqs)), float(np.sum(xs * xs)), float(si.min()), float(si.max())]
-            # the scalar pass to 1e-12, the AVX2 one (128 x 128 tiles) to 1e-5, as for MXFP8
-            for simd, tol in (("scalar", 1e-12), ("avx2", 1e-5)):
+            # the scalar pass to 1e-12, the AVX2 one (128 x 128 tiles) to 1e-5, as for MXFP8,
+            # each also given the statistics pass's sum of x^2 (fb-compare-sq)
+            for (simd, tol), mode in itertools.product((("scalar", 1e-12), ("avx2", 1e-5)),
+                                                       ("fb-compare", "fb-compare-sq")):
                 if simd == "avx2" and not HAVE_AVX2:
                     continue
-                out = run(base + ["fb-compare", src], tmp, simd)
+                out = run(base + [mode, src], tmp, simd)
                 if out is None:
                     continue
                 for k, (g, w) in enumerate(zip(out.split(), exp)):
@@ -235,7 +240,7 @@ def check_fb(name, raw, dt, rows, cols, tmp):
                     good = g == w if k < 3 or k >= 7 else (
                         abs(g - w) <= tol * max(abs(w), 1e-300) or (np.isinf(w) and g == w))
                     if not good:
-                        fail(f"{tag} {simd}: compare term {k} is {g!r}, expected {w!r}")
+                        fail(f"{tag} {simd} {mode}: compare term {k} is {g!r}, expected {w!r}")
     return n
 
 
@@ -269,6 +274,14 @@ def f32_random(rng, n, bad=0.05):
     wide[pick] = bits[pick]
     wide[rng.random(n) < 0.02] = 0.0
     return wide
+
+
+def bf16_narrow(rng, rows, cols):
+    """bfloat16 values within 2^6 of each other in a row, each row scaled by its own power of
+    two."""
+    m = rng.uniform(1.0, 2.0, (rows, cols)) * np.exp2(rng.integers(-6, 0, (rows, cols)))
+    m *= np.exp2(rng.integers(-30, 30, (rows, 1))) * rng.choice([-1.0, 1.0], (rows, cols))
+    return (m.astype(np.float32).view(np.uint32) >> 16).astype(np.uint16).ravel()
 
 
 def f32_edges():
@@ -309,6 +322,12 @@ def main():
         n += check("f32-finite", f, "f32", 1000, 1000, tmp)
         b = (f.view(np.uint32) >> 16).astype(np.uint16)
         n += check("bf16-finite", b, "bf16", 500, 2000, tmp)
+        # Values within 2^6 of each other in a row, each row its own magnitude: the batches and
+        # tile rows that the AVX2 path's bf16 fast steps take whole (all on the format's
+        # normals), where compare-sq leaves the sum of x^2 out of them.
+        narrow = bf16_narrow(rng, 256, 2048)
+        n += check("bf16-narrow", narrow, "bf16", 256, 2048, tmp)
+        n += check_fb("bf16-narrow", narrow, "bf16", 256, 2048, tmp)
         # FP8 block scaling (1 x 128, 128 x 1, 128 x 128 blocks, power-of-two scales).
         n += check_fb("bf16-all", raw, "bf16", raw.size // 2048, 2048, tmp)
         n += check_fb("f32-finite", f, "f32", 1000, 1000, tmp)

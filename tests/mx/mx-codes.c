@@ -1,15 +1,26 @@
 /* MXFP8 as a filter for the interop test: reads a rows x cols matrix of raw float32 or bfloat16
  * values and writes, through the kernels' MXFP8 passes, the codes and padded E8M0 scales
  * (quantize), the dequantized float32 values (fake), or the compare pass's FP8 terms as text
- * (compare). */
+ * (compare; compare-sq given the statistics pass's sum of x^2, as the statistics feature runs
+ * it). */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels-private.h"
 #include "raw-io.h"
+
+/* The statistics pass's sum of x^2, NaN where the input holds NaN or an infinity (core/stats.c). */
+static double sum_sq_of(const void *in, enum dli_dtype dt, int64_t n)
+{
+	struct dli_stats_record st;
+	if (dli_cpu_stats(in, dt, n, NULL, &st) || st.nan_count || st.inf_count)
+		return NAN;
+	return st.sum_sq;
+}
 
 int main(int argc, char **argv)
 {
@@ -23,7 +34,8 @@ int main(int argc, char **argv)
 
 	if (argc < 8) {
 		fprintf(stderr, "usage: %s f32|bf16 e4m3|e5m2 row|col|2d ROWS COLS "
-				"quantize|fake|compare|fb-fake|fb-compare IN [OUT [OUT_SCALES]] [threads]\n",
+				"quantize|fake|compare[-sq]|fb-fake|fb-compare[-sq] IN "
+				"[OUT [OUT_SCALES]] [threads]\n",
 			argv[0]);
 		return 2;
 	}
@@ -63,19 +75,22 @@ int main(int argc, char **argv)
 		      : -ENOMEM;
 		if (!r)
 			r = write_all(argv[8], q, (size_t)(rows * cols) * sizeof(float));
-	} else if (!strcmp(argv[6], "fb-compare")) {
+	} else if (!strcmp(argv[6], "fb-compare") || !strcmp(argv[6], "fb-compare-sq")) {
 		struct dli_stats_record rec;
 		int dims = strcmp(argv[3], "2d") ? 1 : 2;
-		r = dli_cpu_fp8b_compare(in, dt, rows, cols, format, dims, colwise, true, &o, &rec);
+		double sum_sq = strcmp(argv[6], "fb-compare") ? sum_sq_of(in, dt, rows * cols) : NAN;
+		r = dli_cpu_fp8b_compare_sum_sq(in, dt, rows, cols, format, dims, colwise, true,
+						sum_sq, &o, &rec);
 		if (!r)
 			printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %.17g %.17g %.17g %.17g %.17g %.17g\n",
 			       rec.fp8_count, rec.underflows, rec.overflows, rec.err_sq, rec.dot,
 			       rec.dq_sq, rec.x_sq, rec.scale_inv_min, rec.scale_inv_max);
-	} else if (!strcmp(argv[6], "compare")) {
+	} else if (!strcmp(argv[6], "compare") || !strcmp(argv[6], "compare-sq")) {
 		struct dli_stats_record rec;
+		double sum_sq = strcmp(argv[6], "compare") ? sum_sq_of(in, dt, rows * cols) : NAN;
 		if (argc >= 9)
 			o.threads = atoi(argv[8]);
-		r = dli_cpu_mx_compare(in, dt, rows, cols, format, colwise, &o, &rec);
+		r = dli_cpu_mx_compare_sum_sq(in, dt, rows, cols, format, colwise, sum_sq, &o, &rec);
 		if (!r)
 			printf("%" PRIu64 " %" PRIu64 " %" PRIu64 " %.17g %.17g %.17g %.17g %.17g %.17g\n",
 			       rec.fp8_count, rec.underflows, rec.overflows, rec.err_sq, rec.dot,

@@ -72,6 +72,16 @@ static bool records_agree(int ra, int rs, const struct dli_stats_record *a,
 	return ok;
 }
 
+/* The statistics pass's sum of x^2 over n elements, as core/stats.c gives it to the block-scaled
+ * compares: NaN where they hold NaN or an infinity. */
+static double stats_sum_sq(const void *in, enum dli_dtype dt, int64_t n)
+{
+	struct dli_stats_record st;
+	if (dli_cpu_stats(in, dt, n, NULL, &st) != 0 || st.nan_count || st.inf_count)
+		return NAN;
+	return st.sum_sq;
+}
+
 /* Every input of a test: for each of the n_shapes [rows, cols], each kind of values (x[i] =
  * value(kind, i, cols), kinds of them) and each input type (f32 as it is, bf16 and f16 narrowed),
  * each(in, dtype, rows, cols, kind). */

@@ -133,11 +133,28 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 		struct dli_stats_record a, s;
 		int ra = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false, true, &avx2, &a);
 		int rs = dli_cpu_fp8b_compare(in, dt, rows, cols, fmt, 2, false, true, &scalar, &s);
-		char what[80];
+		char what[128];
 
 		snprintf(what, sizeof(what), "%lld x %lld, kind %d, dtype %d, format %d",
 			 (long long)rows, (long long)cols, kind, (int)dt, (int)fmt);
 		records_agree(ra, rs, &a, &s, what);
+		/* given the statistics pass's sum of x^2, then one the terms contradict, as
+		 * test_mx_simd.c */
+		double sum_sq = stats_sum_sq(in, dt, rows * cols);
+		ra = dli_cpu_fp8b_compare_sum_sq(in, dt, rows, cols, fmt, 2, false, true, sum_sq,
+						 &avx2, &a);
+		snprintf(what, sizeof(what),
+			 "%lld x %lld, kind %d, dtype %d, format %d, given sum_sq", (long long)rows,
+			 (long long)cols, kind, (int)dt, (int)fmt);
+		records_agree(ra, rs, &a, &s, what);
+		if (isfinite(sum_sq)) {
+			ra = dli_cpu_fp8b_compare_sum_sq(in, dt, rows, cols, fmt, 2, false, true,
+							 -64 * (sum_sq + 1), &avx2, &a);
+			snprintf(what, sizeof(what), "%lld x %lld, kind %d, dtype %d, format %d, "
+				 "given a wrong sum_sq", (long long)rows, (long long)cols, kind,
+				 (int)dt, (int)fmt);
+			records_agree(ra, rs, &a, &s, what);
+		}
 	}
 }
 
