@@ -127,9 +127,12 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 int main(void)
 {
 	/* 4096 columns: 16 batches a row; 4096 + 3 * 32 + 5: batches, three blocks more and a
-	 * partial one; 256 x 64: two blocks a row, no batch (the one-block path) */
+	 * partial one; 256 x 64: two blocks a row, no batch (the one-block path); 256, 512, 768
+	 * and 8192 + 768 columns: rows of 1, 2 and 3 batches, and of a segment of 32 and 3 more
+	 * (the ends of bf16's plans, made in stages one and two batches ahead) */
 	static const int64_t shapes[][2] = {{8, 4096}, {5, 4096 + 3 * 32 + 5}, {256, 64},
-					    {64, 1024}};
+					    {64, 1024}, {9, 256}, {9, 512}, {9, 768},
+					    {3, 8192 + 768}};
 	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
 	struct dli_stats_record probe;
 	float one = 1.0f;
