@@ -59,13 +59,23 @@ struct plan {
 	int32_t grid_floors[BATCH]; /* each block's (see step_fast) */
 };
 
-/* The blocks a batch leaves to the one-block path (bit b for block b, into pl->bad), from their
- * amaxes (float bits, block b in lane b): an amax that is 0, NaN, inf or outside [2^-60, 2^60], or
- * that scales above fp8_max; the others go through the fast steps, so that a lone NaN costs its
- * own block the one-block path, not the batch. Their E8M0 codes into *e, those of the blocks left
- * out 0 (which no code of theirs is), and the mask of those into *bad. */
-INLINE void plan_codes(__m256i amax, const struct consts *k, struct plan *pl, __m256i *e_out,
-		       __m256i *bad_out)
+/* The smallest of the lanes of `lowm` (magnitudes less 1 as float bits, zeros wrapped to the
+ * top) plus 1, in every lane: the smallest nonzero magnitude, 0 if none. */
+INLINE __m256i min_nonzero(__m256i lowm)
+{
+	__m256i lmin = _mm256_min_epu32(lowm, _mm256_permute2x128_si256(lowm, lowm, 0x01));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0x4e));
+	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
+	return _mm256_add_epi32(lmin, _mm256_set1_epi32(1));
+}
+
+/* A batch's plan from its blocks' amaxes (float bits, block b in lane b) and `lowm` (the
+ * smallest nonzero magnitude less 1, as float bits, over the lanes), the codes of the blocks it
+ * takes into f's range, given `lmin`, its smallest nonzero magnitude (min_nonzero). A block is left to the one-block path for an amax that is 0, NaN, inf or
+ * outside [2^-60, 2^60], or that scales above fp8_max; the others go through the fast steps, so
+ * that a lone NaN costs its own block the one-block path, not the batch. */
+INLINE void plan_tail(__m256i amax, __m256i lmin, const struct consts *k, struct fast_sums *f,
+		      struct plan *pl)
 {
 	/* in [2^-60, 2^60] as unsigned bits: amax - 2^-60 <= 2^60 - 2^-60 */
 	__m256i off = _mm256_sub_epi32(amax, _mm256_set1_epi32(0x21800000));
@@ -83,39 +93,30 @@ INLINE void plan_codes(__m256i amax, const struct consts *k, struct plan *pl, __
 	/* the largest element scaled: above fp8_max only by the rounding of v */
 	__m256i top = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), rcp));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(top, k->maxbits));
-	pl->bad = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
-	*e_out = _mm256_andnot_si256(bad, e);
-	*bad_out = bad;
-}
-
-/* The rest of a plan once plan_codes has run (unless every block is left out): the codes of the
- * blocks taken into f's range, the mode from `lowm` (the smallest nonzero magnitude less 1, as
- * float bits, over the lanes), each block's grid_floor. */
-INLINE void plan_mode(__m256i e, __m256i bad, __m256i lowm, const struct consts *k,
-		      struct fast_sums *f, struct plan *pl)
-{
+	int bad_mask = _mm256_movemask_ps(_mm256_castsi256_ps(bad));
+	pl->bad = bad_mask;
+	if (bad_mask == 0xff)
+		return;
+	/* the codes of the blocks taken here (the others: 0, which no code of theirs is) */
+	e = _mm256_andnot_si256(bad, e);
 	f->emin_seen = _mm256_min_epu32(f->emin_seen, _mm256_or_si256(e, _mm256_and_si256(
 								      bad, _mm256_set1_epi32(255))));
 	f->emax_seen = _mm256_max_epu32(f->emax_seen, e);
-	/* No underflow to count when the batch's smallest nonzero |x| times the smallest of its
-	 * blocks' reciprocals (the largest code's) is above half the format's smallest subnormal:
-	 * every scaled nonzero value is then above it too, and rounds to a nonzero code (half of
-	 * it, a tie, would round to the even 0). The blocks left out count in that smallest |x|,
-	 * which can only make the mode FAST_UNDER where it need not be. */
-	__m256i emax8 = _mm256_max_epu32(e, _mm256_permute2x128_si256(e, e, 0x01));
-	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0x4e));
-	emax8 = _mm256_max_epu32(emax8, _mm256_shuffle_epi32(emax8, 0xb1));
-	__m256 rcpmin = _mm256_castsi256_ps(
-		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), emax8), 23));
-	__m256i lmin = _mm256_min_epu32(lowm, _mm256_permute2x128_si256(lowm, lowm, 0x01));
-	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0x4e));
-	lmin = _mm256_min_epu32(lmin, _mm256_shuffle_epi32(lmin, 0xb1));
-	lmin = _mm256_add_epi32(lmin, _mm256_set1_epi32(1)); /* the smallest nonzero |x| */
-	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcpmin);
+	/* No underflow to count when the batch's smallest nonzero |x| (lmin) times each taken
+	 * block's reciprocal is above half the format's smallest subnormal: every scaled nonzero
+	 * value is then above it too, and rounds to a nonzero code (half of it, a tie, would round
+	 * to the even 0). The blocks left out count in that smallest |x|, which can only make the
+	 * mode FAST_UNDER where it need not be; their own lanes are left out. Lane by lane, where
+	 * the smallest reciprocal (the largest code's) took a reduction across the lanes more in
+	 * the plan's chain. */
+	__m256 lowest = _mm256_mul_ps(_mm256_castsi256_ps(lmin), rcp);
+	__m256 left_out = _mm256_castsi256_ps(bad);
 	/* likewise, no value on the subnormals' grid when it is at least the smallest normal */
-	pl->mode = _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ))
+	pl->mode = _mm256_movemask_ps(_mm256_andnot_ps(
+			   left_out, _mm256_cmp_ps(lowest, k->half_sub, _CMP_LE_OQ)))
 			   ? FAST_UNDER
-		   : _mm256_movemask_ps(_mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ))
+		   : _mm256_movemask_ps(_mm256_andnot_ps(
+			     left_out, _mm256_cmp_ps(lowest, k->min_normal, _CMP_LT_OQ)))
 			   ? FAST_SUBNORMAL
 			   : FAST_NORMAL;
 	/* each block's grid_floor (see step_fast): the format's smallest normal exponent, 1 - bias,
@@ -140,14 +141,11 @@ INLINE void batch_plan(const char *p, enum dli_dtype dtype, size_t bstride,
 		for (int h = 0; h < 4; h++)
 			lowm = _mm256_min_epu32(lowm, _mm256_sub_epi32(a[h], one));
 	}
-	__m256i e, bad;
-	plan_codes(dli_avx2_hmax8(m), k, pl, &e, &bad);
-	if (pl->bad != 0xff)
-		plan_mode(e, bad, lowm, k, f, pl);
+	plan_tail(dli_avx2_hmax8(m), min_nonzero(lowm), k, f, pl);
 }
 
-/* A bf16 batch's plan in the making, in stages that batches_bf16 spreads over the steps of the
- * batches before it: plan_bf16_block for each block, then plan_bf16_stage 0 to 3. The plan is a
+/* A bf16 batch's plan in the making, in stages that batches spreads over the steps of the
+ * batches before it: plan_bf16_block for each block, then plan_bf16_stage 0 to 2. The plan is a
  * long chain (amaxes, codes, mode), and the steps depend on it only by branches; made all at once,
  * its waiting operations held the core's queues while the steps' piled up behind them, and the
  * two took the sum of their times. bf16 in its own 16-bit lanes (a bf16's magnitude bits are the
@@ -158,7 +156,7 @@ struct plan_bf16 {
 	__m256i m[BATCH]; /* block b's magnitudes less 1, the larger of each pair of lanes */
 	__m256i low16;    /* the smallest nonzero magnitude less 1 in each lane, 0xffff if none */
 	__m256i t[4];     /* stage 0: pairs of blocks interleaved, the larger of each pair */
-	__m256i amax, lowm, e, bad; /* stages 1 and 2 */
+	__m256i amax, lmin; /* stage 1 */
 };
 
 INLINE void plan_bf16_block(struct plan_bf16 *s, const char *block, int b)
@@ -174,7 +172,7 @@ INLINE void plan_bf16_block(struct plan_bf16 *s, const char *block, int b)
 
 /* Stage 0 and 1: dli_avx2_hmax8 (avx2-private.h) in sixteen signed 16-bit lanes, the maxima plus
  * 1 widened to float bits at the end (a level more of unpacks, but no widening of each block's
- * maximum first); stage 2: plan_codes; stage 3: plan_mode. */
+ * maximum first); stage 2: plan_tail. */
 INLINE void plan_bf16_stage(struct plan_bf16 *s, int stage, const struct consts *k,
 			    struct fast_sums *f, struct plan *pl)
 {
@@ -200,11 +198,10 @@ INLINE void plan_bf16_stage(struct plan_bf16 *s, int stage, const struct consts 
 		__m256i lo = _mm256_and_si256(
 			_mm256_min_epu16(s->low16, _mm256_srli_epi32(s->low16, 16)),
 			_mm256_set1_epi32(0xffff));
-		s->lowm = _mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one);
-	} else if (stage == 2) {
-		plan_codes(s->amax, k, pl, &s->e, &s->bad);
-	} else if (pl->bad != 0xff) {
-		plan_mode(s->e, s->bad, s->lowm, k, f, pl);
+		s->lmin = min_nonzero(
+			_mm256_sub_epi32(_mm256_slli_epi32(_mm256_add_epi32(lo, one), 16), one));
+	} else {
+		plan_tail(s->amax, s->lmin, k, f, pl);
 	}
 }
 
@@ -219,7 +216,7 @@ INLINE void plan_bf16_stages(struct plan_bf16 *s, const struct consts *k, struct
 			     struct plan *pl)
 {
 	#pragma GCC unroll 4
-	for (int stage = 0; stage < 4; stage++)
+	for (int stage = 0; stage < 3; stage++)
 		plan_bf16_stage(s, stage, k, f, pl);
 }
 
@@ -330,8 +327,8 @@ INLINE void interleaved(const char *p, const int bad, const bool sum_xs, const s
 		if (!(bad >> b & 1))
 			fast_block(p + b * bstride, DLI_DTYPE_BF16, NULL, k, FAST_NORMAL, sum_xs, l);
 		plan_bf16_block(begin, p + (2 * BATCH + b) * bstride, b);
-		if (b % 2 == 1)
-			plan_bf16_stage(finish, b / 2, k, fp, next);
+		if (b % 3 == 1)
+			plan_bf16_stage(finish, b / 3, k, fp, next);
 		__asm__ volatile("" ::: "memory");
 	}
 }
