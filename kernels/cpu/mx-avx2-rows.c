@@ -258,7 +258,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 			/* Code 0xfe: every finite x is scaled by 2^-127, far below the format's
 			 * subnormals from |x| <= 2^60, so each nonzero one underflows to a zero dq:
 			 * err and x^2 are both x^2. */
-			double sid = dli_mx_scale_inv(0xfe);
+			const double sid = 0x1p127; /* dli_mx_scale_inv(0xfe) */
 			if (sid < t->lo)
 				t->lo = sid;
 			if (sid > t->hi)
@@ -291,11 +291,21 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 		dli_mx_block_scalar(ps, idx, 1, DLI_MX_BLOCK, t);
 		return;
 	}
-	float amax;
+	/* dli_mx_e8m0, dli_mx_rcp and dli_mx_scale_inv by batch_plan's formula (see plan_tail):
+	 * v = amax / fp8_max is a normal float here, and the code neither 0 nor above 0xfe.
+	 * Without calls, where each made the caller save the vector registers of its sums. */
+	float amax, v, rcp_f, si_f;
 	memcpy(&amax, &amax_bits, sizeof(amax));
-	uint8_t e = dli_mx_e8m0(amax, ps->format);
-	double sid = dli_mx_scale_inv(e);
-	__m256 rcp = _mm256_set1_ps(dli_mx_rcp(e)), si = _mm256_set1_ps((float)sid);
+	v = amax * _mm256_cvtss_f32(k->maxrcp);
+	uint32_t v_bits, e, rcp_bits, si_bits;
+	memcpy(&v_bits, &v, sizeof(v));
+	e = (v_bits >> 23) + ((v_bits & 0x7fffff) != 0);
+	rcp_bits = (254 - e) << 23;
+	si_bits = e << 23;
+	memcpy(&rcp_f, &rcp_bits, sizeof(rcp_f));
+	memcpy(&si_f, &si_bits, sizeof(si_f));
+	double sid = si_f;
+	__m256 rcp = _mm256_set1_ps(rcp_f), si = _mm256_set1_ps(si_f);
 	if (sid < t->lo)
 		t->lo = sid;
 	if (sid > t->hi)
@@ -327,8 +337,8 @@ INLINE void interleaved(const char *p, const int bad, const bool sum_xs, const s
 		if (!(bad >> b & 1))
 			fast_block(p + b * bstride, DLI_DTYPE_BF16, NULL, k, FAST_NORMAL, sum_xs, l);
 		plan_bf16_block(begin, p + (2 * BATCH + b) * bstride, b);
-		if (b % 3 == 1)
-			plan_bf16_stage(finish, b / 3, k, fp, next);
+		if (b % 2 == 1 && b < 7)
+			plan_bf16_stage(finish, b / 2, k, fp, next);
 		__asm__ volatile("" ::: "memory");
 	}
 }
