@@ -29,6 +29,7 @@ enum kind {
 	ZEROS,
 	NONFINITE,
 	WIDE,
+	WIDE_NONFINITE,
 	HUGE_BLOCK,
 	MANTISSAS,
 	KINDS
@@ -58,6 +59,13 @@ static float value(int kind, int64_t i, int64_t cols)
 		}
 		return v;
 	case WIDE: /* each block its own magnitude, 2^-30 .. 2^30 */
+		return ldexpf(v, (int)(i / 32 % 61) - 30);
+	case WIDE_NONFINITE: /* those, one in 200 NaN, +inf or -inf: the one-block path's code
+			      * and scale from the finite values' amax, over the codes' range */
+		if ((u >> 40) % 200 == 0) {
+			uint64_t w = (u >> 50) % 3;
+			return w == 0 ? NAN : w == 1 ? INFINITY : -INFINITY;
+		}
 		return ldexpf(v, (int)(i / 32 % 61) - 30);
 	case HUGE_BLOCK: /* one block's amax beyond 2^60 */
 		return i == 100 ? 0x1p70f : v;
@@ -119,7 +127,7 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 		 * underflows where wanted, none where not (an infinity's block, code 0xfe, and the
 		 * huge block's underflow all their other values) */
 		if (!col && dt == DLI_DTYPE_F32 && fmt == DLI_DTYPE_F8E4M3 && kind != WIDE &&
-		    kind != NONFINITE && kind != HUGE_BLOCK)
+		    kind != NONFINITE && kind != WIDE_NONFINITE && kind != HUGE_BLOCK)
 			CHECK((kind == UNDERFLOW) == (s.underflows > 0));
 	}
 }
