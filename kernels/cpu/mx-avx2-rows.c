@@ -82,12 +82,10 @@ INLINE void plan_tail(__m256i amax, __m256i lmin, const struct consts *k, struct
 	__m256i bad = _mm256_cmpgt_epi32(off, _mm256_set1_epi32(0x5d800000 - 0x21800000));
 	bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_setzero_si256(), off));
 	/* the code: v = amax * float(1 / fp8_max) (a normal float here), its exponent field,
-	 * plus 1 when its mantissa is nonzero */
+	 * plus 1 when its mantissa is nonzero: a nonzero mantissa plus 0x7fffff carries into
+	 * the exponent */
 	__m256i v = _mm256_castps_si256(_mm256_mul_ps(_mm256_castsi256_ps(amax), k->maxrcp));
-	__m256i e = _mm256_srli_epi32(v, 23);
-	__m256i mz = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7fffff)),
-					_mm256_setzero_si256());
-	e = _mm256_add_epi32(_mm256_add_epi32(e, mz), _mm256_set1_epi32(1)); /* mz: -1 or 0 */
+	__m256i e = _mm256_srli_epi32(_mm256_add_epi32(v, _mm256_set1_epi32(0x7fffff)), 23);
 	__m256 rcp = _mm256_castsi256_ps(
 		_mm256_slli_epi32(_mm256_sub_epi32(_mm256_set1_epi32(254), e), 23));
 	/* the largest element scaled: above fp8_max only by the rounding of v */
@@ -299,7 +297,7 @@ INLINE void one_block(const struct mx_pass *ps, enum dli_dtype dtype, const char
 	v = amax * _mm256_cvtss_f32(k->maxrcp);
 	uint32_t v_bits, e, rcp_bits, si_bits;
 	memcpy(&v_bits, &v, sizeof(v));
-	e = (v_bits >> 23) + ((v_bits & 0x7fffff) != 0);
+	e = (v_bits + 0x7fffff) >> 23;
 	rcp_bits = (254 - e) << 23;
 	si_bits = e << 23;
 	memcpy(&rcp_f, &rcp_bits, sizeof(rcp_f));
