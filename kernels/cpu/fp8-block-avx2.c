@@ -21,11 +21,53 @@ INLINE size_t first_share(size_t sz)
 	return sz == 4 ? DLI_FP8B_BLOCK * sz / 4 : 0;
 }
 
-/* The steps over one row of a tile. `clean`: NaN and infinities zeroed, which leaves them out
- * of every term (a zero adds nothing, and is no underflow); the caller counts them out. sum_xs:
- * see step_bf16_normal. */
+/* step_fast's steps for 16 bf16 at once: C's exponent found in their own 16-bit lanes (one vector
+ * of 16 where step_fast takes two of 8, as are the NaN and infinities that `clean` zeroes), then
+ * C widened as x is. The same C, so the same dq and terms, lane for lane: the even ones into l[0]
+ * and the odd ones into l[1], as load_values splits them, the underflows into l[0]'s count.
+ * grid_floor16 and chalf16: grid_floor and k->chalf in the top half of each 16-bit lane. */
+INLINE void step_bf16_grid(__m256i w, __m256i grid_floor16, __m256i chalf16, enum fast_mode mode,
+			   const bool clean, struct fast_lanes l[2])
+{
+	const __m256i high = _mm256_set1_epi32((int)0xffff0000u);
+
+	if (clean) {
+		__m256i a = _mm256_and_si256(w, _mm256_set1_epi16(0x7fff));
+		/* magnitudes are below 2^15: a signed compare */
+		w = _mm256_andnot_si256(_mm256_cmpgt_epi16(a, _mm256_set1_epi16(0x7f7f)), w);
+	}
+	__m256i e = _mm256_and_si256(w, _mm256_set1_epi16(0x7f80));
+	if (mode != FAST_NORMAL)
+		e = _mm256_max_epi16(e, grid_floor16); /* both below 2^15: signed */
+	__m256i c16 = _mm256_add_epi16(e, chalf16);
+	__m256 x[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)),
+		       _mm256_castsi256_ps(_mm256_and_si256(w, high))};
+	__m256 c[2] = {_mm256_castsi256_ps(_mm256_slli_epi32(c16, 16)),
+		       _mm256_castsi256_ps(_mm256_and_si256(c16, high))};
+
+	#pragma GCC unroll 2
+	for (int h = 0; h < 2; h++) {
+		__m256 dq = _mm256_sub_ps(_mm256_add_ps(x[h], c[h]), c[h]);
+		__m256 d = _mm256_sub_ps(x[h], dq);
+		l[h].err = _mm256_fmadd_ps(d, d, l[h].err);
+		l[h].dqs = _mm256_fmadd_ps(dq, dq, l[h].dqs);
+		l[h].xs = _mm256_fmadd_ps(x[h], x[h], l[h].xs);
+		if (mode == FAST_UNDER) {
+			const __m256 zero = _mm256_setzero_ps();
+			__m256i rz = _mm256_castps_si256(_mm256_cmp_ps(dq, zero, _CMP_EQ_OQ));
+			__m256i xz = _mm256_castps_si256(_mm256_cmp_ps(x[h], zero, _CMP_EQ_OQ));
+			l[0].under = _mm256_add_epi32(_mm256_sub_epi32(l[0].under, rz), xz);
+		}
+	}
+}
+
+/* The steps over one row of a tile: bf16 without saturation in its own 16-bit lanes
+ * (step_bf16_normal, or step_bf16_grid), the rest widened to float lanes. `clean`: NaN and
+ * infinities zeroed, which leaves them out of every term (a zero adds nothing, and is no
+ * underflow); the caller counts them out. sum_xs: see step_bf16_normal. */
 INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
-		     const struct consts *k, const enum fast_mode mode, const bool sat,
+		     __m256i fb16, __m256i chalf16, const struct consts *k,
+		     const enum fast_mode mode, const bool sat,
 		     const bool clean, const bool sum_xs,
 		     struct fast_lanes fl[2], struct lanes *l)
 {
@@ -41,6 +83,13 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
 			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), k,
 					 sum_xs, fl);
+		return;
+	}
+	if (dtype == DLI_DTYPE_BF16 && !sat) {
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+			step_bf16_grid(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)),
+				       fb16, chalf16, mode, clean, fl);
 		return;
 	}
 	#pragma GCC unroll 4
@@ -95,6 +144,9 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 	struct lanes l = *lp;
 	__m256 rb = _mm256_broadcast_ss(rcp), sb = _mm256_broadcast_ss(si);
 	__m256i fb = _mm256_castps_si256(_mm256_broadcast_ss((const float *)grid_floor));
+	/* for step_bf16_grid: both have their low 16 bits clear */
+	__m256i fb16 = _mm256_or_si256(fb, _mm256_srli_epi32(fb, 16));
+	__m256i chalf16 = _mm256_or_si256(k->chalf, _mm256_srli_epi32(k->chalf, 16));
 
 	for (int64_t r = 0; r < rows; r++, p += stride) {
 		if (next) {
@@ -107,21 +159,24 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
 			      !(sub_rows[r >> 6] >> (r & 63) & 1);
 		if (sat)
-			tile_row(p, dtype, rb, sb, fb, k, mode, true, true, sum_xs, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, true, true, sum_xs,
+				 fl, &l);
 		else if (normal && !nf)
-			tile_row(p, dtype, rb, sb, fb, k, FAST_NORMAL, false, false, sum_xs, fl,
-				 &l);
+			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_NORMAL, false,
+				 false, sum_xs, fl, &l);
 		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
 			if (nf)
-				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, true,
-					 sum_xs, fl, &l);
+				tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_SUBNORMAL,
+					 false, true, sum_xs, fl, &l);
 			else
-				tile_row(p, dtype, rb, sb, fb, k, FAST_SUBNORMAL, false, false,
-					 sum_xs, fl, &l);
+				tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_SUBNORMAL,
+					 false, false, sum_xs, fl, &l);
 		} else if (nf)
-			tile_row(p, dtype, rb, sb, fb, k, mode, false, true, sum_xs, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, false, true, sum_xs,
+				 fl, &l);
 		else
-			tile_row(p, dtype, rb, sb, fb, k, mode, false, false, sum_xs, fl, &l);
+			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, false, false,
+				 sum_xs, fl, &l);
 		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
 		if (sat && r % 4 == 3)
 			flush(&l, acc, t);
@@ -294,6 +349,72 @@ INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, 
 	}
 }
 
+/* The second look of fb_strip at the rows of a tile that hold NaN or an infinity (bits of nf_rows),
+ * as float bits: returns how many of their elements are NaN or infinite, and puts the largest
+ * finite magnitude among them into *fm's lanes where larger, and all ones into *inf's lanes unless
+ * none is an infinity. */
+INLINE uint64_t nonfinite_rows(const char *tile, enum dli_dtype dtype, size_t stride, int64_t rows,
+			       const uint64_t nf_rows[2], const struct consts *k, __m256i *fm,
+			       __m256i *inf)
+{
+	const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
+	const size_t sz = dli_dtype_size(dtype);
+	uint64_t nonfinite = 0;
+
+	*inf = _mm256_setzero_si256();
+	for (int64_t r = 0; r < rows; r++) {
+		if (!(nf_rows[r >> 6] >> (r & 63) & 1))
+			continue;
+		const char *p = tile + (size_t)r * stride;
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
+			__m256i a[4];
+			load_abs(p + (size_t)j * sz, dtype, k, a);
+			for (int h = 0; h < 4; h++) {
+				__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
+				nonfinite += (uint64_t)__builtin_popcount(
+					(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
+				*fm = _mm256_max_epu32(*fm, _mm256_andnot_si256(nf, a[h]));
+				*inf = _mm256_or_si256(*inf, _mm256_cmpeq_epi32(
+					a[h], _mm256_set1_epi32(0x7f800000)));
+			}
+		}
+	}
+	return nonfinite;
+}
+
+/* The same for bf16, in its own 16-bit lanes (the counts too: at most 8 a lane a row, 1024 a
+ * tile). */
+INLINE uint64_t nonfinite_rows_bf16(const char *tile, size_t stride, int64_t rows,
+				    const uint64_t nf_rows[2], __m256i *fm, __m256i *inf)
+{
+	const __m256i abs16 = _mm256_set1_epi16(0x7fff), fin16 = _mm256_set1_epi16(0x7f7f);
+	const __m256i inf16 = _mm256_set1_epi16(0x7f80);
+	__m256i count = _mm256_setzero_si256(), m = count, infs = count;
+	uint16_t mv[16];
+	uint32_t mx = 0;
+
+	for (int64_t r = 0; r < rows; r++) {
+		if (!(nf_rows[r >> 6] >> (r & 63) & 1))
+			continue;
+		const char *p = tile + (size_t)r * stride;
+		#pragma GCC unroll 8
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+			__m256i a = _mm256_and_si256(
+				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
+			__m256i nf = _mm256_cmpgt_epi16(a, fin16); /* below 2^15: signed */
+			count = _mm256_sub_epi16(count, nf);
+			m = _mm256_max_epu16(m, _mm256_andnot_si256(nf, a));
+			infs = _mm256_or_si256(infs, _mm256_cmpeq_epi16(a, inf16));
+		}
+	}
+	_mm256_storeu_si256((__m256i *)mv, m);
+	for (int i = 0; i < 16; i++)
+		mx = mv[i] > mx ? mv[i] : mx;
+	*fm = _mm256_max_epu32(*fm, _mm256_set1_epi32((int)(mx << 16)));
+	*inf = infs;
+	return sum_epi32(_mm256_madd_epi16(count, _mm256_set1_epi16(1)));
+}
+
 static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64_t r0, int64_t r1,
 		     enum dli_dtype format, bool xs_known, dli_fb_tile_fn scalar_tile, void *ctx,
 		     struct dli_block_terms *t)
@@ -338,26 +459,15 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			/* NaN or an infinity: a second look (from cache) at the rows that hold
 			 * them for the largest finite magnitude, an infinity (the scalar pass's
 			 * amax, with NaN left out) and the count of both, which the terms leave
-			 * out; the rest of the finite amax came with the first. */
-			const __m256i finm = _mm256_set1_epi32(0x7f7fffff);
-			__m256i fm = fin_lanes, inf = _mm256_setzero_si256();
-			for (int64_t r = r0; r < r1; r++) {
-				if (!(nf_rows[(r - r0) >> 6] >> ((r - r0) & 63) & 1))
-					continue;
-				const char *p = data + (size_t)(r * cols + c0) * sz;
-				for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
-					__m256i a[4];
-					load_abs(p + (size_t)j * sz, dtype, &k, a);
-					for (int h = 0; h < 4; h++) {
-						__m256i nf = _mm256_cmpgt_epi32(a[h], finm);
-						nonfinite += (uint64_t)__builtin_popcount((unsigned)
-							_mm256_movemask_ps(_mm256_castsi256_ps(nf)));
-						fm = _mm256_max_epu32(fm, _mm256_andnot_si256(nf, a[h]));
-						inf = _mm256_or_si256(inf, _mm256_cmpeq_epi32(
-							a[h], _mm256_set1_epi32(0x7f800000)));
-					}
-				}
-			}
+			 * out; the rest of the finite amax came with the first. For bf16 in its
+			 * own 16-bit lanes: 7 operations a vector of 16 where widened to float
+			 * lanes it took 18, which made it a tenth of the bench's _nan row. */
+			__m256i fm = fin_lanes, inf;
+			nonfinite = dtype == DLI_DTYPE_BF16
+					    ? nonfinite_rows_bf16(tile, stride, r1 - r0, nf_rows, &fm,
+								  &inf)
+					    : nonfinite_rows(tile, dtype, stride, r1 - r0, nf_rows,
+							     &k, &fm, &inf);
 			fin_bits = hmax_epu32(fm);
 			amax_bits = _mm256_testz_si256(inf, inf) ? fin_bits : 0x7f800000u;
 		}
