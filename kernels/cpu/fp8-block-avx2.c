@@ -281,19 +281,17 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
 	*lowm_out = lowm;
 }
 
-/* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening): a bf16's
- * magnitude bits are the top half of its float's, so the extremes carry over, widened once (but
- * row_low's, kept in 16-bit lanes). */
+/* The same for bf16, in its own 16-bit lanes (16 elements a vector, no widening), a row's
+ * extremes kept as one number each: row_max[i] its largest magnitude, row_low[i] its smallest
+ * nonzero one less 1 (0xffff: none), as bf16 bits (rows past r1 - r0: 0 and 0xffff), so that
+ * what the tile needs of its rows is found 16 rows a vector afterwards (tile_extremes_bf16,
+ * under_rows_of_bf16), where a row took a dozen operations and a branch for it. */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
-			     __m256i *m_out, __m256i *lowm_out, __m256i *fin_out,
-			     uint64_t nf_rows[2], __m256i *row_low)
+			     uint16_t row_max[DLI_FP8B_BLOCK], uint16_t row_low[DLI_FP8B_BLOCK])
 {
 	const size_t stride = (size_t)cols * 2;
 	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
-	const __m256i fin16 = _mm256_set1_epi16(0x7f7f);
-	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1), fin = m;
-	uint16_t mv[16], lv[16], fv[16];
-	uint32_t mx = 0, lo = 0xffff, fx = 0;
+	const __m128i ones = _mm_set1_epi16(-1);
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * 2;
@@ -308,14 +306,57 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 			mr = _mm256_max_epu16(mr, a);
 			lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
 		}
-		row_low[r - r0] = lr;
-		low = _mm256_min_epu16(low, lr);
-		m = _mm256_max_epu16(m, mr);
-		__m256i nfv = _mm256_cmpgt_epi16(mr, fin16); /* below 2^15: signed */
-		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nfv, mr));
-		int nf = _mm256_movemask_epi8(nfv);
-		nf_rows[(r - r0) >> 6] |= (uint64_t)(nf != 0) << ((r - r0) & 63);
+		__m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(mr),
+					   _mm256_extracti128_si256(mr, 1));
+		__m128i l8 = _mm_min_epu16(_mm256_castsi256_si128(lr),
+					   _mm256_extracti128_si256(lr, 1));
+		/* minpos: the smallest of 8; the largest is the complement of the smallest
+		 * complement */
+		row_max[r - r0] =
+			(uint16_t)~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m8, ones)));
+		row_low[r - r0] = (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16(l8));
 	}
+	for (int64_t i = r1 - r0; i < DLI_FP8B_BLOCK; i++) {
+		row_max[i] = 0;
+		row_low[i] = 0xffff;
+	}
+}
+
+/* The bits (as nf_rows's) of 32 rows from compares of their 16-bit lanes (all ones or zero):
+ * rows 0 to 15 in lo, 16 to 31 in hi. */
+INLINE uint32_t row_bits16(__m256i lo, __m256i hi)
+{
+	/* packs takes 8 lanes of each operand into each 128-bit half: quads lo 0-7, hi 0-7,
+	 * lo 8-15, hi 8-15, which the permute puts in row order */
+	__m256i b = _mm256_permute4x64_epi64(_mm256_packs_epi16(lo, hi), 0xd8);
+	return (uint32_t)_mm256_movemask_epi8(b);
+}
+
+/* From tile_bounds_bf16's rows, what tile_bounds gives: in every lane of *m_out the tile's
+ * largest magnitude, of *lowm_out its smallest nonzero one less 1 (0xffffffff: none), of *fin_out
+ * the largest of the rows with no NaN or infinity (the rest of the finite amax is in the rows of
+ * nf_rows), as float bits; nf_rows's bits set for the rows with NaN or an infinity. */
+INLINE void tile_extremes_bf16(const uint16_t row_max[DLI_FP8B_BLOCK],
+			       const uint16_t row_low[DLI_FP8B_BLOCK], __m256i *m_out,
+			       __m256i *lowm_out, __m256i *fin_out, uint64_t nf_rows[2])
+{
+	const __m256i fin16 = _mm256_set1_epi16(0x7f7f);
+	__m256i m = _mm256_setzero_si256(), low = _mm256_set1_epi16(-1), fin = m, nf[8];
+	uint16_t mv[16], lv[16], fv[16];
+	uint32_t mx = 0, lo = 0xffff, fx = 0;
+
+	#pragma GCC unroll 8
+	for (int i = 0; i < 8; i++) {
+		__m256i rm = _mm256_loadu_si256((const __m256i *)(row_max + 16 * i));
+		nf[i] = _mm256_cmpgt_epi16(rm, fin16); /* below 2^15: signed */
+		m = _mm256_max_epu16(m, rm);
+		fin = _mm256_max_epu16(fin, _mm256_andnot_si256(nf[i], rm));
+		low = _mm256_min_epu16(low,
+				       _mm256_loadu_si256((const __m256i *)(row_low + 16 * i)));
+	}
+	for (int w = 0; w < 2; w++)
+		nf_rows[w] = row_bits16(nf[4 * w], nf[4 * w + 1]) |
+			     (uint64_t)row_bits16(nf[4 * w + 2], nf[4 * w + 3]) << 32;
 	_mm256_storeu_si256((__m256i *)mv, m);
 	_mm256_storeu_si256((__m256i *)lv, low);
 	_mm256_storeu_si256((__m256i *)fv, fin);
@@ -325,28 +366,43 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 		fx = fv[i] > fx ? fv[i] : fx;
 	}
 	*fin_out = _mm256_set1_epi32((int)(fx << 16));
-	/* as float bits: the largest, and the smallest nonzero less 1 (0xffff: none, which wraps
-	 * to 0xffffffff as the 32-bit lanes would) */
+	/* a bf16's magnitude bits are the top half of its float's; the smallest less 1 widened
+	 * (0xffff: none, which wraps to 0xffffffff as the 32-bit lanes would) */
 	*m_out = _mm256_set1_epi32((int)(mx << 16));
 	*lowm_out = _mm256_set1_epi32((int)(((lo + 1) << 16) - 1));
 }
 
-/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits; for
- * bf16 a power of two, whose bf16 bits are its top half, or one less, the largest bf16 below
- * it), from their row_low of tile_bounds or
- * tile_bounds_bf16: the magnitude less 1 at most limit less 1, unsigned. */
-INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit, bool bf16,
+/* The rows (bits as nf_rows's) that hold a nonzero magnitude of at most `limit` (float bits), from
+ * their row_low of tile_bounds: the magnitude less 1 at most limit less 1, unsigned. */
+INLINE void under_rows_of(const __m256i *row_low, int64_t rows, uint32_t limit,
 			  uint64_t under_rows[2])
 {
-	const __m256i lim = bf16 ? _mm256_set1_epi16((short)((limit >> 16) - 1))
-				 : _mm256_set1_epi32((int)(limit - 1));
+	const __m256i lim = _mm256_set1_epi32((int)(limit - 1));
 
 	for (int64_t r = 0; r < rows; r++) {
 		__m256i v = row_low[r];
-		__m256i hit = bf16 ? _mm256_cmpeq_epi16(_mm256_min_epu16(v, lim), v)
-				   : _mm256_cmpeq_epi32(_mm256_min_epu32(v, lim), v);
+		__m256i hit = _mm256_cmpeq_epi32(_mm256_min_epu32(v, lim), v);
 		under_rows[r >> 6] |= (uint64_t)!_mm256_testz_si256(hit, hit) << (r & 63);
 	}
+}
+
+/* The same from tile_bounds_bf16's row_low, 16 rows a vector, `limit` a power of two, whose bf16
+ * bits are its top half, or one less, the largest bf16 below it (the rows past the tile's, 0xffff,
+ * are above any). */
+INLINE void under_rows_of_bf16(const uint16_t row_low[DLI_FP8B_BLOCK], uint32_t limit,
+			       uint64_t under_rows[2])
+{
+	const __m256i lim = _mm256_set1_epi16((short)((limit >> 16) - 1));
+	__m256i hit[8];
+
+	#pragma GCC unroll 8
+	for (int i = 0; i < 8; i++) {
+		__m256i v = _mm256_loadu_si256((const __m256i *)(row_low + 16 * i));
+		hit[i] = _mm256_cmpeq_epi16(_mm256_min_epu16(v, lim), v);
+	}
+	for (int w = 0; w < 2; w++)
+		under_rows[w] |= row_bits16(hit[4 * w], hit[4 * w + 1]) |
+				 (uint64_t)row_bits16(hit[4 * w + 2], hit[4 * w + 3]) << 32;
 }
 
 /* The second look of fb_strip at the rows of a tile that hold NaN or an infinity (bits of nf_rows),
@@ -435,6 +491,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 	struct fast_sums f = {.err = acc[0], .dqs = acc[0], .xs = acc[0]};
 	uint64_t count = 0;
 	__m256i row_low[DLI_FP8B_BLOCK]; /* tile_bounds's, a row of the tile each */
+	uint16_t row_max16[DLI_FP8B_BLOCK], row_low16[DLI_FP8B_BLOCK]; /* tile_bounds_bf16's */
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
 		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
@@ -447,10 +504,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		const char *tile = data + (size_t)(r0 * cols + c0) * sz;
 		const char *next =
 			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
-		if (dtype == DLI_DTYPE_BF16)
-			tile_bounds_bf16(data, cols, r0, r1, c0, &m, &lowm, &fin_lanes, nf_rows,
-					 row_low);
-		else
+		if (dtype == DLI_DTYPE_BF16) {
+			tile_bounds_bf16(data, cols, r0, r1, c0, row_max16, row_low16);
+			tile_extremes_bf16(row_max16, row_low16, &m, &lowm, &fin_lanes, nf_rows);
+		} else
 			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
 				    nf_rows, row_low);
 		uint32_t amax_bits = hmax_epu32(m), fin_bits = amax_bits;
@@ -511,8 +568,10 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			float limit = ldexpf(1.0f, -bias - mbits) / scale;
 			uint32_t limit_bits;
 			memcpy(&limit_bits, &limit, sizeof(limit_bits));
-			under_rows_of(row_low, r1 - r0, limit_bits, dtype == DLI_DTYPE_BF16,
-				      under_rows);
+			if (dtype == DLI_DTYPE_BF16)
+				under_rows_of_bf16(row_low16, limit_bits, under_rows);
+			else
+				under_rows_of(row_low, r1 - r0, limit_bits, under_rows);
 		}
 		if (!sat && !clean && dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL) {
 			/* the rows with a nonzero |x| below the smallest normal times si (exact,
@@ -521,7 +580,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			uint32_t normal_bits;
 			memcpy(&normal_bits, &normal_limit, sizeof(normal_bits));
 			sub_rows[0] = sub_rows[1] = 0;
-			under_rows_of(row_low, r1 - r0, normal_bits - 1, true, sub_rows);
+			under_rows_of_bf16(row_low16, normal_bits - 1, sub_rows);
 		}
 		uint32_t sbits;
 		memcpy(&sbits, &scale, sizeof(sbits));
