@@ -518,13 +518,14 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			 * amax, with NaN left out) and the count of both, which the terms leave
 			 * out; the rest of the finite amax came with the first. For bf16 in its
 			 * own 16-bit lanes: 7 operations a vector of 16 where widened to float
-			 * lanes it took 18, which made it a tenth of the bench's _nan row. */
+			 * lanes it took 18 (about a tenth of the bench's _nan row then). */
 			__m256i fm = fin_lanes, inf;
-			nonfinite = dtype == DLI_DTYPE_BF16
-					    ? nonfinite_rows_bf16(tile, stride, r1 - r0, nf_rows, &fm,
-								  &inf)
-					    : nonfinite_rows(tile, dtype, stride, r1 - r0, nf_rows,
-							     &k, &fm, &inf);
+			if (dtype == DLI_DTYPE_BF16)
+				nonfinite = nonfinite_rows_bf16(tile, stride, r1 - r0, nf_rows,
+								&fm, &inf);
+			else
+				nonfinite = nonfinite_rows(tile, dtype, stride, r1 - r0, nf_rows,
+							   &k, &fm, &inf);
 			fin_bits = hmax_epu32(fm);
 			amax_bits = _mm256_testz_si256(inf, inf) ? fin_bits : 0x7f800000u;
 		}
