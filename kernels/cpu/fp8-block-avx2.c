@@ -118,21 +118,56 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	}
 }
 
+/* One row of 128 bf16 of bf16's first pass (tile_bounds_bf16): its largest magnitude into *row_max
+ * and its smallest nonzero one less 1 (0xffff: none) into *row_low, as bf16 bits, in 16-bit lanes
+ * (16 elements a vector, no widening), then a number each. */
+INLINE void bounds_row_bf16(const char *p, uint16_t *row_max, uint16_t *row_low)
+{
+	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
+	__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi16(-1);
+
+	#pragma GCC unroll 8
+	for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+		__m256i a = _mm256_and_si256(
+			_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
+		mr = _mm256_max_epu16(mr, a);
+		lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
+	}
+	__m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(mr), _mm256_extracti128_si256(mr, 1));
+	__m128i l8 = _mm_min_epu16(_mm256_castsi256_si128(lr), _mm256_extracti128_si256(lr, 1));
+	/* minpos: the smallest of 8; the largest is the complement of the smallest complement */
+	*row_max = (uint16_t)~_mm_cvtsi128_si32(
+		_mm_minpos_epu16(_mm_xor_si128(m8, _mm_set1_epi16(-1))));
+	*row_low = (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16(l8));
+}
+
+/* The next tile of a bf16 strip, whose first pass the steps of a tile run, a row of it with each
+ * of theirs (tile_loop): its loads then wait while the steps compute, where a first pass of its own
+ * only waited (the steps of the tile before prefetched it whole, and the steps prefetch the tile
+ * after it, so the loads mostly find it in cache; prefetching its rows a few ahead as well, as
+ * tile_bounds_bf16 does, was 4 % slower). Measured: 7 % faster on a 128 MiB view, 10 % on 4 MiB
+ * (in L3), than the first pass on its own after the steps. */
+struct next_bounds {
+	const char *tile;
+	uint16_t *row_max, *row_low; /* as tile_bounds_bf16's */
+};
+
 /* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
- * that the sums stay in registers. `sat`: the tile's largest element scales above fp8_max (an
- * infinity in the tile makes its scale 1), so step's saturation and overflow counts, into l and
- * acc, every row cleaned; else the fast steps into f. `clean`: the tile holds NaN or infinities,
- * in the rows whose bits are set in nf_rows (bit r % 64 of word r / 64), which are cleaned. In
+ * that the sums stay in registers, and for bf16, unless nb is NULL, the first pass of nb->tile.
+ * `sat`: the tile's largest element scales above fp8_max (an infinity in the tile makes its scale
+ * 1), so step's saturation and overflow counts, into l and acc, every row cleaned; else the fast
+ * steps into f. `clean`: the tile holds NaN or infinities, in the rows whose bits are set in
+ * nf_rows (bit r % 64 of word r / 64), which are cleaned. In
  * FAST_UNDER, only the rows whose bits are set in under_rows (as nf_rows's) hold a value that
  * can underflow and count underflows; the others take FAST_SUBNORMAL's steps, the same rounding
  * without the count. For bf16, the rows whose bits are clear in sub_rows (as nf_rows's) hold no
  * nonzero value below the format's smallest normal times si, and take FAST_NORMAL's steps
  * (step_bf16_normal) in any mode, unless they hold NaN or infinities. `next`, unless NULL: the
- * next tile (as many rows, same stride), whose rows past their first_share are prefetched a row
- * a row, so that memory works for it while the steps work here (from L2, where the tile's first
- * pass left it). */
-INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, size_t stride,
-		      int64_t rows,
+ * next tile (as many rows, same stride; for bf16, the one after nb->tile), whose rows past their
+ * first_share are prefetched a row a row, so that memory works for it while the steps work here
+ * (from L2, where the tile's first pass left it). */
+INLINE void tile_loop(const char *p, const char *next, const struct next_bounds *nb,
+		      enum dli_dtype dtype, size_t stride, int64_t rows,
 		      const float *rcp, const float *si, const int32_t *grid_floor,
 		      const uint64_t nf_rows[2], const uint64_t under_rows[2],
 		      const uint64_t sub_rows[2], const struct consts *k, const enum fast_mode mode,
@@ -155,6 +190,9 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 			     j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
 				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
 		}
+		if (dtype == DLI_DTYPE_BF16 && nb)
+			bounds_row_bf16(nb->tile + (size_t)r * stride, &nb->row_max[r],
+					&nb->row_low[r]);
 		bool nf = clean && (nf_rows[r >> 6] >> (r & 63) & 1);
 		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
 			      !(sub_rows[r >> 6] >> (r & 63) & 1);
@@ -194,15 +232,15 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 #define TILE_MODES(dt, clean, sum_xs)                                                             \
 	do {                                                                                      \
 		if (mode == FAST_UNDER)                                                           \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+			tile_loop(p, next, nb, dt, stride, rows, rcp, si, grid_floor, nf_rows,    \
 				  under_rows, sub_rows, k, FAST_UNDER, false, clean, sum_xs, f,  \
 				  l, acc, t);                                                     \
 		else if (mode == FAST_SUBNORMAL)                                                  \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+			tile_loop(p, next, nb, dt, stride, rows, rcp, si, grid_floor, nf_rows,    \
 				  under_rows, sub_rows, k, FAST_SUBNORMAL, false, clean, sum_xs,  \
 				  f, l, acc, t);                                                  \
 		else                                                                              \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+			tile_loop(p, next, nb, dt, stride, rows, rcp, si, grid_floor, nf_rows,    \
 				  under_rows, sub_rows, k, FAST_NORMAL, false, clean, sum_xs, f,  \
 				  l, acc, t);                                                     \
 	} while (0)
@@ -211,7 +249,8 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
  * x^2 (the statistics pass's is NaN then), so it sums all. */
 #define TILE_STEPS(name, dt, sum_xs)                                                              \
 	__attribute__((noinline)) static void name(                                               \
-		const char *p, const char *next, size_t stride, int64_t rows, const float *rcp,   \
+		const char *p, const char *next, const struct next_bounds *nb, size_t stride,     \
+		int64_t rows, const float *rcp,                                                   \
 		const float *si,                                                                  \
 		const int32_t *grid_floor, const uint64_t nf_rows[2],                             \
 		const uint64_t under_rows[2], const uint64_t sub_rows[2],                         \
@@ -220,7 +259,7 @@ INLINE void tile_loop(const char *p, const char *next, enum dli_dtype dtype, siz
 		__m256d acc[4], struct dli_block_terms *t)                                        \
 	{                                                                                         \
 		if (sat)                                                                          \
-			tile_loop(p, next, dt, stride, rows, rcp, si, grid_floor, nf_rows,        \
+			tile_loop(p, next, nb, dt, stride, rows, rcp, si, grid_floor, nf_rows,    \
 				  under_rows, sub_rows, k, FAST_UNDER, true, true, true, f, l,    \
 				  acc, t);                                                        \
 		else if (clean)                                                                   \
@@ -290,31 +329,13 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 			     uint16_t row_max[DLI_FP8B_BLOCK], uint16_t row_low[DLI_FP8B_BLOCK])
 {
 	const size_t stride = (size_t)cols * 2;
-	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
-	const __m128i ones = _mm_set1_epi16(-1);
 
 	for (int64_t r = r0; r < r1; r++) {
 		const char *p = data + (size_t)(r * cols + c0) * 2;
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
-		__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi16(-1);
-		#pragma GCC unroll 8
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
-			__m256i a = _mm256_and_si256(
-				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
-			mr = _mm256_max_epu16(mr, a);
-			lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
-		}
-		__m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(mr),
-					   _mm256_extracti128_si256(mr, 1));
-		__m128i l8 = _mm_min_epu16(_mm256_castsi256_si128(lr),
-					   _mm256_extracti128_si256(lr, 1));
-		/* minpos: the smallest of 8; the largest is the complement of the smallest
-		 * complement */
-		row_max[r - r0] =
-			(uint16_t)~_mm_cvtsi128_si32(_mm_minpos_epu16(_mm_xor_si128(m8, ones)));
-		row_low[r - r0] = (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16(l8));
+		bounds_row_bf16(p, &row_max[r - r0], &row_low[r - r0]);
 	}
 	for (int64_t i = r1 - r0; i < DLI_FP8B_BLOCK; i++) {
 		row_max[i] = 0;
@@ -492,8 +513,13 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 	uint64_t count = 0;
 	__m256i row_low[DLI_FP8B_BLOCK]; /* tile_bounds's, a row of the tile each */
 	uint16_t row_max16[DLI_FP8B_BLOCK], row_low16[DLI_FP8B_BLOCK]; /* tile_bounds_bf16's */
+	/* whether a bf16 tile's row_max16 and row_low16 came with the steps of the tile before
+	 * (struct next_bounds): its rows past r1 - r0 keep the first tile's padding */
+	bool bounds_ready = false;
 
 	for (int64_t c0 = 0; c0 < cols; c0 += DLI_FP8B_BLOCK) {
+		bool have_bounds = bounds_ready;
+		bounds_ready = false;
 		if (c0 + DLI_FP8B_BLOCK > cols) { /* a partial tile: the scalar pass */
 			scalar_tile(ctx, r0, c0);
 			continue;
@@ -505,7 +531,8 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		const char *next =
 			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_BF16) {
-			tile_bounds_bf16(data, cols, r0, r1, c0, row_max16, row_low16);
+			if (!have_bounds)
+				tile_bounds_bf16(data, cols, r0, r1, c0, row_max16, row_low16);
 			tile_extremes_bf16(row_max16, row_low16, &m, &lowm, &fin_lanes, nf_rows);
 		} else
 			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
@@ -589,20 +616,28 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		 * that is 127 - the scale's exponent field, in the exponent field */
 		const int32_t grid_floor =
 			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
+		/* bf16: the steps run the next tile's first pass (struct next_bounds) and
+		 * prefetch the one after it */
+		const struct next_bounds nb = {next, row_max16, row_low16};
+		const char *after = c0 + 3 * DLI_FP8B_BLOCK <= cols ? tile + 2 * DLI_FP8B_BLOCK * sz
+								      : NULL;
+		if (dtype == DLI_DTYPE_BF16 && next)
+			bounds_ready = true;
+		const struct next_bounds *nbp = next ? &nb : NULL;
 		if (dtype == DLI_DTYPE_F32)
-			tile_steps_f32(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+			tile_steps_f32(tile, next, NULL, stride, r1 - r0, &scale, &si, &grid_floor,
 				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
 				       t);
 		else if (dtype == DLI_DTYPE_BF16 && xs_known)
-			tile_steps_bf16_xs_known(tile, next, stride, r1 - r0, &scale, &si,
+			tile_steps_bf16_xs_known(tile, after, nbp, stride, r1 - r0, &scale, &si,
 						 &grid_floor, nf_rows, under_rows, sub_rows, &k,
 						 mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+			tile_steps_bf16(tile, after, nbp, stride, r1 - r0, &scale, &si, &grid_floor,
 					nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l,
 					acc, t);
 		else
-			tile_steps_f16(tile, next, stride, r1 - r0, &scale, &si, &grid_floor,
+			tile_steps_f16(tile, next, NULL, stride, r1 - r0, &scale, &si, &grid_floor,
 				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
 				       t);
 	}
