@@ -461,8 +461,8 @@ INLINE uint64_t nonfinite_rows(const char *tile, enum dli_dtype dtype, size_t st
 
 /* The same for bf16, in its own 16-bit lanes (the counts too: at most 8 a lane a row, 1024 a
  * tile). */
-INLINE uint64_t nonfinite_rows_bf16(const char *tile, size_t stride, int64_t rows,
-				    const uint64_t nf_rows[2], __m256i *fm, __m256i *inf)
+INLINE uint64_t nonfinite_rows_bf16(const char *tile, size_t stride, const uint64_t nf_rows[2],
+				    __m256i *fm, __m256i *inf)
 {
 	const __m256i abs16 = _mm256_set1_epi16(0x7fff), fin16 = _mm256_set1_epi16(0x7f7f);
 	const __m256i inf16 = _mm256_set1_epi16(0x7f80);
@@ -470,18 +470,21 @@ INLINE uint64_t nonfinite_rows_bf16(const char *tile, size_t stride, int64_t row
 	uint16_t mv[16];
 	uint32_t mx = 0;
 
-	for (int64_t r = 0; r < rows; r++) {
-		if (!(nf_rows[r >> 6] >> (r & 63) & 1))
-			continue;
-		const char *p = tile + (size_t)r * stride;
-		#pragma GCC unroll 8
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
-			__m256i a = _mm256_and_si256(
-				_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
-			__m256i nf = _mm256_cmpgt_epi16(a, fin16); /* below 2^15: signed */
-			count = _mm256_sub_epi16(count, nf);
-			m = _mm256_max_epu16(m, _mm256_andnot_si256(nf, a));
-			infs = _mm256_or_si256(infs, _mm256_cmpeq_epi16(a, inf16));
+	/* the marked rows by their bits, where a test of each row's mispredicted (a few rows in
+	 * a hundred, at random, in the bench's _nan row): 2 to 3 % faster there */
+	for (int w = 0; w < 2; w++) {
+		for (uint64_t bits = nf_rows[w]; bits; bits &= bits - 1) {
+			const char *p = tile + (size_t)(64 * w + __builtin_ctzll(bits)) * stride;
+			#pragma GCC unroll 8
+			for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
+				__m256i a = _mm256_and_si256(
+					_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)),
+					abs16);
+				__m256i nf = _mm256_cmpgt_epi16(a, fin16); /* below 2^15: signed */
+				count = _mm256_sub_epi16(count, nf);
+				m = _mm256_max_epu16(m, _mm256_andnot_si256(nf, a));
+				infs = _mm256_or_si256(infs, _mm256_cmpeq_epi16(a, inf16));
+			}
 		}
 	}
 	_mm256_storeu_si256((__m256i *)mv, m);
@@ -548,8 +551,7 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			 * lanes it took 18 (about a tenth of the bench's _nan row then). */
 			__m256i fm = fin_lanes, inf;
 			if (dtype == DLI_DTYPE_BF16)
-				nonfinite = nonfinite_rows_bf16(tile, stride, r1 - r0, nf_rows,
-								&fm, &inf);
+				nonfinite = nonfinite_rows_bf16(tile, stride, nf_rows, &fm, &inf);
 			else
 				nonfinite = nonfinite_rows(tile, dtype, stride, r1 - r0, nf_rows,
 							   &k, &fm, &inf);
