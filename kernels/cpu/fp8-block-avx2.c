@@ -8,9 +8,11 @@
 /* The same exact-scaling argument as MXFP8's (mx-avx2-private.h), one scale a tile (dli_fp8b_scale,
  * as the scalar pass computes it). A tile is read twice, its amax and smallest magnitude first
  * (from memory, with the rows a few ahead prefetched: each row of a tile is a short run of its own
- * page, which the hardware prefetchers barely follow), then its steps (from L2). */
+ * page, which the hardware prefetchers barely follow), then its steps (from L2). For bf16, the
+ * first pass of a tile but a strip's first runs within the steps of the tile before it (struct
+ * next_bounds). */
 
-/* Rows ahead of the current one that the tile passes prefetch. */
+/* Rows ahead of the current one that a first pass on its own prefetches. */
 #define FB_AHEAD 8
 /* The bytes of each row of the next tile that a tile's first pass prefetches, its steps the
  * rest: for f32 a quarter, so that memory works for the next tile during the first pass too,
