@@ -7,7 +7,8 @@
  * small values round on the format's subnormal grid without underflowing, tiles whose rows
  * hold a value at the underflow limit or not (the rows that count underflows), and tiles of
  * every mantissa that bf16's steps round on the raw bits, or with rows that hold a value on the
- * subnormal grid among rows that do not (the rows that can take those steps). Counts and the
+ * subnormal grid among rows that do not (the rows that can take those steps), NaN and infinities
+ * in chosen rows, the largest finite magnitude among them, and tiles of them alone. Counts and the
  * scale range must be equal, the sums within 1e-5 (the AVX2 path sums in float lanes, widened to
  * double every few rows). Exits 77 when the CPU has no AVX2. */
 #include <errno.h>
@@ -44,6 +45,8 @@ enum kind {
 	ROW_UNDER,
 	MANTISSAS,
 	ROW_SUBNORMAL,
+	NONFINITE_ROWS,
+	NONFINITE_DENSE,
 	KINDS
 };
 
@@ -114,6 +117,36 @@ static float value(int kind, int64_t i, int64_t cols)
 		if (r % 7 == 3 && c == (r * 5) % cols)
 			return copysignf(ldexpf(1.0f + (float)m / 128.0f, -15), v);
 		return copysignf(ldexpf(1.0f + (float)(m % 3) / 4.0f, -j), v);
+	}
+	case NONFINITE_ROWS: { /* NaN in rows 0, 15, 16, 31, 33, 64, 100 and 127 of each strip
+				* (the first and last rows of the 16 whose bits bf16's first pass
+				* finds a vector at a time, and of both words of the row sets), an
+				* infinity too in every other column band of tiles, and in row 16
+				* the largest finite magnitude, 5.5, which only the second look
+				* at those rows finds (in tiles without an infinity, it sets the
+				* scale) */
+		static const int64_t marked[] = {0, 15, 16, 31, 33, 64, 100, 127};
+		int64_t r = i / cols % 128, c = i % cols % 128, band = i % cols / 128;
+		for (size_t k = 0; k < sizeof(marked) / sizeof(marked[0]); k++) {
+			if (r != marked[k])
+				continue;
+			if (c == (r * 3) % 128)
+				return NAN;
+			if (band % 2 && c == (r * 3 + 1) % 128)
+				return r % 2 ? INFINITY : -INFINITY;
+			if (r == 16 && c == 100)
+				return -5.5f;
+		}
+		return v;
+	}
+	case NONFINITE_DENSE: { /* the first column band of tiles NaN and infinities only,
+				 * the second too but for one element a row: every row of those
+				 * tiles counted apart, 1024 or 1016 in each 16-bit lane of the
+				 * count */
+		int64_t r = i / cols, c = i % cols;
+		if (c >= 256 || (c >= 128 && c - 128 == (r * 5) % 128))
+			return v;
+		return i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
 	}
 	default:
 		return v;
