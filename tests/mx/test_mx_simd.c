@@ -29,6 +29,7 @@ enum kind {
 	ZEROS,
 	NONFINITE,
 	WIDE,
+	WIDE_NONFINITE,
 	HUGE_BLOCK,
 	MANTISSAS,
 	KINDS
@@ -58,6 +59,13 @@ static float value(int kind, int64_t i, int64_t cols)
 		}
 		return v;
 	case WIDE: /* each block its own magnitude, 2^-30 .. 2^30 */
+		return ldexpf(v, (int)(i / 32 % 61) - 30);
+	case WIDE_NONFINITE: /* those, one in 200 NaN, +inf or -inf: the one-block path's code
+			      * and scale from the finite values' amax, over the codes' range */
+		if ((u >> 40) % 200 == 0) {
+			uint64_t w = (u >> 50) % 3;
+			return w == 0 ? NAN : w == 1 ? INFINITY : -INFINITY;
+		}
 		return ldexpf(v, (int)(i / 32 % 61) - 30);
 	case HUGE_BLOCK: /* one block's amax beyond 2^60 */
 		return i == 100 ? 0x1p70f : v;
@@ -119,7 +127,7 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 		 * underflows where wanted, none where not (an infinity's block, code 0xfe, and the
 		 * huge block's underflow all their other values) */
 		if (!col && dt == DLI_DTYPE_F32 && fmt == DLI_DTYPE_F8E4M3 && kind != WIDE &&
-		    kind != NONFINITE && kind != HUGE_BLOCK)
+		    kind != NONFINITE && kind != WIDE_NONFINITE && kind != HUGE_BLOCK)
 			CHECK((kind == UNDERFLOW) == (s.underflows > 0));
 	}
 }
@@ -127,9 +135,12 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 int main(void)
 {
 	/* 4096 columns: 16 batches a row; 4096 + 3 * 32 + 5: batches, three blocks more and a
-	 * partial one; 256 x 64: two blocks a row, no batch (the one-block path) */
+	 * partial one; 256 x 64: two blocks a row, no batch (the one-block path); 256, 512, 768
+	 * and 8192 + 768 columns: rows of 1, 2 and 3 batches, and of a segment of 32 and 3 more
+	 * (the ends of bf16's plans, made in stages one and two batches ahead) */
 	static const int64_t shapes[][2] = {{8, 4096}, {5, 4096 + 3 * 32 + 5}, {256, 64},
-					    {64, 1024}};
+					    {64, 1024}, {9, 256}, {9, 512}, {9, 768},
+					    {3, 8192 + 768}};
 	const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
 	struct dli_stats_record probe;
 	float one = 1.0f;
