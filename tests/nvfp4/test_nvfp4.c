@@ -161,20 +161,30 @@ static float of_bf16(uint16_t h)
 	return f;
 }
 
+/* n f32 values and their n bf16 patterns (a test fills them); false, with nothing left allocated
+ * and the failure checked, when memory is short. */
+static bool alloc_inputs(int64_t n, float **x, uint16_t **h)
+{
+	*x = malloc((size_t)n * sizeof(float));
+	*h = malloc((size_t)n * sizeof(uint16_t));
+	CHECK(*x && *h);
+	if (*x && *h)
+		return true;
+	free(*x);
+	free(*h);
+	return false;
+}
+
 static void test_passes(void)
 {
 	static const int64_t shapes[][2] = {{1, 1}, {15, 17}, {17, 15}, {31, 33}, {33, 129},
 					    {129, 127}, {64, 256}};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-		float *x = malloc((size_t)n * sizeof(float));
-		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
-		CHECK(x && h);
-		if (!x || !h) {
-			free(x);
-			free(h);
+		float *x;
+		uint16_t *h;
+		if (!alloc_inputs(n, &x, &h))
 			return;
-		}
 		for (int64_t i = 0; i < n; i++) {
 			h[i] = bf16_of(random_value(i));
 			x[i] = of_bf16(h[i]);
@@ -274,14 +284,15 @@ static void test_given_amax(void)
 	static const enum dli_simd paths[] = {DLI_SIMD_SCALAR, DLI_SIMD_AUTO};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-		float *x = malloc((size_t)n * sizeof(float));
-		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
+		float *x;
+		uint16_t *h;
+		if (!alloc_inputs(n, &x, &h))
+			return;
 		uint16_t *f16 = malloc((size_t)n * sizeof(uint16_t));
-		CHECK(x && h && f16);
-		if (!x || !h || !f16) {
+		CHECK(f16 != NULL);
+		if (!f16) {
 			free(x);
 			free(h);
-			free(f16);
 			return;
 		}
 		for (int nonfinite = 0; nonfinite < 2; nonfinite++) {
@@ -417,14 +428,10 @@ static void test_nonfinite_blocks(void)
 		{3, 8192 + 2 * 128 + 3 * 16 + 5}, {5, 128 + 7 * 16}, {4, 5 * 16}, {2, 4096}};
 	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
 		int64_t rows = shapes[s][0], cols = shapes[s][1], n = rows * cols;
-		float *x = malloc((size_t)n * sizeof(float));
-		uint16_t *h = malloc((size_t)n * sizeof(uint16_t));
-		CHECK(x && h);
-		if (!x || !h) {
-			free(x);
-			free(h);
+		float *x;
+		uint16_t *h;
+		if (!alloc_inputs(n, &x, &h))
 			return;
-		}
 		for (int with_inf = 0; with_inf < 2; with_inf++) {
 			int kinds = with_inf ? NONFINITE_KINDS : NAN_KINDS;
 			uint64_t left_out = 0;
