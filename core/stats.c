@@ -385,10 +385,9 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 				      ? dli_fp8_scale((float)rec.amax, fp8->format, fp8->margin)
 				      : fp8->scale;
 		/* The pass's sum of x^2 spares the comparison one term (kernels-private.h). */
-		double sum_sq = rec.nan_count || rec.inf_count ? NAN : rec.sum_sq;
 		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
-		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale, sum_sq,
-						   NULL, &cmp)
+		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale,
+						   rec.sum_sq, NULL, &cmp)
 		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);
@@ -628,23 +627,21 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
-	/* MXFP8's and FP8 block scaling's compares are spared a term by its sum of x^2
-	 * (kernels-private.h). */
-	double sum_sq = pass.nan_count || pass.inf_count ? NAN : pass.sum_sq;
 	/* NVFP4's global scale comes from the amax this statistics pass has just found, so that
-	 * its compare reads the tensor once instead of twice. */
+	 * its compare reads the tensor once instead of twice; MXFP8's and FP8 block scaling's
+	 * compares are spared a term by its sum of x^2 (kernels-private.h). */
 	if (!r && nvfp4)
 		r = dli_cpu_nvfp4_compare_amax(t->data, t->dtype, rows, cols,
 					       spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
 					       spec->columnwise != 0, (float)pass.amax, NULL, &cmp);
 	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
 		r = dli_cpu_mx_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
-					      spec->columnwise != 0, sum_sq, NULL, &cmp);
+					      spec->columnwise != 0, pass.sum_sq, NULL, &cmp);
 	else if (!r)
 		r = dli_cpu_fp8b_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
 						spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
 						spec->columnwise != 0, spec->pow2_scales != 0,
-						sum_sq, NULL, &cmp);
+						pass.sum_sq, NULL, &cmp);
 	if (r)
 		return r;
 	dli_stats_merge(&rec, &cmp);

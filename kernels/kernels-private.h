@@ -72,10 +72,11 @@ float dli_fp8_scale(float amax, enum dli_dtype format, double margin);
 int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
 			float scale, const struct dli_cpu_options *o, struct dli_stats_record *out);
 /* The same, for a caller that has the sum of x^2 over the n elements (the statistics pass's
- * sum_sq, which the pass runs first anyway; NaN when it has not, or when it is not finite): the
- * SIMD paths then leave that sum out of the bf16 fast steps, which are bound by FMAs, and x_sq
- * is sum_sq. The other terms as dli_cpu_fp8_compare gives them, within its tolerance (the float
- * lanes' 1e-5 and sum_sq's own accuracy). */
+ * sum_sq, which the pass runs first anyway; NaN when it has not. A sum that is not finite, as
+ * the pass's is for a tensor holding NaN or an infinity, counts as not given): the SIMD paths
+ * then leave that sum out of the bf16 fast steps, which are bound by FMAs, and x_sq is sum_sq.
+ * The other terms as dli_cpu_fp8_compare gives them, within its tolerance (the float lanes' 1e-5
+ * and sum_sq's own accuracy). */
 int dli_cpu_fp8_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t n,
 			       enum dli_dtype format, float scale, double sum_sq,
 			       const struct dli_cpu_options *o, struct dli_stats_record *out);
