@@ -555,9 +555,13 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 /* dli_inspect_tensor, and with `view` set its strided form: hp is then the view's descriptor, which
  * the features that declare DLI_FEATURE_STRIDED get (their host calls read it through the view);
  * the others get the view's contiguous copy, made once for all of them (core/strided.c). */
+struct block_copies {
+	const struct dli_block_quantized_tensor *rowwise, *colwise;
+};
+
 static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		   struct dli_view *view, const struct dli_quantized_tensor *rowwise,
-		   const struct dli_quantized_tensor *colwise)
+		   const struct dli_quantized_tensor *colwise, const struct block_copies *block)
 {
 	if (!l)
 		return -EINVAL;
@@ -590,7 +594,13 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
-		int r = b->ops->inspect_tensor(&b->call, tensor, arg, rowwise, colwise);
+		/* A block-scaled host's copies go to the features that read them; the others
+		 * see a call without quantized tensors. */
+		int r = !block ? b->ops->inspect_tensor(&b->call, tensor, arg, rowwise, colwise)
+			: HAS_OP(b->ops, inspect_tensor_block)
+				? b->ops->inspect_tensor_block(&b->call, tensor, arg, block->rowwise,
+							       block->colwise)
+				: b->ops->inspect_tensor(&b->call, tensor, arg, NULL, NULL);
 		if (nvtx)
 			dli_nvtx_pop();
 		dli_site_layer = NULL;
@@ -611,7 +621,7 @@ int dli_inspect_tensor(struct dli_layer *l, int tensor, const struct dli_tensor 
 		       const struct dli_quantized_tensor *rowwise,
 		       const struct dli_quantized_tensor *colwise)
 {
-	return inspect(l, tensor, hp, NULL, rowwise, colwise);
+	return inspect(l, tensor, hp, NULL, rowwise, colwise, NULL);
 }
 
 /* A view the host described wrongly: said as a failing inspect call is (dli_inspect_failed). */
@@ -629,14 +639,16 @@ void dli_view_refused(struct dli_layer *l, const char *call, const char *tensor_
 		dli_log_quiet(ctx, DLI_LOG_ERROR, "%s", text);
 }
 
-int dli_inspect_tensor_strided(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
-			       const int64_t *strides, const struct dli_quantized_tensor *rowwise,
-			       const struct dli_quantized_tensor *colwise)
+/* dli_inspect_tensor_strided, and with `block` set dli_inspect_tensor_block. */
+static int inspect_strided(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+			   const int64_t *strides, const struct dli_quantized_tensor *rowwise,
+			   const struct dli_quantized_tensor *colwise,
+			   const struct block_copies *block)
 {
 	/* Nothing reads the tensor: the plain call's answer (and its notes) without a look at it. */
 	if (!strides || !hp || !l || !l->slots || !tensor_ok(l, tensor) || in_eval(l) ||
 	    !l->inspect[tensor].n)
-		return inspect(l, tensor, hp, NULL, rowwise, colwise);
+		return inspect(l, tensor, hp, NULL, rowwise, colwise, block);
 	struct dli_view v;
 	char why[512];
 	int r = dli_view_init(&v, hp, strides, why, sizeof why);
@@ -646,9 +658,24 @@ int dli_inspect_tensor_strided(struct dli_layer *l, int tensor, const struct dli
 				 l->ctx->host.tensor_name(l->ctx, tensor), why);
 		return r;
 	}
-	r = inspect(l, tensor, &v.t, r == DLI_VIEW_STRIDED ? &v : NULL, rowwise, colwise);
+	r = inspect(l, tensor, &v.t, r == DLI_VIEW_STRIDED ? &v : NULL, rowwise, colwise, block);
 	dli_view_finish(&v);
 	return r;
+}
+
+int dli_inspect_tensor_strided(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+			       const int64_t *strides, const struct dli_quantized_tensor *rowwise,
+			       const struct dli_quantized_tensor *colwise)
+{
+	return inspect_strided(l, tensor, hp, strides, rowwise, colwise, NULL);
+}
+
+int dli_inspect_tensor_block(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
+			     const int64_t *strides, const struct dli_block_quantized_tensor *rowwise,
+			     const struct dli_block_quantized_tensor *colwise)
+{
+	const struct block_copies block = {rowwise, colwise};
+	return inspect_strided(l, tensor, hp, strides, NULL, NULL, &block);
 }
 
 int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int tensor,

@@ -42,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <dlinspect/stats.h>
 #include <dlinspect/tensor.h>
 #include <dlinspect/version.h>
 
@@ -230,6 +231,20 @@ int dli_inspect_tensor(struct dli_layer *layer, int tensor, const struct dli_ten
 int dli_inspect_tensor_strided(struct dli_layer *layer, int tensor, const struct dli_tensor *hp,
 			       const int64_t *strides, const struct dli_quantized_tensor *rowwise,
 			       const struct dli_quantized_tensor *colwise);
+
+/* dli_inspect_tensor_strided for a host that trains in a block-scaled recipe (ABI 1.4): its
+ * row-wise and column-wise copies as the quantizer made them (struct dli_block_quantized_tensor,
+ * stats.h; dli_block_quantized_te describes TransformerEngine's layouts), each may be NULL, as may
+ * `strides` (a contiguous hp). Features that know block-scaled tensors read them
+ * (LogFp8TensorStats: its statistics without a recipe prefix and those of the copy's recipe;
+ * LogNvfp4TensorStats: an NVFP4 row-wise copy; docs/block-scaling.md, "The host's own tensor");
+ * every other feature gets dli_inspect_tensor's call with no quantized tensor. A copy the
+ * statistics cannot read (a CUDA one, a size that does not match hp, an unknown recipe or
+ * format) fails that feature's call with dli_last_error saying why. All borrowed for the call;
+ * threads and no-op as dli_inspect_tensor. */
+int dli_inspect_tensor_block(struct dli_layer *layer, int tensor, const struct dli_tensor *hp,
+			     const int64_t *strides, const struct dli_block_quantized_tensor *rowwise,
+			     const struct dli_block_quantized_tensor *colwise);
 
 /* Default false. */
 bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *layer, enum dli_gemm gemm, int tensor,

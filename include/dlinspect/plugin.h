@@ -318,6 +318,16 @@ struct dli_host {
 	 * DLI_SCOPE_GROUP (reduced across its group) or DLI_SCOPE_FAILED (shared, but the
 	 * collective failed or timed out: this rank's shard only, and the core said so). */
 	int (*stats_acc_scope)(struct dli_stats_acc *acc);
+
+	/* ---- ABI 1.4 ---- */
+	/* stats_add_quantized for a block-scaled copy the host made: each block dequantized with
+	 * its own scale (docs/block-scaling.md, "The host's own tensor"), compared with `hp` for the
+	 * FP8 terms (NVFP4: underflows and the error sums), scale_inv_min/max over the blocks' scales
+	 * (the E8M0 code 0 and fp32 zeros left out, as padding). `hp` may be NULL: the scale range
+	 * only. Host memory only: -ENOTSUP for a CUDA hp; -EINVAL (with a message) for a copy whose
+	 * size, recipe, format or strides it cannot read. */
+	int (*stats_add_block_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
+					 const struct dli_block_quantized_tensor *q);
 };
 
 /* ---- Features ---- */
@@ -405,6 +415,14 @@ struct dli_feature_ops {
 	void (*step_end)(const struct dli_feature_call *c, int64_t iteration);
 	/* Optional: a custom call declared in the descriptor's `calls`. */
 	int (*call)(const struct dli_feature_call *c, const char *name, void *args);
+	/* ---- ABI 1.4 ---- */
+	/* Optional, for a feature that has inspect_tensor: dli_inspect_tensor_block's call, the
+	 * host's block-scaled copies (each may be NULL). A feature without it gets inspect_tensor
+	 * with no quantized tensor instead. Same threads and view rules as inspect_tensor. */
+	int (*inspect_tensor_block)(const struct dli_feature_call *c, int tensor,
+				    const struct dli_tensor *hp,
+				    const struct dli_block_quantized_tensor *rowwise,
+				    const struct dli_block_quantized_tensor *colwise);
 #ifdef DLI_TEST_ABI_GROWTH
 	void (*test_growth)(void); /* test builds only: proves that 1.0 ops tables load after growth */
 #endif

@@ -115,6 +115,99 @@ struct dli_block_spec {
 	uint64_t rht_seed; /* the sign vector: 0 TransformerEngine's fixed one, else from this seed */
 };
 
+/* ABI 1.4: one copy (row-wise or column-wise) of a block-scaled tensor as the host's quantizer made
+ * it (TransformerEngine's MXFP8Tensor, Float8BlockwiseQTensor, NVFP4Tensor): the element codes and
+ * one scale per block, wherever the host's layout puts them. The tensor is the logical matrix
+ * rows x cols (cols the high-precision tensor's last dimension, rows the product of the others);
+ * element (i, j) belongs to block (i / bh, j / bw), bh x bw the recipe's block in this copy:
+ * MXFP8 1 x 32 (column-wise 32 x 1), DLI_BLOCK_FP8_1D 1 x 128 (128 x 1), DLI_BLOCK_FP8_2D
+ * 128 x 128, DLI_BLOCK_NVFP4 1 x 16 (16 x 1), DLI_BLOCK_NVFP4_2D 16 x 16. Both layouts are given
+ * as strides in elements, any non-negative value, so that transposed copies and padded scale
+ * matrices need no copy; dli_block_quantized_te fills them for TransformerEngine's layouts.
+ * Everything is borrowed for the call it is passed to; host memory only for now. */
+struct dli_block_quantized_tensor {
+	uint32_t size;         /* sizeof(struct dli_block_quantized_tensor) of the host that filled it */
+	int recipe;            /* enum dli_block_recipe */
+	enum dli_dtype format; /* codes: DLI_DTYPE_F8E4M3 or F8E5M2; NVFP4: DLI_DTYPE_U8 (E2M1) */
+	int columnwise;        /* nonzero: the column-wise copy (blocks run down the columns) */
+	int64_t rows, cols;
+	/* Code of element (i, j): byte data[i * data_strides[0] + j * data_strides[1]]; NVFP4
+	 * packs two codes a byte, so there the index k = i * s0 + j * s1 counts codes: byte k / 2,
+	 * low nibble for even k (TransformerEngine's packing). */
+	const void *data;
+	int64_t data_strides[2];
+	/* Scale of block (bi, bj): scale_inv[bi * scale_strides[0] + bj * scale_strides[1]], an
+	 * E8M0 byte (MXFP8: 2^(e - 127)), an fp32 scale_inv (FP8 block scaling) or an E4M3 byte
+	 * (NVFP4). Entries outside the blocks (a padded layout's padding) are never read. */
+	const void *scale_inv;
+	int64_t scale_strides[2];
+	/* NVFP4 only: the copy's fp32 global amax (TransformerEngine's _amax_rowwise or
+	 * _amax_columnwise): an element is e2m1 * scale * amax / (6 * 448). NULL otherwise. */
+	const float *amax;
+};
+
+/* The descriptor of one copy in TransformerEngine's layout (the shapes of its quantizers'
+ * get_scale_shape and get_columnwise_shape): MXFP8 codes rows x cols in both copies, scales
+ * [roundup(rows, 128), roundup(ceil(cols / 32), 4)] row-wise and [roundup(ceil(rows / 32), 4),
+ * roundup(cols, 128)] column-wise; FP8 block scaling's column-wise codes transposed (cols x rows),
+ * scales [ceil(cols / 128), roundup(rows, 4)] (1-D row-wise: transposed), [ceil(rows / 128),
+ * roundup(cols, 4)] (1-D column-wise), [ceil(rows / 128), roundup(ceil(cols / 128), 4)] (2-D
+ * row-wise; column-wise its transpose's); NVFP4's column-wise codes transposed, two a byte, rows
+ * padded to whole bytes, scales [roundup(R, 128), roundup(ceil(C / 16), 4)] for the copy's R x C
+ * (2-D: each row of a tile holds the tile's scale). */
+static inline struct dli_block_quantized_tensor
+dli_block_quantized_te(int recipe, enum dli_dtype format, int columnwise, int64_t rows, int64_t cols,
+		       const void *data, const void *scale_inv, const float *amax)
+{
+	struct dli_block_quantized_tensor q;
+#define DLI_RUP_(a, m) (((a) + (m) - 1) / (m) * (m))
+	memset(&q, 0, sizeof q);
+	q.size = sizeof q;
+	q.recipe = recipe;
+	q.format = format;
+	q.columnwise = columnwise != 0;
+	q.rows = rows;
+	q.cols = cols;
+	q.data = data;
+	q.scale_inv = scale_inv;
+	q.amax = amax;
+	/* Row-major codes by default; transposed copies below. */
+	q.data_strides[0] = cols;
+	q.data_strides[1] = 1;
+	switch (recipe) {
+	case DLI_BLOCK_MXFP8:
+		q.scale_strides[0] = columnwise ? DLI_RUP_(cols, 128) : DLI_RUP_((cols + 31) / 32, 4);
+		q.scale_strides[1] = 1;
+		break;
+	case DLI_BLOCK_FP8_1D:
+		q.scale_strides[0] = columnwise ? DLI_RUP_(cols, 4) : 1;
+		q.scale_strides[1] = columnwise ? 1 : DLI_RUP_(rows, 4);
+		break;
+	case DLI_BLOCK_FP8_2D:
+		q.scale_strides[0] = columnwise ? 1 : DLI_RUP_((cols + 127) / 128, 4);
+		q.scale_strides[1] = columnwise ? DLI_RUP_((rows + 127) / 128, 4) : 1;
+		break;
+	case DLI_BLOCK_NVFP4:
+	case DLI_BLOCK_NVFP4_2D: {
+		int64_t tile = recipe == DLI_BLOCK_NVFP4_2D ? 16 : 1;
+		int64_t inner = DLI_RUP_(((columnwise ? rows : cols) + 15) / 16, 4);
+		q.data_strides[0] = columnwise ? 1 : DLI_RUP_(cols, 2);
+		q.data_strides[1] = columnwise ? DLI_RUP_(rows, 2) : 1;
+		q.scale_strides[0] = columnwise ? 1 : tile * inner;
+		q.scale_strides[1] = columnwise ? tile * inner : 1;
+		break;
+	}
+	default:
+		break;
+	}
+	if (columnwise && (recipe == DLI_BLOCK_FP8_1D || recipe == DLI_BLOCK_FP8_2D)) {
+		q.data_strides[0] = 1;
+		q.data_strides[1] = rows;
+	}
+#undef DLI_RUP_
+	return q;
+}
+
 #ifdef __cplusplus
 }
 #endif
