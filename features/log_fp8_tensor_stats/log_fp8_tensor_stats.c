@@ -225,7 +225,8 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 	 * "current training recipe"). */
 	const struct dli_quantized_tensor *q = rowwise ? rowwise : colwise;
 	const struct dli_block_quantized_tensor *b = brow ? brow : bcol;
-	bool b_fp8 = b && (b->recipe == DLI_BLOCK_MXFP8 || dli_lfs_is_fp8b(b));
+	/* Not NVFP4: an FP8 recipe, or one the host call refuses with the reason. */
+	bool b_fp8 = b && b->recipe != DLI_BLOCK_NVFP4 && b->recipe != DLI_BLOCK_NVFP4_2D;
 	if (t->acc[DLI_LFS_Q] && q) {
 		int rq = dli_sf_added(t, DLI_LFS_Q, host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q));
 		r = r ? r : rq;
