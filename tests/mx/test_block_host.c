@@ -537,6 +537,92 @@ static void test_refusals(void)
 	dli_destroy(ctx);
 }
 
+/* Zero strides keep every code index small whatever the shape, so rows * cols (which indexes hp)
+ * is bounded on its own: a copy of 2^64 elements, whose product wraps to hp's 0, is refused
+ * rather than read past hp; an empty copy of 2^62 rows is not walked row by row. */
+static void test_huge_shapes(void)
+{
+	static float x[64];
+	static uint8_t q[64], sc[64];
+	const int64_t big = INT64_C(1) << 32;
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, big, big, q, sc, NULL);
+	memset(b.data_strides, 0, sizeof b.data_strides);
+	memset(b.scale_strides, 0, sizeof b.scale_strides);
+	const char *why = NULL;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, &why), -EINVAL);
+	CHECK(why && strstr(why, "more than 2^62 elements"));
+	b.cols = (INT64_C(1) << 62) / big + 1;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, NULL), -EINVAL);
+	b.cols = (INT64_C(1) << 62) / big;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, NULL), 0);
+
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_tensor t = dli_tensor_2d(x, DLI_DTYPE_F32, 0, big);
+	b.cols = big;
+	int r = dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, NULL, &b, NULL);
+	CHECK_INT(r, -EINVAL);
+	CHECK(strstr(dli_last_error(ctx), "more than 2^62 elements") != NULL);
+	dli_destroy(ctx);
+
+	struct dli_stats_record rec;
+	b.rows = INT64_C(1) << 62;
+	b.cols = 0;
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &b, &rec), 0);
+	CHECK(rec.fp8_count == 0 && rec.scale_inv_min == INFINITY && rec.scale_inv_max == 0);
+}
+
+/* The column-wise FP8 block stat mirrors the row-wise one only when no copy fed it: a host's
+ * column-wise copy whose scales are all padding (zeros) logs nothing under the column-wise
+ * name, not the row-wise copy's range. */
+static void test_mirror_only_unfed(void)
+{
+	enum { ROWS = 8, COLS = 256 };
+	static uint8_t q[ROWS * COLS];
+	static float sr[2 * 8], scl[COLS];
+	for (size_t i = 0; i < sizeof sr / sizeof sr[0]; i++)
+		sr[i] = 0.5f + (float)i;
+	for (int zero_col = 0; zero_col < 2; zero_col++) {
+		struct dli_context *ctx = open_yaml(
+			"fb:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+			"  transformer_engine:\n"
+			"    LogFp8TensorStats:\n"
+			"      enabled: True\n"
+			"      tensors: [activation]\n"
+			"      stats: [fp8_block_scaling_scale_inv_max,\n"
+			"              fp8_block_scaling_scale_inv_max_columnwise]\n",
+			NULL);
+		CHECK(ctx != NULL);
+		if (!ctx)
+			return;
+		struct dli_block_quantized_tensor br = dli_block_quantized_te(
+			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sr, NULL);
+		struct dli_block_quantized_tensor bc = dli_block_quantized_te(
+			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, true, ROWS, COLS, q, scl, NULL);
+		/* No hp: the scale ranges only. */
+		CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, NULL, NULL,
+						   &br, zero_col ? &bc : NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+		dli_destroy(ctx);
+		check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max", 0.5 + 15);
+		if (zero_col)
+			check_not_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max_columnwise");
+		else
+			check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max_columnwise",
+				     0.5 + 15);
+	}
+}
+
 int main(void)
 {
 	test_layouts();
@@ -544,6 +630,8 @@ int main(void)
 	test_feature_fp8_block();
 	test_feature_nvfp4();
 	test_refusals();
+	test_huge_shapes();
+	test_mirror_only_unfed();
 	remove_log_dir();
 	return check_exit();
 }
