@@ -361,6 +361,56 @@ static void test_feature_mxfp8(void)
 	check_logged(FC1 "_activation_max", mx);
 }
 
+/* A strided hp (dli_inspect_tensor_block's strides): rows of a wider buffer whose padding holds
+ * NaN. LogFp8TensorStats (strided) compares the host's copy with the view's elements, LogTensorStats
+ * (no block call) gets the view's contiguous copy: the values of a contiguous hp. */
+static void test_feature_strided_hp(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse, underflows%]\n"
+		"    LogTensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [max, l1_norm]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	enum { ROWS = 40, COLS = 70, PITCH = 75 };
+	int64_t n = ROWS * COLS;
+	static float x[ROWS * COLS], wide[ROWS * PITCH];
+	static uint8_t q[ROWS * COLS], sc[128 * 8];
+	fill(x, n);
+	coarse_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc);
+	for (int64_t i = 0; i < ROWS * PITCH; i++)
+		wide[i] = i % PITCH < COLS ? x[i / PITCH * COLS + i % PITCH] : NAN;
+	struct dli_tensor t = dli_tensor_2d(wide, DLI_DTYPE_F32, ROWS, COLS);
+	const int64_t strides[2] = {PITCH, 1};
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sc, NULL);
+	CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, strides, &b,
+					   NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	struct terms h;
+	naive_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc, &h);
+	check_logged(FC1 "_activation_mse", h.err / (double)n);
+	check_logged(FC1 "_activation_underflows%", 100.0 * (double)h.under / (double)n);
+	float mx = -INFINITY;
+	double l1 = 0;
+	for (int64_t i = 0; i < n; i++) {
+		mx = fmaxf(mx, x[i]);
+		l1 += fabs(x[i]);
+	}
+	check_logged(FC1 "_activation_max", mx);
+	check_logged_tol(FC1 "_activation_l1_norm", l1, 1e-6);
+}
+
 /* FP8 block scaling's column-wise slot: the host's 1-D copies feed each direction; with only the
  * row-wise one, the column-wise stat is the (2-D) what-if. */
 static void test_feature_fp8_block(void)
@@ -627,6 +677,7 @@ int main(void)
 {
 	test_layouts();
 	test_feature_mxfp8();
+	test_feature_strided_hp();
 	test_feature_fp8_block();
 	test_feature_nvfp4();
 	test_refusals();
