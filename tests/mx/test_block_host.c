@@ -524,6 +524,45 @@ static void test_feature_nvfp4(void)
 	free(packed);
 }
 
+/* fp8_delayed_scaling_ stats share the host-copy slot with the unprefixed ones: a block-scaled
+ * copy is not delayed scaling's, so neither is logged from it (TransformerEngine refuses such a
+ * config) and the reason is said once; the mxfp8_ stats still read the copy. */
+static void test_delayed_prefix_block(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse, fp8_delayed_scaling_mse, mxfp8_mse]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	enum { ROWS = 8, COLS = 64 };
+	int64_t n = ROWS * COLS;
+	static float x[ROWS * COLS];
+	static uint8_t q[ROWS * COLS], sc[128 * 4];
+	fill(x, n);
+	coarse_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc);
+	struct dli_tensor t = dli_tensor_2d(x, DLI_DTYPE_F32, ROWS, COLS);
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sc, NULL);
+	for (int step = 0; step < 2; step++) {
+		CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, NULL,
+						   &b, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+	}
+	dli_destroy(ctx);
+	struct terms h;
+	naive_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc, &h);
+	check_logged(FC1 "_activation_mxfp8_mse", h.err / (double)n);
+	check_not_logged(FC1 "_activation_fp8_delayed_scaling_mse");
+	check_not_logged(FC1 "_activation_mse");
+	CHECK_INT(count_lines(MESSAGE_LOG, "are a delayed-scaling host's"), 1);
+}
+
 /* Copies the pass cannot read fail the call, dli_last_error saying why. */
 static void test_refusals(void)
 {
@@ -680,6 +719,7 @@ int main(void)
 	test_feature_strided_hp();
 	test_feature_fp8_block();
 	test_feature_nvfp4();
+	test_delayed_prefix_block();
 	test_refusals();
 	test_huge_shapes();
 	test_mirror_only_unfed();
