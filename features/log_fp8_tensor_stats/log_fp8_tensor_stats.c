@@ -236,12 +236,14 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 	/* The delayed-scaling stats share slot Q: a block-scaled copy there would be logged under
 	 * fp8_delayed_scaling_ names, which TransformerEngine refuses unless the host trains in
 	 * delayed scaling; so that config logs neither, and says why. */
-	const char *why_not = !b ? "the host passed no quantized tensor"
-			      : !b_fp8 ? "the host's copy is NVFP4, whose stats are LogNvfp4TensorStats'"
-			      : self->delayed ? "the host's copy is block-scaled, and the '"
-						DLI_LFS_DELAYED "' stats are a delayed-scaling host's "
-						"(TransformerEngine refuses them for other recipes)"
-					      : NULL;
+	const char *why_not = NULL;
+	if (!b)
+		why_not = "the host passed no quantized tensor";
+	else if (!b_fp8)
+		why_not = "the host's copy is NVFP4, whose stats are LogNvfp4TensorStats'";
+	else if (self->delayed)
+		why_not = "the host's copy is block-scaled, and the '" DLI_LFS_DELAYED "' stats are "
+			  "a delayed-scaling host's (TransformerEngine refuses them for other recipes)";
 	if (t->acc[DLI_LFS_Q] && q) {
 		int rq = dli_sf_added(t, DLI_LFS_Q, host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q));
 		r = r ? r : rq;

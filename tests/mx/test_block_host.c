@@ -196,6 +196,56 @@ static void test_layouts(void)
 	}
 }
 
+/* scale_inv_min/max leave out what padding holds and NaN: the E8M0 codes 0 and 255, fp32 +-0 and
+ * NaN, the E4M3 codes 0x00, 0x80 (-0), 0x7f and 0xff (NaN); underflows count both zero codes of
+ * the element formats (E4M3 0x80 and NVFP4 8 are -0). */
+static void test_scale_rules(void)
+{
+	struct dli_stats_record rec;
+	static uint8_t q[640], e8m0[4] = {0, 255, 127, 130};
+	static uint8_t e4m3[8] = {0x00, 0x80, 0x7f, 0xff, 0x38, 0x40};
+	static float fp32[20], x[128];
+	float amax = 2688.0f; /* the E4M3 scale's value is the block's */
+
+	struct dli_block_quantized_tensor mx =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, 1, 128, q, e8m0, NULL);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &mx, &rec), 0);
+	CHECK(rec.scale_inv_min == 1.0 && rec.scale_inv_max == 8.0);
+
+	fp32[0] = 0.0f;
+	fp32[4] = -0.0f;
+	fp32[8] = NAN;
+	fp32[12] = 0.25f;
+	fp32[16] = 4.0f;
+	struct dli_block_quantized_tensor fb =
+		dli_block_quantized_te(DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, false, 1, 640, q, fp32, NULL);
+	CHECK(fb.scale_strides[1] == 4);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &fb, &rec), 0);
+	CHECK(rec.scale_inv_min == 0.25 && rec.scale_inv_max == 4.0);
+
+	struct dli_block_quantized_tensor nv =
+		dli_block_quantized_te(DLI_BLOCK_NVFP4, DLI_DTYPE_U8, false, 1, 96, q, e4m3, &amax);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &nv, &rec), 0);
+	CHECK(rec.scale_inv_min == 1.0 && rec.scale_inv_max == 2.0);
+
+	/* Underflows: x = 1 everywhere, block scale 1. FP8 codes 0x80, 0x00, 0x01 (the smallest
+	 * subnormal, not zero), then 1.0; NVFP4 codes 8 and 0 in the first byte, 1 (0.5) after. */
+	for (int i = 0; i < 128; i++)
+		x[i] = 1.0f;
+	memset(q, 0x38, sizeof q);
+	q[0] = 0x80;
+	q[1] = 0x00;
+	q[2] = 0x01;
+	e8m0[0] = e8m0[1] = 127;
+	CHECK_INT(dli_cpu_block_compare_quantized(x, DLI_DTYPE_F32, &mx, &rec), 0);
+	CHECK(rec.fp8_count == 128 && rec.underflows == 2 && rec.overflows == 0);
+	memset(q, 0x22, sizeof q);
+	q[0] = 0x08; /* element 0: -0 (low nibble), element 1: +0 */
+	e4m3[0] = 0x38;
+	CHECK_INT(dli_cpu_block_compare_quantized(x, DLI_DTYPE_F32, &nv, &rec), 0);
+	CHECK(rec.fp8_count == 96 && rec.underflows == 2);
+}
+
 /* ---- Through the core ---- */
 
 static double logged(const char *name, bool *found)
@@ -362,8 +412,8 @@ static void test_feature_mxfp8(void)
 }
 
 /* A strided hp (dli_inspect_tensor_block's strides): rows of a wider buffer whose padding holds
- * NaN. LogFp8TensorStats (strided) compares the host's copy with the view's elements, LogTensorStats
- * (no block call) gets the view's contiguous copy: the values of a contiguous hp. */
+ * NaN. LogFp8TensorStats (strided) compares the host's copy with the view's elements;
+ * LogTensorStats (no block call) gets the view's contiguous copy: a contiguous hp's values. */
 static void test_feature_strided_hp(void)
 {
 	struct dli_context *ctx = open_yaml(
@@ -715,6 +765,7 @@ static void test_mirror_only_unfed(void)
 int main(void)
 {
 	test_layouts();
+	test_scale_rules();
 	test_feature_mxfp8();
 	test_feature_strided_hp();
 	test_feature_fp8_block();
