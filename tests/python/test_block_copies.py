@@ -665,6 +665,9 @@ def test_errors_name_what_is_wrong():
         expect_error(ValueError, ["rowwise_quantized_tensor's data is in device memory",
                                   "host memory only"],
                      call(dict(good, data=FakeCudaArray((40, 96)))))
+        if torch is not None and torch.cuda.is_available():
+            expect_error(ValueError, ["rowwise_quantized_tensor's scale_inv is in device memory"],
+                         call(dict(good, scale_inv=good["scale_inv"].cuda())))
         expect_error(TypeError, ["both be block-scaled copies"], call(good, (x, 1.0)))
         nv = make_copy(rng, "nvfp4", False, None, x)
         te = as_te(nv, None, (40,))
