@@ -965,6 +965,15 @@ static int attr_true(PyObject *obj, const char *name)
 	return on;
 }
 
+/* d[key] = obj.<name>: 0, or -1 with an exception set. */
+static int dict_set_attr(PyObject *d, const char *key, PyObject *obj, const char *name)
+{
+	PyObject *a = PyObject_GetAttrString(obj, name);
+	int rc = a ? PyDict_SetItemString(d, key, a) : -1;
+	Py_XDECREF(a);
+	return rc;
+}
+
 /* The dict form of one copy of TransformerEngine's block-scaled tensor `obj` (its row-wise copy,
  * or its column-wise one when `columnwise`), or a new reference to None when obj holds no such
  * copy (a tensor quantized for one usage only). */
@@ -1031,63 +1040,48 @@ static PyObject *te_block_dict(PyObject *obj, bool columnwise, const char *what)
 	char name[32];
 	snprintf(name, sizeof name, "_%s_data", side);
 	PyObject *data = PyObject_GetAttrString(obj, name);
-	if (!data)
-		return NULL;
-	if (data == Py_None)
+	if (!data || data == Py_None)
 		return data;
 	PyObject *d = PyDict_New();
-	PyObject *format = NULL;
-	if (!d)
+	PyObject *fields[2] = {NULL, NULL}; /* the recipe's name, the format */
+	if (!d || !(fields[0] = PyUnicode_FromString(block_recipe_names[recipe])) ||
+	    PyDict_SetItemString(d, "recipe", fields[0]) || PyDict_SetItemString(d, "data", data) ||
+	    PyDict_SetItemString(d, "columnwise", columnwise ? Py_True : Py_False))
 		goto fail;
 	snprintf(name, sizeof name, "_%s_scale_inv", side);
-	PyObject *scale = PyObject_GetAttrString(obj, name);
-	if (!scale || PyDict_SetItemString(d, "scale_inv", scale)) {
-		Py_XDECREF(scale);
+	if (dict_set_attr(d, "scale_inv", obj, name))
 		goto fail;
-	}
-	Py_DECREF(scale);
 	if (nvfp4) {
 		snprintf(name, sizeof name, "_amax_%s", side);
-		PyObject *amax = PyObject_GetAttrString(obj, name);
-		if (!amax || PyDict_SetItemString(d, "amax", amax)) {
-			Py_XDECREF(amax);
+		if (dict_set_attr(d, "amax", obj, name))
 			goto fail;
-		}
-		Py_DECREF(amax);
 	} else {
 		/* TransformerEngine's DType prints as DType.kFloat8E4M3 / DType.kFloat8E5M2. */
 		PyObject *dt = PyObject_GetAttrString(obj, "_fp8_dtype");
 		PyObject *dts = dt ? PyObject_Str(dt) : NULL;
 		Py_XDECREF(dt);
-		const char *s = dts ? PyUnicode_AsUTF8(dts) : NULL;
-		if (s && (strstr(s, "E4M3") || strstr(s, "e4m3")))
-			format = PyUnicode_FromString("float8_e4m3fn");
-		else if (s && (strstr(s, "E5M2") || strstr(s, "e5m2")))
-			format = PyUnicode_FromString("float8_e5m2");
-		else if (s)
+		const char *ds = dts ? PyUnicode_AsUTF8(dts) : NULL;
+		if (ds && (strstr(ds, "E4M3") || strstr(ds, "e4m3")))
+			fields[1] = PyUnicode_FromString("float8_e4m3fn");
+		else if (ds && (strstr(ds, "E5M2") || strstr(ds, "e5m2")))
+			fields[1] = PyUnicode_FromString("float8_e5m2");
+		else if (ds)
 			PyErr_Format(PyExc_ValueError,
 				     "dlinspect: %s has _fp8_dtype %s: dlinspect reads E4M3 and E5M2 codes",
-				     what, s);
+				     what, ds);
 		Py_XDECREF(dts);
-		if (!format || PyDict_SetItemString(d, "format", format))
+		if (!fields[1] || PyDict_SetItemString(d, "format", fields[1]))
 			goto fail;
 	}
-	PyObject *recipe_name = PyUnicode_FromString(block_recipe_names[recipe]);
-	if (!recipe_name || PyDict_SetItemString(d, "recipe", recipe_name)) {
-		Py_XDECREF(recipe_name);
-		goto fail;
-	}
-	Py_DECREF(recipe_name);
-	if (PyDict_SetItemString(d, "data", data) ||
-	    PyDict_SetItemString(d, "columnwise", columnwise ? Py_True : Py_False))
-		goto fail;
 	Py_DECREF(data);
-	Py_XDECREF(format);
+	Py_DECREF(fields[0]);
+	Py_XDECREF(fields[1]);
 	return d;
 fail:
 	Py_DECREF(data);
 	Py_XDECREF(d);
-	Py_XDECREF(format);
+	Py_XDECREF(fields[0]);
+	Py_XDECREF(fields[1]);
 	return NULL;
 }
 
