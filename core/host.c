@@ -104,4 +104,5 @@ const struct dli_host dli_host_template = {
 	.block_fake_quant = dli_block_fake_quant,
 	.stats_acc_share = dli_stats_acc_share,
 	.stats_acc_scope = dli_stats_acc_scope,
+	.stats_add_block_quantized = dli_stats_add_block_quantized,
 };

@@ -40,6 +40,8 @@ void dli_stats_share_end(void);
 extern _Thread_local unsigned long long dli_stats_host_passes;
 
 /* The host table's stats_add_block. */
+int dli_stats_add_block_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
+				  const struct dli_block_quantized_tensor *q);
 int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			const struct dli_block_spec *spec);
 

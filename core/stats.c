@@ -446,6 +446,58 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 	return 0;
 }
 
+static void matrix_view(const struct dli_tensor *t, int64_t n, int64_t *rows, int64_t *cols);
+
+/* A block-scaled copy the host made (ABI 1.4): its own codes and scales against hp. */
+int dli_stats_add_block_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
+				  const struct dli_block_quantized_tensor *q)
+{
+	if (!acc || !q)
+		return -EINVAL;
+	const char *why = NULL;
+	if (dli_cpu_block_quantized_check(q, &why))
+		return refuse(acc, "cannot read the host's block-scaled copy (recipe %d, %s, %lld x "
+				   "%lld): %s",
+			      q->recipe, q->columnwise ? "column-wise" : "row-wise",
+			      (long long)q->rows, (long long)q->cols, why);
+	/* The comparison has no strided form: a view's hp is its copy. */
+	if (hp && !(hp = dli_view_resolve(hp)))
+		return -ENOMEM;
+	if (hp && hp->device.type == DLI_DEVICE_CUDA)
+		return refuse(acc, "the host's block-scaled copies of a CUDA tensor are not read yet "
+				   "(the CUDA backend has no block-scaled pass): pass host copies");
+	if (hp && hp->device.type != DLI_DEVICE_CPU)
+		return refuse(acc, "a tensor is on an unknown device type %d", (int)hp->device.type);
+	int64_t n = q->rows * q->cols; /* below 2^62: checked with the strides */
+	if (hp) {
+		int64_t n_hp = host_tensor_numel(acc, hp, true);
+		if (n_hp < 0)
+			return (int)n_hp;
+		int64_t rows, cols;
+		matrix_view(hp, n_hp, &rows, &cols);
+		if (n_hp != n || (n && cols != q->cols))
+			return refuse(acc, "the host's block-scaled copy is %lld x %lld, its "
+					   "high-precision tensor %lld x %lld (rows x its last "
+					   "dimension)",
+				      (long long)q->rows, (long long)q->cols, (long long)rows,
+				      (long long)cols);
+	}
+	struct dli_stats_record rec;
+	int r = dli_cpu_block_compare_quantized(hp ? hp->data : NULL,
+						hp ? hp->dtype : DLI_DTYPE_F32, q, &rec);
+	if (r)
+		return r;
+	/* As for a per-tensor copy: hp's counts join the record only when it holds NaN or inf. */
+	if (hp && rec.fp8_count < (uint64_t)n) {
+		struct dli_stats_record pass;
+		if ((r = dli_cpu_stats(hp->data, hp->dtype, n, NULL, &pass)))
+			return r;
+		memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	}
+	merge_host(acc, &rec);
+	return 0;
+}
+
 static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out);
 
 /* A module's record may be smaller (older headers) or larger (newer) than ours: only `size` bytes

@@ -259,15 +259,22 @@ void dli_sf_step_end(const struct dli_feature_call *c, int64_t iteration)
 			any = any || added;
 			if (!active || !added || host->stats_acc_read(t->acc[s], &rec[s]))
 				continue;
-			have[s] = rec[s].fp8_count || ((sf->quantized_slots >> s & 1u)
-							       ? rec[s].scale_inv_max > 0
-							       : rec[s].count > 0);
+			have[s] = rec[s].fp8_count || rec[s].count > 0 ||
+				  ((sf->quantized_slots >> s & 1u) && rec[s].scale_inv_max > 0);
 			/* A failed reduction: this rank's shards only, under names that say so. */
 			if (have[s] && dli_reduce_failed(host, t->acc[s]))
 				snprintf(mark[s], sizeof(mark[s]), "_rank%d", host->rank(c->ctx));
 		}
 		if (!any)
 			continue;
+		for (unsigned s = 0; s < DLI_SF_MAX_SLOTS; s++) {
+			unsigned m = sf->mirror[s] - 1u;
+			if (sf->mirror[s] && (slots >> s & 1u) && !have[s] && have[m]) {
+				rec[s] = rec[m];
+				have[s] = true;
+				memcpy(mark[s], mark[m], sizeof mark[s]);
+			}
+		}
 		if (active)
 			dli_sf_emit(sf, c->ctx, c->layer_name, host->tensor_name(c->ctx, t->id),
 				    iteration, rec, have, (const char(*)[32])mark,

@@ -66,6 +66,10 @@ struct dli_sf {
 	uint32_t slots;           /* bit per slot some statistic (or the histogram) reads */
 	uint32_t quantized_slots; /* slots fed the host's quantized tensor: see dli_sf_step_end */
 	bool histogram;           /* slot 0 keeps a value histogram, logged as `..._histogram` */
+	/* mirror[s] = m + 1: slot s, when nothing fed it in a step, logs slot m's record (two names
+	 * for one computation, e.g. a what-if whose column-wise copy holds the row-wise values);
+	 * 0: none. */
+	unsigned char mirror[DLI_SF_MAX_SLOTS];
 	/* Across ranks (feature-reduce.h), when dli_sf_reduce_read was called: each slot's role in
 	 * its reduction key. */
 	bool reduce_on;
@@ -132,9 +136,9 @@ int dli_sf_emit(const struct dli_sf *sf, struct dli_context *ctx, const char *la
 
 /* For the ops table's step_end: for every tensor fed this step, at a scheduled step, reads each
  * slot and emits (dli_sf_emit); then resets. A slot that saw nothing, or only empty tensors,
- * logs nothing rather than NaN: it needs FP8-compared elements or any element, or for a
- * quantized slot FP8-compared elements or a scale_inv (a quantized tensor without hp still has
- * its scale_inv range). */
+ * logs nothing rather than NaN: it needs FP8-compared elements or any element, or for a slot
+ * the host's quantized tensors may feed a scale_inv (a quantized tensor without hp still has
+ * its scale_inv range). A slot with a mirror that saw nothing logs its mirror's record. */
 void dli_sf_step_end(const struct dli_feature_call *c, int64_t iteration);
 
 #endif

@@ -88,6 +88,21 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 				  int64_t n, const struct dli_cpu_options *o,
 				  struct dli_stats_record *out);
 
+/* ---- A block-scaled copy the host quantized (kernels/cpu/block-quantized.c) ---- */
+
+/* 0 when the CPU pass can read `q` (a struct of ABI 1.4 or later, a known recipe with its
+ * format, a shape, pointers, strides whose indices stay below 2^62); -EINVAL with *why (static
+ * text, when why is non-NULL) otherwise. Does not compare the size with a tensor. */
+int dli_cpu_block_quantized_check(const struct dli_block_quantized_tensor *q, const char **why);
+/* The FP8 terms of hp (q->rows x q->cols, row-major, f32/f16/bf16; NULL: scale_inv_min/max
+ * only) against q's codes, each block dequantized with its own scale; scale_inv_min/max over the
+ * blocks' scales, leaving out what padding holds (E8M0 code 0, fp32 zero, E4M3 zero) and NaN.
+ * Non-finite hp elements are left out, as dli_cpu_fp8_compare_quantized leaves them. Scalar,
+ * one thread. */
+int dli_cpu_block_compare_quantized(const void *hp, enum dli_dtype hp_dtype,
+				    const struct dli_block_quantized_tensor *q,
+				    struct dli_stats_record *out);
+
 /* ---- MXFP8 (kernels/cpu/mx.c; docs/block-scaling.md) ---- */
 
 /* Elements per block, along a row (row-wise copy) or down a column (column-wise copy). */

@@ -42,13 +42,16 @@ enum { DLI_LFS_STATS, DLI_LFS_UNDERFLOWS, DLI_LFS_OVERFLOWS, DLI_LFS_FORMAT, DLI
 /* What a stat is computed from, one accumulator (skeleton slot) each: the host's quantized
  * tensor, or one what-if quantization of the high-precision tensor; each kind's role in the key
  * of its reduction across ranks (feature-reduce.h). */
-enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_N_KINDS };
+enum { DLI_LFS_Q, DLI_LFS_CURRENT, DLI_LFS_MX_ROW, DLI_LFS_MX_COL, DLI_LFS_FB, DLI_LFS_FB_COL,
+       DLI_LFS_N_KINDS };
 static const char *const dli_lfs_kind_names[DLI_LFS_N_KINDS] = {
 	[DLI_LFS_Q] = "q", [DLI_LFS_CURRENT] = "whatif", [DLI_LFS_MX_ROW] = "mxfp8",
 	[DLI_LFS_MX_COL] = "mxfp8_columnwise", [DLI_LFS_FB] = "fp8_block",
+	[DLI_LFS_FB_COL] = "fp8_block_columnwise",
 };
 /* FP8 block scaling's what-if is TransformerEngine's default Float8BlockQuantizer: 128 x 128
- * blocks, so its column-wise copy has the row-wise copy's values: one accumulator. */
+ * blocks, so its column-wise copy has the row-wise copy's values, and the column-wise slot logs
+ * the row-wise one's record (the skeleton's mirror) unless a host's 1-D copy fed it. */
 static const struct dli_sf_recipe dli_lfs_recipes[] = {
 	{.stats = DLI_SF_FP8, .slot = DLI_LFS_Q},
 	{.prefix = DLI_LFS_DELAYED, .stats = DLI_SF_FP8, .slot = DLI_LFS_Q},
@@ -56,7 +59,7 @@ static const struct dli_sf_recipe dli_lfs_recipes[] = {
 	{.prefix = DLI_LFS_MX, .stats = DLI_SF_FP8, .slot = DLI_LFS_MX_ROW},
 	{.prefix = DLI_LFS_MX, .suffix = DLI_LFS_COL, .stats = DLI_SF_FP8, .slot = DLI_LFS_MX_COL},
 	{.prefix = DLI_LFS_FB_PREFIX, .stats = DLI_SF_FP8, .slot = DLI_LFS_FB},
-	{.prefix = DLI_LFS_FB_PREFIX, .suffix = DLI_LFS_COL, .stats = DLI_SF_FP8, .slot = DLI_LFS_FB},
+	{.prefix = DLI_LFS_FB_PREFIX, .suffix = DLI_LFS_COL, .stats = DLI_SF_FP8, .slot = DLI_LFS_FB_COL},
 };
 #define DLI_LFS_N_RECIPES (sizeof(dli_lfs_recipes) / sizeof(dli_lfs_recipes[0]))
 
@@ -103,7 +106,9 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 
 	if (!self)
 		return r;
-	self->sf.quantized_slots = 1u << DLI_LFS_Q;
+	/* The host's copies may feed every slot but the current-scaling what-if. */
+	self->sf.quantized_slots = ((1u << DLI_LFS_N_KINDS) - 1u) & ~(1u << DLI_LFS_CURRENT);
+	self->sf.mirror[DLI_LFS_FB_COL] = DLI_LFS_FB + 1;
 	self->margin = p[DLI_LFS_MARGIN].u.f;
 	for (int i = 0; dli_lfs_formats[i]; i++)
 		if (!strcmp(p[DLI_LFS_FORMAT].u.s, dli_lfs_formats[i]))
@@ -111,7 +116,8 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 	for (size_t i = 0; !r && p[DLI_LFS_STATS].set && i < p[DLI_LFS_STATS].u.list.n; i++)
 		r = dli_lfs_want(self, p[DLI_LFS_STATS].u.list.items[i], err);
 	/* The block-scaled passes are a host call of ABI 1.2. */
-	uint32_t block = 1u << DLI_LFS_MX_ROW | 1u << DLI_LFS_MX_COL | 1u << DLI_LFS_FB;
+	uint32_t block = 1u << DLI_LFS_MX_ROW | 1u << DLI_LFS_MX_COL | 1u << DLI_LFS_FB |
+			 1u << DLI_LFS_FB_COL;
 	if (!r && (self->sf.slots & block) &&
 	    (!DLI_HAS_MEMBER(args->host, struct dli_host, stats_add_block) ||
 	     !args->host->stats_add_block)) {
@@ -149,10 +155,28 @@ static enum dli_dtype dli_lfs_format(const struct dli_lfs *self, int tensor)
 	return dli_feature_hybrid_format(tensor);
 }
 
-/* Chooses what to compute; the rest is the skeleton's (stats-skeleton.h). */
-static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,
-				  const struct dli_tensor *hp, const struct dli_quantized_tensor *rowwise,
-				  const struct dli_quantized_tensor *colwise)
+static bool dli_lfs_is_fp8b(const struct dli_block_quantized_tensor *b)
+{
+	return b && (b->recipe == DLI_BLOCK_FP8_1D || b->recipe == DLI_BLOCK_FP8_2D);
+}
+
+/* Slot `kind` from the host's block-scaled copy `b`. */
+static int dli_lfs_add_host_block(const struct dli_feature_call *c, struct dli_sf_tensor *t,
+				  unsigned kind, const struct dli_tensor *hp,
+				  const struct dli_block_quantized_tensor *b)
+{
+	const struct dli_host *host = ((const struct dli_lfs *)c->instance)->sf.host;
+	return dli_sf_added(t, kind, host->stats_add_block_quantized(t->acc[kind], hp, b));
+}
+
+/* Chooses what to compute; the rest is the skeleton's (stats-skeleton.h). `rowwise`/`colwise` are
+ * a per-tensor host's copies, `brow`/`bcol` a block-scaled host's (dli_inspect_tensor_block): a
+ * stat of the host's recipe reads the host's copy, every other one is a what-if from hp. */
+static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const struct dli_tensor *hp,
+			   const struct dli_quantized_tensor *rowwise,
+			   const struct dli_quantized_tensor *colwise,
+			   const struct dli_block_quantized_tensor *brow,
+			   const struct dli_block_quantized_tensor *bcol)
 {
 	const struct dli_lfs *self = c->instance;
 	const struct dli_host *host = self->sf.host;
@@ -166,33 +190,73 @@ static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,
 					    .current_scaling = 1, .margin = self->margin};
 		r = dli_sf_added(t, DLI_LFS_CURRENT, host->stats_add(t->acc[DLI_LFS_CURRENT], hp, &spec));
 	}
-	/* MXFP8 is a what-if from hp even when the host trains in MXFP8: a quantized tensor's
-	 * descriptor holds float scale_invs, not E8M0 block scales, and the codec is bit-exact to
-	 * TransformerEngine's, so the what-if is the tensor such a host made (docs/block-scaling.md). */
-	for (int kind = DLI_LFS_MX_ROW; kind <= DLI_LFS_FB && hp; kind++) {
+	/* The host's copy for each block-scaled slot, where its recipe is the slot's. */
+	const struct dli_block_quantized_tensor *from_host[DLI_LFS_N_KINDS] = {
+		[DLI_LFS_MX_ROW] = brow && brow->recipe == DLI_BLOCK_MXFP8 ? brow : NULL,
+		[DLI_LFS_MX_COL] = bcol && bcol->recipe == DLI_BLOCK_MXFP8 ? bcol : NULL,
+		[DLI_LFS_FB] = dli_lfs_is_fp8b(brow) ? brow : NULL,
+		[DLI_LFS_FB_COL] = dli_lfs_is_fp8b(bcol) ? bcol : NULL,
+	};
+	/* FP8 block scaling's what-if (128 x 128) is the same in both copies: the column-wise slot
+	 * mirrors the row-wise one's what-if rather than running it twice. */
+	bool fb_whatif = false;
+	for (int kind = DLI_LFS_MX_ROW; kind <= DLI_LFS_FB_COL; kind++) {
+		int rb;
 		if (!t->acc[kind])
 			continue;
-		struct dli_block_spec spec = {.size = sizeof(spec),
-					      .recipe = kind == DLI_LFS_FB ? DLI_BLOCK_FP8_2D
-									   : DLI_BLOCK_MXFP8,
-					      .format = dli_lfs_format(self, tensor),
-					      .columnwise = kind == DLI_LFS_MX_COL,
-					      .pow2_scales = 1};
-		int rb = dli_sf_added(t, (unsigned)kind, host->stats_add_block(t->acc[kind], hp, &spec));
+		if (from_host[kind]) {
+			rb = dli_lfs_add_host_block(c, t, (unsigned)kind, hp, from_host[kind]);
+		} else if (!hp || (kind == DLI_LFS_FB_COL && fb_whatif)) {
+			continue;
+		} else {
+			struct dli_block_spec spec = {
+				.size = sizeof(spec),
+				.recipe = kind >= DLI_LFS_FB ? DLI_BLOCK_FP8_2D : DLI_BLOCK_MXFP8,
+				.format = dli_lfs_format(self, tensor),
+				.columnwise = kind == DLI_LFS_MX_COL || kind == DLI_LFS_FB_COL,
+				.pow2_scales = 1};
+			fb_whatif = kind == DLI_LFS_FB;
+			rb = dli_sf_added(t, (unsigned)kind,
+					  host->stats_add_block(t->acc[kind], hp, &spec));
+		}
 		r = r ? r : rb;
 	}
+	/* Without a prefix: the host's own copy, per-tensor or block-scaled (TransformerEngine's
+	 * "current training recipe"). */
 	const struct dli_quantized_tensor *q = rowwise ? rowwise : colwise;
+	const struct dli_block_quantized_tensor *b = brow ? brow : bcol;
+	bool b_fp8 = b && (b->recipe == DLI_BLOCK_MXFP8 || dli_lfs_is_fp8b(b));
 	if (t->acc[DLI_LFS_Q] && q) {
 		int rq = dli_sf_added(t, DLI_LFS_Q, host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q));
 		r = r ? r : rq;
+	} else if (t->acc[DLI_LFS_Q] && b_fp8) {
+		int rq = dli_lfs_add_host_block(c, t, DLI_LFS_Q, hp, b);
+		r = r ? r : rq;
 	} else if (t->acc[DLI_LFS_Q] && !atomic_exchange(&t->warned, true)) {
 		host->log(c->ctx, DLI_LOG_WARNING,
-			  "LogFp8TensorStats: layer '%s', tensor '%s': the host passed no quantized "
-			  "tensor, so the stats without a what-if prefix ('" DLI_LFS_PREFIX "', '"
-			  DLI_LFS_MX "') are not logged (reported once)",
-			  c->layer_name, host->tensor_name(c->ctx, tensor));
+			  "LogFp8TensorStats: layer '%s', tensor '%s': %s, so the stats without a "
+			  "what-if prefix ('" DLI_LFS_PREFIX "', '" DLI_LFS_MX "', '"
+			  DLI_LFS_FB_PREFIX "') are not logged (reported once)",
+			  c->layer_name, host->tensor_name(c->ctx, tensor),
+			  b ? "the host's copy is NVFP4, whose stats are LogNvfp4TensorStats'"
+			    : "the host passed no quantized tensor");
 	}
 	return r;
+}
+
+static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,
+				  const struct dli_tensor *hp, const struct dli_quantized_tensor *rowwise,
+				  const struct dli_quantized_tensor *colwise)
+{
+	return dli_lfs_inspect(c, tensor, hp, rowwise, colwise, NULL, NULL);
+}
+
+static int dli_lfs_inspect_tensor_block(const struct dli_feature_call *c, int tensor,
+					const struct dli_tensor *hp,
+					const struct dli_block_quantized_tensor *rowwise,
+					const struct dli_block_quantized_tensor *colwise)
+{
+	return dli_lfs_inspect(c, tensor, hp, NULL, NULL, rowwise, colwise);
 }
 
 static const struct dli_feature_ops dli_lfs_ops = {
@@ -204,6 +268,7 @@ static const struct dli_feature_ops dli_lfs_ops = {
 	.inspect_tensor_enabled = dli_sf_inspect_tensor_enabled,
 	.inspect_tensor = dli_lfs_inspect_tensor,
 	.step_end = dli_sf_step_end,
+	.inspect_tensor_block = dli_lfs_inspect_tensor_block,
 };
 
 static const struct dli_param_desc dli_lfs_params[] = {

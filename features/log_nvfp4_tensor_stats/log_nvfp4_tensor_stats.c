@@ -1,7 +1,8 @@
 /* LogNvfp4TensorStats: how much NVFP4 quantization (TransformerEngine's NVFP4BlockScaling recipe)
- * loses on the selected tensors, as a what-if from the high-precision tensor: underflows% and mse
- * of its row-wise NVFP4 copy (16 x 16 tiles for weights, 1 x 16 blocks otherwise, as the recipe's
- * defaults quantize them). Logged at the scheduled steps as `{layer}_{tensor}_nvfp4_{stat}`,
+ * loses on the selected tensors: underflows% and mse of the row-wise NVFP4 copy, the host's own
+ * when it trains in NVFP4 (dli_inspect_tensor_block), else a what-if from the high-precision
+ * tensor (16 x 16 tiles for weights, 1 x 16 blocks otherwise, as the recipe's defaults quantize
+ * them). Logged at the scheduled steps as `{layer}_{tensor}_nvfp4_{stat}`,
  * TransformerEngine's names. The rules are docs/block-scaling.md's ("NVFP4"). */
 #include <errno.h>
 #include <stdio.h>
@@ -69,6 +70,24 @@ static int dli_lns_inspect_tensor(const struct dli_feature_call *c, int tensor,
 	return dli_sf_added(t, 0, self->host->stats_add_block(t->acc[0], hp, &spec));
 }
 
+/* A host training in NVFP4: its row-wise copy, as TransformerEngine's feature reads it; any
+ * other host's call is the what-if above. */
+static int dli_lns_inspect_tensor_block(const struct dli_feature_call *c, int tensor,
+					const struct dli_tensor *hp,
+					const struct dli_block_quantized_tensor *rowwise,
+					const struct dli_block_quantized_tensor *colwise)
+{
+	const struct dli_sf *self = c->instance;
+	struct dli_sf_tensor *t;
+
+	(void)colwise;
+	if (!rowwise || (rowwise->recipe != DLI_BLOCK_NVFP4 && rowwise->recipe != DLI_BLOCK_NVFP4_2D))
+		return dli_lns_inspect_tensor(c, tensor, hp, NULL, NULL);
+	if (!(t = dli_sf_tensor(c, tensor)) || dli_sf_weight_seen(c, t))
+		return 0;
+	return dli_sf_added(t, 0, self->host->stats_add_block_quantized(t->acc[0], hp, rowwise));
+}
+
 static const struct dli_feature_ops dli_lns_ops = {
 	.size = sizeof(struct dli_feature_ops),
 	.create = dli_lns_create,
@@ -78,6 +97,7 @@ static const struct dli_feature_ops dli_lns_ops = {
 	.inspect_tensor_enabled = dli_sf_inspect_tensor_enabled,
 	.inspect_tensor = dli_lns_inspect_tensor,
 	.step_end = dli_sf_step_end,
+	.inspect_tensor_block = dli_lns_inspect_tensor_block,
 };
 
 static const struct dli_param_desc dli_lns_params[] = {
