@@ -545,6 +545,11 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 		 call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
 		 t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
 		 rc);
+	/* What the statistics said of the tensor, when that is why. */
+	size_t len = strlen(text);
+	if (dli_stats_refusal[0] && len < sizeof text)
+		snprintf(text + len, sizeof text - len, ": %s", dli_stats_refusal);
+	dli_stats_refusal[0] = '\0';
 	dli_last_error_set(ctx, text);
 	if (atomic_fetch_add(&ctx->inspect_failures, 1) != 0)
 		return;
@@ -594,6 +599,7 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
+		dli_stats_refusal[0] = '\0';
 		/* A block-scaled host's copies go to the features that read them; the others
 		 * see a call without quantized tensors. */
 		int r = !block ? b->ops->inspect_tensor(&b->call, tensor, arg, rowwise, colwise)
@@ -701,6 +707,7 @@ int dli_inspect_tensor_postquantize(struct dli_layer *l, enum dli_gemm gemm, int
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
+		dli_stats_refusal[0] = '\0';
 		int r = b->ops->inspect_tensor_postquantize(&b->call, gemm, tensor, q);
 		if (nvtx)
 			dli_nvtx_pop();

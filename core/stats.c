@@ -229,16 +229,21 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 	free(acc);
 }
 
-/* Says once per accumulator why a tensor was refused; returns -EINVAL. */
+_Thread_local char dli_stats_refusal[384];
+
+/* Says once per accumulator why a tensor was refused, and every time to the failing call's
+ * dli_last_error (dli_stats_refusal); returns -EINVAL. */
 static int refuse(struct dli_stats_acc *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
 {
+	char text[sizeof dli_stats_refusal];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	memcpy(dli_stats_refusal, text, sizeof text);
 	if (!atomic_exchange(&acc->warned, true)) {
-		char text[384], site[256];
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(text, sizeof text, fmt, ap);
-		va_end(ap);
+		char site[256];
 		dli_call_site(site, sizeof site);
 		dli_log(acc->ctx, DLI_LOG_ERROR,
 			"statistics%s: %s; the tensor is skipped (further refusals for this tensor are "

@@ -278,9 +278,11 @@ static void inspect_input(struct dlt_linear *l, struct dlt_run *run, int t, cons
 					 .scale_inv_count = 1};
 	q.data.data = s->codes;
 	q.data.dtype = s->meta.format;
-	/* A block-scaled recipe's copies are not handed over: a dli_quantized_tensor's scale_invs
-	 * do not say how its blocks lie. LogFp8TensorStats's mxfp8_ and fp8_block_scaling_ stats
-	 * quantize the high-precision tensor themselves (docs/block-scaling.md). */
+	/* A block-scaled recipe's copies are not handed over: this trainer casts them with
+	 * dli_block_fake_quant, which gives the dequantized values, not codes and block scales (a
+	 * host that has those passes them with dli_inspect_tensor_block). LogFp8TensorStats's
+	 * mxfp8_ and fp8_block_scaling_ stats quantize the high-precision tensor themselves, with
+	 * the same rules (docs/block-scaling.md). */
 	bool have = run->precision == DLT_FP8 && cast_current(s, run) &&
 		    !dlt_scaling_blocked(run->recipe.scaling);
 	const struct dli_quantized_tensor *row = have && uses_cast(l, run, t, 0) ? &q : NULL;

@@ -1,7 +1,9 @@
 /* LogFp8TensorStats: how much FP8 quantization loses on the selected tensors (underflows, overflows,
  * mse, ...), for the host's own quantized tensor (no prefix, or `fp8_delayed_scaling_`: the host's
- * recipe) and, with the `fp8_current_scaling_` or `mxfp8_` prefix, for what that recipe would do
- * to the high-precision tensor (`mxfp8_..._columnwise`: MXFP8's column-wise copy). Logged at the
+ * recipe; per-tensor, or a block-scaled host's copy) and, with the `fp8_current_scaling_`,
+ * `mxfp8_` or `fp8_block_scaling_` prefix, for what that recipe would do to the high-precision
+ * tensor (`..._columnwise`: the column-wise copy), unless the host trains in it and passed its
+ * copy (docs/block-scaling.md, "The host's own tensor"). Logged at the
  * scheduled steps as `{layer}_{tensor}_{stat}`, the stat spelled as in the config. */
 #include <errno.h>
 #include <stdatomic.h>
@@ -225,7 +227,8 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 	 * "current training recipe"). */
 	const struct dli_quantized_tensor *q = rowwise ? rowwise : colwise;
 	const struct dli_block_quantized_tensor *b = brow ? brow : bcol;
-	bool b_fp8 = b && (b->recipe == DLI_BLOCK_MXFP8 || dli_lfs_is_fp8b(b));
+	/* Not NVFP4: an FP8 recipe, or one the host call refuses with the reason. */
+	bool b_fp8 = b && b->recipe != DLI_BLOCK_NVFP4 && b->recipe != DLI_BLOCK_NVFP4_2D;
 	if (t->acc[DLI_LFS_Q] && q) {
 		int rq = dli_sf_added(t, DLI_LFS_Q, host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q));
 		r = r ? r : rq;
@@ -275,12 +278,13 @@ static const struct dli_param_desc dli_lfs_params[] = {
 	/* `type`: the seed form's spelling, as for collect_tensor_stats. */
 	[DLI_LFS_STATS] = {.key = "stats", .alias = "type", .type = DLI_PARAM_STRING_LIST,
 			   .doc = "underflows%, overflows%, scale_inv_min, scale_inv_max, mse, cos_sim, "
-				  "sqnr_db of the host's FP8 tensor (also with the prefix "
-				  DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
+				  "sqnr_db of the host's FP8 tensor, per-tensor or block-scaled (also with "
+				  "the prefix " DLI_LFS_DELAYED "); with the prefix " DLI_LFS_PREFIX
 				  ", of current scaling applied to the hp tensor; with " DLI_LFS_MX
 				  " (and the suffix " DLI_LFS_COL "), of MXFP8's row-wise (column-wise) "
 				  "blocks; with " DLI_LFS_FB_PREFIX ", of FP8 block scaling (128 x 128 blocks, "
-				  "power-of-two scales)",
+				  "power-of-two scales); the block-scaled ones from the host's own copy "
+				  "when it trains in that recipe",
 			   .choices = dli_lfs_names},
 	[DLI_LFS_UNDERFLOWS] = {.key = "underflows", .type = DLI_PARAM_BOOL, .default_value = "false",
 				.doc = "older form: true adds underflows%"},

@@ -103,17 +103,18 @@ static const struct dli_feature_ops dli_lns_ops = {
 static const struct dli_param_desc dli_lns_params[] = {
 	[DLI_LNS_STATS] = {.key = "stats", .type = DLI_PARAM_STRING_LIST,
 			   .doc = "underflows% (nonzero values whose E2M1 code is +-0, in % of the "
-				  "elements) and mse of the tensor's row-wise NVFP4 copy, quantized "
-				  "here from the high-precision tensor (16 x 16 tiles for weights, "
-				  "1 x 16 blocks otherwise); logged as nvfp4_<stat>",
+				  "elements) and mse of the tensor's row-wise NVFP4 copy: the host's "
+				  "own when it trains in NVFP4, else quantized here from the "
+				  "high-precision tensor (16 x 16 tiles for weights, 1 x 16 blocks "
+				  "otherwise); logged as nvfp4_<stat>",
 			   .choices = dli_lns_names},
 };
 
 static const struct dli_feature_desc dli_lns_feature = {
 	.size = sizeof(struct dli_feature_desc),
 	.name = "LogNvfp4TensorStats",
-	.doc = "Logs NVFP4 quantization error stats (what-if from the high-precision tensor) of the "
-	       "selected tensors at the scheduled steps.",
+	.doc = "Logs NVFP4 quantization error stats (the host's NVFP4 copy, or a what-if from the "
+	       "high-precision tensor) of the selected tensors at the scheduled steps.",
 	.flags = DLI_FEATURE_GENERIC | DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED |
 		 DLI_FEATURE_STRIDED, /* reads tensors through the host calls only */
 	.params = dli_lns_params,
