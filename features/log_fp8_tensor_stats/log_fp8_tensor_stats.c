@@ -212,6 +212,10 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 			continue;
 		if (from_host[kind]) {
 			rb = dli_lfs_add_host_block(c, t, (unsigned)kind, hp, from_host[kind]);
+			/* A refused copy still fed its slot: the column-wise one then logs nothing,
+			 * not the row-wise record under its name (the skeleton's mirror). */
+			if (rb)
+				atomic_store(&t->added[kind], true);
 		} else if (!hp || (kind == DLI_LFS_FB_COL && fb_whatif)) {
 			continue;
 		} else {

@@ -722,8 +722,8 @@ static void test_huge_shapes(void)
 }
 
 /* The column-wise FP8 block stat mirrors the row-wise one only when no copy fed it: a host's
- * column-wise copy whose scales are all padding (zeros) logs nothing under the column-wise
- * name, not the row-wise copy's range. */
+ * column-wise copy whose scales are all padding (zeros), or one the pass refuses, logs nothing
+ * under the column-wise name, not the row-wise copy's range. */
 static void test_mirror_only_unfed(void)
 {
 	enum { ROWS = 8, COLS = 256 };
@@ -731,7 +731,8 @@ static void test_mirror_only_unfed(void)
 	static float sr[2 * 8], scl[COLS];
 	for (size_t i = 0; i < sizeof sr / sizeof sr[0]; i++)
 		sr[i] = 0.5f + (float)i;
-	for (int zero_col = 0; zero_col < 2; zero_col++) {
+	/* 0: no column-wise copy; 1: one whose scales are all zero; 2: one the pass refuses. */
+	for (int zero_col = 0; zero_col < 3; zero_col++) {
 		struct dli_context *ctx = open_yaml(
 			"fb:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
 			"  transformer_engine:\n"
@@ -748,9 +749,12 @@ static void test_mirror_only_unfed(void)
 			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sr, NULL);
 		struct dli_block_quantized_tensor bc = dli_block_quantized_te(
 			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, true, ROWS, COLS, q, scl, NULL);
+		if (zero_col == 2)
+			bc.scale_strides[0] = -1;
 		/* No hp: the scale ranges only. */
 		CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, NULL, NULL,
-						   &br, zero_col ? &bc : NULL), 0);
+						   &br, zero_col ? &bc : NULL),
+			  zero_col == 2 ? -EINVAL : 0);
 		CHECK_INT(dli_step(ctx), 0);
 		dli_destroy(ctx);
 		check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max", 0.5 + 15);
