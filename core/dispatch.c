@@ -587,6 +587,9 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
+		/* Before the view's copy too: its failure must not carry a reason an earlier
+		 * feature's call left (one that went on after a refusal). */
+		dli_stats_refusal[0] = '\0';
 		const struct dli_tensor *arg = hp;
 		if (view && !(b->instance->target->feature->desc->flags & DLI_FEATURE_STRIDED) &&
 		    !(arg = dli_view_contiguous(view))) {
@@ -599,7 +602,6 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		bool nvtx = DLI_NVTX_ON(l->ctx);
 		if (nvtx)
 			range_push(l, b, tensor);
-		dli_stats_refusal[0] = '\0';
 		/* A block-scaled host's copies go to the features that read them; the others
 		 * see a call without quantized tensors. */
 		int r = !block ? b->ops->inspect_tensor(&b->call, tensor, arg, rowwise, colwise)

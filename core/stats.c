@@ -473,7 +473,7 @@ int dli_stats_add_block_quantized(struct dli_stats_acc *acc, const struct dli_te
 				   "(the CUDA backend has no block-scaled pass): pass host copies");
 	if (hp && hp->device.type != DLI_DEVICE_CPU)
 		return refuse(acc, "a tensor is on an unknown device type %d", (int)hp->device.type);
-	int64_t n = q->rows * q->cols; /* below 2^62: checked with the strides */
+	int64_t n = q->rows * q->cols; /* at most 2^62: checked with the shape */
 	if (hp) {
 		int64_t n_hp = host_tensor_numel(acc, hp, true);
 		if (n_hp < 0)

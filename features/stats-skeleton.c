@@ -249,13 +249,14 @@ void dli_sf_step_end(const struct dli_feature_call *c, int64_t iteration)
 	for (size_t i = 0; i < l->n; i++) {
 		struct dli_sf_tensor *t = &l->t[i];
 		struct dli_stats_record rec[DLI_SF_MAX_SLOTS];
-		bool have[DLI_SF_MAX_SLOTS] = {0}, any = false;
+		bool have[DLI_SF_MAX_SLOTS] = {0}, fed[DLI_SF_MAX_SLOTS] = {0}, any = false;
 		char mark[DLI_SF_MAX_SLOTS][32];
 		for (unsigned s = 0; s < DLI_SF_MAX_SLOTS; s++) {
 			mark[s][0] = '\0';
 			if (!(slots >> s & 1u))
 				continue;
 			bool added = atomic_exchange(&t->added[s], false);
+			fed[s] = added;
 			any = any || added;
 			if (!active || !added || host->stats_acc_read(t->acc[s], &rec[s]))
 				continue;
@@ -267,9 +268,11 @@ void dli_sf_step_end(const struct dli_feature_call *c, int64_t iteration)
 		}
 		if (!any)
 			continue;
+		/* Only a slot nothing fed: one fed with an empty record (a host's copy whose scales
+		 * are all padding) says so by logging nothing, not its mirror's values. */
 		for (unsigned s = 0; s < DLI_SF_MAX_SLOTS; s++) {
 			unsigned m = sf->mirror[s] - 1u;
-			if (sf->mirror[s] && (slots >> s & 1u) && !have[s] && have[m]) {
+			if (sf->mirror[s] && (slots >> s & 1u) && !fed[s] && have[m]) {
 				rec[s] = rec[m];
 				have[s] = true;
 				memcpy(mark[s], mark[m], sizeof mark[s]);

@@ -138,7 +138,8 @@ int dli_sf_emit(const struct dli_sf *sf, struct dli_context *ctx, const char *la
  * slot and emits (dli_sf_emit); then resets. A slot that saw nothing, or only empty tensors,
  * logs nothing rather than NaN: it needs FP8-compared elements or any element, or for a slot
  * the host's quantized tensors may feed a scale_inv (a quantized tensor without hp still has
- * its scale_inv range). A slot with a mirror that saw nothing logs its mirror's record. */
+ * its scale_inv range). A slot with a mirror that nothing fed this step logs its mirror's
+ * record; one fed only empty tensors logs nothing. */
 void dli_sf_step_end(const struct dli_feature_call *c, int64_t iteration);
 
 #endif

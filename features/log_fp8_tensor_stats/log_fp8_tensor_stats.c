@@ -69,6 +69,7 @@ struct dli_lfs {
 	struct dli_sf sf; /* first: the skeleton's methods take the instance */
 	int format;       /* index in dli_lfs_formats */
 	double margin;
+	bool delayed;     /* some stat has the fp8_delayed_scaling_ prefix */
 };
 
 /* A name the config accepted that this dlinspect cannot compute: says why in err. */
@@ -132,6 +133,9 @@ static int dli_lfs_create(const struct dli_feature_create_args *args, void **ins
 		r = dli_lfs_want(self, "underflows%", err);
 	if (!r && p[DLI_LFS_OVERFLOWS].u.b)
 		r = dli_lfs_want(self, "overflows%", err);
+	for (size_t k = 0; !r && k < self->sf.n_stats; k++)
+		self->delayed = self->delayed || !strncmp(self->sf.stats[k].log_name, DLI_LFS_DELAYED,
+							  strlen(DLI_LFS_DELAYED));
 	if (!r && !self->sf.n_stats) {
 		snprintf(err->message, sizeof(err->message),
 			 "no statistic to log: give 'stats' (e.g. [underflows%%, mse, "
@@ -208,6 +212,10 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 			continue;
 		if (from_host[kind]) {
 			rb = dli_lfs_add_host_block(c, t, (unsigned)kind, hp, from_host[kind]);
+			/* A refused copy still fed its slot: the column-wise one then logs nothing,
+			 * not the row-wise record under its name (the skeleton's mirror). */
+			if (rb)
+				atomic_store(&t->added[kind], true);
 		} else if (!hp || (kind == DLI_LFS_FB_COL && fb_whatif)) {
 			continue;
 		} else {
@@ -229,10 +237,21 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 	const struct dli_block_quantized_tensor *b = brow ? brow : bcol;
 	/* Not NVFP4: an FP8 recipe, or one the host call refuses with the reason. */
 	bool b_fp8 = b && b->recipe != DLI_BLOCK_NVFP4 && b->recipe != DLI_BLOCK_NVFP4_2D;
+	/* The delayed-scaling stats share slot Q: a block-scaled copy there would be logged under
+	 * fp8_delayed_scaling_ names, which TransformerEngine refuses unless the host trains in
+	 * delayed scaling; so that config logs neither, and says why. */
+	const char *why_not = NULL;
+	if (!b)
+		why_not = "the host passed no quantized tensor";
+	else if (!b_fp8)
+		why_not = "the host's copy is NVFP4, whose stats are LogNvfp4TensorStats'";
+	else if (self->delayed)
+		why_not = "the host's copy is block-scaled, and the '" DLI_LFS_DELAYED "' stats are "
+			  "a delayed-scaling host's (TransformerEngine refuses them for other recipes)";
 	if (t->acc[DLI_LFS_Q] && q) {
 		int rq = dli_sf_added(t, DLI_LFS_Q, host->stats_add_quantized(t->acc[DLI_LFS_Q], hp, q));
 		r = r ? r : rq;
-	} else if (t->acc[DLI_LFS_Q] && b_fp8) {
+	} else if (t->acc[DLI_LFS_Q] && !why_not) {
 		int rq = dli_lfs_add_host_block(c, t, DLI_LFS_Q, hp, b);
 		r = r ? r : rq;
 	} else if (t->acc[DLI_LFS_Q] && !atomic_exchange(&t->warned, true)) {
@@ -240,9 +259,7 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 			  "LogFp8TensorStats: layer '%s', tensor '%s': %s, so the stats without a "
 			  "what-if prefix ('" DLI_LFS_PREFIX "', '" DLI_LFS_MX "', '"
 			  DLI_LFS_FB_PREFIX "') are not logged (reported once)",
-			  c->layer_name, host->tensor_name(c->ctx, tensor),
-			  b ? "the host's copy is NVFP4, whose stats are LogNvfp4TensorStats'"
-			    : "the host passed no quantized tensor");
+			  c->layer_name, host->tensor_name(c->ctx, tensor), why_not);
 	}
 	return r;
 }

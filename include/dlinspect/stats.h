@@ -154,7 +154,12 @@ struct dli_block_quantized_tensor {
  * roundup(cols, 4)] (1-D column-wise), [ceil(rows / 128), roundup(ceil(cols / 128), 4)] (2-D
  * row-wise; column-wise its transpose's); NVFP4's column-wise codes transposed, two a byte, rows
  * padded to whole bytes, scales [roundup(R, 128), roundup(ceil(C / 16), 4)] for the copy's R x C
- * (2-D: each row of a tile holds the tile's scale). */
+ * (2-D: each row of a tile holds the tile's scale). Compact scales only: a copy whose
+ * _with_gemm_swizzled_scales is set (its quantizer's optimize_for_gemm, which TransformerEngine's
+ * modules set for inputs and output gradients) has MXFP8 or NVFP4 scales in cuBLAS's 128 x 4
+ * tiles, which no strides describe, and the struct has no place for a row-scaled NVFP4 copy's
+ * per-row amax nor for an E4M3 scale bound other than 448 (nvfp4_e4m3_max 256): such copies give
+ * wrong statistics and must not be passed (docs/block-scaling.md). */
 static inline struct dli_block_quantized_tensor
 dli_block_quantized_te(int recipe, enum dli_dtype format, int columnwise, int64_t rows, int64_t cols,
 		       const void *data, const void *scale_inv, const float *amax)

@@ -26,10 +26,14 @@ static bool is_nvfp4(int recipe)
 	return recipe == DLI_BLOCK_NVFP4 || recipe == DLI_BLOCK_NVFP4_2D;
 }
 
+/* Below 2^62, an index, a shape's element count and a block count plus its block stay far from
+ * int64_t's overflow. */
+static const int64_t index_limit = INT64_C(1) << 62;
+
 /* The largest index i * s0 + j * s1 over the matrix, or -1 when it passes 2^62. */
 static int64_t last_index(int64_t rows, int64_t cols, const int64_t s[2])
 {
-	const int64_t lim = INT64_C(1) << 62;
+	const int64_t lim = index_limit;
 	if (s[0] < 0 || s[1] < 0)
 		return -1;
 	if ((rows > 1 && s[0] > lim / (rows - 1)) || (cols > 1 && s[1] > lim / (cols - 1)))
@@ -46,6 +50,7 @@ int dli_cpu_block_quantized_check(const struct dli_block_quantized_tensor *q, co
 		"an FP8 recipe needs codes of format f8e4m3 or f8e5m2",
 		"NVFP4 codes have format u8 (two E2M1 codes a byte)",
 		"a negative shape",
+		"a shape of more than 2^62 elements",
 		"no data or no scale_inv",
 		"NVFP4 needs the copy's amax",
 		"a negative stride, or strides reaching beyond 2^62 elements",
@@ -64,15 +69,20 @@ int dli_cpu_block_quantized_check(const struct dli_block_quantized_tensor *q, co
 		k = 3;
 	else if (q->rows < 0 || q->cols < 0)
 		k = 4;
-	else if (q->rows && q->cols && (!q->data || !q->scale_inv))
+	/* Zero strides keep every code index small, so the strides alone do not bound rows * cols,
+	 * which indexes hp. */
+	else if (q->rows > index_limit || q->cols > index_limit ||
+		 (q->rows && q->cols > index_limit / q->rows))
 		k = 5;
-	else if (is_nvfp4(q->recipe) && !q->amax)
+	else if (q->rows && q->cols && (!q->data || !q->scale_inv))
 		k = 6;
+	else if (is_nvfp4(q->recipe) && !q->amax)
+		k = 7;
 	else if (q->rows && q->cols) {
 		block_shape(q->recipe, q->columnwise, &bh, &bw);
 		if (last_index(q->rows, q->cols, q->data_strides) < 0 ||
 		    last_index((q->rows + bh - 1) / bh, (q->cols + bw - 1) / bw, q->scale_strides) < 0)
-			k = 7;
+			k = 8;
 	}
 	if (k >= 0 && why)
 		*why = reasons[k];
@@ -148,6 +158,9 @@ int dli_cpu_block_compare_quantized(const void *hp, enum dli_dtype hp_dtype,
 	block_shape(q->recipe, q->columnwise, &bh, &bw);
 
 	dli_stats_record_init(out);
+	/* An empty matrix has no blocks: no walk down its rows (up to 2^62 of them). */
+	if (!q->rows || !q->cols)
+		return 0;
 	for (int64_t r0 = 0; r0 < q->rows; r0 += bh) {
 		int64_t r1 = r0 + bh < q->rows ? r0 + bh : q->rows, bi = r0 / bh;
 		for (int64_t c0 = 0; c0 < q->cols; c0 += bw) {

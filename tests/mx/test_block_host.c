@@ -196,6 +196,56 @@ static void test_layouts(void)
 	}
 }
 
+/* scale_inv_min/max leave out what padding holds and NaN: the E8M0 codes 0 and 255, fp32 +-0 and
+ * NaN, the E4M3 codes 0x00, 0x80 (-0), 0x7f and 0xff (NaN); underflows count both zero codes of
+ * the element formats (E4M3 0x80 and NVFP4 8 are -0). */
+static void test_scale_rules(void)
+{
+	struct dli_stats_record rec;
+	static uint8_t q[640], e8m0[4] = {0, 255, 127, 130};
+	static uint8_t e4m3[8] = {0x00, 0x80, 0x7f, 0xff, 0x38, 0x40};
+	static float fp32[20], x[128];
+	float amax = 2688.0f; /* the E4M3 scale's value is the block's */
+
+	struct dli_block_quantized_tensor mx =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, 1, 128, q, e8m0, NULL);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &mx, &rec), 0);
+	CHECK(rec.scale_inv_min == 1.0 && rec.scale_inv_max == 8.0);
+
+	fp32[0] = 0.0f;
+	fp32[4] = -0.0f;
+	fp32[8] = NAN;
+	fp32[12] = 0.25f;
+	fp32[16] = 4.0f;
+	struct dli_block_quantized_tensor fb =
+		dli_block_quantized_te(DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, false, 1, 640, q, fp32, NULL);
+	CHECK(fb.scale_strides[1] == 4);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &fb, &rec), 0);
+	CHECK(rec.scale_inv_min == 0.25 && rec.scale_inv_max == 4.0);
+
+	struct dli_block_quantized_tensor nv =
+		dli_block_quantized_te(DLI_BLOCK_NVFP4, DLI_DTYPE_U8, false, 1, 96, q, e4m3, &amax);
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &nv, &rec), 0);
+	CHECK(rec.scale_inv_min == 1.0 && rec.scale_inv_max == 2.0);
+
+	/* Underflows: x = 1 everywhere, block scale 1. FP8 codes 0x80, 0x00, 0x01 (the smallest
+	 * subnormal, not zero), then 1.0; NVFP4 codes 8 and 0 in the first byte, 1 (0.5) after. */
+	for (int i = 0; i < 128; i++)
+		x[i] = 1.0f;
+	memset(q, 0x38, sizeof q);
+	q[0] = 0x80;
+	q[1] = 0x00;
+	q[2] = 0x01;
+	e8m0[0] = e8m0[1] = 127;
+	CHECK_INT(dli_cpu_block_compare_quantized(x, DLI_DTYPE_F32, &mx, &rec), 0);
+	CHECK(rec.fp8_count == 128 && rec.underflows == 2 && rec.overflows == 0);
+	memset(q, 0x22, sizeof q);
+	q[0] = 0x08; /* element 0: -0 (low nibble), element 1: +0 */
+	e4m3[0] = 0x38;
+	CHECK_INT(dli_cpu_block_compare_quantized(x, DLI_DTYPE_F32, &nv, &rec), 0);
+	CHECK(rec.fp8_count == 96 && rec.underflows == 2);
+}
+
 /* ---- Through the core ---- */
 
 static double logged(const char *name, bool *found)
@@ -361,6 +411,56 @@ static void test_feature_mxfp8(void)
 	check_logged(FC1 "_activation_max", mx);
 }
 
+/* A strided hp (dli_inspect_tensor_block's strides): rows of a wider buffer whose padding holds
+ * NaN. LogFp8TensorStats (strided) compares the host's copy with the view's elements;
+ * LogTensorStats (no block call) gets the view's contiguous copy: a contiguous hp's values. */
+static void test_feature_strided_hp(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse, underflows%]\n"
+		"    LogTensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [max, l1_norm]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	enum { ROWS = 40, COLS = 70, PITCH = 75 };
+	int64_t n = ROWS * COLS;
+	static float x[ROWS * COLS], wide[ROWS * PITCH];
+	static uint8_t q[ROWS * COLS], sc[128 * 8];
+	fill(x, n);
+	coarse_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc);
+	for (int64_t i = 0; i < ROWS * PITCH; i++)
+		wide[i] = i % PITCH < COLS ? x[i / PITCH * COLS + i % PITCH] : NAN;
+	struct dli_tensor t = dli_tensor_2d(wide, DLI_DTYPE_F32, ROWS, COLS);
+	const int64_t strides[2] = {PITCH, 1};
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sc, NULL);
+	CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, strides, &b,
+					   NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	struct terms h;
+	naive_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc, &h);
+	check_logged(FC1 "_activation_mse", h.err / (double)n);
+	check_logged(FC1 "_activation_underflows%", 100.0 * (double)h.under / (double)n);
+	float mx = -INFINITY;
+	double l1 = 0;
+	for (int64_t i = 0; i < n; i++) {
+		mx = fmaxf(mx, x[i]);
+		l1 += fabs(x[i]);
+	}
+	check_logged(FC1 "_activation_max", mx);
+	check_logged_tol(FC1 "_activation_l1_norm", l1, 1e-6);
+}
+
 /* FP8 block scaling's column-wise slot: the host's 1-D copies feed each direction; with only the
  * row-wise one, the column-wise stat is the (2-D) what-if. */
 static void test_feature_fp8_block(void)
@@ -474,6 +574,45 @@ static void test_feature_nvfp4(void)
 	free(packed);
 }
 
+/* fp8_delayed_scaling_ stats share the host-copy slot with the unprefixed ones: a block-scaled
+ * copy is not delayed scaling's, so neither is logged from it (TransformerEngine refuses such a
+ * config) and the reason is said once; the mxfp8_ stats still read the copy. */
+static void test_delayed_prefix_block(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse, fp8_delayed_scaling_mse, mxfp8_mse]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	enum { ROWS = 8, COLS = 64 };
+	int64_t n = ROWS * COLS;
+	static float x[ROWS * COLS];
+	static uint8_t q[ROWS * COLS], sc[128 * 4];
+	fill(x, n);
+	coarse_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc);
+	struct dli_tensor t = dli_tensor_2d(x, DLI_DTYPE_F32, ROWS, COLS);
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sc, NULL);
+	for (int step = 0; step < 2; step++) {
+		CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, NULL,
+						   &b, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+	}
+	dli_destroy(ctx);
+	struct terms h;
+	naive_mx_row(x, ROWS, COLS, DLI_DTYPE_F8E4M3, q, sc, &h);
+	check_logged(FC1 "_activation_mxfp8_mse", h.err / (double)n);
+	check_not_logged(FC1 "_activation_fp8_delayed_scaling_mse");
+	check_not_logged(FC1 "_activation_mse");
+	CHECK_INT(count_lines(MESSAGE_LOG, "are a delayed-scaling host's"), 1);
+}
+
 /* Copies the pass cannot read fail the call, dli_last_error saying why. */
 static void test_refusals(void)
 {
@@ -537,13 +676,108 @@ static void test_refusals(void)
 	dli_destroy(ctx);
 }
 
+/* Zero strides keep every code index small whatever the shape, so rows * cols (which indexes hp)
+ * is bounded on its own: a copy of 2^64 elements, whose product wraps to hp's 0, is refused
+ * rather than read past hp; an empty copy of 2^62 rows is not walked row by row. */
+static void test_huge_shapes(void)
+{
+	static float x[64];
+	static uint8_t q[64], sc[64];
+	const int64_t big = INT64_C(1) << 32;
+	struct dli_block_quantized_tensor b =
+		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, big, big, q, sc, NULL);
+	memset(b.data_strides, 0, sizeof b.data_strides);
+	memset(b.scale_strides, 0, sizeof b.scale_strides);
+	const char *why = NULL;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, &why), -EINVAL);
+	CHECK(why && strstr(why, "more than 2^62 elements"));
+	b.cols = (INT64_C(1) << 62) / big + 1;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, NULL), -EINVAL);
+	b.cols = (INT64_C(1) << 62) / big;
+	CHECK_INT(dli_cpu_block_quantized_check(&b, NULL), 0);
+
+	struct dli_context *ctx = open_yaml(
+		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats:\n"
+		"      enabled: True\n"
+		"      tensors: [activation]\n"
+		"      stats: [mse]\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_tensor t = dli_tensor_2d(x, DLI_DTYPE_F32, 0, big);
+	b.cols = big;
+	int r = dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, NULL, &b, NULL);
+	CHECK_INT(r, -EINVAL);
+	CHECK(strstr(dli_last_error(ctx), "more than 2^62 elements") != NULL);
+	dli_destroy(ctx);
+
+	struct dli_stats_record rec;
+	b.rows = INT64_C(1) << 62;
+	b.cols = 0;
+	CHECK_INT(dli_cpu_block_compare_quantized(NULL, DLI_DTYPE_F32, &b, &rec), 0);
+	CHECK(rec.fp8_count == 0 && rec.scale_inv_min == INFINITY && rec.scale_inv_max == 0);
+}
+
+/* The column-wise FP8 block stat mirrors the row-wise one only when no copy fed it: a host's
+ * column-wise copy whose scales are all padding (zeros), or one the pass refuses, logs nothing
+ * under the column-wise name, not the row-wise copy's range. */
+static void test_mirror_only_unfed(void)
+{
+	enum { ROWS = 8, COLS = 256 };
+	static uint8_t q[ROWS * COLS];
+	static float sr[2 * 8], scl[COLS];
+	for (size_t i = 0; i < sizeof sr / sizeof sr[0]; i++)
+		sr[i] = 0.5f + (float)i;
+	/* 0: no column-wise copy; 1: one whose scales are all zero; 2: one the pass refuses. */
+	for (int zero_col = 0; zero_col < 3; zero_col++) {
+		struct dli_context *ctx = open_yaml(
+			"fb:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+			"  transformer_engine:\n"
+			"    LogFp8TensorStats:\n"
+			"      enabled: True\n"
+			"      tensors: [activation]\n"
+			"      stats: [fp8_block_scaling_scale_inv_max,\n"
+			"              fp8_block_scaling_scale_inv_max_columnwise]\n",
+			NULL);
+		CHECK(ctx != NULL);
+		if (!ctx)
+			return;
+		struct dli_block_quantized_tensor br = dli_block_quantized_te(
+			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, false, ROWS, COLS, q, sr, NULL);
+		struct dli_block_quantized_tensor bc = dli_block_quantized_te(
+			DLI_BLOCK_FP8_1D, DLI_DTYPE_F8E4M3, true, ROWS, COLS, q, scl, NULL);
+		if (zero_col == 2)
+			bc.scale_strides[0] = -1;
+		/* No hp: the scale ranges only. */
+		CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, NULL, NULL,
+						   &br, zero_col ? &bc : NULL),
+			  zero_col == 2 ? -EINVAL : 0);
+		CHECK_INT(dli_step(ctx), 0);
+		dli_destroy(ctx);
+		check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max", 0.5 + 15);
+		if (zero_col)
+			check_not_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max_columnwise");
+		else
+			check_logged(FC1 "_activation_fp8_block_scaling_scale_inv_max_columnwise",
+				     0.5 + 15);
+	}
+}
+
 int main(void)
 {
 	test_layouts();
+	test_scale_rules();
 	test_feature_mxfp8();
+	test_feature_strided_hp();
 	test_feature_fp8_block();
 	test_feature_nvfp4();
+	test_delayed_prefix_block();
 	test_refusals();
+	test_huge_shapes();
+	test_mirror_only_unfed();
 	remove_log_dir();
 	return check_exit();
 }
