@@ -323,9 +323,10 @@ struct dli_host {
 	/* stats_add_quantized for a block-scaled copy the host made: each block dequantized with
 	 * its own scale (docs/block-scaling.md, "The host's own tensor"), compared with `hp` for the
 	 * FP8 terms (NVFP4: underflows and the error sums), scale_inv_min/max over the blocks' scales
-	 * (the E8M0 code 0 and fp32 zeros left out, as padding). `hp` may be NULL: the scale range
-	 * only. Host memory only: -ENOTSUP for a CUDA hp; -EINVAL (with a message) for a copy whose
-	 * size, recipe, format or strides it cannot read. */
+	 * (the E8M0 code 0, fp32 and E4M3 zeros and NaN left out, as padding). `hp` may be NULL:
+	 * the scale range only. -EINVAL, with the reason in the message log and the failing call's
+	 * dli_last_error: a copy whose size, recipe, format, shape or strides it cannot read, an hp
+	 * of another shape, or a CUDA hp (host memory only for now, as stats_add_block). */
 	int (*stats_add_block_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 					 const struct dli_block_quantized_tensor *q);
 };
