@@ -182,10 +182,11 @@ elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constan
 	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
 	__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
-	*counts = _mm256_add_epi32(_mm256_sub_epi32(*counts, rz), xz);
-	*counts = _mm256_sub_epi16(*counts, ov);
+	/* one operation on the counts' chain, the rest beside it */
+	*counts = _mm256_add_epi32(*counts, _mm256_sub_epi16(_mm256_sub_epi32(xz, rz), ov));
 	__m256 xf = _mm256_mul_ps(m, f);
-	__m256 d = _mm256_sub_ps(xf, dq);
+	/* m f - dq in one rounding, one operation fewer than xf - dq: m f is xf exactly */
+	__m256 d = _mm256_fmsub_ps(m, f, dq);
 	sum->err = _mm256_fmadd_ps(d, d, sum->err);
 	sum->dqs = _mm256_fmadd_ps(dq, dq, sum->dqs);
 	sum->xs = _mm256_fmadd_ps(xf, xf, sum->xs);
