@@ -907,6 +907,444 @@ static bool big(const struct dli_tensor *t)
 	return (size_t)dli_tensor_numel(t) * dli_dtype_size(t->dtype) >= GIL_RELEASE_BYTES;
 }
 
+/* ---- Block-scaled copies (ABI 1.4, dli_inspect_tensor_block; docs/python.md) ----
+ * A copy is a dict {"recipe", "data", "scale_inv", "columnwise", "format", "amax"} in
+ * TransformerEngine's layout, or one of TransformerEngine's MXFP8Tensor, Float8BlockwiseQTensor
+ * and NVFP4Tensor, which is turned into that dict. */
+
+static const char *const block_recipe_names[] = {
+	[DLI_BLOCK_MXFP8] = "mxfp8",       [DLI_BLOCK_FP8_1D] = "fp8_block_1d",
+	[DLI_BLOCK_FP8_2D] = "fp8_block_2d", [DLI_BLOCK_NVFP4] = "nvfp4",
+	[DLI_BLOCK_NVFP4_2D] = "nvfp4_2d",
+};
+#define BLOCK_RECIPE_LIST "'mxfp8', 'fp8_block_1d', 'fp8_block_2d', 'nvfp4' or 'nvfp4_2d'"
+
+struct bview {
+	struct view data, scale, amax;
+	float amax_value; /* an amax passed as a Python number */
+	struct dli_block_quantized_tensor q;
+};
+
+static void bview_release(struct bview *b)
+{
+	view_release(&b->data);
+	view_release(&b->scale);
+	view_release(&b->amax);
+}
+
+static bool is_nvfp4(int recipe)
+{
+	return recipe == DLI_BLOCK_NVFP4 || recipe == DLI_BLOCK_NVFP4_2D;
+}
+
+/* TransformerEngine's block-scaled tensors carry _rowwise_data; its Float8Tensor carries _data. */
+static bool is_te_block(PyObject *obj)
+{
+	return PyObject_HasAttrString(obj, "_rowwise_data");
+}
+
+/* A copy in the block form: a dict or a TransformerEngine block-scaled tensor. Tuples (the
+ * per-tensor form) are answered without an attribute lookup. */
+static bool is_block_copy(PyObject *obj)
+{
+	return PyDict_Check(obj) || (!PyTuple_Check(obj) && is_te_block(obj));
+}
+
+/* obj's attribute `name` is truthy: 1, 0 when false or absent, -1 on an error. */
+static int attr_true(PyObject *obj, const char *name)
+{
+	PyObject *a = PyObject_GetAttrString(obj, name);
+	if (!a) {
+		if (!PyErr_ExceptionMatches(PyExc_AttributeError))
+			return -1;
+		PyErr_Clear();
+		return 0;
+	}
+	int on = PyObject_IsTrue(a);
+	Py_DECREF(a);
+	return on;
+}
+
+/* d[key] = obj.<name>: 0, or -1 with an exception set. */
+static int dict_set_attr(PyObject *d, const char *key, PyObject *obj, const char *name)
+{
+	PyObject *a = PyObject_GetAttrString(obj, name);
+	int rc = a ? PyDict_SetItemString(d, key, a) : -1;
+	Py_XDECREF(a);
+	return rc;
+}
+
+/* The dict form of one copy of TransformerEngine's block-scaled tensor `obj` (its row-wise copy,
+ * or its column-wise one when `columnwise`), or a new reference to None when obj holds no such
+ * copy (a tensor quantized for one usage only). */
+static PyObject *te_block_dict(PyObject *obj, bool columnwise, const char *what)
+{
+	const char *side = columnwise ? "columnwise" : "rowwise";
+	int swizzled = attr_true(obj, "_with_gemm_swizzled_scales");
+	if (swizzled < 0)
+		return NULL;
+	if (swizzled) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s holds its scales in the GEMM's swizzled layout, which "
+			     "dlinspect does not read: pass the tensor as its quantizer made it before "
+			     "the swizzle (optimize_for_gemm=False)", what);
+		return NULL;
+	}
+	int recipe;
+	bool nvfp4 = PyObject_HasAttrString(obj, "_amax_rowwise");
+	if (nvfp4) {
+		int row_scaled = attr_true(obj, "_row_scaled_nvfp4");
+		if (row_scaled < 0)
+			return NULL;
+		PyObject *e4m3_max = PyObject_GetAttrString(obj, "_nvfp4_e4m3_max");
+		long emax = 448;
+		if (e4m3_max) {
+			emax = PyLong_AsLong(e4m3_max);
+			Py_DECREF(e4m3_max);
+			if (emax == -1 && PyErr_Occurred())
+				return NULL;
+		} else {
+			PyErr_Clear();
+		}
+		if (row_scaled || emax != 448) {
+			PyErr_Format(PyExc_ValueError,
+				     "dlinspect: %s is an NVFP4 tensor with %s, which dlinspect does not "
+				     "read (an element is e2m1 * scale * amax / (6 * 448) with one amax)",
+				     what, row_scaled ? "row-scaled amax" : "a 4over6 scale bound");
+			return NULL;
+		}
+		PyObject *quantizer = PyObject_GetAttrString(obj, "_quantizer");
+		int two_d = 0;
+		if (quantizer) {
+			two_d = quantizer == Py_None ? 0 : attr_true(quantizer, "with_2d_quantization");
+			Py_DECREF(quantizer);
+		} else {
+			PyErr_Clear();
+		}
+		if (two_d < 0)
+			return NULL;
+		recipe = two_d ? DLI_BLOCK_NVFP4_2D : DLI_BLOCK_NVFP4;
+	} else {
+		PyObject *is_2d = PyObject_GetAttrString(obj, "_is_2D_scaled");
+		if (is_2d) {
+			int on = PyObject_IsTrue(is_2d);
+			Py_DECREF(is_2d);
+			if (on < 0)
+				return NULL;
+			recipe = on ? DLI_BLOCK_FP8_2D : DLI_BLOCK_FP8_1D;
+		} else {
+			PyErr_Clear();
+			recipe = DLI_BLOCK_MXFP8;
+		}
+	}
+	char name[32];
+	snprintf(name, sizeof name, "_%s_data", side);
+	PyObject *data = PyObject_GetAttrString(obj, name);
+	if (!data || data == Py_None)
+		return data;
+	PyObject *d = PyDict_New();
+	PyObject *fields[2] = {NULL, NULL}; /* the recipe's name, the format */
+	if (!d || !(fields[0] = PyUnicode_FromString(block_recipe_names[recipe])) ||
+	    PyDict_SetItemString(d, "recipe", fields[0]) || PyDict_SetItemString(d, "data", data) ||
+	    PyDict_SetItemString(d, "columnwise", columnwise ? Py_True : Py_False))
+		goto fail;
+	snprintf(name, sizeof name, "_%s_scale_inv", side);
+	if (dict_set_attr(d, "scale_inv", obj, name))
+		goto fail;
+	if (nvfp4) {
+		snprintf(name, sizeof name, "_amax_%s", side);
+		if (dict_set_attr(d, "amax", obj, name))
+			goto fail;
+	} else {
+		/* TransformerEngine's DType prints as DType.kFloat8E4M3 / DType.kFloat8E5M2. */
+		PyObject *dt = PyObject_GetAttrString(obj, "_fp8_dtype");
+		PyObject *dts = dt ? PyObject_Str(dt) : NULL;
+		Py_XDECREF(dt);
+		const char *ds = dts ? PyUnicode_AsUTF8(dts) : NULL;
+		if (ds && (strstr(ds, "E4M3") || strstr(ds, "e4m3")))
+			fields[1] = PyUnicode_FromString("float8_e4m3fn");
+		else if (ds && (strstr(ds, "E5M2") || strstr(ds, "e5m2")))
+			fields[1] = PyUnicode_FromString("float8_e5m2");
+		else if (ds)
+			PyErr_Format(PyExc_ValueError,
+				     "dlinspect: %s has _fp8_dtype %s: dlinspect reads E4M3 and E5M2 codes",
+				     what, ds);
+		Py_XDECREF(dts);
+		if (!fields[1] || PyDict_SetItemString(d, "format", fields[1]))
+			goto fail;
+	}
+	Py_DECREF(data);
+	Py_DECREF(fields[0]);
+	Py_XDECREF(fields[1]);
+	return d;
+fail:
+	Py_DECREF(data);
+	Py_XDECREF(d);
+	Py_XDECREF(fields[0]);
+	Py_XDECREF(fields[1]);
+	return NULL;
+}
+
+/* Appends "(d0, d1, ...)" of a view's shape to buf. */
+static void shape_text(const struct dli_tensor *t, char *buf, size_t size)
+{
+	size_t n = (size_t)snprintf(buf, size, "(");
+	for (int i = 0; i < t->ndim && n < size; i++)
+		n += (size_t)snprintf(buf + n, size - n, i ? ", %lld" : "%lld", (long long)t->shape[i]);
+	if (n < size)
+		snprintf(buf + n, size - n, t->ndim == 1 ? ",)" : ")");
+}
+
+/* Reads one entry of a copy's dict as a host view; `key` must be present unless `optional`
+ * (then *present says whether it was). */
+static int block_entry(PyObject *d, const char *key, struct view *v, PyObject *stream,
+		       const char *what, bool *present)
+{
+	PyObject *o = PyDict_GetItemString(d, key);
+	if (present)
+		*present = o && o != Py_None;
+	if (!o || o == Py_None) {
+		if (present)
+			return 0;
+		PyErr_Format(PyExc_ValueError, "dlinspect: %s has no '%s'", what, key);
+		return -1;
+	}
+	char label[96];
+	snprintf(label, sizeof label, "%s's %s", what, key);
+	if (view_get(o, v, false, stream, label))
+		return -1;
+	if (v->t.device.type != DLI_DEVICE_CPU) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s is in device memory: block-scaled copies are read from host "
+			     "memory only for now; pass host copies (t.cpu())", label);
+		return -1;
+	}
+	return 0;
+}
+
+#define RUP(a, m) (((a) + (m) - 1) / (m) * (m))
+#define CEIL_DIV(a, m) (((a) + (m) - 1) / (m))
+
+/* One block-scaled copy (dict or TransformerEngine tensor) for the high-precision tensor `hp`:
+ * checks its recipe, dtypes and shapes against TransformerEngine's layout for hp's rows x cols,
+ * then describes it with dli_block_quantized_te. *present is false when a TransformerEngine tensor
+ * holds no copy of that side. */
+static int bview_get(PyObject *obj, bool columnwise_arg, struct bview *b, const struct dli_tensor *hp,
+		     PyObject *stream, const char *what, bool *present)
+{
+	memset(b, 0, sizeof *b);
+	*present = true;
+	PyObject *d = obj;
+	Py_INCREF(d);
+	if (!PyDict_Check(obj)) {
+		Py_DECREF(d);
+		if (!(d = te_block_dict(obj, columnwise_arg, what)))
+			return -1;
+		if (d == Py_None) {
+			Py_DECREF(d);
+			*present = false;
+			return 0;
+		}
+	}
+	int rc = -1;
+	PyObject *r = PyDict_GetItemString(d, "recipe");
+	const char *rn = r && PyUnicode_Check(r) ? PyUnicode_AsUTF8(r) : NULL;
+	int recipe = 0;
+	for (int i = DLI_BLOCK_MXFP8; rn && i <= DLI_BLOCK_NVFP4_2D; i++)
+		if (!strcmp(rn, block_recipe_names[i]))
+			recipe = i;
+	if (!recipe) {
+		PyErr_Format(PyExc_ValueError, "dlinspect: %s's recipe must be " BLOCK_RECIPE_LIST
+			     ", not %R", what, r ? r : Py_None);
+		goto out;
+	}
+	PyObject *cw = PyDict_GetItemString(d, "columnwise");
+	int columnwise = cw ? PyObject_IsTrue(cw) : 0;
+	if (columnwise < 0)
+		goto out;
+	bool nvfp4 = is_nvfp4(recipe);
+	/* The element format: FP8 codes name theirs by dtype or by `format`. */
+	PyObject *f = PyDict_GetItemString(d, "format");
+	int format = DLI_DTYPE_U8;
+	if (f && f != Py_None) {
+		const char *fs = PyUnicode_Check(f) ? PyUnicode_AsUTF8(f) : NULL;
+		format = fs ? dtype_from_numpy_name(fs) : -1;
+		if (nvfp4 || (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2)) {
+			PyErr_Format(PyExc_ValueError,
+				     nvfp4 ? "dlinspect: %s's format is not read for %s (its codes are "
+					     "E2M1): leave it out, not %R"
+					   : "dlinspect: %s's format must be 'float8_e4m3fn' or "
+					     "'float8_e5m2' for %s, not %R",
+				     what, rn, f);
+			goto out;
+		}
+	}
+	if (block_entry(d, "data", &b->data, stream, what, NULL))
+		goto out;
+	int dt = b->data.t.dtype;
+	if (nvfp4 ? dt != DLI_DTYPE_U8
+		  : !(dt == DLI_DTYPE_U8 && format != DLI_DTYPE_U8) &&
+			    !((dt == DLI_DTYPE_F8E4M3 || dt == DLI_DTYPE_F8E5M2) &&
+			      (format == DLI_DTYPE_U8 || format == dt))) {
+		if (nvfp4)
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s's data has dtype %s: %s data is uint8, two E2M1 "
+				     "codes a byte", what, dtype_names[dt], rn);
+		else if (format == DLI_DTYPE_U8)
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s's data has dtype %s: pass float8_e4m3fn or "
+				     "float8_e5m2 data, or uint8 codes with 'format'", what, dtype_names[dt]);
+		else
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s's data has dtype %s, not uint8 or its format %s", what,
+				     dtype_names[dt], dtype_names[format]);
+		goto out;
+	}
+	if (!nvfp4 && format == DLI_DTYPE_U8)
+		format = dt;
+
+	/* hp as TransformerEngine flattens it: cols its last dimension, rows the product of the
+	 * others. */
+	int64_t cols = hp->ndim ? hp->shape[hp->ndim - 1] : 1, rows = 1;
+	for (int i = 0; i + 1 < hp->ndim; i++)
+		rows *= hp->shape[i];
+	/* The codes: rows x cols, transposed (cols first) in FP8 block scaling's and NVFP4's
+	 * column-wise copies, NVFP4's two a byte along their inner dimension. */
+	bool transposed = columnwise && recipe != DLI_BLOCK_MXFP8;
+	int64_t outer = transposed ? cols : rows, inner = transposed ? rows : cols;
+	if (nvfp4)
+		inner = CEIL_DIV(inner, 2);
+	const struct dli_tensor *codes = &b->data.t;
+	int64_t n = dli_tensor_numel(codes);
+	bool shape_ok = n == outer * inner && codes->ndim >= 1 &&
+			(transposed ? codes->shape[0] == outer : codes->shape[codes->ndim - 1] == inner);
+	char got[96];
+	if (!shape_ok) {
+		shape_text(codes, got, sizeof got);
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s's data has shape %s: a %s %s copy of a %lld x %lld tensor "
+			     "(rows x cols) holds %lld x %lld %s%s", what, got, rn,
+			     columnwise ? "column-wise" : "row-wise", (long long)rows, (long long)cols,
+			     (long long)outer, (long long)inner, nvfp4 ? "bytes" : "codes",
+			     transposed ? " (transposed: cols first)" : "");
+		goto out;
+	}
+
+	/* The scales, in the shape of TransformerEngine's get_scale_shape. */
+	int64_t srows, scols;
+	switch (recipe) {
+	case DLI_BLOCK_MXFP8:
+		srows = columnwise ? RUP(CEIL_DIV(rows, 32), 4) : RUP(rows, 128);
+		scols = columnwise ? RUP(cols, 128) : RUP(CEIL_DIV(cols, 32), 4);
+		break;
+	case DLI_BLOCK_FP8_1D:
+		srows = columnwise ? CEIL_DIV(rows, 128) : CEIL_DIV(cols, 128);
+		scols = columnwise ? RUP(cols, 4) : RUP(rows, 4);
+		break;
+	case DLI_BLOCK_FP8_2D:
+		srows = CEIL_DIV(columnwise ? cols : rows, 128);
+		scols = RUP(CEIL_DIV(columnwise ? rows : cols, 128), 4);
+		break;
+	default: /* NVFP4, 1-D and 2-D alike: a 2-D tile repeats its scale on its 16 rows */
+		srows = RUP(columnwise ? cols : rows, 128);
+		scols = RUP(CEIL_DIV(columnwise ? rows : cols, 16), 4);
+		break;
+	}
+	if (block_entry(d, "scale_inv", &b->scale, stream, what, NULL))
+		goto out;
+	int sdt = b->scale.t.dtype;
+	bool scodesok = recipe == DLI_BLOCK_FP8_1D || recipe == DLI_BLOCK_FP8_2D
+			      ? sdt == DLI_DTYPE_F32
+			      : sdt == DLI_DTYPE_U8 || (nvfp4 && sdt == DLI_DTYPE_F8E4M3);
+	if (!scodesok) {
+		PyErr_Format(PyExc_TypeError, "dlinspect: %s's scale_inv has dtype %s, not %s", what,
+			     dtype_names[sdt],
+			     recipe == DLI_BLOCK_MXFP8 ? "uint8 (E8M0 exponents)"
+			     : nvfp4 ? "uint8 or float8_e4m3fn (E4M3 block scales)"
+				     : "float32");
+		goto out;
+	}
+	const struct dli_tensor *st = &b->scale.t;
+	if (st->ndim != 2 || st->shape[0] != srows || st->shape[1] != scols) {
+		shape_text(st, got, sizeof got);
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s's scale_inv has shape %s: TransformerEngine's layout of %s "
+			     "%s scales for a %lld x %lld tensor (rows x cols) is (%lld, %lld)",
+			     what, got, rn, columnwise ? "column-wise" : "row-wise", (long long)rows,
+			     (long long)cols, (long long)srows, (long long)scols);
+		goto out;
+	}
+
+	/* NVFP4's global amax: one float32, as a tensor or a number. */
+	const float *amax = NULL;
+	PyObject *a = PyDict_GetItemString(d, "amax");
+	if (a && a != Py_None && !nvfp4) {
+		PyErr_Format(PyExc_ValueError, "dlinspect: %s's amax is read for NVFP4 only, not %s",
+			     what, rn);
+		goto out;
+	}
+	if (nvfp4 && a && (PyFloat_Check(a) || PyLong_Check(a))) {
+		b->amax_value = (float)PyFloat_AsDouble(a);
+		if (PyErr_Occurred())
+			goto out;
+		amax = &b->amax_value;
+	} else if (nvfp4) {
+		if (block_entry(d, "amax", &b->amax, stream, what, NULL))
+			goto out;
+		if (b->amax.t.dtype != DLI_DTYPE_F32 || dli_tensor_numel(&b->amax.t) != 1) {
+			shape_text(&b->amax.t, got, sizeof got);
+			PyErr_Format(PyExc_ValueError,
+				     "dlinspect: %s's amax is %s of shape %s: it must be one float32 (the "
+				     "copy's global amax; a row-scaled amax is not read)", what,
+				     dtype_names[b->amax.t.dtype], got);
+			goto out;
+		}
+		amax = b->amax.t.data;
+	}
+	b->q = dli_block_quantized_te(recipe, (enum dli_dtype)format, columnwise, rows, cols,
+				      b->data.t.data, b->scale.t.data, amax);
+	rc = 0;
+out:
+	Py_DECREF(d);
+	return rc;
+}
+#undef RUP
+#undef CEIL_DIV
+
+/* inspect_tensor with block-scaled copies: dli_inspect_tensor_block over hp's view `v`. */
+static int inspect_block(struct dli_layer *h, int t, struct view *v, PyObject *rowwise,
+			 PyObject *colwise, PyObject *stream)
+{
+	struct bview rb, cb;
+	bool has_r = !is_none(rowwise), has_c = !is_none(colwise);
+	memset(&rb, 0, sizeof rb);
+	memset(&cb, 0, sizeof cb);
+	int rc = -1;
+	if (has_r && bview_get(rowwise, false, &rb, &v->t, stream, "rowwise_quantized_tensor", &has_r))
+		goto out;
+	if (has_c &&
+	    bview_get(colwise, true, &cb, &v->t, stream, "columnwise_quantized_tensor", &has_c))
+		goto out;
+	const int64_t *strides = v->strided ? v->strides : NULL;
+	if (big(&v->t)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_inspect_tensor_block(h, t, &v->t, strides, has_r ? &rb.q : NULL,
+					      has_c ? &cb.q : NULL);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = dli_inspect_tensor_block(h, t, &v->t, strides, has_r ? &rb.q : NULL,
+					      has_c ? &cb.q : NULL);
+	}
+	if (rc) {
+		raise_call_error("inspect_tensor", rc);
+		rc = -1;
+	}
+out:
+	bview_release(&rb);
+	bview_release(&cb);
+	return rc;
+}
+
 /* ---- The call set, shared by Layer methods and module functions ---- */
 
 /* The *_enabled queries' answers, with one signature for their table (enabled_queries): `subject`
@@ -986,6 +1424,21 @@ static PyObject *do_inspect_tensor(LayerObject *l, PyObject *tensor, PyObject *o
 	PyObject *ret = NULL;
 	if (view_get_ex(obj, &v, false, true, stream, "the tensor"))
 		goto out;
+	bool block_r = has_r && is_block_copy(rowwise), block_c = has_c && is_block_copy(colwise);
+	if (block_r || block_c) {
+		if ((has_r && !block_r) || (has_c && !block_c)) {
+			PyErr_SetString(PyExc_TypeError,
+					"dlinspect: rowwise_quantized_tensor and columnwise_quantized_tensor "
+					"must both be block-scaled copies (a dict or a TransformerEngine "
+					"block-scaled tensor) or both per-tensor ones");
+			goto out;
+		}
+		if (inspect_block(h, t, &v, rowwise, colwise, stream) == 0) {
+			ret = Py_None;
+			Py_INCREF(ret);
+		}
+		goto out;
+	}
 	if ((has_r && qview_get(rowwise, &rq, stream, "rowwise_quantized_tensor")) ||
 	    (has_c && qview_get(colwise, &cq, stream, "columnwise_quantized_tensor")))
 		goto out;
