@@ -460,6 +460,13 @@ int dli_stats_add_block_quantized(struct dli_stats_acc *acc, const struct dli_te
 	if (!acc || !q)
 		return -EINVAL;
 	const char *why = NULL;
+	/* The size first: `device` is a member of the 1.4 struct. */
+	if (q->size >= sizeof *q && q->device.type != DLI_DEVICE_CPU)
+		return refuse(acc, "the host's block-scaled copy (recipe %d, %s) is in %s memory: "
+				   "block-scaled copies are read from host memory only for now (the "
+				   "CUDA backend has no block-scaled pass); pass host copies",
+			      q->recipe, q->columnwise ? "column-wise" : "row-wise",
+			      q->device.type == DLI_DEVICE_CUDA ? "CUDA" : "device");
 	if (dli_cpu_block_quantized_check(q, &why))
 		return refuse(acc, "cannot read the host's block-scaled copy (recipe %d, %s, %lld x "
 				   "%lld): %s",

@@ -90,7 +90,7 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 
 /* ---- A block-scaled copy the host quantized (kernels/cpu/block-quantized.c) ---- */
 
-/* 0 when the CPU pass can read `q` (a struct of ABI 1.4 or later, a known recipe with its
+/* 0 when the CPU pass can read `q` (a struct of ABI 1.4 or later in host memory, a known recipe with its
  * format, a shape, pointers, strides whose indices stay below 2^62); -EINVAL with *why (static
  * text, when why is non-NULL) otherwise. Does not compare the size with a tensor. */
 int dli_cpu_block_quantized_check(const struct dli_block_quantized_tensor *q, const char **why);

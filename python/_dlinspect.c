@@ -1095,8 +1095,9 @@ static void shape_text(const struct dli_tensor *t, char *buf, size_t size)
 		snprintf(buf + n, size - n, t->ndim == 1 ? ",)" : ")");
 }
 
-/* Reads one entry of a copy's dict as a host view; `key` must be present unless `optional`
- * (then *present says whether it was). */
+/* Reads one entry of a copy's dict as a view; `key` must be present unless `present` is given
+ * (then *present says whether it was). A view in device memory is taken: the core says whether
+ * any feature needed to read it. */
 static int block_entry(PyObject *d, const char *key, struct view *v, PyObject *stream,
 		       const char *what, bool *present)
 {
@@ -1111,15 +1112,7 @@ static int block_entry(PyObject *d, const char *key, struct view *v, PyObject *s
 	}
 	char label[96];
 	snprintf(label, sizeof label, "%s's %s", what, key);
-	if (view_get(o, v, false, stream, label))
-		return -1;
-	if (v->t.device.type != DLI_DEVICE_CPU) {
-		PyErr_Format(PyExc_ValueError,
-			     "dlinspect: %s is in device memory: block-scaled copies are read from host "
-			     "memory only for now; pass host copies (t.cpu())", label);
-		return -1;
-	}
-	return 0;
+	return view_get(o, v, false, stream, label);
 }
 
 #define RUP(a, m) (((a) + (m) - 1) / (m) * (m))
@@ -1303,6 +1296,18 @@ static int bview_get(PyObject *obj, bool columnwise_arg, struct bview *b, const 
 	}
 	b->q = dli_block_quantized_te(recipe, (enum dli_dtype)format, columnwise, rows, cols,
 				      b->data.t.data, b->scale.t.data, amax);
+	/* One memory space for the copy; the core reads host memory only for now, and says so
+	 * when a feature needs a copy that is elsewhere. */
+	const struct dli_device *dd = &b->data.t.device;
+	if (b->scale.t.device.type != dd->type || b->scale.t.device.index != dd->index ||
+	    (b->amax.t.data && (b->amax.t.device.type != dd->type ||
+				b->amax.t.device.index != dd->index))) {
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: %s's data, scale_inv and amax must be in one memory space "
+			     "(one device)", what);
+		goto out;
+	}
+	b->q.device = *dd;
 	rc = 0;
 out:
 	Py_DECREF(d);

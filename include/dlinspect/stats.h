@@ -124,7 +124,7 @@ struct dli_block_spec {
  * 128 x 128, DLI_BLOCK_NVFP4 1 x 16 (16 x 1), DLI_BLOCK_NVFP4_2D 16 x 16. Both layouts are given
  * as strides in elements, any non-negative value, so that transposed copies and padded scale
  * matrices need no copy; dli_block_quantized_te fills them for TransformerEngine's layouts.
- * Everything is borrowed for the call it is passed to; host memory only for now. */
+ * Everything is borrowed for the call it is passed to. */
 struct dli_block_quantized_tensor {
 	uint32_t size;         /* sizeof(struct dli_block_quantized_tensor) of the host that filled it */
 	int recipe;            /* enum dli_block_recipe */
@@ -144,6 +144,10 @@ struct dli_block_quantized_tensor {
 	/* NVFP4 only: the copy's fp32 global amax (TransformerEngine's _amax_rowwise or
 	 * _amax_columnwise): an element is e2m1 * scale * amax / (6 * 448). NULL otherwise. */
 	const float *amax;
+	/* Where data, scale_inv and amax are (one memory space for the three). Only host memory is
+	 * read for now: a copy in CUDA memory fails the statistics that would read it, with the
+	 * reason, and leaves the call's other features alone. dli_block_quantized_te: the host. */
+	struct dli_device device;
 };
 
 /* The descriptor of one copy in TransformerEngine's layout (the shapes of its quantizers'

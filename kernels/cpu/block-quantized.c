@@ -54,12 +54,15 @@ int dli_cpu_block_quantized_check(const struct dli_block_quantized_tensor *q, co
 		"no data or no scale_inv",
 		"NVFP4 needs the copy's amax",
 		"a negative stride, or strides reaching beyond 2^62 elements",
+		"not in host memory",
 	};
 	int k = -1;
 	int64_t bh, bw;
 
 	if (q->size < sizeof(*q))
 		k = 0;
+	else if (q->device.type != DLI_DEVICE_CPU)
+		k = 9;
 	else if (q->recipe < DLI_BLOCK_MXFP8 || q->recipe > DLI_BLOCK_NVFP4_2D)
 		k = 1;
 	else if (!is_nvfp4(q->recipe) && q->format != DLI_DTYPE_F8E4M3 &&

@@ -673,7 +673,29 @@ static void test_refusals(void)
 		dli_block_quantized_te(DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, false, 8, 64, q, sc, NULL);
 	CHECK_INT(dli_inspect_tensor_block(l, DLI_TENSOR_ACTIVATION, &dev, NULL, &ok, NULL), -EINVAL);
 	CHECK(strstr(dli_last_error(ctx), "CUDA") != NULL);
+	/* A copy in CUDA memory, which a statistic needs: refused, nothing read. */
+	struct dli_block_quantized_tensor on_device = ok;
+	on_device.device.type = DLI_DEVICE_CUDA;
+	CHECK_INT(dli_inspect_tensor_block(l, DLI_TENSOR_ACTIVATION, &t, NULL, &on_device, NULL),
+		  -EINVAL);
+	CHECK(strstr(dli_last_error(ctx), "is in CUDA memory") != NULL);
+	CHECK_INT(dli_cpu_block_quantized_check(&on_device, &why), -EINVAL);
 	dli_destroy(ctx);
+
+	/* The same copy where no feature reads copies: the call goes on, its statistics logged. */
+	ctx = open_yaml("plain:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+			"  transformer_engine:\n"
+			"    LogTensorStats: {enabled: True, tensors: [activation], stats: [max]}\n",
+			NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	x[5] = 3.5f;
+	CHECK_INT(dli_inspect_tensor_block(layer(ctx, FC1), DLI_TENSOR_ACTIVATION, &t, NULL,
+					   &on_device, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	check_logged(FC1 "_activation_max", 3.5);
 }
 
 /* Zero strides keep every code index small whatever the shape, so rows * cols (which indexes hp)

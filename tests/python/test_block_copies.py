@@ -686,12 +686,16 @@ def test_errors_name_what_is_wrong():
         expect_error(ValueError, ["format must be 'float8_e4m3fn' or 'float8_e5m2'"],
                      call(dict(good, format="float16")))
         expect_error(ValueError, ["amax is read for NVFP4 only"], call(dict(good, amax=1.0)))
-        expect_error(ValueError, ["rowwise_quantized_tensor's data is in device memory",
-                                  "host memory only"],
+        expect_error(ValueError, ["data, scale_inv and amax must be in one memory space"],
                      call(dict(good, data=FakeCudaArray((40, 96)))))
+        # A copy in device memory reaches the core, which refuses it where a statistic needs it.
+        expect_error(dlinspect.Error, ["is in CUDA memory", "host memory only for now"],
+                     call(dict(good, data=FakeCudaArray((40, 96)),
+                               scale_inv=FakeCudaArray((128, 4)))))
         if torch is not None and torch.cuda.is_available():
-            expect_error(ValueError, ["rowwise_quantized_tensor's scale_inv is in device memory"],
-                         call(dict(good, scale_inv=good["scale_inv"].cuda())))
+            expect_error(dlinspect.Error, ["is in CUDA memory"],
+                         call(dict(good, data=good["data"].cuda(),
+                                   scale_inv=good["scale_inv"].cuda())))
         expect_error(TypeError, ["both be block-scaled copies"], call(good, (x, 1.0)))
         nv = make_copy(rng, "nvfp4", False, None, x)
         te = as_te(nv, None, (40,))
