@@ -974,22 +974,36 @@ static int dict_set_attr(PyObject *d, const char *key, PyObject *obj, const char
 	return rc;
 }
 
+/* A TransformerEngine tensor whose layout struct dli_block_quantized_tensor cannot describe:
+ * said once per kind with a RuntimeWarning, and handed over as no copy, so that the statistics
+ * of the host's own copy are not logged (LogFp8TensorStats says so) while everything else, the
+ * what-ifs from hp included, goes on. New reference to None, or NULL when the warning raised. */
+static PyObject *te_block_unreadable(int kind, const char *what, const char *why)
+{
+	static bool warned[3];
+	if (!warned[kind]) {
+		warned[kind] = true;
+		if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+				     "dlinspect: %s %s, which dlinspect does not read: its copies are "
+				     "not handed to the features (said once)", what, why) < 0)
+			return NULL;
+	}
+	Py_RETURN_NONE;
+}
+
 /* The dict form of one copy of TransformerEngine's block-scaled tensor `obj` (its row-wise copy,
  * or its column-wise one when `columnwise`), or a new reference to None when obj holds no such
- * copy (a tensor quantized for one usage only). */
+ * copy (a tensor quantized for one usage only) or none that can be read
+ * (te_block_unreadable). */
 static PyObject *te_block_dict(PyObject *obj, bool columnwise, const char *what)
 {
 	const char *side = columnwise ? "columnwise" : "rowwise";
 	int swizzled = attr_true(obj, "_with_gemm_swizzled_scales");
 	if (swizzled < 0)
 		return NULL;
-	if (swizzled) {
-		PyErr_Format(PyExc_ValueError,
-			     "dlinspect: %s holds its scales in the GEMM's swizzled layout, which "
-			     "dlinspect does not read: pass the tensor as its quantizer made it before "
-			     "the swizzle (optimize_for_gemm=False)", what);
-		return NULL;
-	}
+	if (swizzled)
+		return te_block_unreadable(0, what, "holds its scales in the GEMM's swizzled layout "
+					      "(optimize_for_gemm)");
 	int recipe;
 	bool nvfp4 = PyObject_HasAttrString(obj, "_amax_rowwise");
 	if (nvfp4) {
@@ -1006,13 +1020,12 @@ static PyObject *te_block_dict(PyObject *obj, bool columnwise, const char *what)
 		} else {
 			PyErr_Clear();
 		}
-		if (row_scaled || emax != 448) {
-			PyErr_Format(PyExc_ValueError,
-				     "dlinspect: %s is an NVFP4 tensor with %s, which dlinspect does not "
-				     "read (an element is e2m1 * scale * amax / (6 * 448) with one amax)",
-				     what, row_scaled ? "row-scaled amax" : "a 4over6 scale bound");
-			return NULL;
-		}
+		if (row_scaled)
+			return te_block_unreadable(1, what, "is an NVFP4 tensor with a row-scaled amax");
+		if (emax != 448)
+			return te_block_unreadable(2, what, "is an NVFP4 tensor with a 4over6 scale "
+						      "bound (an element is e2m1 * scale * amax / "
+						      "(6 * 448) with one amax)");
 		PyObject *quantizer = PyObject_GetAttrString(obj, "_quantizer");
 		int two_d = 0;
 		if (quantizer) {
