@@ -76,9 +76,19 @@ static void use_layer(struct dli_context *ctx, const char *name)
 				(void)dli_inspect_tensor_postquantize(l, (enum dli_gemm)g, t, &q);
 		}
 	}
+	/* A block-scaled host's copies: an MXFP8 row-wise one and an NVFP4 column-wise one (every
+	 * code and scale in bounds for a 2 x 2 tensor in TransformerEngine's layouts). */
+	static uint8_t codes[4] = {0x38, 0xb8, 0x00, 0x7e}, scales[128 * 128];
+	memset(scales, 127, sizeof scales);
+	struct dli_block_quantized_tensor mx = dli_block_quantized_te(
+		DLI_BLOCK_MXFP8, DLI_DTYPE_F8E4M3, 0, 2, 2, codes, scales, NULL);
+	struct dli_block_quantized_tensor nv = dli_block_quantized_te(
+		DLI_BLOCK_NVFP4, DLI_DTYPE_U8, 1, 2, 2, codes, scales, &amax);
 	for (int t = 0; t < DLI_TENSOR_STANDARD_COUNT + 1; t++)
-		if (dli_inspect_tensor_enabled(l, t, &next))
+		if (dli_inspect_tensor_enabled(l, t, &next)) {
 			(void)dli_inspect_tensor(l, t, &in, &q, NULL);
+			(void)dli_inspect_tensor_block(l, t, &in, NULL, &mx, &nv);
+		}
 	int host = dli_tensor_id(ctx, "tensor1");
 	if (host >= 0 && dli_inspect_tensor_enabled(l, host, &next))
 		(void)dli_inspect_tensor(l, host, &in, NULL, NULL);
