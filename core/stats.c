@@ -402,6 +402,24 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	return merge_host_hist(acc, &rec, t, n);
 }
 
+/* Merges the record of a host copy compared with hp (n elements; NULL: the scale range only).
+ * The comparison leaves NaN and infinite hp elements out. Rare, so only then: the element counts
+ * of hp join the record, so that finalizing counts an infinity as an overflow and its mse as
+ * infinite, as for the current-scaling pass (kernels/record.c). */
+static int merge_compared(struct dli_stats_acc *acc, const struct dli_tensor *hp, int64_t n,
+			  struct dli_stats_record *rec)
+{
+	if (hp && rec->fp8_count < (uint64_t)n) {
+		struct dli_stats_record pass;
+		int r = dli_cpu_stats(hp->data, hp->dtype, n, NULL, &pass);
+		if (r)
+			return r;
+		memcpy(rec, &pass, offsetof(struct dli_stats_record, fp8_count));
+	}
+	merge_host(acc, rec);
+	return 0;
+}
+
 int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 			    const struct dli_quantized_tensor *q)
 {
@@ -436,19 +454,7 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 	int r = dli_cpu_fp8_compare_quantized(hp ? hp->data : NULL, hp ? hp->dtype : DLI_DTYPE_F32,
 					      qt->data, qt->dtype, q->scale_inv, q->scale_inv_count,
 					      n, NULL, &rec);
-	if (r)
-		return r;
-	/* The comparison leaves NaN and infinite hp elements out. Rare, so only then: the element
-	 * counts of hp join the record, so that finalizing counts an infinity as an overflow and
-	 * its mse as infinite, as for the current-scaling pass (kernels/record.c). */
-	if (hp && rec.fp8_count < (uint64_t)n) {
-		struct dli_stats_record pass;
-		if ((r = dli_cpu_stats(hp->data, hp->dtype, n, NULL, &pass)))
-			return r;
-		memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
-	}
-	merge_host(acc, &rec);
-	return 0;
+	return r ? r : merge_compared(acc, hp, n, &rec);
 }
 
 static void matrix_view(const struct dli_tensor *t, int64_t n, int64_t *rows, int64_t *cols);
@@ -497,17 +503,7 @@ int dli_stats_add_block_quantized(struct dli_stats_acc *acc, const struct dli_te
 	struct dli_stats_record rec;
 	int r = dli_cpu_block_compare_quantized(hp ? hp->data : NULL,
 						hp ? hp->dtype : DLI_DTYPE_F32, q, &rec);
-	if (r)
-		return r;
-	/* As for a per-tensor copy: hp's counts join the record only when it holds NaN or inf. */
-	if (hp && rec.fp8_count < (uint64_t)n) {
-		struct dli_stats_record pass;
-		if ((r = dli_cpu_stats(hp->data, hp->dtype, n, NULL, &pass)))
-			return r;
-		memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
-	}
-	merge_host(acc, &rec);
-	return 0;
+	return r ? r : merge_compared(acc, hp, n, &rec);
 }
 
 static int acc_merge(struct dli_stats_acc *acc, struct dli_stats_record *out);

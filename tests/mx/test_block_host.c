@@ -613,17 +613,22 @@ static void test_delayed_prefix_block(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "are a delayed-scaling host's"), 1);
 }
 
+/* A context whose LogFp8TensorStats logs the activation's mse from the host's copy. */
+static struct dli_context *open_fp8_mse(void)
+{
+	return open_yaml("mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
+			 "  transformer_engine:\n"
+			 "    LogFp8TensorStats:\n"
+			 "      enabled: True\n"
+			 "      tensors: [activation]\n"
+			 "      stats: [mse]\n",
+			 NULL);
+}
+
 /* Copies the pass cannot read fail the call, dli_last_error saying why. */
 static void test_refusals(void)
 {
-	struct dli_context *ctx = open_yaml(
-		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
-		"  transformer_engine:\n"
-		"    LogFp8TensorStats:\n"
-		"      enabled: True\n"
-		"      tensors: [activation]\n"
-		"      stats: [mse]\n",
-		NULL);
+	struct dli_context *ctx = open_fp8_mse();
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
@@ -718,14 +723,7 @@ static void test_huge_shapes(void)
 	b.cols = (INT64_C(1) << 62) / big;
 	CHECK_INT(dli_cpu_block_quantized_check(&b, NULL), 0);
 
-	struct dli_context *ctx = open_yaml(
-		"mx:\n  enabled: True\n  layers: {layer_name_regex_pattern: fc1}\n"
-		"  transformer_engine:\n"
-		"    LogFp8TensorStats:\n"
-		"      enabled: True\n"
-		"      tensors: [activation]\n"
-		"      stats: [mse]\n",
-		NULL);
+	struct dli_context *ctx = open_fp8_mse();
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
