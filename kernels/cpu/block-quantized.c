@@ -99,33 +99,33 @@ struct copy {
 	float table[256]; /* code -> value (NVFP4: the 16 E2M1 values) */
 };
 
-/* What block (bi, bj)'s codes are multiplied by. */
-static float block_scale(const struct copy *c, int64_t bi, int64_t bj)
+/* What block (bi, bj)'s codes are multiplied by; *counts: whether it joins scale_inv_min/max,
+ * which leave out what a padded layout holds in its padding (the E8M0 code 0, an fp32 zero, an
+ * E4M3 zero) and NaN. */
+static float block_scale(const struct copy *c, int64_t bi, int64_t bj, bool *counts)
 {
 	const struct dli_block_quantized_tensor *q = c->q;
 	int64_t k = bi * q->scale_strides[0] + bj * q->scale_strides[1];
+	const uint8_t *b = q->scale_inv;
+	float s;
+	bool padding;
 	switch (q->recipe) {
 	case DLI_BLOCK_MXFP8:
-		return (float)dli_mx_scale_inv(((const uint8_t *)q->scale_inv)[k]);
+		s = (float)dli_mx_scale_inv(b[k]);
+		padding = b[k] == 0;
+		break;
 	case DLI_BLOCK_FP8_1D:
 	case DLI_BLOCK_FP8_2D:
-		return ((const float *)q->scale_inv)[k];
+		s = ((const float *)q->scale_inv)[k];
+		padding = s == 0.0f;
+		break;
 	default:
-		return dli_nvfp4_dequant_scale(((const uint8_t *)q->scale_inv)[k], *q->amax);
+		s = dli_nvfp4_dequant_scale(b[k], *q->amax);
+		padding = (b[k] & 0x7f) == 0;
+		break;
 	}
-}
-
-/* Whether block (bi, bj)'s scale joins scale_inv_min/max: not the E8M0 code 0 nor NaN, no fp32
- * zero or NaN, no E4M3 zero: what a padded layout holds in its padding. */
-static bool scale_counts(const struct copy *c, int64_t bi, int64_t bj, float s)
-{
-	const struct dli_block_quantized_tensor *q = c->q;
-	int64_t k = bi * q->scale_strides[0] + bj * q->scale_strides[1];
-	if (q->recipe == DLI_BLOCK_MXFP8)
-		return ((const uint8_t *)q->scale_inv)[k] != 0 && !isnan(s);
-	if (c->nvfp4)
-		return (((const uint8_t *)q->scale_inv)[k] & 0x7f) != 0 && !isnan(s);
-	return s != 0.0f && !isnan(s);
+	*counts = !padding && !isnan(s);
+	return s;
 }
 
 static uint8_t code_at(const struct copy *c, int64_t i, int64_t j)
@@ -168,9 +168,9 @@ int dli_cpu_block_compare_quantized(const void *hp, enum dli_dtype hp_dtype,
 		int64_t r1 = r0 + bh < q->rows ? r0 + bh : q->rows, bi = r0 / bh;
 		for (int64_t c0 = 0; c0 < q->cols; c0 += bw) {
 			int64_t c1 = c0 + bw < q->cols ? c0 + bw : q->cols, bj = c0 / bw;
-			float s = block_scale(&c, bi, bj);
-			/* NaN compares false: never a min or max */
-			if (scale_counts(&c, bi, bj, s)) {
+			bool counts;
+			float s = block_scale(&c, bi, bj, &counts);
+			if (counts) {
 				lo = s < lo ? s : lo;
 				hi = s > hi ? s : hi;
 			}
