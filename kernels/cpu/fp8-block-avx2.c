@@ -357,9 +357,13 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
  * extremes kept as one number each: row_max[i] its largest magnitude, row_low[i] its smallest
  * nonzero one less 1 (0xffff: none), as bf16 bits (rows past r1 - r0: 0 and 0xffff), so that
  * what the tile needs of its rows is found 16 rows a vector afterwards (tile_extremes_bf16,
- * under_rows_of_bf16), where a row took a dozen operations and a branch for it. */
+ * under_rows_of_bf16), where a row took a dozen operations and a branch for it. With `next`, the
+ * rows of the next tile are prefetched too: its first pass runs with this tile's steps (struct
+ * next_bounds), which prefetch only the tile after it, and found it in memory (measured: 1 to 2 %
+ * faster on a 64 MiB view, a strip's second tile a 32nd of it). */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
-			     uint16_t row_max[DLI_FP8B_BLOCK], uint16_t row_low[DLI_FP8B_BLOCK])
+			     bool next, uint16_t row_max[DLI_FP8B_BLOCK],
+			     uint16_t row_low[DLI_FP8B_BLOCK])
 {
 	const size_t stride = (size_t)cols * 2;
 
@@ -368,6 +372,9 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		if (next)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
+				_mm_prefetch(p + DLI_FP8B_BLOCK * 2 + j, _MM_HINT_T0);
 		bounds_row_bf16(p, &row_max[r - r0], &row_low[r - r0]);
 	}
 	for (int64_t i = r1 - r0; i < DLI_FP8B_BLOCK; i++) {
@@ -568,7 +575,8 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_BF16) {
 			if (!have_bounds)
-				tile_bounds_bf16(data, cols, r0, r1, c0, row_max16, row_low16);
+				tile_bounds_bf16(data, cols, r0, r1, c0, next != NULL, row_max16,
+						 row_low16);
 			tile_extremes_bf16(row_max16, row_low16, &m, &lowm, &fin_lanes, nf_rows);
 		} else
 			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
