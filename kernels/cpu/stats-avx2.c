@@ -695,19 +695,40 @@ enum kind {
 	EXTREME,   /* the double lanes: magnitudes the float lanes cannot take, or FP8 NaN/inf */
 };
 
-/* Also not inlined, for the same reason. finite_sq as block()'s (nonnull: the integer pass's
- * squares are then not a branch). */
-__attribute__((noinline, nonnull)) static enum kind block_odd(const unsigned char *p,
-							      enum dli_dtype dt, int64_t n,
-							      float shift, int64_t pf,
-							      struct dli_stats_record *r,
-							      double *finite_sq)
+/* finite_sq as block()'s. */
+INLINE enum kind block_odd_of(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+			      int64_t pf, struct dli_stats_record *r, double *finite_sq)
 {
 	if (nf_block(p, dt, n, pf, r, finite_sq))
 		return NONFINITE;
 	enum kind k = block_rare(p, dt, n, shift, pf, r) ? EXTREME : CLEAN;
-	*finite_sq = r->sum_sq;
+	if (finite_sq)
+		*finite_sq = r->sum_sq;
 	return k;
+}
+
+/* Also not inlined, for the same reason; one copy with the finite sum (nonnull: its squares are
+ * then no branch in the integer pass's loop) and one without (a view's pass). */
+__attribute__((noinline, nonnull)) static enum kind
+block_odd_finite(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift, int64_t pf,
+		 struct dli_stats_record *r, double *finite_sq)
+{
+	return block_odd_of(p, dt, n, shift, pf, r, finite_sq);
+}
+
+__attribute__((noinline)) static enum kind block_odd_plain(const unsigned char *p,
+							   enum dli_dtype dt, int64_t n,
+							   float shift, int64_t pf,
+							   struct dli_stats_record *r)
+{
+	return block_odd_of(p, dt, n, shift, pf, r, NULL);
+}
+
+INLINE enum kind block_odd(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+			   int64_t pf, struct dli_stats_record *r, double *finite_sq)
+{
+	return finite_sq ? block_odd_finite(p, dt, n, shift, pf, r, finite_sq)
+			 : block_odd_plain(p, dt, n, shift, pf, r);
 }
 
 /* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. prev: how
@@ -717,8 +738,9 @@ __attribute__((noinline, nonnull)) static enum kind block_odd(const unsigned cha
  * whichever path takes it, prefetches (DLI_PREFETCH_BYTES; for a view, where its next bytes are:
  * runs-private.h); the integer pass needs it as much as the float one, since in data full of NaN
  * it reads every block from memory, and a view's runs start where no hardware prefetcher looks.
- * *finite_sq: the block's sum of x^2 over its finite elements; its record's sum_sq where that is
- * finite, else the integer pass's sum (bf16) or NaN, not known. Returns how this block went. */
+ * finite_sq, when set: the block's sum of x^2 over its finite elements; its record's sum_sq where
+ * that is finite, else the integer pass's sum (bf16) or NaN, not known. Returns how this block
+ * went. */
 INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
 		       enum kind prev, int64_t pf, struct dli_stats_record *r, double *finite_sq)
 {
@@ -757,7 +779,8 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 			block_sums(p, dt, lines, shift, pf, &a);
 	}
 	dli_stats_sums_record(&a, n, shift, r);
-	*finite_sq = r->sum_sq;
+	if (finite_sq)
+		*finite_sq = r->sum_sq;
 	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 
@@ -782,9 +805,9 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 
 /* The blocks come from p, or, when v is set, from the view v's elements from `first` on (through
  * scratch where a block spans runs): the same blocks either way (kernels/cpu/runs-private.h).
- * *finite_sq: the chunk's sum of x^2 over its finite elements, the blocks' (block()) added in
- * order as the merge adds their sum_sq (so it is r->sum_sq itself where that is finite); not
- * finite where a block's is not known. */
+ * finite_sq, when set: the chunk's sum of x^2 over its finite elements, the blocks' (block())
+ * added in order as the merge adds their sum_sq (so it is r->sum_sq itself where that is finite);
+ * not finite where a block's is not known. */
 INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
 		       unsigned char *scratch, enum dli_dtype dt, int64_t n, struct dli_stats_record *r,
 		       double *finite_sq)
@@ -806,20 +829,24 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 		const unsigned char *q = v ? dli_runs_cursor_block(&c, m, scratch, &pf)
 					   : p + (size_t)i * es;
 		if (whole) {
-			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b, &bsq);
+			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b,
+				     finite_sq ? &bsq : NULL);
 			dli_stats_merge(r, &b);
-			fsq += bsq;
+			if (finite_sq)
+				fsq += bsq;
 		}
 		if (m > whole) {
 			const unsigned char *tail = q + (size_t)whole * es;
 			dli_stats_block_scalar(tail, dt, m - whole, &b);
 			dli_stats_merge(r, &b);
-			fsq += b.nan_count || b.inf_count
-				       ? dli_stats_finite_sum_sq_scalar(tail, dt, m - whole)
-				       : b.sum_sq;
+			if (finite_sq)
+				fsq += b.nan_count || b.inf_count
+					       ? dli_stats_finite_sum_sq_scalar(tail, dt, m - whole)
+					       : b.sum_sq;
 		}
 	}
-	*finite_sq = fsq;
+	if (finite_sq)
+		*finite_sq = fsq;
 }
 
 INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r,
@@ -828,26 +855,25 @@ INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct d
 	chunk_from(p, NULL, 0, NULL, dt, n, r, finite_sq);
 }
 
-/* dli_cpu_stats_runs asks for no finite sum. */
+/* dli_cpu_stats_runs asks for no finite sum: a view's integer pass does not square. */
 void dli_stats_runs_avx2(const struct dli_cpu_runs *v, int64_t first, int64_t n,
 			 unsigned char *scratch, struct dli_stats_record *r)
 {
-	double unused;
 	switch (v->dtype) {
 	case DLI_DTYPE_F32:
-		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, n, r, &unused);
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, n, r, NULL);
 		break;
 	case DLI_DTYPE_BF16:
-		chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, n, r, &unused);
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, n, r, NULL);
 		break;
 	case DLI_DTYPE_F16:
-		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, n, r, &unused);
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, n, r, NULL);
 		break;
 	case DLI_DTYPE_F8E4M3:
-		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, n, r, &unused);
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, n, r, NULL);
 		break;
 	case DLI_DTYPE_F8E5M2:
-		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, n, r, &unused);
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, n, r, NULL);
 		break;
 	default: dli_stats_record_init(r); break;
 	}
