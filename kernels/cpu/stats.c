@@ -358,10 +358,11 @@ int dli_cpu_stats_finite_sq(const void *data, enum dli_dtype dtype, int64_t n,
 			    double *finite_sq)
 {
 	double chunks_sq = 0;
+	if (finite_sq)
+		*finite_sq = NAN;
 	if (!out || !finite_sq)
 		return -EINVAL;
 	dli_stats_record_init(out);
-	*finite_sq = NAN;
 	int rc = dli_cpu_check_input(data, dtype, n);
 	if (rc)
 		return rc;

@@ -300,6 +300,9 @@ static void check_unknown(uint16_t *x)
 	CHECK_INT(dli_cpu_stats_finite_sq(NULL, DLI_DTYPE_BF16, 5, &avx2, &r, &f), -EINVAL);
 	CHECK(isnan(f));
 	CHECK_INT(dli_cpu_stats_finite_sq(x, DLI_DTYPE_BF16, 5, &avx2, &r, NULL), -EINVAL);
+	f = 0;
+	CHECK_INT(dli_cpu_stats_finite_sq(x, DLI_DTYPE_BF16, 5, &avx2, NULL, &f), -EINVAL);
+	CHECK(isnan(f));
 }
 
 int main(void)
