@@ -23,6 +23,47 @@ INLINE size_t first_share(size_t sz)
 	return sz == 4 ? DLI_FP8B_BLOCK * sz / 4 : 0;
 }
 
+/* bf16's first pass (tile_bounds_bf16) over one row of 128 bf16, 16 at a time in their own 16-bit
+ * lanes (no widening): bounds_bf16 takes in the 16 at p, bounds_bf16_row puts the row's largest
+ * magnitude into *row_max and its smallest nonzero one less 1 (0xffff: none) into *row_low, as
+ * bf16 bits, a number each. */
+struct bounds16 {
+	__m256i max, low;
+};
+
+INLINE struct bounds16 bounds_bf16_zero(void)
+{
+	return (struct bounds16){_mm256_setzero_si256(), _mm256_set1_epi16(-1)};
+}
+
+INLINE void bounds_bf16(const char *p, struct bounds16 *b)
+{
+	__m256i a = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)p),
+				     _mm256_set1_epi16(0x7fff));
+	b->max = _mm256_max_epu16(b->max, a);
+	b->low = _mm256_min_epu16(b->low, _mm256_sub_epi16(a, _mm256_set1_epi16(1)));
+}
+
+INLINE void bounds_bf16_row(struct bounds16 b, uint16_t *row_max, uint16_t *row_low)
+{
+	__m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(b.max), _mm256_extracti128_si256(b.max, 1));
+	__m128i l8 = _mm_min_epu16(_mm256_castsi256_si128(b.low), _mm256_extracti128_si256(b.low, 1));
+	/* minpos: the smallest of 8; the largest is the complement of the smallest complement */
+	*row_max = (uint16_t)~_mm_cvtsi128_si32(
+		_mm_minpos_epu16(_mm_xor_si128(m8, _mm_set1_epi16(-1))));
+	*row_low = (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16(l8));
+}
+
+INLINE void bounds_row_bf16(const char *p, uint16_t *row_max, uint16_t *row_low)
+{
+	struct bounds16 b = bounds_bf16_zero();
+
+	#pragma GCC unroll 8
+	for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+		bounds_bf16(p + (size_t)j * 2, &b);
+	bounds_bf16_row(b, row_max, row_low);
+}
+
 /* step_fast's steps for 16 bf16 at once: C's exponent found in their own 16-bit lanes (one vector
  * of 16 where step_fast takes two of 8, as are the NaN and infinities that `clean` zeroes), then
  * C widened as x is. The same C, so the same dq and terms, lane for lane: the even ones into l[0]
@@ -66,11 +107,12 @@ INLINE void step_bf16_grid(__m256i w, __m256i grid_floor16, __m256i chalf16, enu
 /* The steps over one row of a tile: bf16 without saturation in its own 16-bit lanes
  * (step_bf16_normal, or step_bf16_grid), the rest widened to float lanes. `clean`: NaN and
  * infinities zeroed, which leaves them out of every term (a zero adds nothing, and is no
- * underflow); the caller counts them out. sum_xs: see step_bf16_normal. */
+ * underflow); the caller counts them out. sum_xs: see step_bf16_normal. For bf16, the first pass
+ * over the row at bp of the next tile into *bd (struct next_bounds). */
 INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, __m256i fb,
 		     __m256i fb16, __m256i chalf16, const struct consts *k,
 		     const enum fast_mode mode, const bool sat,
-		     const bool clean, const bool sum_xs,
+		     const bool clean, const bool sum_xs, const char *bp, struct bounds16 *bd,
 		     struct fast_lanes fl[2], struct lanes *l)
 {
 	const size_t sz = dli_dtype_size(dtype);
@@ -82,18 +124,25 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	__asm__ volatile("" : "+r"(p));
 	if (dtype == DLI_DTYPE_BF16 && mode == FAST_NORMAL && !sat && !clean) {
 		#pragma GCC unroll 8
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
 			step_bf16_normal(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), k,
 					 sum_xs, fl);
+			bounds_bf16(bp + (size_t)j * 2, bd);
+		}
 		return;
 	}
 	if (dtype == DLI_DTYPE_BF16 && !sat) {
 		#pragma GCC unroll 8
-		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
 			step_bf16_grid(_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)),
 				       fb16, chalf16, mode, clean, fl);
+			bounds_bf16(bp + (size_t)j * 2, bd);
+		}
 		return;
 	}
+	if (dtype == DLI_DTYPE_BF16)
+		for (int j = 0; j < DLI_FP8B_BLOCK; j += 16)
+			bounds_bf16(bp + (size_t)j * 2, bd);
 	#pragma GCC unroll 4
 	for (int j = 0; j < DLI_FP8B_BLOCK; j += DLI_MX_BLOCK) {
 		if (sat) {
@@ -120,42 +169,23 @@ INLINE void tile_row(const char *p, enum dli_dtype dtype, __m256 rb, __m256 sb, 
 	}
 }
 
-/* One row of 128 bf16 of bf16's first pass (tile_bounds_bf16): its largest magnitude into *row_max
- * and its smallest nonzero one less 1 (0xffff: none) into *row_low, as bf16 bits, in 16-bit lanes
- * (16 elements a vector, no widening), then a number each. */
-INLINE void bounds_row_bf16(const char *p, uint16_t *row_max, uint16_t *row_low)
-{
-	const __m256i abs16 = _mm256_set1_epi16(0x7fff), one16 = _mm256_set1_epi16(1);
-	__m256i mr = _mm256_setzero_si256(), lr = _mm256_set1_epi16(-1);
-
-	#pragma GCC unroll 8
-	for (int j = 0; j < DLI_FP8B_BLOCK; j += 16) {
-		__m256i a = _mm256_and_si256(
-			_mm256_loadu_si256((const __m256i *)(p + (size_t)j * 2)), abs16);
-		mr = _mm256_max_epu16(mr, a);
-		lr = _mm256_min_epu16(lr, _mm256_sub_epi16(a, one16));
-	}
-	__m128i m8 = _mm_max_epu16(_mm256_castsi256_si128(mr), _mm256_extracti128_si256(mr, 1));
-	__m128i l8 = _mm_min_epu16(_mm256_castsi256_si128(lr), _mm256_extracti128_si256(lr, 1));
-	/* minpos: the smallest of 8; the largest is the complement of the smallest complement */
-	*row_max = (uint16_t)~_mm_cvtsi128_si32(
-		_mm_minpos_epu16(_mm_xor_si128(m8, _mm_set1_epi16(-1))));
-	*row_low = (uint16_t)_mm_cvtsi128_si32(_mm_minpos_epu16(l8));
-}
-
-/* The next tile of a bf16 strip, whose first pass the steps of a tile run, a row of it with each
- * of theirs (tile_loop): its loads then wait while the steps compute, where a first pass of its own
- * only waited (the steps of the tile before prefetched it whole, and the steps prefetch the tile
- * after it, so the loads mostly find it in cache; prefetching its rows a few ahead as well, as
- * tile_bounds_bf16 does, was 4 % slower). Measured: 7 % faster on a 128 MiB view, 10 % on 4 MiB
- * (in L3), than the first pass on its own after the steps. */
+/* The next tile of a bf16 strip, whose first pass the steps of a tile run, a vector of it with each
+ * of theirs (tile_row; the row's two numbers after the row's steps): its loads then wait while the
+ * steps compute, where a first pass of its own only waited (the steps of the tile before
+ * prefetched it whole, and the steps prefetch the tile after it, so the loads mostly find it in
+ * cache; prefetching its rows a few ahead as well, as tile_bounds_bf16 does, was 4 % slower).
+ * Measured: a row of it with each row of the steps was 7 % faster on a 128 MiB view, 10 % on 4 MiB
+ * (in L3), than the first pass on its own after the steps; a vector with each vector, 3 to 4 %
+ * faster again (in L2 and L3), where the row's loads and maxima held the core's queues in one
+ * run. The last tile of a strip runs its own first pass again, so that the steps take no branch
+ * for it. */
 struct next_bounds {
 	const char *tile;
 	uint16_t *row_max, *row_low; /* as tile_bounds_bf16's */
 };
 
 /* The steps over one tile of `rows` rows (row stride `stride` bytes), with no call inside, so
- * that the sums stay in registers, and for bf16, unless nb is NULL, the first pass of nb->tile.
+ * that the sums stay in registers, and for bf16 the first pass of nb->tile.
  * `sat`: the tile's largest element scales above fp8_max (an infinity in the tile makes its scale
  * 1), so step's saturation and overflow counts, into l and acc, every row cleaned; else the fast
  * steps into f. `clean`: the tile holds NaN or infinities, in the rows whose bits are set in
@@ -192,41 +222,42 @@ INLINE void tile_loop(const char *p, const char *next, const struct next_bounds 
 			     j < DLI_FP8B_BLOCK * dli_dtype_size(dtype); j += 64)
 				_mm_prefetch(next + (size_t)r * stride + j, _MM_HINT_T0);
 		}
-		if (dtype == DLI_DTYPE_BF16 && nb)
-			bounds_row_bf16(nb->tile + (size_t)r * stride, &nb->row_max[r],
-					&nb->row_low[r]);
+		const char *bp = dtype == DLI_DTYPE_BF16 ? nb->tile + (size_t)r * stride : NULL;
+		struct bounds16 bd = bounds_bf16_zero();
 		bool nf = clean && (nf_rows[r >> 6] >> (r & 63) & 1);
 		bool normal = dtype == DLI_DTYPE_BF16 && mode != FAST_NORMAL &&
 			      !(sub_rows[r >> 6] >> (r & 63) & 1);
 		if (sat)
 			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, true, true, sum_xs,
-				 fl, &l);
+				 bp, &bd, fl, &l);
 		else if (normal && !nf)
 			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_NORMAL, false,
-				 false, sum_xs, fl, &l);
+				 false, sum_xs, bp, &bd, fl, &l);
 		else if (mode == FAST_UNDER && !(under_rows[r >> 6] >> (r & 63) & 1)) {
 			if (nf)
 				tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_SUBNORMAL,
-					 false, true, sum_xs, fl, &l);
+					 false, true, sum_xs, bp, &bd, fl, &l);
 			else
 				tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, FAST_SUBNORMAL,
-					 false, false, sum_xs, fl, &l);
+					 false, false, sum_xs, bp, &bd, fl, &l);
 		} else if (nf)
 			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, false, true, sum_xs,
-				 fl, &l);
+				 bp, &bd, fl, &l);
 		else
 			tile_row(p, dtype, rb, sb, fb, fb16, chalf16, k, mode, false, false,
-				 sum_xs, fl, &l);
+				 sum_xs, bp, &bd, fl, &l);
+		if (dtype == DLI_DTYPE_BF16)
+			bounds_bf16_row(bd, &nb->row_max[r], &nb->row_low[r]);
 		/* 16 terms a lane a row (the fast steps' two sets: 8): 64, then double */
 		if (sat && r % 4 == 3)
 			flush(&l, acc, t);
 		else if (!sat && r % 8 == 7)
-			flush_fast(fl, fp, t);
+			flush_fast_lanes(fl, fp, t, mode == FAST_UNDER);
 	}
 	if (sat)
 		flush(&l, acc, t);
 	else
-		flush_fast(fl, fp, t);
+		flush_fast_lanes(fl, fp, t, mode == FAST_UNDER);
 	*lp = l;
 }
 
@@ -247,8 +278,9 @@ INLINE void tile_loop(const char *p, const char *next, const struct next_bounds 
 				  l, acc, t);                                                     \
 	} while (0)
 
-/* sum_xs: see step_bf16_normal; a tile with NaN or infinities (clean) is never given the sum of
- * x^2 (the statistics pass's is NaN then), so it sums all. */
+/* sum_xs: see step_bf16_normal; a tile with NaN or infinities (clean) sums all: its rows take
+ * step_bf16_grid or step, which sum x^2 (the driver's x_sq is the given sum all the same, see
+ * dli_mx_add_left_out). */
 #define TILE_STEPS(name, dt, sum_xs)                                                              \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, const char *next, const struct next_bounds *nb, size_t stride,     \
@@ -326,9 +358,13 @@ INLINE void tile_bounds(const char *data, enum dli_dtype dtype, int64_t cols, in
  * extremes kept as one number each: row_max[i] its largest magnitude, row_low[i] its smallest
  * nonzero one less 1 (0xffff: none), as bf16 bits (rows past r1 - r0: 0 and 0xffff), so that
  * what the tile needs of its rows is found 16 rows a vector afterwards (tile_extremes_bf16,
- * under_rows_of_bf16), where a row took a dozen operations and a branch for it. */
+ * under_rows_of_bf16), where a row took a dozen operations and a branch for it. With `next`, the
+ * rows of the next tile are prefetched too: its first pass runs with this tile's steps (struct
+ * next_bounds), which prefetch only the tile after it, and found it in memory (measured: 1 to 2 %
+ * faster on a 64 MiB view, a strip's second tile a 32nd of it). */
 INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t r1, int64_t c0,
-			     uint16_t row_max[DLI_FP8B_BLOCK], uint16_t row_low[DLI_FP8B_BLOCK])
+			     bool next, uint16_t row_max[DLI_FP8B_BLOCK],
+			     uint16_t row_low[DLI_FP8B_BLOCK])
 {
 	const size_t stride = (size_t)cols * 2;
 
@@ -337,6 +373,9 @@ INLINE void tile_bounds_bf16(const char *data, int64_t cols, int64_t r0, int64_t
 		if (r + FB_AHEAD < r1)
 			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
 				_mm_prefetch(p + FB_AHEAD * stride + j, _MM_HINT_T0);
+		if (next)
+			for (size_t j = 0; j < DLI_FP8B_BLOCK * 2; j += 64)
+				_mm_prefetch(p + DLI_FP8B_BLOCK * 2 + j, _MM_HINT_T0);
 		bounds_row_bf16(p, &row_max[r - r0], &row_low[r - r0]);
 	}
 	for (int64_t i = r1 - r0; i < DLI_FP8B_BLOCK; i++) {
@@ -537,7 +576,8 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 			c0 + 2 * DLI_FP8B_BLOCK <= cols ? tile + DLI_FP8B_BLOCK * sz : NULL;
 		if (dtype == DLI_DTYPE_BF16) {
 			if (!have_bounds)
-				tile_bounds_bf16(data, cols, r0, r1, c0, row_max16, row_low16);
+				tile_bounds_bf16(data, cols, r0, r1, c0, next != NULL, row_max16,
+						 row_low16);
 			tile_extremes_bf16(row_max16, row_low16, &m, &lowm, &fin_lanes, nf_rows);
 		} else
 			tile_bounds(data, dtype, cols, r0, r1, c0, next, &k, &m, &lowm, &fin_lanes,
@@ -620,24 +660,24 @@ static void fb_strip(const char *data, enum dli_dtype dtype, int64_t cols, int64
 		 * that is 127 - the scale's exponent field, in the exponent field */
 		const int32_t grid_floor =
 			(int32_t)((uint32_t)(1 - bias + 254 - (int)(sbits >> 23)) << 23);
-		/* bf16: the steps run the next tile's first pass (struct next_bounds) and
-		 * prefetch the one after it */
-		const struct next_bounds nb = {next, row_max16, row_low16};
+		/* bf16: the steps run the next tile's first pass (struct next_bounds; the last
+		 * tile's its own again, over row_max16 and row_low16, which it no longer needs)
+		 * and prefetch the one after it */
+		const struct next_bounds nb = {next ? next : tile, row_max16, row_low16};
 		const char *after = c0 + 3 * DLI_FP8B_BLOCK <= cols ? tile + 2 * DLI_FP8B_BLOCK * sz
 								      : NULL;
 		if (dtype == DLI_DTYPE_BF16 && next)
 			bounds_ready = true;
-		const struct next_bounds *nbp = next ? &nb : NULL;
 		if (dtype == DLI_DTYPE_F32)
 			tile_steps_f32(tile, next, NULL, stride, r1 - r0, &scale, &si, &grid_floor,
 				       nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l, acc,
 				       t);
 		else if (dtype == DLI_DTYPE_BF16 && xs_known)
-			tile_steps_bf16_xs_known(tile, after, nbp, stride, r1 - r0, &scale, &si,
+			tile_steps_bf16_xs_known(tile, after, &nb, stride, r1 - r0, &scale, &si,
 						 &grid_floor, nf_rows, under_rows, sub_rows, &k,
 						 mode, sat, clean, &f, &l, acc, t);
 		else if (dtype == DLI_DTYPE_BF16)
-			tile_steps_bf16(tile, after, nbp, stride, r1 - r0, &scale, &si, &grid_floor,
+			tile_steps_bf16(tile, after, &nb, stride, r1 - r0, &scale, &si, &grid_floor,
 					nf_rows, under_rows, sub_rows, &k, mode, sat, clean, &f, &l,
 					acc, t);
 		else

@@ -256,15 +256,24 @@ INLINE void flush(struct lanes *l, __m256d acc[4], struct dli_block_terms *t)
 	l->under = l->over = _mm256_setzero_si256();
 }
 
-INLINE void flush_fast(struct fast_lanes l[2], struct fast_sums *f, struct dli_block_terms *t)
+/* The fast lanes into f and t; `counted` (a compile-time constant): their underflow counts too,
+ * which a caller whose steps count none (no FAST_UNDER step) leaves out. */
+INLINE void flush_fast_lanes(struct fast_lanes l[2], struct fast_sums *f, struct dli_block_terms *t,
+			     const bool counted)
 {
 	struct fast_lanes *a = &l[0], *b = &l[1];
 	f->err = _mm256_add_pd(f->err, widen(_mm256_add_ps(a->err, b->err)));
 	f->dqs = _mm256_add_pd(f->dqs, widen(_mm256_add_ps(a->dqs, b->dqs)));
 	f->xs = _mm256_add_pd(f->xs, widen(_mm256_add_ps(a->xs, b->xs)));
-	t->under += sum_epi32(_mm256_add_epi32(a->under, b->under));
+	if (counted)
+		t->under += sum_epi32(_mm256_add_epi32(a->under, b->under));
 	a->err = a->dqs = a->xs = b->err = b->dqs = b->xs = _mm256_setzero_ps();
 	a->under = b->under = _mm256_setzero_si256();
+}
+
+INLINE void flush_fast(struct fast_lanes l[2], struct fast_sums *f, struct dli_block_terms *t)
+{
+	flush_fast_lanes(l, f, t, true);
 }
 
 /* A pass's sums into *t: the steps' with saturation (acc: err, dot, dqs, xs) and the fast steps'
