@@ -815,7 +815,7 @@ INLINE bool group16_record(const struct group16 *g, float shift, struct dli_stat
  * there), merged into *r. Returns the blocks it took, and leaves the cursor after them. Where it
  * takes fewer than it read, *prev and *solo say how the next blocks go: a block whose sums were
  * not finite ends the group and goes straight to block_odd (*prev EXTREME); a group that failed
- * its checks takes none, and its blocks (*solo of them) go one at a time. */
+ * its checks takes none, and its blocks (*solo of them) go one at a time. May take none. */
 INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
 			  int64_t i, int64_t n, struct dli_runs_cursor *c, unsigned char *scratch,
 			  struct dli_stats_record *r, enum kind *prev, int64_t *solo)
@@ -840,11 +840,13 @@ INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, 
 		if (!group16_add(&g, &a, bs))
 			break;
 	}
-	if (k > 0 && group16_record(&g, shift, &b)) {
-		dli_stats_merge(r, &b);
-		*prev = k < nb ? EXTREME : CLEAN;
+	const bool bad = k < nb;
+	if (k == 0 || group16_record(&g, shift, &b)) {
+		if (k)
+			dli_stats_merge(r, &b);
+		*prev = bad ? EXTREME : CLEAN;
 	} else {
-		*solo = k < nb ? k + 1 : k;
+		*solo = k + bad;
 		k = 0;
 	}
 	if (v && k < nb)
