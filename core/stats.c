@@ -30,6 +30,7 @@ static _Thread_local struct {
 	enum dli_dtype dtype;
 	int64_t n;
 	struct dli_stats_record pass;
+	double finite_sq; /* the pass's sum of finite x^2 (dli_cpu_stats_finite_sq) */
 } shared;
 
 _Thread_local unsigned long long dli_stats_host_passes;
@@ -362,15 +363,21 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	struct dli_view *view = dli_view_of(t); /* NULL but in a strided dispatch */
 
 	struct dli_stats_record rec, cmp, pass;
+	double finite_sq = NAN; /* a view's pass gives none: its compare sums x^2 itself */
 	int r = 0;
 	if (shared.valid && shared.t == t && shared.data == t->data && shared.dtype == t->dtype &&
 	    shared.n == n) {
 		pass = shared.pass;
+		finite_sq = shared.finite_sq;
 	} else {
-		r = view ? dli_view_stats(view, &pass) : dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+		r = view ? dli_view_stats(view, &pass)
+			 : dli_cpu_stats_finite_sq(t->data, t->dtype, n, NULL, &pass, &finite_sq);
+		if (!r && view && isfinite(pass.sum_sq))
+			finite_sq = pass.sum_sq;
 		dli_stats_host_passes++;
 		if (!r && shared.t == t) {
 			shared.pass = pass;
+			shared.finite_sq = finite_sq;
 			shared.data = t->data;
 			shared.dtype = t->dtype;
 			shared.n = n;
@@ -389,10 +396,10 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		float scale = fp8->current_scaling
 				      ? dli_fp8_scale((float)rec.amax, fp8->format, fp8->margin)
 				      : fp8->scale;
-		/* The pass's sum of x^2 spares the comparison one term (kernels-private.h). */
+		/* The pass's sum of finite x^2 spares the comparison one term (kernels-private.h). */
 		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
 		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale,
-						   rec.sum_sq, NULL, &cmp)
+						   finite_sq, NULL, &cmp)
 		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);
@@ -684,24 +691,25 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	int64_t rows, cols;
 	matrix_view(t, n, &rows, &cols);
 	struct dli_stats_record rec, cmp, pass;
-	int r = dli_cpu_stats(t->data, t->dtype, n, NULL, &pass);
+	double finite_sq;
+	int r = dli_cpu_stats_finite_sq(t->data, t->dtype, n, NULL, &pass, &finite_sq);
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
 	/* NVFP4's global scale comes from the amax this statistics pass has just found, so that
 	 * its compare reads the tensor once instead of twice; MXFP8's and FP8 block scaling's
-	 * compares are spared a term by its sum of x^2 (kernels-private.h). */
+	 * compares are spared a term by its sum of finite x^2 (kernels-private.h). */
 	if (!r && nvfp4)
 		r = dli_cpu_nvfp4_compare_amax(t->data, t->dtype, rows, cols,
 					       spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
 					       spec->columnwise != 0, (float)pass.amax, NULL, &cmp);
 	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
 		r = dli_cpu_mx_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
-					      spec->columnwise != 0, pass.sum_sq, NULL, &cmp);
+					      spec->columnwise != 0, finite_sq, NULL, &cmp);
 	else if (!r)
 		r = dli_cpu_fp8b_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
 						spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
 						spec->columnwise != 0, spec->pow2_scales != 0,
-						pass.sum_sq, NULL, &cmp);
+						finite_sq, NULL, &cmp);
 	if (r)
 		return r;
 	dli_stats_merge(&rec, &cmp);

@@ -53,6 +53,17 @@ const char *dli_simd_name(enum dli_simd simd);
  * lacks. */
 int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
 		  struct dli_stats_record *out);
+/* The same pass, which also gives *finite_sq (NaN on failure): the sum of x^2 over the finite
+ * elements, what the FP8 compares' x_sq sums (NaN and infinities left out), for their sum_sq
+ * argument. out->sum_sq itself (the same double) when that is finite, as it is where the tensor
+ * holds no NaN or infinity. Else, on the AVX2 path, the blocks' sums (the integer pass over bf16
+ * blocks holding NaN or infinities sums the finite squares in float lanes, as the clean blocks
+ * do), NaN, "not known", where such a block is not bf16 or its sum lies outside its float lanes'
+ * range (kernels/cpu/stats-avx2.c); NaN on the other paths (scalar, AVX-512). Not a field of the
+ * record, whose layout is public. */
+int dli_cpu_stats_finite_sq(const void *data, enum dli_dtype dtype, int64_t n,
+			    const struct dli_cpu_options *o, struct dli_stats_record *out,
+			    double *finite_sq);
 
 /* ---- FP8 (kernels/cpu/fp8.c) ---- */
 
@@ -71,10 +82,10 @@ float dli_fp8_scale(float amax, enum dli_dtype format, double margin);
  * written but *out (which it initializes). */
 int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
 			float scale, const struct dli_cpu_options *o, struct dli_stats_record *out);
-/* The same, for a caller that has the sum of x^2 over the n elements (the statistics pass's
- * sum_sq, which the pass runs first anyway; NaN when it has not. A sum that is not finite, as
- * the pass's is for a tensor holding NaN or an infinity, counts as not given): the SIMD paths
- * then leave that sum out of the bf16 fast steps, which are bound by FMAs, and x_sq is sum_sq.
+/* The same, for a caller that has the sum of x^2 over the n elements' finite ones (the statistics
+ * pass's, dli_cpu_stats_finite_sq, which runs first anyway; NaN when it has not; a sum that is
+ * not finite counts as not given): the SIMD paths then leave that sum out of the bf16 fast
+ * steps, which are bound by FMAs, and x_sq is sum_sq.
  * The other terms as dli_cpu_fp8_compare gives them, within its tolerance (the float lanes' 1e-5
  * and sum_sq's own accuracy). */
 int dli_cpu_fp8_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t n,
@@ -134,8 +145,8 @@ void dli_mx_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t *sr
 int dli_cpu_mx_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 		       enum dli_dtype format, bool columnwise, const struct dli_cpu_options *o,
 		       struct dli_stats_record *out);
-/* The same, given the sum of x^2 over the tensor (the statistics pass's sum_sq; NaN when there is
- * none, or it is not finite), as dli_cpu_fp8_compare_sum_sq is: the AVX2 fast steps on bf16 then
+/* The same, given the sum of x^2 over the tensor's finite elements (dli_cpu_stats_finite_sq's; NaN
+ * when there is none, or it is not finite), as dli_cpu_fp8_compare_sum_sq is: the AVX2 fast steps on bf16 then
  * leave that sum out and x_sq is sum_sq; the other terms within the same tolerance. */
 int dli_cpu_mx_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			      enum dli_dtype format, bool columnwise, double sum_sq,
@@ -166,7 +177,7 @@ float dli_fp8b_scale(float amax, enum dli_dtype format, enum dli_dtype in_dtype,
 int dli_cpu_fp8b_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			 enum dli_dtype format, int dims, bool columnwise, bool pow2,
 			 const struct dli_cpu_options *o, struct dli_stats_record *out);
-/* The same given the statistics pass's sum of x^2, as dli_cpu_mx_compare_sum_sq. */
+/* The same given the statistics pass's sum of finite x^2, as dli_cpu_mx_compare_sum_sq. */
 int dli_cpu_fp8b_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t rows,
 				int64_t cols, enum dli_dtype format, int dims, bool columnwise,
 				bool pow2, double sum_sq, const struct dli_cpu_options *o,

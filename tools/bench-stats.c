@@ -66,7 +66,8 @@ struct bench {
 	float *sums;
 	float scale32, scale16;
 	float amax32, amax16; /* the buffers' as they are now (see set_pass_results) */
-	double sum_sq32, sum_sq16; /* likewise (not finite where they hold NaN or inf) */
+	/* likewise, their sums of finite x^2 (dli_cpu_stats_finite_sq, as the core takes them) */
+	double sum_sq32, sum_sq16;
 	float *saved32;     /* what poke_nonfinite replaced */
 	uint16_t *saved16;
 	struct dli_cpu_runs q32, q16; /* the Q thirds of the buffers seen as fused QKV outputs */
@@ -366,17 +367,15 @@ static int run_rows(struct bench *b, int all, enum dli_simd simd, bool nonfinite
 	return nr;
 }
 
-/* The buffers' amaxes and sums of x^2 as the statistics pass finds them, for the what-if rows
- * (untimed). */
+/* The buffers' amaxes and sums of finite x^2 as the statistics pass finds them, for the what-if
+ * rows (untimed). */
 static void set_pass_results(struct bench *b)
 {
 	struct dli_stats_record r;
-	dli_cpu_stats(b->f32, DLI_DTYPE_F32, b->n32, NULL, &r);
+	dli_cpu_stats_finite_sq(b->f32, DLI_DTYPE_F32, b->n32, NULL, &r, &b->sum_sq32);
 	b->amax32 = (float)r.amax;
-	b->sum_sq32 = r.sum_sq;
-	dli_cpu_stats(b->bf16, DLI_DTYPE_BF16, b->n16, NULL, &r);
+	dli_cpu_stats_finite_sq(b->bf16, DLI_DTYPE_BF16, b->n16, NULL, &r, &b->sum_sq16);
 	b->amax16 = (float)r.amax;
-	b->sum_sq16 = r.sum_sq;
 }
 
 /* Puts a NaN or an infinity at every 1000th element of both buffers (on), or puts back what was

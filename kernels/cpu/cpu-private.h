@@ -56,9 +56,18 @@ int dli_cpu_check_input(const void *data, enum dli_dtype dtype, int64_t n);
 typedef void (*dli_stats_chunk_fn)(const void *p, enum dli_dtype dt, int64_t n,
 				   struct dli_stats_record *r);
 
+/* The same that also gives *finite_sq, the chunk's sum of x^2 over its finite elements
+ * (dli_cpu_stats_finite_sq): r->sum_sq where that is finite, else NaN or infinite where it is not
+ * known. The AVX2 path's only. */
+typedef void (*dli_stats_chunk_finite_fn)(const void *p, enum dli_dtype dt, int64_t n,
+					  struct dli_stats_record *r, double *finite_sq);
+
 /* Scalar, in double: the reference the SIMD paths are held to, and their tail. */
 void dli_stats_block_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+/* The sum of x^2 over the finite elements of n at p, in double: a SIMD path's finite sum over a
+ * block's tail that holds NaN or an infinity. */
+double dli_stats_finite_sum_sq_scalar(const void *p, enum dli_dtype dt, int64_t n);
 /* What a SIMD path's double lanes (its way with blocks holding NaN, infinities or magnitudes whose
  * squares a float would overflow or flush) found in a block of n elements: exact counts and
  * extrema (NaN left out of them), sums of |x| and x^2, and of d = x - shift and d^2. */
@@ -87,6 +96,8 @@ void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shif
 			   struct dli_stats_record *r);
 #ifdef DLI_HAVE_X86_SIMD
 void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
+void dli_stats_chunk_finite_avx2(const void *p, enum dli_dtype dt, int64_t n,
+				 struct dli_stats_record *r, double *finite_sq);
 void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r);
 /* Whether the block of n bf16 or f16 elements at p (n a multiple of 16) holds NaN or an infinity;
  * then *r is its record, from one integer pass over its bits that prefetches pf bytes ahead (the

@@ -472,35 +472,75 @@ INLINE bool nf_record(const struct nf_counts *c, struct dli_stats_record *r)
 	return true;
 }
 
-/* 16-bit elements (dt bf16 or f16; inf16 the bits of +inf): NaN lanes, found by magnitude,
- * become the neutral value of each reduction (0x8000 for the signed max, 0 for the unsigned
- * one, 0xffff for the least magnitude - 1). */
+/* 16-bit elements (dt bf16 or f16; inf16 the bits of +inf), each lane from u = |x| - 1 (+-0
+ * wrapped to 0xffff, negative as a signed number) where it can, to keep the loop's constants
+ * few: NaN lanes, found by u above inf16 - 1, become the neutral value of each reduction (-1 for
+ * the signed max, whose "none" is any negative value; 0 for the unsigned one, 0xffff for u's
+ * least); NaN and infinities are counted together (inf is that count less the NaN), since the
+ * finite sum below needs the mask of both anyway; zeros by u's top bit.
+ *
+ * finite_sq, when set: where a bf16 block's sum of x^2 over its finite elements goes, for the
+ * FP8 compares, which leave NaN and infinities out of their x_sq (fp8-private.h) and are spared
+ * summing it where they are given it (dli_cpu_stats_finite_sq). Those elements' magnitudes are
+ * squared in float lanes (exact: 8 significant bits squared fit float's 24), two sums of n / 16
+ * terms a lane (the clean pass's bf16 lanes add as many pairs), added in double at the block's
+ * end. The range check is on that sum S, not on the largest finite magnitude as the clean pass's
+ * (block()), which would cost one more operation and one more accumulator: S is trusted in
+ * [SMALL^2, LARGE^2] (no square overflowed, and those that fell below float's normals, n at
+ * most, lost less than n 2^-150 in all, under 2^-37 of S), and where it is 0 with no finite
+ * element but +-0; else (magnitudes past float-square range, or all tiny) it is NaN, "not
+ * known", and the compares sum x^2 themselves. f16 (whose compares sum x^2 anyway) gets NaN.
+ * 5 vector operations per 16 elements on top of the counts' 14. */
 INLINE bool nf_block16(const unsigned char *p, enum dli_dtype dt, int64_t n, int64_t pf,
-		       struct dli_stats_record *r)
+		       struct dli_stats_record *r, double *finite_sq)
 {
+	const bool squares = finite_sq && dt == DLI_DTYPE_BF16;
 	const unsigned inf16 = dt == DLI_DTYPE_F16 ? 0x7c00 : 0x7f80;
-	const __m256i absmask = _mm256_set1_epi16(0x7fff), vinf = _mm256_set1_epi16((short)inf16);
-	const __m256i low = _mm256_set1_epi16((short)0x8000), zero = _mm256_setzero_si256();
-	__m256i smax = low, umax = zero, umin = _mm256_set1_epi16(-1), zc = zero, nanc = zero,
-		infc = zero;
+	const __m256i absmask = _mm256_set1_epi16(0x7fff), ones = _mm256_set1_epi16(-1);
+	const __m256i below_inf = _mm256_set1_epi16((short)(inf16 - 1));
+	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u), zero = _mm256_setzero_si256();
+	__m256i smax = ones, umax = zero, umin = ones, zc = zero, nanc = zero, nfc = zero;
+	__m256 sq0 = _mm256_setzero_ps(), sq1 = _mm256_setzero_ps();
 	for (int64_t i = 0; i < n; i += 16) {
 		_mm_prefetch((const char *)p + 2 * i + pf, _MM_HINT_T0);
 		__m256i w = _mm256_loadu_si256((const __m256i *)(p + 2 * i));
 		__m256i aw = _mm256_and_si256(w, absmask);
-		__m256i nan = _mm256_cmpgt_epi16(aw, vinf);
-		smax = _mm256_max_epi16(smax, _mm256_blendv_epi8(w, low, nan));
+		__m256i u = _mm256_add_epi16(aw, ones);
+		__m256i nan = _mm256_cmpgt_epi16(u, below_inf);
+		__m256i nonfinite = _mm256_cmpgt_epi16(aw, below_inf);
+		smax = _mm256_max_epi16(smax, _mm256_or_si256(w, nan));
 		umax = _mm256_max_epu16(umax, _mm256_andnot_si256(nan, w));
-		umin = _mm256_min_epu16(umin, _mm256_or_si256(_mm256_add_epi16(aw,
-			_mm256_set1_epi16(-1)), nan));
-		zc = _mm256_sub_epi16(zc, _mm256_cmpeq_epi16(aw, zero));
+		umin = _mm256_min_epu16(umin, _mm256_or_si256(u, nan));
+		zc = _mm256_add_epi16(zc, _mm256_srli_epi16(u, 15));
 		nanc = _mm256_sub_epi16(nanc, nan);
-		infc = _mm256_sub_epi16(infc, _mm256_cmpeq_epi16(aw, vinf));
+		nfc = _mm256_sub_epi16(nfc, nonfinite);
+		if (squares) {
+			/* as bf16's clean lanes: even elements shifted up, odd ones masked */
+			__m256i fa = _mm256_andnot_si256(nonfinite, aw);
+			__m256 x0 = _mm256_castsi256_ps(_mm256_slli_epi32(fa, 16));
+			__m256 x1 = _mm256_castsi256_ps(_mm256_and_si256(fa, hi));
+			sq0 = _mm256_fmadd_ps(x0, x0, sq0);
+			sq1 = _mm256_fmadd_ps(x1, x1, sq1);
+		}
+		/* Without this, GCC 12 keeps two accumulators in memory (a store and a reload in
+		 * their chains) and copies others back each iteration. */
+		__asm__("" : "+x"(smax), "+x"(umax), "+x"(umin), "+x"(zc), "+x"(nanc), "+x"(nfc),
+			"+x"(sq0), "+x"(sq1));
 	}
-	struct nf_counts c = {.n = (uint64_t)n, .nan = count16_lanes(nanc), .inf = count16_lanes(infc),
+	struct nf_counts c = {.n = (uint64_t)n, .nan = count16_lanes(nanc),
 			      .zeros = count16_lanes(zc)};
+	c.inf = count16_lanes(nfc) - c.nan;
 	unsigned um = min_epu16_lanes(umin);
 	c.mnz = um == 0xffff ? INFINITY : bits16_float(um + 1, dt);
 	extrema16(max_epi16_lanes(smax), max_epu16_lanes(umax), c.mnz, c.zeros, dt, &c.mn, &c.mx);
+	if (squares) {
+		double s = sum_lanes(sq0) + sum_lanes(sq1);
+		bool known = s == 0 ? c.mnz == INFINITY /* no finite element but +-0 */
+				    : s >= (double)SMALL * SMALL && s <= (double)LARGE * LARGE;
+		*finite_sq = known ? s : NAN;
+	} else if (finite_sq) {
+		*finite_sq = NAN;
+	}
 	return nf_record(&c, r);
 }
 
@@ -530,22 +570,28 @@ INLINE bool nf_block32(const unsigned char *p, int64_t n, int64_t pf, struct dli
 }
 
 /* Whether the block (n a multiple of a line's elements) holds NaN or an infinity; then *r is its
- * record. Always false for the FP8 dtypes, which leave such blocks to the double lanes. */
+ * record, and *finite_sq (when set) its sum of x^2 over the finite elements, NaN where not known
+ * (see nf_block16; f32, whose compares sum x^2 themselves, is not summed). Always false for the
+ * FP8 dtypes, which leave such blocks to the double lanes. */
 INLINE bool nf_block(const unsigned char *p, enum dli_dtype dt, int64_t n, int64_t pf,
-		     struct dli_stats_record *r)
+		     struct dli_stats_record *r, double *finite_sq)
 {
 	switch (dt) {
-	case DLI_DTYPE_F32: return nf_block32(p, n, pf, r);
-	case DLI_DTYPE_BF16:
-	case DLI_DTYPE_F16: return nf_block16(p, dt, n, pf, r);
+	case DLI_DTYPE_F32:
+		if (finite_sq)
+			*finite_sq = NAN;
+		return nf_block32(p, n, pf, r);
+	case DLI_DTYPE_BF16: return nf_block16(p, DLI_DTYPE_BF16, n, pf, r, finite_sq);
+	case DLI_DTYPE_F16: return nf_block16(p, DLI_DTYPE_F16, n, pf, r, finite_sq);
 	default: return false;
 	}
 }
 
+/* The AVX-512 path's way with such blocks: the record only, no finite sum. */
 bool dli_stats_nonfinite_block_avx2(const void *p, enum dli_dtype dt, int64_t n, int64_t pf,
 				    struct dli_stats_record *r)
 {
-	return (dt == DLI_DTYPE_BF16 || dt == DLI_DTYPE_F16) && nf_block(p, dt, n, pf, r);
+	return (dt == DLI_DTYPE_BF16 || dt == DLI_DTYPE_F16) && nf_block(p, dt, n, pf, r, NULL);
 }
 
 /* ---- Blocks the float lanes cannot take: double lanes (see stats-avx512.c) ---- */
@@ -656,14 +702,40 @@ enum kind {
 	EXTREME,   /* the double lanes: magnitudes the float lanes cannot take, or FP8 NaN/inf */
 };
 
-/* Also not inlined, for the same reason. */
-__attribute__((noinline)) static enum kind block_odd(const unsigned char *p, enum dli_dtype dt,
-						     int64_t n, float shift, int64_t pf,
-						     struct dli_stats_record *r)
+/* finite_sq as block()'s. */
+INLINE enum kind block_odd_of(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+			      int64_t pf, struct dli_stats_record *r, double *finite_sq)
 {
-	if (nf_block(p, dt, n, pf, r))
+	if (nf_block(p, dt, n, pf, r, finite_sq))
 		return NONFINITE;
-	return block_rare(p, dt, n, shift, pf, r) ? EXTREME : CLEAN;
+	enum kind k = block_rare(p, dt, n, shift, pf, r) ? EXTREME : CLEAN;
+	if (finite_sq)
+		*finite_sq = r->sum_sq;
+	return k;
+}
+
+/* Also not inlined, for the same reason; one copy with the finite sum (nonnull: its squares are
+ * then no branch in the integer pass's loop) and one without (a view's pass). */
+__attribute__((noinline, nonnull)) static enum kind
+block_odd_finite(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift, int64_t pf,
+		 struct dli_stats_record *r, double *finite_sq)
+{
+	return block_odd_of(p, dt, n, shift, pf, r, finite_sq);
+}
+
+__attribute__((noinline)) static enum kind block_odd_plain(const unsigned char *p,
+							   enum dli_dtype dt, int64_t n,
+							   float shift, int64_t pf,
+							   struct dli_stats_record *r)
+{
+	return block_odd_of(p, dt, n, shift, pf, r, NULL);
+}
+
+INLINE enum kind block_odd(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
+			   int64_t pf, struct dli_stats_record *r, double *finite_sq)
+{
+	return finite_sq ? block_odd_finite(p, dt, n, shift, pf, r, finite_sq)
+			 : block_odd_plain(p, dt, n, shift, pf, r);
 }
 
 /* n: a positive multiple of the elements in a line; shift: a guess at the block's mean. prev: how
@@ -673,14 +745,16 @@ __attribute__((noinline)) static enum kind block_odd(const unsigned char *p, enu
  * whichever path takes it, prefetches (DLI_PREFETCH_BYTES; for a view, where its next bytes are:
  * runs-private.h); the integer pass needs it as much as the float one, since in data full of NaN
  * it reads every block from memory, and a view's runs start where no hardware prefetcher looks.
- * Returns how this block went. */
+ * finite_sq, when set: the block's sum of x^2 over its finite elements; its record's sum_sq where
+ * that is finite, else the integer pass's sum (bf16) or NaN, not known. Returns how this block
+ * went. */
 INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, float shift,
-		       enum kind prev, int64_t pf, struct dli_stats_record *r)
+		       enum kind prev, int64_t pf, struct dli_stats_record *r, double *finite_sq)
 {
-	if (prev == NONFINITE && nf_block(p, dt, n, pf, r))
+	if (prev == NONFINITE && nf_block(p, dt, n, pf, r, finite_sq))
 		return NONFINITE;
 	if (prev == EXTREME)
-		return block_odd(p, dt, n, shift, pf, r);
+		return block_odd(p, dt, n, shift, pf, r, finite_sq);
 	const int64_t lines = n / (LINE / (int64_t)dli_dtype_size(dt));
 	struct dli_stats_sums a;
 	if (dt == DLI_DTYPE_BF16)
@@ -696,7 +770,7 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	 * finite magnitude: a float squared is far inside double's range. */
 	if (!isfinite(sd + sdd + sa) ||
 	    (dt != DLI_DTYPE_F32 && (amax > LARGE || (amax > 0 && amax < SMALL))))
-		return block_odd(p, dt, n, shift, pf, r);
+		return block_odd(p, dt, n, shift, pf, r, finite_sq);
 	/* A shift further from the mean than the spread (4 spreads for f32's double sums) would
 	 * cost precision to cancellation: read the block again (from L1) around its own mean.
 	 * Rare: the shift is the running mean of the chunk (or 0, for f32 data centred there), so
@@ -712,6 +786,8 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 			block_sums(p, dt, lines, shift, pf, &a);
 	}
 	dli_stats_sums_record(&a, n, shift, r);
+	if (finite_sq)
+		*finite_sq = r->sum_sq;
 	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 
@@ -855,10 +931,15 @@ INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, 
 }
 
 /* The blocks come from p, or, when v is set, from the view v's elements from `first` on (through
- * scratch where a block spans runs): the same blocks either way (kernels/cpu/runs-private.h). */
+ * scratch where a block spans runs): the same blocks either way (kernels/cpu/runs-private.h).
+ * finite_sq, when set: the chunk's sum of x^2 over its finite elements, the blocks' (block())
+ * added in order as the merge adds their sum_sq (so it is r->sum_sq itself where that is finite);
+ * not finite where a block's is not known. */
 INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
-		       unsigned char *scratch, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+		       unsigned char *scratch, enum dli_dtype dt, int64_t n, struct dli_stats_record *r,
+		       double *finite_sq)
 {
+	double fsq = 0, bsq;
 	const size_t es = dli_dtype_size(dt);
 	const int64_t per_line = LINE / (int64_t)es;
 	const int64_t bs = dt == DLI_DTYPE_BF16 ? BLOCK16 : DLI_STATS_BLOCK;
@@ -882,45 +963,75 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 		const unsigned char *q = v ? dli_runs_cursor_block(&c, m, scratch, &pf)
 					   : p + (size_t)i * es;
 		if (whole) {
-			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b);
+			prev = block(q, dt, whole, next_shift(q, dt, r), prev, pf, &b,
+				     finite_sq ? &bsq : NULL);
 			dli_stats_merge(r, &b);
+			if (finite_sq)
+				fsq += bsq;
 		}
 		if (m > whole) {
-			dli_stats_block_scalar(q + (size_t)whole * es, dt, m - whole, &b);
+			const unsigned char *tail = q + (size_t)whole * es;
+			dli_stats_block_scalar(tail, dt, m - whole, &b);
 			dli_stats_merge(r, &b);
+			if (finite_sq)
+				fsq += b.nan_count || b.inf_count
+					       ? dli_stats_finite_sum_sq_scalar(tail, dt, m - whole)
+					       : b.sum_sq;
 		}
 		solo -= solo > 0;
 		i += bs;
 	}
+	if (finite_sq)
+		*finite_sq = fsq;
 }
 
-INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
+INLINE void chunk(const unsigned char *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r,
+		  double *finite_sq)
 {
-	chunk_from(p, NULL, 0, NULL, dt, n, r);
+	chunk_from(p, NULL, 0, NULL, dt, n, r, finite_sq);
 }
 
+/* dli_cpu_stats_runs asks for no finite sum: a view's integer pass does not square. */
 void dli_stats_runs_avx2(const struct dli_cpu_runs *v, int64_t first, int64_t n,
 			 unsigned char *scratch, struct dli_stats_record *r)
 {
 	switch (v->dtype) {
-	case DLI_DTYPE_F32: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, n, r); break;
-	case DLI_DTYPE_BF16: chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, n, r); break;
-	case DLI_DTYPE_F16: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, n, r); break;
-	case DLI_DTYPE_F8E4M3: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, n, r); break;
-	case DLI_DTYPE_F8E5M2: chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, n, r); break;
+	case DLI_DTYPE_F32:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F32, n, r, NULL);
+		break;
+	case DLI_DTYPE_BF16:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, n, r, NULL);
+		break;
+	case DLI_DTYPE_F16:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F16, n, r, NULL);
+		break;
+	case DLI_DTYPE_F8E4M3:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E4M3, n, r, NULL);
+		break;
+	case DLI_DTYPE_F8E5M2:
+		chunk_from(NULL, v, first, scratch, DLI_DTYPE_F8E5M2, n, r, NULL);
+		break;
+	default: dli_stats_record_init(r); break;
+	}
+}
+
+void dli_stats_chunk_finite_avx2(const void *p, enum dli_dtype dt, int64_t n,
+				 struct dli_stats_record *r, double *finite_sq)
+{
+	/* One instance per dtype, so each inner loop is straight-line code for its format. */
+	*finite_sq = NAN;
+	switch (dt) {
+	case DLI_DTYPE_F32: chunk(p, DLI_DTYPE_F32, n, r, finite_sq); break;
+	case DLI_DTYPE_BF16: chunk(p, DLI_DTYPE_BF16, n, r, finite_sq); break;
+	case DLI_DTYPE_F16: chunk(p, DLI_DTYPE_F16, n, r, finite_sq); break;
+	case DLI_DTYPE_F8E4M3: chunk(p, DLI_DTYPE_F8E4M3, n, r, finite_sq); break;
+	case DLI_DTYPE_F8E5M2: chunk(p, DLI_DTYPE_F8E5M2, n, r, finite_sq); break;
 	default: dli_stats_record_init(r); break;
 	}
 }
 
 void dli_stats_chunk_avx2(const void *p, enum dli_dtype dt, int64_t n, struct dli_stats_record *r)
 {
-	/* One instance per dtype, so each inner loop is straight-line code for its format. */
-	switch (dt) {
-	case DLI_DTYPE_F32: chunk(p, DLI_DTYPE_F32, n, r); break;
-	case DLI_DTYPE_BF16: chunk(p, DLI_DTYPE_BF16, n, r); break;
-	case DLI_DTYPE_F16: chunk(p, DLI_DTYPE_F16, n, r); break;
-	case DLI_DTYPE_F8E4M3: chunk(p, DLI_DTYPE_F8E4M3, n, r); break;
-	case DLI_DTYPE_F8E5M2: chunk(p, DLI_DTYPE_F8E5M2, n, r); break;
-	default: dli_stats_record_init(r); break;
-	}
+	double unused;
+	dli_stats_chunk_finite_avx2(p, dt, n, r, &unused);
 }

@@ -175,6 +175,17 @@ void dli_stats_chunk_scalar(const void *p, enum dli_dtype dt, int64_t n, struct 
 	}
 }
 
+double dli_stats_finite_sum_sq_scalar(const void *p, enum dli_dtype dt, int64_t n)
+{
+	double sq = 0;
+	for (int64_t i = 0; i < n; i++) {
+		double x = load_elem(p, dt, i);
+		if (isfinite(x))
+			sq += x * x;
+	}
+	return sq;
+}
+
 bool dli_stats_dblock_record(const struct dli_stats_dblock *b, float small, float large,
 			     struct dli_stats_record *r)
 {
@@ -219,18 +230,26 @@ void dli_stats_sums_record(const struct dli_stats_sums *a, int64_t n, float shif
 
 /* ---- The driver ---- */
 
-/* A pass over n elements in chunks of DLI_STATS_CHUNK: of the contiguous data (chunk) or of the
- * view v (runs, the same chunk boundaries in the view's element order, so the records and their
- * merge are those of a contiguous copy). */
+/* What one chunk gave: its record, and its sum of x^2 over the finite elements (NaN where the
+ * path does not give one). */
+struct chunk_result {
+	struct dli_stats_record rec;
+	double finite_sq;
+};
+
+/* A pass over n elements in chunks of DLI_STATS_CHUNK: of the contiguous data (chunk, or
+ * chunk_finite where the path has one) or of the view v (runs, the same chunk boundaries in the
+ * view's element order, so the records and their merge are those of a contiguous copy). */
 struct pass {
 	int64_t n;
 	const char *data;
 	enum dli_dtype dt;
 	dli_stats_chunk_fn chunk;
-	const struct dli_cpu_runs *v; /* set for a view */
+	dli_stats_chunk_finite_fn chunk_finite; /* NULL, or used in place of chunk */
+	const struct dli_cpu_runs *v;           /* set for a view */
 	dli_stats_runs_fn runs;
-	struct dli_stats_record *recs; /* one per chunk, or NULL: then every chunk writes `one` */
-	struct dli_stats_record one;
+	struct chunk_result *results; /* one per chunk, or NULL: then every chunk writes `one` */
+	struct chunk_result one;
 };
 
 /* One chunk, with subnormals honoured: a host (or a framework's "flush denormal" switch) may have
@@ -242,39 +261,47 @@ static void pass_chunk(void *arg, int64_t c, int worker)
 	struct pass *ps = arg;
 	int64_t first = c * DLI_STATS_CHUNK;
 	int64_t m = ps->n - first < DLI_STATS_CHUNK ? ps->n - first : DLI_STATS_CHUNK;
-	struct dli_stats_record *r = ps->recs ? &ps->recs[c] : &ps->one;
+	struct chunk_result *res = ps->results ? &ps->results[c] : &ps->one;
 	(void)worker;
 #ifdef DLI_HAVE_X86_SIMD
 	unsigned csr = _mm_getcsr();
 	_mm_setcsr(csr & ~0x8040u); /* FTZ (bit 15) and DAZ (bit 6) off */
 #endif
+	res->finite_sq = NAN;
 	if (ps->v) {
 		_Alignas(64) unsigned char scratch[DLI_RUNS_SCRATCH];
-		ps->runs(ps->v, first, m, scratch, r);
+		ps->runs(ps->v, first, m, scratch, &res->rec);
 	} else {
-		ps->chunk(ps->data + (size_t)first * dli_dtype_size(ps->dt), ps->dt, m, r);
+		const char *p = ps->data + (size_t)first * dli_dtype_size(ps->dt);
+		if (ps->chunk_finite)
+			ps->chunk_finite(p, ps->dt, m, &res->rec, &res->finite_sq);
+		else
+			ps->chunk(p, ps->dt, m, &res->rec);
 	}
 #ifdef DLI_HAVE_X86_SIMD
 	_mm_setcsr(csr);
 #endif
 }
 
-/* The chunk kernels of o's SIMD path; -ENOTSUP for a path this CPU or build lacks. */
-static int pick(const struct dli_cpu_options *o, dli_stats_chunk_fn *chunk, dli_stats_runs_fn *runs)
+/* The chunk kernels of o's SIMD path into ps; -ENOTSUP for a path this CPU or build lacks. Only
+ * the AVX2 path gives a finite sum (chunk_finite); the AVX-512 pass, whose bf16 blocks with NaN
+ * go through the same integer pass without the squares, gives none until it can be measured. */
+static int pick(const struct dli_cpu_options *o, struct pass *ps)
 {
 	switch (dli_cpu_simd(o)) {
 	case DLI_SIMD_SCALAR:
-		*chunk = dli_stats_chunk_scalar;
-		*runs = dli_stats_runs_scalar;
+		ps->chunk = dli_stats_chunk_scalar;
+		ps->runs = dli_stats_runs_scalar;
 		return 0;
 #ifdef DLI_HAVE_X86_SIMD
 	case DLI_SIMD_AVX2:
-		*chunk = dli_stats_chunk_avx2;
-		*runs = dli_stats_runs_avx2;
+		ps->chunk = dli_stats_chunk_avx2;
+		ps->chunk_finite = dli_stats_chunk_finite_avx2;
+		ps->runs = dli_stats_runs_avx2;
 		return 0;
 	case DLI_SIMD_AVX512:
-		*chunk = dli_stats_chunk_avx512;
-		*runs = dli_stats_runs_avx512;
+		ps->chunk = dli_stats_chunk_avx512;
+		ps->runs = dli_stats_runs_avx512;
 		return 0;
 #endif
 	default:
@@ -282,29 +309,35 @@ static int pick(const struct dli_cpu_options *o, dli_stats_chunk_fn *chunk, dli_
 	}
 }
 
-/* Runs the pass (ps->n > 0) into out, on o's threads for a large one. */
-static void run_pass(struct pass *ps, const struct dli_cpu_options *o, struct dli_stats_record *out)
+/* Runs the pass (ps->n > 0) into out, on o's threads for a large one; *finite_sq: the chunks'
+ * sums of x^2 over their finite elements, added in chunk order as their records merge. */
+static void run_pass(struct pass *ps, const struct dli_cpu_options *o, struct dli_stats_record *out,
+		     double *finite_sq)
 {
 	pthread_once(&fp8_once, fp8_build);
 	int64_t n_chunks = (ps->n + DLI_STATS_CHUNK - 1) / DLI_STATS_CHUNK;
 	int threads = ps->n > DLI_STATS_THREAD_MIN ? dli_cpu_threads(o) : 1;
 	/* Per-chunk records (a few hundred bytes per MiB of input) let threads finish in any order;
 	 * without memory for them the pass runs on this thread and gives the same result. */
-	struct dli_stats_record *recs = NULL;
+	struct chunk_result *results = NULL;
+	*finite_sq = 0;
 	if (threads > 1)
-		recs = malloc((size_t)n_chunks * sizeof(*recs));
-	if (recs) {
-		ps->recs = recs;
+		results = malloc((size_t)n_chunks * sizeof(*results));
+	if (results) {
+		ps->results = results;
 		dli_parallel_for(n_chunks, threads, pass_chunk, ps);
-		for (int64_t c = 0; c < n_chunks; c++)
-			dli_stats_merge(out, &recs[c]);
-		free(recs);
-		ps->recs = NULL;
+		for (int64_t c = 0; c < n_chunks; c++) {
+			dli_stats_merge(out, &results[c].rec);
+			*finite_sq += results[c].finite_sq;
+		}
+		free(results);
+		ps->results = NULL;
 		return;
 	}
 	for (int64_t c = 0; c < n_chunks; c++) {
 		pass_chunk(ps, c, 0);
-		dli_stats_merge(out, &ps->one);
+		dli_stats_merge(out, &ps->one.rec);
+		*finite_sq += ps->one.finite_sq;
 	}
 }
 
@@ -320,21 +353,35 @@ int dli_cpu_check_input(const void *data, enum dli_dtype dtype, int64_t n)
 	return n < 0 || (n > 0 && !data) ? -EINVAL : 0;
 }
 
-int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
-		  struct dli_stats_record *out)
+int dli_cpu_stats_finite_sq(const void *data, enum dli_dtype dtype, int64_t n,
+			    const struct dli_cpu_options *o, struct dli_stats_record *out,
+			    double *finite_sq)
 {
-	if (!out)
+	double chunks_sq = 0;
+	if (finite_sq)
+		*finite_sq = NAN;
+	if (!out || !finite_sq)
 		return -EINVAL;
 	dli_stats_record_init(out);
 	int rc = dli_cpu_check_input(data, dtype, n);
 	if (rc)
 		return rc;
 	struct pass ps = {.n = n, .data = data, .dt = dtype};
-	rc = pick(o, &ps.chunk, &ps.runs);
-	if (rc || n == 0)
+	rc = pick(o, &ps);
+	if (rc)
 		return rc;
-	run_pass(&ps, o, out);
+	if (n > 0)
+		run_pass(&ps, o, out, &chunks_sq);
+	/* Without NaN or an infinity, sum_sq is the sum (the same double, whatever the path). */
+	*finite_sq = isfinite(out->sum_sq) ? out->sum_sq : isfinite(chunks_sq) ? chunks_sq : NAN;
 	return 0;
+}
+
+int dli_cpu_stats(const void *data, enum dli_dtype dtype, int64_t n, const struct dli_cpu_options *o,
+		  struct dli_stats_record *out)
+{
+	double unused;
+	return dli_cpu_stats_finite_sq(data, dtype, n, o, out, &unused);
 }
 
 /* ---- Strided views (runs-private.h): the driver above, over runs ---- */
@@ -367,9 +414,10 @@ int dli_cpu_stats_runs(const struct dli_cpu_runs *v, const struct dli_cpu_option
 	if (rc)
 		return rc;
 	struct pass ps = {.n = v->n, .v = v};
-	rc = pick(o, &ps.chunk, &ps.runs);
+	double unused;
+	rc = pick(o, &ps);
 	if (rc || v->n == 0)
 		return rc;
-	run_pass(&ps, o, out);
+	run_pass(&ps, o, out, &unused);
 	return 0;
 }

@@ -72,14 +72,15 @@ static bool records_agree(int ra, int rs, const struct dli_stats_record *a,
 	return ok;
 }
 
-/* The statistics pass's sum of x^2 over n elements, as core/stats.c gives it to the block-scaled
- * compares: NaN where they hold NaN or an infinity. */
+/* The statistics pass's sum of x^2 over the finite ones of n elements, as core/stats.c gives it to
+ * the block-scaled compares (dli_cpu_stats_finite_sq: NaN where it does not know it). */
 static double stats_sum_sq(const void *in, enum dli_dtype dt, int64_t n)
 {
 	struct dli_stats_record st;
-	if (dli_cpu_stats(in, dt, n, NULL, &st) != 0 || st.nan_count || st.inf_count)
+	double finite_sq;
+	if (dli_cpu_stats_finite_sq(in, dt, n, NULL, &st, &finite_sq) != 0)
 		return NAN;
-	return st.sum_sq;
+	return finite_sq;
 }
 
 /* Every input of a test: for each of the n_shapes [rows, cols], each kind of values (x[i] =

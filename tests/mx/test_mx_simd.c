@@ -105,8 +105,8 @@ static void check(const void *in, enum dli_dtype dt, int64_t rows, int64_t cols,
 			 (long long)rows, (long long)cols, kind, (int)dt, (int)fmt,
 			 col ? " columnwise" : "");
 		records_agree(ra, rs, &a, &s, what);
-		/* as the statistics feature calls it: given that pass's sum of x^2, which the fast
-		 * steps may then leave out (inputs with NaN or inf: NaN, the call above again) */
+		/* as the statistics feature calls it: given that pass's sum of x^2 (over the finite
+		 * elements), which the fast steps may then leave out */
 		double sum_sq = stats_sum_sq(in, dt, rows * cols);
 		ra = dli_cpu_mx_compare_sum_sq(in, dt, rows, cols, fmt, col, sum_sq, &avx2, &a);
 		snprintf(what, sizeof(what),
