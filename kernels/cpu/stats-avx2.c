@@ -891,10 +891,11 @@ INLINE bool group16_record(const struct group16 *g, float shift, struct dli_stat
  * there), merged into *r. Returns the blocks it took, and leaves the cursor after them. Where it
  * takes fewer than it read, *prev and *solo say how the next blocks go: a block whose sums were
  * not finite ends the group and goes straight to block_odd (*prev EXTREME); a group that failed
- * its checks takes none, and its blocks (*solo of them) go one at a time. May take none. */
+ * its checks takes none, and its blocks (*solo of them) go one at a time. May take none.
+ * *sum_sq: the taken blocks' sum of x^2 (all finite). */
 INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, int64_t first,
 			  int64_t i, int64_t n, struct dli_runs_cursor *c, unsigned char *scratch,
-			  struct dli_stats_record *r, enum kind *prev, int64_t *solo)
+			  struct dli_stats_record *r, enum kind *prev, int64_t *solo, double *sum_sq)
 {
 	const int64_t bs = BLOCK16, nb = (n - i) / bs < GROUP16 ? (n - i) / bs : GROUP16;
 	struct group16 g;
@@ -918,8 +919,10 @@ INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, 
 	}
 	const bool bad = k < nb;
 	if (k == 0 || group16_record(&g, shift, &b)) {
-		if (k)
+		if (k) {
 			dli_stats_merge(r, &b);
+			*sum_sq = b.sum_sq;
+		}
 		*prev = bad ? EXTREME : CLEAN;
 	} else {
 		*solo = k + bad;
@@ -952,10 +955,12 @@ INLINE void chunk_from(const unsigned char *p, const struct dli_cpu_runs *v, int
 	dli_stats_record_init(r);
 	for (int64_t i = 0; i < n;) {
 		if (dt == DLI_DTYPE_BF16 && prev == CLEAN && !solo && n - i >= bs) {
-			int64_t k = group_bf16(p, v, first, i, n, &c, scratch, r, &prev, &solo);
+			int64_t k = group_bf16(p, v, first, i, n, &c, scratch, r, &prev, &solo, &bsq);
 			i += k * bs;
-			if (k)
+			if (k) {
+				fsq += bsq;
 				continue;
+			}
 		}
 		int64_t m = n - i < bs ? n - i : bs;
 		int64_t whole = m - m % per_line;
