@@ -733,6 +733,61 @@ static void test_block_kinds_mixed(void)
 		}
 }
 
+/* Whole bf16 blocks (4096 elements) go through the AVX2 pass in groups of 16, reduced once a
+ * group (kernels/cpu/stats-avx2.c, group_bf16): a block with NaN, an infinity or squares past
+ * float range ends a group early, at its first, middle or last block; a group of tiny magnitudes
+ * or one whose blocks' means drift far apart is read again block by block. Every path against
+ * the reference, 40 blocks and a partial one. */
+static double group_value(int c, int64_t i)
+{
+	const int64_t blk = i / 4096;
+	switch (c) {
+	case 0: return rng_normal();
+	case 1: /* specials in blocks 0, 7, 15, 16, 17 and 31 */
+		if (i == 3 || i == 7 * 4096 + 2000 || i == 16 * 4096 - 1 || i == 31 * 4096 + 5)
+			return NAN;
+		if (i == 16 * 4096 + 7)
+			return INFINITY;
+		if (i == 17 * 4096 + 4095)
+			return -INFINITY;
+		return rng_normal();
+	case 2: return blk >= 16 && blk < 32 ? 1e-20 * rng_normal() : rng_normal(); /* a tiny group */
+	case 3: return i == 20 * 4096 + 9 ? -3e30 : rng_normal(); /* a square past float range */
+	case 4: return 40.0 * (double)blk + rng_normal(); /* means drifting block by block */
+	case 5: return 1000.0 + (double)(i % 7); /* far from 0, little spread */
+	case 6: return 1e-22 * rng_normal(); /* squares subnormal in float */
+	case 7: return i < 2048 ? 0 : 1e4 + 64 * rng_normal(); /* a group far from its shift, 0 */
+	default: return 0;
+	}
+}
+
+static void test_bf16_groups(void)
+{
+	const int64_t n = 40 * 4096 + 77;
+	unsigned char *p = malloc((size_t)n * 2);
+	double *x = malloc((size_t)n * sizeof(double)), want[DLI_STAT_COUNT], scale;
+	for (int c = 0; c < 8; c++) {
+		for (int64_t i = 0; i < n; i++) {
+			ref_store(p, DLI_DTYPE_BF16, i, group_value(c, i));
+			x[i] = ref_decode(p, DLI_DTYPE_BF16, i);
+		}
+		ref_stats(x, n, want, &scale);
+		for (size_t k = 0; k < sizeof(paths) / sizeof(paths[0]); k++) {
+			if (paths[k] > dli_simd_detect())
+				continue;
+			struct dli_cpu_options o = {.simd = paths[k], .threads = 1};
+			struct dli_stats_record r;
+			char what[64];
+			snprintf(what, sizeof(what), "bf16 groups case %d %s", c, dli_simd_name(paths[k]));
+			CHECK_INT(dli_cpu_stats(p, DLI_DTYPE_BF16, n, &o, &r), 0);
+			CHECK(r.count == (uint64_t)n);
+			check_values(&r, want, scale, TOL, what);
+		}
+	}
+	free(p);
+	free(x);
+}
+
 /* Mean 1e4, std 1e-2: sum x^2 - n mean^2 in float loses every digit of the variance (it is
  * 1e-12 of sum x^2); the Chan merge of two-pass blocks keeps it to 1e-6. */
 static void test_variance_large_mean(void)
@@ -938,6 +993,7 @@ int main(void)
 	test_merge();
 	test_f32_shards_one_call();
 	test_block_kinds_mixed();
+	test_bf16_groups();
 	test_nonfinite_blocks();
 	test_variance_large_mean();
 	test_parallel_for();

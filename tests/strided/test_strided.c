@@ -218,6 +218,19 @@ static void kernel_views(void)
 	unsigned char *big = make_data(DLI_DTYPE_BF16, 2 * T * h, true);
 	check_view("threaded rows", big, DLI_DTYPE_BF16, 2, sh, st, true);
 	free(big);
+	/* Whole bf16 blocks go in groups of 16 in the AVX2 pass, which a block holding NaN or an
+	 * infinity ends early; in a view the pass then takes up the runs again where that block
+	 * starts. A row of 4096 elements is a block: specials in view rows 0, 5, 15, 16, 33, 47. */
+	{
+		int64_t R = 64, sh6[2] = {R, h}, st6[2] = {2 * h, 1};
+		unsigned char *d = make_data(DLI_DTYPE_BF16, 2 * R * h, false);
+		const int64_t rows[] = {0, 5, 15, 16, 33, 47};
+		const uint16_t bits[] = {0x7fc0, 0xff80, 0x7f80, 0xffc1, 0x7fc0, 0x7f80};
+		for (size_t k = 0; k < 6; k++)
+			memcpy(d + 2 * (2 * rows[k] * h + 100 * (int64_t)k), &bits[k], 2);
+		check_view("sparse specials", d, DLI_DTYPE_BF16, 2, sh6, st6, true);
+		free(d);
+	}
 	/* Chunks (2^18 elements) that start inside a run, runs shorter and longer than a block
 	 * (blocks through scratch), two outer dims that do not merge: K of the first S of S + 1
 	 * positions of a fused [B, S + 1, 3h] bf16 output. */
