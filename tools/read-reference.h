@@ -10,12 +10,14 @@
 #include "tools-api.h"
 
 #ifdef DLI_HAVE_X86_SIMD
-__attribute__((target("avx512f"))) static inline float sum_avx512(const float *p, int64_t n)
+/* pf: how far ahead of each line it prefetches, in bytes (DLI_PREFETCH_BYTES, as the passes). */
+__attribute__((target("avx512f"))) static inline float sum_avx512(const float *p, int64_t n,
+								  int64_t pf)
 {
 	__m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 	int64_t i = 0;
 	for (; i + 64 <= n; i += 64) {
-		const char *q = (const char *)(p + i) + DLI_PREFETCH_BYTES;
+		const char *q = (const char *)(p + i) + pf;
 		_mm_prefetch(q, _MM_HINT_T0);
 		_mm_prefetch(q + 64, _MM_HINT_T0);
 		_mm_prefetch(q + 128, _MM_HINT_T0);
@@ -31,12 +33,12 @@ __attribute__((target("avx512f"))) static inline float sum_avx512(const float *p
 	return s;
 }
 
-__attribute__((target("avx2"))) static inline float sum_avx2(const float *p, int64_t n)
+__attribute__((target("avx2"))) static inline float sum_avx2(const float *p, int64_t n, int64_t pf)
 {
 	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
 	int64_t i = 0;
 	for (; i + 32 <= n; i += 32) {
-		const char *q = (const char *)(p + i) + DLI_PREFETCH_BYTES;
+		const char *q = (const char *)(p + i) + pf;
 		_mm_prefetch(q, _MM_HINT_T0);
 		_mm_prefetch(q + 64, _MM_HINT_T0);
 		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
@@ -61,16 +63,22 @@ static inline float sum_scalar(const float *p, int64_t n)
 	return s;
 }
 
-/* The sum of n floats on the `simd` path (scalar where the build has no x86 SIMD). */
-static inline float read_sum(enum dli_simd simd, const float *p, int64_t n)
+/* The sum of n floats on the `simd` path (scalar where the build has no x86 SIMD), each line
+ * prefetching the one pf bytes ahead. */
+static inline float read_sum_pf(enum dli_simd simd, const float *p, int64_t n, int64_t pf)
 {
 	switch (simd) {
 #ifdef DLI_HAVE_X86_SIMD
-	case DLI_SIMD_AVX512: return sum_avx512(p, n);
-	case DLI_SIMD_AVX2: return sum_avx2(p, n);
+	case DLI_SIMD_AVX512: return sum_avx512(p, n, pf);
+	case DLI_SIMD_AVX2: return sum_avx2(p, n, pf);
 #endif
-	default: return sum_scalar(p, n);
+	default: (void)pf; return sum_scalar(p, n);
 	}
+}
+
+static inline float read_sum(enum dli_simd simd, const float *p, int64_t n)
+{
+	return read_sum_pf(simd, p, n, DLI_PREFETCH_BYTES);
 }
 
 struct read_job {
