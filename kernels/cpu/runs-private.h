@@ -68,6 +68,27 @@ static inline void dli_runs_cursor_init(struct dli_runs_cursor *c, const struct 
 	c->off = first % v->run_len;
 }
 
+/* Prefetches a line in each 4 KiB page of the run after the cursor's next one (its first 8 pages,
+ * and its last line), a run before the pass's prefetches of that run's lines start: a view's runs
+ * begin on pages that no sequential read has walked, whose translations and first lines are
+ * then on the way early. Measured on the AVX2 machine (Zen 3, 4 KiB pages, every 2nd row of a
+ * [T, 4096] matrix): a plain read with a little arithmetic a line went from 0.81-0.87 to
+ * 0.94-0.99 of a contiguous read; the statistics pass over the views, against a plain read of
+ * the view, from 0.84-0.89 to 0.89-0.93 (f32) and 0.77-0.81 to 0.77-0.82 (bf16). Only along the
+ * innermost outer dimension: where that wraps, nothing (a guess there could land in a gap). */
+static inline void dli_runs_cursor_walk_ahead(const struct dli_runs_cursor *c)
+{
+	const struct dli_cpu_runs *v = c->v;
+	const int d = v->n_outer - 1;
+	if (d < 0 || c->idx[d] + 1 >= v->outer[d])
+		return;
+	const unsigned char *s = c->next + v->step[d];
+	const int64_t bytes = v->run_len * (int64_t)dli_dtype_size(v->dtype);
+	for (int64_t o = 0; o < bytes && o < 8 * 4096; o += 4096)
+		__builtin_prefetch(s + o, 0, 3);
+	__builtin_prefetch(s + bytes - 1, 0, 3);
+}
+
 /* The cursor's next m elements as one contiguous piece of memory: inside one run, a pointer into
  * it; across runs, `scratch` (m elements) after copying the pieces there. *pf: how far ahead
  * (bytes, added to each line's address) the pass over the block prefetches, so that each line
@@ -83,6 +104,8 @@ static inline const unsigned char *dli_runs_cursor_block(struct dli_runs_cursor 
 	const struct dli_cpu_runs *v = c->v;
 	const int64_t es = (int64_t)dli_dtype_size(v->dtype);
 	const unsigned char *q = scratch;
+	if (c->off == 0)
+		dli_runs_cursor_walk_ahead(c);
 	if (c->off + m <= v->run_len) {
 		q = c->start + c->off * es;
 		c->off += m;
