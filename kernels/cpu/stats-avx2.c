@@ -813,15 +813,16 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 /* ---- bf16 blocks in groups ----
  *
  * The end of a block (its lanes reduced, checked, turned into a record and merged in double) costs
- * about as much as a tenth of the block's own pass, which on bf16 runs at about the read bandwidth
- * with no slack to hide it. So whole bf16 blocks go in groups of up to GROUP16 around one shift:
+ * about a tenth of the block's own pass on cache-resident data. So whole bf16 blocks go in groups
+ * of up to GROUP16 around one shift:
  * each block's float lanes (the same 256 terms a lane as a block on its own) are widened into
  * double lanes and its extrema lanes folded into the group's, in vector registers, and only the
  * group is reduced and merged. The group's checks are those of a block: a block whose sums are not
  * finite (NaN, infinities, or squares past float range) ends the group before it and takes the
  * per-block path; a group whose magnitudes are out of the float lanes' range, or whose mean is
  * further from its shift than its spread, is read again block by block (from L2: a group is
- * 128 KiB). */
+ * 128 KiB). Measured (Zen 3, one thread, best of 3000 calls): a 256 KiB tensor resident in L2,
+ * 16.5 -> 18.2 GB/s; from memory the pass is bound by the read either way. */
 #define GROUP16 16
 
 struct group16 {
