@@ -6,7 +6,7 @@
  * float lanes' 1e-5, as tests/kernels/test_stats.c holds the clean pass's sums) or NaN where the
  * pass says it does not know it; the record the same bits as dli_cpu_stats gives; and the
  * per-tensor FP8, MXFP8 and FP8 block compares given it against the same compares given none and
- * against their scalar reference (counts equal, sums within the 1e-5 of tests/mx/simd-test.h).
+ * against their scalar reference (counts equal, sums within the 1e-5 of tests/mx/records-agree.h).
  * Then: the sum is the same bits on 1 and 3 threads, sum_sq itself where that is finite, and NaN
  * on the scalar path, for f16, f32 and FP8 data with NaN, and on bad input. Exits 77 when the CPU
  * has no AVX2. */
@@ -20,6 +20,7 @@
 
 #include "check.h"
 #include "kernels-private.h"
+#include "mx/records-agree.h"
 #include "test-rng.h"
 
 /* 70 x 4133: two chunks of the pass, its second ending in a tail of 30 elements (scalar); the
@@ -28,7 +29,6 @@
 #define COLS 4133
 #define N ((int64_t)ROWS * COLS)
 #define BLOCK 4096 /* the AVX2 pass's bf16 block */
-#define TOL 1e-5
 
 static const struct dli_cpu_options avx2 = {.simd = DLI_SIMD_AVX2, .threads = 1};
 static const struct dli_cpu_options scalar = {.simd = DLI_SIMD_SCALAR, .threads = 1};
@@ -137,33 +137,6 @@ static double naive_finite_sq(const uint16_t *x, int64_t n)
 	return s;
 }
 
-static bool close_to(double a, double b)
-{
-	return a == b || fabs(a - b) <= TOL * fmax(fabs(a), fabs(b));
-}
-
-/* Whether two compare records agree: counts and the scale range exactly, the sums within TOL;
- * a CHECK, both printed after `what` when not. */
-static void agree(int ra, int rb, const struct dli_stats_record *a,
-		  const struct dli_stats_record *b, const char *what)
-{
-	bool ok = ra == 0 && rb == 0 && a->fp8_count == b->fp8_count &&
-		  a->underflows == b->underflows && a->overflows == b->overflows &&
-		  close_to(a->err_sq, b->err_sq) && close_to(a->dot, b->dot) &&
-		  close_to(a->dq_sq, b->dq_sq) && close_to(a->x_sq, b->x_sq) &&
-		  a->scale_inv_min == b->scale_inv_min && a->scale_inv_max == b->scale_inv_max;
-	CHECK(ok);
-	if (!ok)
-		fprintf(stderr,
-			"%s: returned %d/%d, count %llu/%llu under %llu/%llu over %llu/%llu err "
-			"%.9g/%.9g dot %.9g/%.9g dq %.9g/%.9g x %.9g/%.9g\n",
-			what, ra, rb, (unsigned long long)a->fp8_count,
-			(unsigned long long)b->fp8_count, (unsigned long long)a->underflows,
-			(unsigned long long)b->underflows, (unsigned long long)a->overflows,
-			(unsigned long long)b->overflows, a->err_sq, b->err_sq, a->dot, b->dot,
-			a->dq_sq, b->dq_sq, a->x_sq, b->x_sq);
-}
-
 enum compare { PER_TENSOR, MX_E4M3, MX_E5M2, FP8B_2D, FP8B_1D, COMPARES };
 
 static const char *const compare_names[COMPARES] = {"per-tensor FP8", "MXFP8 E4M3",
@@ -215,10 +188,10 @@ static void check_kind(enum kind kind, uint16_t *x)
 		int rr = run_compare(c, x, scale, NAN, &scalar, &ref);
 		snprintf(what, sizeof(what), "%s, %s, given the finite sum against given none",
 			 kind_names[kind], compare_names[c]);
-		agree(rg, rn, &given, &none, what);
+		records_agree(rg, rn, &given, &none, what);
 		snprintf(what, sizeof(what), "%s, %s, given the finite sum against the scalar pass",
 			 kind_names[kind], compare_names[c]);
-		agree(rg, rr, &given, &ref, what);
+		records_agree(rg, rr, &given, &ref, what);
 		/* the bf16 fast steps took it: x_sq is the sum given (FP8 block scaling's 1D
 		 * blocks sum their own) */
 		if (known && c != FP8B_1D && given.x_sq != finite) {
