@@ -426,16 +426,24 @@ INLINE void lanes16_block(const unsigned char *p, int64_t lines, __m256 vshift, 
 	}
 }
 
+/* o's extrema, least nonzero magnitude and zero count (zc) from bf16 extrema lanes as struct
+ * lanes16 keeps them. */
+INLINE void extrema16_sums(__m256i smax, __m256i umax, __m256i umin, uint64_t zc,
+			   struct dli_stats_sums *o)
+{
+	unsigned um = min_epu16_lanes(umin);
+	o->zc = zc;
+	o->mnz = um == 0xffff ? INFINITY : bits16_float(um + 1, DLI_DTYPE_BF16);
+	extrema16(max_epi16_lanes(smax), max_epu16_lanes(umax), o->mnz, zc, DLI_DTYPE_BF16, &o->mn,
+		  &o->mx);
+}
+
 static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, int64_t pf,
 			    struct dli_stats_sums *o)
 {
 	struct lanes16 a;
 	lanes16_block(p, lines, _mm256_set1_ps(shift), pf, &a);
-	unsigned umin = min_epu16_lanes(a.umin);
-	o->zc = count16_lanes(a.zc);
-	o->mnz = umin == 0xffff ? INFINITY : bits16_float(umin + 1, DLI_DTYPE_BF16);
-	extrema16(max_epi16_lanes(a.smax), max_epu16_lanes(a.umax), o->mnz, o->zc, DLI_DTYPE_BF16,
-		  &o->mn, &o->mx);
+	extrema16_sums(a.smax, a.umax, a.umin, count16_lanes(a.zc), o);
 	o->sd = sum_lanes(a.sd);
 	o->sdd = sum_lanes(a.sdd);
 	o->sa = sum_lanes(a.sa);
@@ -872,11 +880,7 @@ INLINE bool group16_record(const struct group16 *g, float shift, struct dli_stat
 {
 	struct dli_stats_sums o;
 	double dn = (double)g->n;
-	unsigned umin = min_epu16_lanes(g->umin);
-	o.zc = count_lanes(g->zc);
-	o.mnz = umin == 0xffff ? INFINITY : bits16_float(umin + 1, DLI_DTYPE_BF16);
-	extrema16(max_epi16_lanes(g->smax), max_epu16_lanes(g->umax), o.mnz, o.zc, DLI_DTYPE_BF16,
-		  &o.mn, &o.mx);
+	extrema16_sums(g->smax, g->umax, g->umin, count_lanes(g->zc), &o);
 	o.sd = sum_pd(g->sd);
 	o.sdd = sum_pd(g->sdd);
 	o.sa = sum_pd(g->sa);
