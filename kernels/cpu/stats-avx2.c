@@ -387,8 +387,9 @@ struct lanes16 {
 /* Seven accumulators and four constants, so that everything stays in the 16 registers: a spilled
  * accumulator would put a store and a reload into its dependency chain. The zero count takes the
  * top bit of u (set only for +-0: nonzero magnitudes are below 0x7fff) rather than a compare
- * against a zero register. */
-INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
+ * against a zero register. shifted: whether the deviations are from `shift` (else from 0, the
+ * elements themselves: 18 operations instead of 20; see next_shift). */
+INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift, bool shifted)
 {
 	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
 	__m256i aw = _mm256_and_si256(w, _mm256_set1_epi16(0x7fff));
@@ -400,8 +401,12 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
 	__m256 ax0 = _mm256_castsi256_ps(_mm256_slli_epi32(aw, 16));
 	__m256 ax1 = _mm256_castsi256_ps(_mm256_and_si256(aw, hi));
 	a->sa = _mm256_add_ps(a->sa, _mm256_add_ps(ax0, ax1));
-	__m256 d0 = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), shift);
-	__m256 d1 = _mm256_sub_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hi)), shift);
+	__m256 d0 = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+	__m256 d1 = _mm256_castsi256_ps(_mm256_and_si256(w, hi));
+	if (shifted) {
+		d0 = _mm256_sub_ps(d0, shift);
+		d1 = _mm256_sub_ps(d1, shift);
+	}
 	a->sd = _mm256_add_ps(a->sd, _mm256_add_ps(d0, d1));
 	a->sdd = _mm256_add_ps(a->sdd, _mm256_fmadd_ps(d0, d0, _mm256_mul_ps(d1, d1)));
 }
@@ -411,18 +416,28 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift)
  * and each 16-bit count lane at most BLOCK16 / 16. */
 #define BLOCK16 (2 * DLI_STATS_BLOCK)
 
-/* One block's lanes, not reduced. */
-INLINE void lanes16_block(const unsigned char *p, int64_t lines, __m256 vshift, int64_t pf,
+/* One block's lanes, not reduced: deviations from `shift`, one loop for a shift of 0 (which needs
+ * no subtraction) and one for any other. */
+INLINE void lanes16_block(const unsigned char *p, int64_t lines, float shift, int64_t pf,
 			  struct lanes16 *a)
 {
+	const __m256 vshift = _mm256_set1_ps(shift);
 	*a = (struct lanes16){
 		.smax = _mm256_set1_epi16((short)0x8000), .umax = _mm256_setzero_si256(),
 		.umin = _mm256_set1_epi16(-1), .zc = _mm256_setzero_si256(),
 		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps()};
+	if (shift == 0) {
+		for (int64_t h = 0; h < 2 * lines; h++) {
+			const unsigned char *q = p + h * 32;
+			_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+			lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, false);
+		}
+		return;
+	}
 	for (int64_t h = 0; h < 2 * lines; h++) {
 		const unsigned char *q = p + h * 32;
 		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-		lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift);
+		lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, true);
 	}
 }
 
@@ -442,7 +457,7 @@ static void block_sums_bf16(const unsigned char *p, int64_t lines, float shift, 
 			    struct dli_stats_sums *o)
 {
 	struct lanes16 a;
-	lanes16_block(p, lines, _mm256_set1_ps(shift), pf, &a);
+	lanes16_block(p, lines, shift, pf, &a);
 	extrema16_sums(a.smax, a.umax, a.umin, count16_lanes(a.zc), o);
 	o->sd = sum_lanes(a.sd);
 	o->sdd = sum_lanes(a.sdd);
@@ -799,9 +814,32 @@ INLINE enum kind block(const unsigned char *p, enum dli_dtype dt, int64_t n, flo
 	return dt == DLI_DTYPE_F32 && a.zc ? ZEROS : CLEAN;
 }
 
+/* bf16's float lanes skip the subtraction of the shift where it is 0 (lanes16_add), which is
+ * worth taking wherever the cancellation it brings is small: where the mean^2 is at most this
+ * times the variance, the block's m2 = sum x^2 - (sum x)^2 / n keeps all but a third of a bit
+ * (sum x^2 is at most 1.25 m2), and block()'s check (a read around the block's own mean past
+ * mean^2 = variance) bounds it at one bit for blocks that stray. */
+#define BF16_NEAR 0.25
+
+/* Whether the first line at p (bf16), as a sample of its block, has a mean^2 within BF16_NEAR of
+ * its variance (false when it holds NaN or an infinity). */
+INLINE bool bf16_line_centred(const unsigned char *p)
+{
+	__m256 v[8];
+	load_line(p, DLI_DTYPE_BF16, v);
+	__m256 s = _mm256_add_ps(_mm256_add_ps(v[0], v[1]), _mm256_add_ps(v[2], v[3]));
+	__m256 q = _mm256_fmadd_ps(v[0], v[0], _mm256_mul_ps(v[1], v[1]));
+	q = _mm256_fmadd_ps(v[2], v[2], _mm256_fmadd_ps(v[3], v[3], q));
+	const double n = LINE / 2;
+	double mean = sum_lanes(s) / n, m2 = sum_lanes(q) - mean * mean * n;
+	return mean * mean * n <= BF16_NEAR * m2;
+}
+
 /* The shift for a chunk's next block: the chunk's running mean, or where there is none (the first
  * block, or a mean that earlier blocks' NaN or infinities made non-finite) the block's first
- * element; 0 when that is not a finite number of moderate size either. */
+ * element; 0 when that is not a finite number of moderate size either. f32 and bf16 take 0
+ * where the data are centred near it (F32_NEAR, BF16_NEAR; bf16's first block by its first
+ * line). */
 INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct dli_stats_record *r)
 {
 	/* f32's double sums lose at most 4 bits to cancellation around 0 (see F32_NEAR) and skip
@@ -809,6 +847,10 @@ INLINE float next_shift(const unsigned char *p, enum dli_dtype dt, const struct 
 	 * when that is far from 0. */
 	if (dt == DLI_DTYPE_F32 &&
 	    (!r->count || r->mean * r->mean * (double)r->count <= F32_NEAR * r->m2))
+		return 0;
+	if (dt == DLI_DTYPE_BF16 &&
+	    (r->count ? r->mean * r->mean * (double)r->count <= BF16_NEAR * r->m2
+		      : bf16_line_centred(p)))
 		return 0;
 	if (r->count && fabs(r->mean) <= LARGE)
 		return (float)r->mean;
@@ -907,18 +949,15 @@ INLINE int64_t group_bf16(const unsigned char *p, const struct dli_cpu_runs *v, 
 	struct lanes16 a;
 	struct dli_stats_record b;
 	float shift = 0;
-	__m256 vshift = _mm256_setzero_ps();
 	int64_t k = 0;
 	group16_init(&g);
 	for (; k < nb; k++) {
 		int64_t pf = DLI_PREFETCH_BYTES;
 		const unsigned char *q = v ? dli_runs_cursor_block(c, bs, scratch, &pf)
 					   : p + (size_t)(i + k * bs) * 2;
-		if (k == 0) {
+		if (k == 0)
 			shift = next_shift(q, DLI_DTYPE_BF16, r);
-			vshift = _mm256_set1_ps(shift);
-		}
-		lanes16_block(q, bs / 32, vshift, pf, &a);
+		lanes16_block(q, bs / 32, shift, pf, &a);
 		if (!group16_add(&g, &a, bs))
 			break;
 	}

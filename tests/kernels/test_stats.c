@@ -736,8 +736,10 @@ static void test_block_kinds_mixed(void)
 /* Whole bf16 blocks (4096 elements) go through the AVX2 pass in groups of 16, reduced once a
  * group (kernels/cpu/stats-avx2.c, group_bf16): a block with NaN, an infinity or squares past
  * float range ends a group early, at its first, middle or last block; a group of tiny magnitudes
- * or one whose blocks' means drift far apart is read again block by block. Every path against
- * the reference, 40 blocks and a partial one. */
+ * or one whose blocks' means drift far apart is read again block by block; data centred within
+ * half a standard deviation of 0 are summed around 0 (BF16_NEAR), a first line that looks centred
+ * where the rest is not is read again around its mean. Every path against the reference, 40
+ * blocks and a partial one. */
 static double group_value(int c, int64_t i)
 {
 	const int64_t blk = i / 4096;
@@ -757,6 +759,14 @@ static double group_value(int c, int64_t i)
 	case 5: return 1000.0 + (double)(i % 7); /* far from 0, little spread */
 	case 6: return 1e-22 * rng_normal(); /* squares subnormal in float */
 	case 7: return i < 2048 ? 0 : 1e4 + 64 * rng_normal(); /* a group far from its shift, 0 */
+	/* either side of where the AVX2 pass sums around 0 rather than the mean (BF16_NEAR) */
+	case 8: return 0.49 + rng_normal();
+	case 9: return 0.51 + rng_normal();
+	/* a first line centred on 0, the rest of the group far from it */
+	case 10: return i < 32 ? rng_normal() : 5.0 + rng_normal();
+	/* the same where float sums around 0 would lose the variance: the squares (~1e6, integers)
+	 * past 2^24 in every lane, the spread 2 */
+	case 11: return i < 32 ? 0.0 : i % 2 ? 1000.0 : 1004.0;
 	default: return 0;
 	}
 }
@@ -766,7 +776,7 @@ static void test_bf16_groups(void)
 	const int64_t n = 40 * 4096 + 77;
 	unsigned char *p = malloc((size_t)n * 2);
 	double *x = malloc((size_t)n * sizeof(double)), want[DLI_STAT_COUNT], scale;
-	for (int c = 0; c < 8; c++) {
+	for (int c = 0; c < 12; c++) {
 		for (int64_t i = 0; i < n; i++) {
 			ref_store(p, DLI_DTYPE_BF16, i, group_value(c, i));
 			x[i] = ref_decode(p, DLI_DTYPE_BF16, i);
