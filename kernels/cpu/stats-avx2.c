@@ -381,14 +381,16 @@ static void block_sums_f32(const unsigned char *p, int64_t lines, float shift, b
 
 struct lanes16 {
 	__m256i smax, umax, umin, zc; /* 16-bit lanes */
-	__m256 sa, sd, sdd;
+	__m256 sa, sd, sdd, sdd2; /* sdd2: unshifted blocks only (lanes16_add) */
 };
 
 /* Seven accumulators and four constants, so that everything stays in the 16 registers: a spilled
  * accumulator would put a store and a reload into its dependency chain. The zero count takes the
  * top bit of u (set only for +-0: nonzero magnitudes are below 0x7fff) rather than a compare
- * against a zero register. shifted: whether the deviations are from `shift` (else from 0, the
- * elements themselves: 18 operations instead of 20; see next_shift). */
+ * against a zero register. shifted: whether the deviations are from `shift`; else from 0, the
+ * elements themselves (see next_shift), which frees the shift's register for a second sum of
+ * squares (sdd2, added to sdd at the block's end), each square one FMA: 17 operations instead
+ * of 20, and 5 % faster on a 256 KiB tensor (L2) than one sum. */
 INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift, bool shifted)
 {
 	const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
@@ -408,7 +410,12 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift, bool shifted
 		d1 = _mm256_sub_ps(d1, shift);
 	}
 	a->sd = _mm256_add_ps(a->sd, _mm256_add_ps(d0, d1));
-	a->sdd = _mm256_add_ps(a->sdd, _mm256_fmadd_ps(d0, d0, _mm256_mul_ps(d1, d1)));
+	if (shifted) {
+		a->sdd = _mm256_add_ps(a->sdd, _mm256_fmadd_ps(d0, d0, _mm256_mul_ps(d1, d1)));
+	} else {
+		a->sdd = _mm256_fmadd_ps(d0, d0, a->sdd);
+		a->sdd2 = _mm256_fmadd_ps(d1, d1, a->sdd2);
+	}
 }
 
 /* bf16 blocks are twice DLI_STATS_BLOCK, so that the block's end (reductions, checks, the merge
@@ -425,13 +432,15 @@ INLINE void lanes16_block(const unsigned char *p, int64_t lines, float shift, in
 	*a = (struct lanes16){
 		.smax = _mm256_set1_epi16((short)0x8000), .umax = _mm256_setzero_si256(),
 		.umin = _mm256_set1_epi16(-1), .zc = _mm256_setzero_si256(),
-		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps()};
+		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps(),
+		.sdd2 = _mm256_setzero_ps()};
 	if (shift == 0) {
 		for (int64_t h = 0; h < 2 * lines; h++) {
 			const unsigned char *q = p + h * 32;
 			_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
 			lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, false);
 		}
+		a->sdd = _mm256_add_ps(a->sdd, a->sdd2);
 		return;
 	}
 	for (int64_t h = 0; h < 2 * lines; h++) {
