@@ -423,30 +423,31 @@ INLINE void lanes16_add(struct lanes16 *a, __m256i w, __m256 shift, bool shifted
  * and each 16-bit count lane at most BLOCK16 / 16. */
 #define BLOCK16 (2 * DLI_STATS_BLOCK)
 
+INLINE void lanes16_loop(const unsigned char *p, int64_t lines, __m256 vshift, bool shifted,
+			 int64_t pf, struct lanes16 *a)
+{
+	for (int64_t h = 0; h < 2 * lines; h++) {
+		const unsigned char *q = p + h * 32;
+		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
+		lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, shifted);
+	}
+}
+
 /* One block's lanes, not reduced: deviations from `shift`, one loop for a shift of 0 (which needs
  * no subtraction) and one for any other. */
 INLINE void lanes16_block(const unsigned char *p, int64_t lines, float shift, int64_t pf,
 			  struct lanes16 *a)
 {
-	const __m256 vshift = _mm256_set1_ps(shift);
 	*a = (struct lanes16){
 		.smax = _mm256_set1_epi16((short)0x8000), .umax = _mm256_setzero_si256(),
 		.umin = _mm256_set1_epi16(-1), .zc = _mm256_setzero_si256(),
 		.sa = _mm256_setzero_ps(), .sd = _mm256_setzero_ps(), .sdd = _mm256_setzero_ps(),
 		.sdd2 = _mm256_setzero_ps()};
 	if (shift == 0) {
-		for (int64_t h = 0; h < 2 * lines; h++) {
-			const unsigned char *q = p + h * 32;
-			_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-			lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, false);
-		}
+		lanes16_loop(p, lines, _mm256_setzero_ps(), false, pf, a);
 		a->sdd = _mm256_add_ps(a->sdd, a->sdd2);
-		return;
-	}
-	for (int64_t h = 0; h < 2 * lines; h++) {
-		const unsigned char *q = p + h * 32;
-		_mm_prefetch((const char *)q + pf, _MM_HINT_T0);
-		lanes16_add(a, _mm256_loadu_si256((const __m256i *)q), vshift, true);
+	} else {
+		lanes16_loop(p, lines, _mm256_set1_ps(shift), true, pf, a);
 	}
 }
 
