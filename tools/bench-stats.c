@@ -127,15 +127,16 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 					       DLI_DTYPE_F8E4M3, false, b->sum_sq16, &o, &r);
 		break;
 	/* NVFP4's what-if (row-wise 1 x 16 blocks), as LogNvfp4TensorStats runs it: the core's
-	 * dli_stats_add_block gives it the amax of the statistics pass it makes first, so the
-	 * what-if reads the tensor once, and that one read is what these rows time. */
+	 * dli_stats_add_block gives it the amax and the sum of finite x^2 of the statistics pass it
+	 * makes first, so the what-if reads the tensor once, and that one read is what these rows
+	 * time. */
 	case NV_F32:
-		rc = dli_cpu_nvfp4_compare_amax(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS, 1,
-						false, b->amax32, &o, &r);
+		rc = dli_cpu_nvfp4_compare_known(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS, 1,
+						 false, b->amax32, b->sum_sq32, &o, &r);
 		break;
 	case NV_BF16:
-		rc = dli_cpu_nvfp4_compare_amax(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS, 1,
-						false, b->amax16, &o, &r);
+		rc = dli_cpu_nvfp4_compare_known(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+						 1, false, b->amax16, b->sum_sq16, &o, &r);
 		break;
 	case FB_F32: /* FP8 block scaling's what-if (128 x 128 tiles, power-of-two scales, E4M3),
 		      * likewise */
@@ -567,8 +568,9 @@ int dli_bench_stats(int argc, char **argv)
 		printf("  %-22s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
 		if (sel[kind_index(NV_F32)] || sel[kind_index(NV_BF16)])
-			printf("  (nvfp4_compare_*: given the amax of the statistics pass the core makes "
-			       "first, as LogNvfp4TensorStats runs it: one read of the tensor)\n");
+			printf("  (nvfp4_compare_*: given the amax and the sum of x^2 of the statistics "
+			       "pass the core makes first, as LogNvfp4TensorStats runs it: one read of "
+			       "the tensor)\n");
 		if (sel[kind_index(FP8_BF16)] || sel[kind_index(MX_BF16)] || sel[kind_index(FB_BF16)])
 			printf("  (fp8_, mxfp8_, fp8b_compare_*: given the sum of x^2 of the statistics pass "
 			       "the core makes first, as LogFp8TensorStats runs them)\n");
