@@ -219,12 +219,15 @@ int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, 
 			  struct dli_stats_record *out);
 /* The compare given the tensor's amax (max |x| with NaN left out, as dli_cpu_stats' record has
  * it; not NaN, not negative, else -EINVAL), so that it reads the tensor once: the record is the
- * one dli_cpu_nvfp4_compare gives when amax is the tensor's. sum_sq: the sum of x^2 over the
- * finite elements (dli_cpu_stats_finite_sq's), or NaN: given it, the AVX2 pass on bf16 leaves its
- * own out and x_sq is sum_sq, the other terms within the tolerance of its float sums, as
- * dli_cpu_mx_compare_sum_sq does. */
+ * one dli_cpu_nvfp4_compare gives when amax is the tensor's. sum_sq and zeros: the sum of x^2
+ * over the finite elements (dli_cpu_stats_finite_sq's) and the count of zeros (+0 and -0, the
+ * record's zero_count), or NaN and any count: given them, the AVX2 pass on bf16 leaves its sum of
+ * x^2 out and counts zeros as underflows, then takes them off, so that x_sq is sum_sq, the counts
+ * are exact and the other terms within the tolerance of its float sums, as
+ * dli_cpu_mx_compare_sum_sq's are (a count the data contradict makes the pass run again counting
+ * them itself). */
 int dli_cpu_nvfp4_compare_known(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-				int dims, bool columnwise, float amax, double sum_sq,
+				int dims, bool columnwise, float amax, double sum_sq, uint64_t zeros,
 				const struct dli_cpu_options *o, struct dli_stats_record *out);
 int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			   int dims, bool columnwise, const struct dli_cpu_options *o, uint8_t *q,

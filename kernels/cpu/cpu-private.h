@@ -140,6 +140,7 @@ static inline void dli_csr_restore(unsigned csr)
 struct dli_block_terms {
 	uint64_t count, under, over;
 	double err, dot, dqs, xs, lo, hi;
+	uint64_t zeros; /* NVFP4's AVX2 pass given the zeros: see nvfp4-private.h's xs_known */
 };
 
 /* After a block-scaled compare (MXFP8, FP8 block scaling, NVFP4) whose bf16 fast steps left their

@@ -23,10 +23,16 @@ struct nv_pass {
 	struct dli_stats_record *recs; /* COMPARE: one per chunk */
 	float *amaxes;                 /* AMAX: one per chunk */
 	int64_t rows_per_chunk;        /* a multiple of DLI_NVFP4_BLOCK */
-	/* COMPARE: the caller knows the sum of x^2 over the tensor's finite elements (the statistics
-	 * pass's), so the AVX2 groups on bf16 leave theirs out of xs (their dot, (xs + dqs - err) / 2,
-	 * then lacks half of it): dli_block_add_left_out puts both back. */
+	/* COMPARE: the caller knows the sum of x^2 over the tensor's finite elements and its count of
+	 * zeros (the statistics pass's), so the AVX2 groups on bf16 leave their x^2 out of xs (their
+	 * dot, (xs + dqs - err) / 2, then lacks half of it: dli_block_add_left_out puts both back),
+	 * and count every x that quantizes to 0 as an underflow, zeros too: the other blocks (holding
+	 * NaN or an infinity, a row's last) count their zeros into the terms' `zeros`, one number a
+	 * chunk in zeros_other, and the zeros the groups saw (zeros less those) come off the
+	 * underflows. */
 	bool xs_known;
+	uint64_t zeros;
+	uint64_t *zeros_other;
 };
 
 /* The scalar COMPARE of one row-wise block: row r, columns [c0, c0 + w), added into *t. */
