@@ -696,12 +696,13 @@ int dli_stats_add_block(struct dli_stats_acc *acc, const struct dli_tensor *t,
 	dli_stats_record_init(&rec);
 	memcpy(&rec, &pass, offsetof(struct dli_stats_record, fp8_count));
 	/* NVFP4's global scale comes from the amax this statistics pass has just found, so that
-	 * its compare reads the tensor once instead of twice; MXFP8's and FP8 block scaling's
-	 * compares are spared a term by its sum of finite x^2 (kernels-private.h). */
+	 * its compare reads the tensor once instead of twice; all three compares are spared a term
+	 * by its sum of finite x^2, NVFP4's a count by its zeros (kernels-private.h). */
 	if (!r && nvfp4)
-		r = dli_cpu_nvfp4_compare_amax(t->data, t->dtype, rows, cols,
-					       spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
-					       spec->columnwise != 0, (float)pass.amax, NULL, &cmp);
+		r = dli_cpu_nvfp4_compare_known(t->data, t->dtype, rows, cols,
+						spec->recipe == DLI_BLOCK_NVFP4_2D ? 2 : 1,
+						spec->columnwise != 0, (float)pass.amax, finite_sq,
+						pass.zero_count, NULL, &cmp);
 	else if (!r && spec->recipe == DLI_BLOCK_MXFP8)
 		r = dli_cpu_mx_compare_sum_sq(t->data, t->dtype, rows, cols, spec->format,
 					      spec->columnwise != 0, finite_sq, NULL, &cmp);

@@ -208,20 +208,27 @@ void dli_nvfp4_scale_shape(int64_t rows, int64_t cols, bool columnwise, int64_t 
 			   int64_t *scols);
 /* The passes over a rows x cols row-major matrix of f32, f16 or bf16 (scalar but the row-wise
  * compare of f32 and bf16, which has an AVX2 path), threaded as the MXFP8 passes: dims 1 gives
- * 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both copies the same values). Blocks at the edges hold what there is. compare fills the FP8 terms
- * (fp8_count .. x_sq; scale_inv_min/max over the dequantization factors of blocks whose scale is
- * not 0); quantize writes one E2M1 code a byte (unpacked, in the data's layout), the padded
- * scales (0 in the padding) and the tensor's amax; fake writes decode(q) * factor in float.
- * -EINVAL, -ENOTSUP, -ENOMEM as the MXFP8 passes. */
+ * 1 x 16 blocks (16 x 1 with columnwise), dims 2 16 x 16 tiles (both copies the same values).
+ * Blocks at the edges hold what there is. compare fills the FP8 terms (fp8_count .. x_sq;
+ * scale_inv_min/max over the dequantization factors of blocks whose scale is not 0); quantize
+ * writes one E2M1 code a byte (unpacked, in the data's layout), the padded scales (0 in the
+ * padding) and the tensor's amax; fake writes decode(q) * factor in float. -EINVAL, -ENOTSUP,
+ * -ENOMEM as the MXFP8 passes. */
 int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			  int dims, bool columnwise, const struct dli_cpu_options *o,
 			  struct dli_stats_record *out);
 /* The compare given the tensor's amax (max |x| with NaN left out, as dli_cpu_stats' record has
  * it; not NaN, not negative, else -EINVAL), so that it reads the tensor once: the record is the
- * one dli_cpu_nvfp4_compare gives when amax is the tensor's. */
-int dli_cpu_nvfp4_compare_amax(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-			       int dims, bool columnwise, float amax,
-			       const struct dli_cpu_options *o, struct dli_stats_record *out);
+ * one dli_cpu_nvfp4_compare gives when amax is the tensor's. sum_sq and zeros: the sum of x^2
+ * over the finite elements (dli_cpu_stats_finite_sq's) and the count of zeros (+0 and -0, the
+ * record's zero_count), or NaN and any count: given them, the AVX2 pass on bf16 leaves its sum of
+ * x^2 out and counts zeros as underflows, then takes them off, so that x_sq is sum_sq, the counts
+ * are exact and the other terms within the tolerance of its float sums, as
+ * dli_cpu_mx_compare_sum_sq's are (a count the data contradict makes the pass run again counting
+ * them itself). */
+int dli_cpu_nvfp4_compare_known(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+				int dims, bool columnwise, float amax, double sum_sq, uint64_t zeros,
+				const struct dli_cpu_options *o, struct dli_stats_record *out);
 int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			   int dims, bool columnwise, const struct dli_cpu_options *o, uint8_t *q,
 			   uint8_t *scales, float *amax);

@@ -76,8 +76,10 @@ struct bench {
 	float *sums;
 	float scale32, scale16;
 	float amax32, amax16; /* the buffers' as they are now (see set_pass_results) */
-	/* likewise, their sums of finite x^2 (dli_cpu_stats_finite_sq, as the core takes them) */
+	/* likewise, their sums of finite x^2 (dli_cpu_stats_finite_sq, as the core takes them) and
+	 * zeros */
 	double sum_sq32, sum_sq16;
+	uint64_t zeros32, zeros16;
 	float *saved32;     /* what poke_nonfinite replaced */
 	uint16_t *saved16;
 	struct dli_cpu_runs q32, q16; /* the Q thirds of the buffers seen as fused QKV outputs */
@@ -127,15 +129,17 @@ static double run_once(struct bench *b, enum pass_kind kind, int threads, enum d
 					       DLI_DTYPE_F8E4M3, false, b->sum_sq16, &o, &r);
 		break;
 	/* NVFP4's what-if (row-wise 1 x 16 blocks), as LogNvfp4TensorStats runs it: the core's
-	 * dli_stats_add_block gives it the amax of the statistics pass it makes first, so the
-	 * what-if reads the tensor once, and that one read is what these rows time. */
+	 * dli_stats_add_block gives it the amax, the sum of finite x^2 and the zeros of the
+	 * statistics pass it makes first, so the what-if reads the tensor once, and that one read is what these rows
+	 * time. */
 	case NV_F32:
-		rc = dli_cpu_nvfp4_compare_amax(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS, 1,
-						false, b->amax32, &o, &r);
+		rc = dli_cpu_nvfp4_compare_known(b->f32, DLI_DTYPE_F32, b->n32 / MX_COLS, MX_COLS, 1,
+						 false, b->amax32, b->sum_sq32, b->zeros32, &o, &r);
 		break;
 	case NV_BF16:
-		rc = dli_cpu_nvfp4_compare_amax(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS, 1,
-						false, b->amax16, &o, &r);
+		rc = dli_cpu_nvfp4_compare_known(b->bf16, DLI_DTYPE_BF16, b->n16 / MX_COLS, MX_COLS,
+						 1, false, b->amax16, b->sum_sq16, b->zeros16, &o,
+						 &r);
 		break;
 	case FB_F32: /* FP8 block scaling's what-if (128 x 128 tiles, power-of-two scales, E4M3),
 		      * likewise */
@@ -385,8 +389,10 @@ static void set_pass_results(struct bench *b)
 	struct dli_stats_record r;
 	dli_cpu_stats_finite_sq(b->f32, DLI_DTYPE_F32, b->n32, NULL, &r, &b->sum_sq32);
 	b->amax32 = (float)r.amax;
+	b->zeros32 = r.zero_count;
 	dli_cpu_stats_finite_sq(b->bf16, DLI_DTYPE_BF16, b->n16, NULL, &r, &b->sum_sq16);
 	b->amax16 = (float)r.amax;
+	b->zeros16 = r.zero_count;
 }
 
 /* Puts a NaN or an infinity at every 1000th element of both buffers (on), or puts back what was
@@ -567,8 +573,9 @@ int dli_bench_stats(int argc, char **argv)
 		printf("  %-22s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
 		if (sel[kind_index(NV_F32)] || sel[kind_index(NV_BF16)])
-			printf("  (nvfp4_compare_*: given the amax of the statistics pass the core makes "
-			       "first, as LogNvfp4TensorStats runs it: one read of the tensor)\n");
+			printf("  (nvfp4_compare_*: given the amax and the sum of x^2 of the statistics "
+			       "pass the core makes first, as LogNvfp4TensorStats runs it: one read of "
+			       "the tensor)\n");
 		if (sel[kind_index(FP8_BF16)] || sel[kind_index(MX_BF16)] || sel[kind_index(FB_BF16)])
 			printf("  (fp8_, mxfp8_, fp8b_compare_*: given the sum of x^2 of the statistics pass "
 			       "the core makes first, as LogFp8TensorStats runs them)\n");

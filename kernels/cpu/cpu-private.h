@@ -140,7 +140,37 @@ static inline void dli_csr_restore(unsigned csr)
 struct dli_block_terms {
 	uint64_t count, under, over;
 	double err, dot, dqs, xs, lo, hi;
+	uint64_t zeros; /* NVFP4's AVX2 pass given the zeros: see nvfp4-private.h's xs_known */
 };
+
+/* After a block-scaled compare (MXFP8, FP8 block scaling, NVFP4) whose bf16 fast steps left their
+ * sum of x^2 out (xs_known): x_sq set to the statistics pass's sum_sq, and what was left out
+ * (sum_sq less the x_sq summed) added to dot, half of it (the fast steps' dot is
+ * (xs + dqs - err) / 2; err and dq_sq hold no x^2). False when dot ends below 1/16 of sum_sq (most
+ * of the weight in values that underflow): sum_sq's own rounding (about 1e-7 of it) would then
+ * weigh too much in dot, and the caller runs the pass again summing everything. */
+static inline bool dli_block_add_left_out(struct dli_stats_record *out, double sum_sq)
+{
+	double left_out = sum_sq - out->x_sq;
+	out->x_sq = sum_sq;
+	out->dot += left_out / 2;
+	return out->dot >= 0x1p-4 * sum_sq;
+}
+
+/* *out (initialised) from a block-scaled compare's n chunk records: their FP8 terms added in
+ * chunk order, so that the sums do not depend on the threads, and their scale ranges. */
+static inline void dli_block_recs_merge(struct dli_stats_record *out,
+					const struct dli_stats_record *recs, int64_t n)
+{
+	dli_stats_record_init(out);
+	for (int64_t c = 0; c < n; c++) {
+		dli_stats_add_fp8_terms(out, &recs[c]);
+		if (recs[c].scale_inv_min < out->scale_inv_min)
+			out->scale_inv_min = recs[c].scale_inv_min;
+		if (recs[c].scale_inv_max > out->scale_inv_max)
+			out->scale_inv_max = recs[c].scale_inv_max;
+	}
+}
 
 /* A chunk's statistics record from its terms. */
 static inline void dli_block_terms_record(const struct dli_block_terms *t,

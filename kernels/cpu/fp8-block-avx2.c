@@ -280,7 +280,7 @@ INLINE void tile_loop(const char *p, const char *next, const struct next_bounds 
 
 /* sum_xs: see step_bf16_normal; a tile with NaN or infinities (clean) sums all: its rows take
  * step_bf16_grid or step, which sum x^2 (the driver's x_sq is the given sum all the same, see
- * dli_mx_add_left_out). */
+ * dli_block_add_left_out). */
 #define TILE_STEPS(name, dt, sum_xs)                                                              \
 	__attribute__((noinline)) static void name(                                               \
 		const char *p, const char *next, const struct next_bounds *nb, size_t stride,     \

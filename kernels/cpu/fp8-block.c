@@ -171,14 +171,7 @@ static void fb_chunks(struct fb_pass *ps, int threads, int64_t n_chunks,
 			fb_chunk(ps, c, 0);
 	if (!rec)
 		return;
-	dli_stats_record_init(rec);
-	for (int64_t c = 0; c < n_chunks; c++) { /* in chunk order: thread-independent */
-		dli_stats_add_fp8_terms(rec, &ps->recs[c]);
-		if (ps->recs[c].scale_inv_min < rec->scale_inv_min)
-			rec->scale_inv_min = ps->recs[c].scale_inv_min;
-		if (ps->recs[c].scale_inv_max > rec->scale_inv_max)
-			rec->scale_inv_max = ps->recs[c].scale_inv_max;
-	}
+	dli_block_recs_merge(rec, ps->recs, n_chunks);
 }
 
 /* The compare (into rec, with sum_sq: see dli_cpu_fp8b_compare_sum_sq) or the fake-quantizer
@@ -223,8 +216,8 @@ static int fb_run(const void *data, enum dli_dtype dtype, int64_t rows, int64_t 
 	ps->xs_known = rec && isfinite(sum_sq) && dtype == DLI_DTYPE_BF16 && fb_strips(ps);
 	threads = rows * cols > ((int64_t)1 << 20) ? dli_cpu_threads(o) : 1;
 	fb_chunks(ps, threads, n_chunks, rec);
-	/* the second run, where dli_mx_add_left_out asks for it, sums everything */
-	if (ps->xs_known && !dli_mx_add_left_out(rec, sum_sq)) {
+	/* the second run, where dli_block_add_left_out asks for it, sums everything */
+	if (ps->xs_known && !dli_block_add_left_out(rec, sum_sq)) {
 		ps->xs_known = false;
 		fb_chunks(ps, threads, n_chunks, rec);
 	}

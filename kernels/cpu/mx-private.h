@@ -23,23 +23,9 @@ struct mx_pass {
 	int64_t rows_per_chunk;        /* a multiple of DLI_MX_BLOCK */
 	/* COMPARE: the caller knows the sum of x^2 over the tensor (the statistics pass's), so the
 	 * AVX2 fast steps on bf16 may leave theirs out of xs (their dot, (xs + dqs - err) / 2, then
-	 * lacks half of it): dli_mx_add_left_out puts both back. */
+	 * lacks half of it): dli_block_add_left_out puts both back. */
 	bool xs_known;
 };
-
-/* After a compare whose bf16 fast steps left their sum of x^2 out (xs_known): x_sq set to the
- * statistics pass's sum_sq, and what was left out (sum_sq less the x_sq summed) added to dot,
- * half of it (the fast steps' dot is (xs + dqs - err) / 2; err and dq_sq hold no x^2). False when
- * dot ends below 1/16 of sum_sq (most of the weight in values that underflow): sum_sq's own
- * rounding (about 1e-7 of it) would then weigh too much in dot, and the caller runs the pass again
- * summing everything. */
-static inline bool dli_mx_add_left_out(struct dli_stats_record *out, double sum_sq)
-{
-	double left_out = sum_sq - out->x_sq;
-	out->x_sq = sum_sq;
-	out->dot += left_out / 2;
-	return out->dot >= 0x1p-4 * sum_sq;
-}
 
 /* The scalar reference's COMPARE of one block of m elements, x[k] at data index idx0 + k * stride,
  * added into *t. */

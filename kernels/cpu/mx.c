@@ -283,14 +283,8 @@ static int mx_compare_run(struct mx_pass *ps, const struct dli_cpu_options *o,
 	dli_stats_record_init(out);
 	if ((r = mx_run(ps, o)))
 		return r;
-	/* In chunk order: the sums do not depend on the threads. */
-	for (int64_t c = 0; c * ps->rows_per_chunk < ps->rows; c++) {
-		dli_stats_add_fp8_terms(out, &ps->recs[c]);
-		if (ps->recs[c].scale_inv_min < out->scale_inv_min)
-			out->scale_inv_min = ps->recs[c].scale_inv_min;
-		if (ps->recs[c].scale_inv_max > out->scale_inv_max)
-			out->scale_inv_max = ps->recs[c].scale_inv_max;
-	}
+	dli_block_recs_merge(out, ps->recs,
+			     (ps->rows + ps->rows_per_chunk - 1) / ps->rows_per_chunk);
 	free(ps->recs);
 	ps->recs = NULL;
 	return 0;
@@ -324,7 +318,7 @@ int dli_cpu_mx_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t ro
 		      (ps.simd == DLI_SIMD_AVX2 || ps.simd == DLI_SIMD_AVX512);
 	if ((r = mx_compare_run(&ps, o, out)))
 		return r;
-	if (ps.xs_known && !dli_mx_add_left_out(out, sum_sq)) {
+	if (ps.xs_known && !dli_block_add_left_out(out, sum_sq)) {
 		ps.xs_known = false;
 		return mx_compare_run(&ps, o, out);
 	}

@@ -18,7 +18,10 @@
  * The pass is compute-bound at about 11 cycles per 8 elements on Zen 3 whatever the input width:
  * the elements about 7.3 (the counts 1.8 of them, the sum of x^2 0.65), each group's maxima and
  * scales 2.6, the widening 0.5, measured by leaving each out (docs/block-scaling.md, NVFP4
- * Performance); the FMAs hold more than their pipes, so operations removed elsewhere barely show. */
+ * Performance); the FMAs hold more than their pipes, so operations removed elsewhere barely show.
+ * Where the caller knows the sum of x^2 and the zeros (xs_known: bf16 only; f32, twice the bytes
+ * an element, is well over its target), the groups leave the sum out, as MXFP8's fast steps do,
+ * and count the zeros as underflows (nvfp4-private.h), 4 operations fewer per 8 elements. */
 #include <float.h>
 #include <math.h>
 #include <immintrin.h>
@@ -167,10 +170,10 @@ static inline __attribute__((always_inline)) void e2m1_constants_init(struct e2m
  * overflow (|s| > 6, compared as integers: s is not negative and not NaN, so its bits order as
  * its values) adds 1 to both 16-bit halves of a lane, (r == 0) less (x == 0) adds to the whole
  * lane; the low half is then underflows plus overflows, the high half overflows (see
- * counts_widen). */
+ * counts_widen). known (xs_known): x^2 is not summed and (r == 0) is counted whole, zeros too. */
 static inline __attribute__((always_inline)) void
 elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
-	 __m256i *counts, struct fsums *sum, const __m256i *keep)
+	 __m256i *counts, struct fsums *sum, const __m256i *keep, bool known)
 {
 	const __m256 six = k->six;
 	__m256 m = _mm256_castsi256_ps(mb);
@@ -185,16 +188,23 @@ elements(__m256i mb, __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constan
 	if (keep)
 		dq = _mm256_and_ps(dq, _mm256_castsi256_ps(*keep));
 	__m256i rz = _mm256_cmpeq_epi32(_mm256_castps_si256(r), _mm256_setzero_si256());
-	__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
 	__m256i ov = _mm256_cmpgt_epi32(_mm256_castps_si256(s), _mm256_castps_si256(six));
-	/* one operation on the counts' chain, the rest beside it */
-	*counts = _mm256_add_epi32(*counts, _mm256_sub_epi16(_mm256_sub_epi32(xz, rz), ov));
-	__m256 xf = _mm256_mul_ps(m, f);
+	if (known) {
+		*counts = _mm256_sub_epi16(_mm256_sub_epi32(*counts, rz), ov);
+	} else {
+		__m256i xz = _mm256_cmpeq_epi32(mb, _mm256_setzero_si256());
+		/* one operation on the counts' chain, the rest beside it */
+		*counts = _mm256_add_epi32(*counts,
+					   _mm256_sub_epi16(_mm256_sub_epi32(xz, rz), ov));
+	}
 	/* m f - dq in one rounding, one operation fewer than xf - dq: m f is xf exactly */
 	__m256 d = _mm256_fmsub_ps(m, f, dq);
 	sum->err = _mm256_fmadd_ps(d, d, sum->err);
 	sum->dqs = _mm256_fmadd_ps(dq, dq, sum->dqs);
-	sum->xs = _mm256_fmadd_ps(xf, xf, sum->xs);
+	if (!known) {
+		__m256 xf = _mm256_mul_ps(m, f);
+		sum->xs = _mm256_fmadd_ps(xf, xf, sum->xs);
+	}
 }
 
 static inline void fsums_reset(struct fsums *a)
@@ -255,10 +265,10 @@ static inline void dsums_reset(struct dsums *a)
 /* One whole block of finite values whose magnitudes are in a[2], into the float sums. */
 static inline __attribute__((always_inline)) void
 block16(const __m256i a[2], __m256 enc, __m256 dqs, __m256 f, const struct e2m1_constants *k,
-	__m256i *counts, struct fsums *sum)
+	__m256i *counts, struct fsums *sum, bool known)
 {
-	elements(a[0], enc, dqs, f, k, counts, sum, NULL);
-	elements(a[1], enc, dqs, f, k, counts, sum, NULL);
+	elements(a[0], enc, dqs, f, k, counts, sum, NULL, known);
+	elements(a[1], enc, dqs, f, k, counts, sum, NULL, known);
 }
 
 static inline double hmin_ps(__m256 v)
@@ -278,6 +288,7 @@ struct state {
 	__m256i counts; /* the underflows and overflows (see elements), widened per segment */
 	__m256 lo, hi;  /* the scale range, in lanes (+inf / -inf while none) */
 	uint64_t count;
+	uint64_t zeros; /* those of the blocks blocks_masked takes */
 };
 
 /* The scalar rules' constants for one pass, in every lane. */
@@ -362,10 +373,10 @@ group_scales(const char *p, enum dli_dtype dtype, const struct rule_constants *k
  * group's scales are computed one group ahead, so that their chain of dependent operations (the
  * maxima, the E4M3 rounding, a division) runs while the previous group's elements are worked on
  * instead of holding them up. The groups' blocks holding NaN or an infinity are left out and
- * marked in bad_masks, one byte a group. */
+ * marked in bad_masks, one byte a group. known: see elements (xs_known). */
 static inline __attribute__((always_inline)) void
 segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups,
-	struct state *st, uint8_t *bad_masks)
+	struct state *st, uint8_t *bad_masks, bool known)
 {
 	const size_t gbytes = 8 * DLI_NVFP4_BLOCK * (dtype == DLI_DTYPE_F32 ? 4 : 2);
 	const struct rule_constants k = rule_constants_of(ps);
@@ -398,7 +409,7 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 			__m256 ej = _mm256_broadcast_ss(&enc[g & 1][j]);
 			__m256 dj = _mm256_broadcast_ss(&dqs[g & 1][j]);
 			load_abs16(p, dtype, j * DLI_NVFP4_BLOCK, a);
-			block16(a, ej, dj, f, &e2m1, &counts, &fs);
+			block16(a, ej, dj, f, &e2m1, &counts, &fs, known);
 			count += DLI_NVFP4_BLOCK;
 		}
 		fsums_widen(&fs, unscale[g & 1], &sum);
@@ -412,13 +423,20 @@ segment(const struct nv_pass *ps, enum dli_dtype dtype, int64_t i0, int n_groups
 __attribute__((noinline)) static void segment_f32(const struct nv_pass *ps, int64_t i0, int n,
 						  struct state *st, uint8_t *bad_masks)
 {
-	segment(ps, DLI_DTYPE_F32, i0, n, st, bad_masks);
+	segment(ps, DLI_DTYPE_F32, i0, n, st, bad_masks, false);
 }
 
 __attribute__((noinline)) static void segment_bf16(const struct nv_pass *ps, int64_t i0, int n,
 						   struct state *st, uint8_t *bad_masks)
 {
-	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks);
+	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks, false);
+}
+
+__attribute__((noinline)) static void segment_bf16_xs_known(const struct nv_pass *ps, int64_t i0,
+							    int n, struct state *st,
+							    uint8_t *bad_masks)
+{
+	segment(ps, DLI_DTYPE_BF16, i0, n, st, bad_masks, true);
 }
 
 /* The first n_groups of a segment's bad_masks that are not 0, as bits: found by a vector
@@ -442,7 +460,7 @@ static inline uint64_t groups_marked(const uint8_t bad_masks[SEGMENT], int n_gro
  * elements but NaN and the infinities compared, those lanes zeroed and left out. Gathered so that
  * the chain of dependent operations of the scales runs once for eight such blocks, not for each;
  * the elements are read a second time, from the cache. The counts go into st's (widened after
- * each segment and row). */
+ * each segment and row), the zeros compared into st->zeros. */
 static inline __attribute__((always_inline)) void
 blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8], int n,
 	      struct state *st)
@@ -484,10 +502,13 @@ blocks_masked(const struct nv_pass *ps, enum dli_dtype dtype, const int64_t at[8
 		#pragma GCC unroll 2
 		for (int h = 0; h < 2; h++) {
 			__m256i keep = _mm256_cmpgt_epi32(inf, a[h]);
+			__m256i zero = _mm256_cmpeq_epi32(a[h], _mm256_setzero_si256());
 			kept += (uint64_t)__builtin_popcount(
 				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(keep)));
+			st->zeros += (uint64_t)__builtin_popcount(
+				(unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(zero)));
 			elements(_mm256_and_si256(a[h], keep), ej, dj, f, &e2m1, &counts, &fs,
-				 &keep);
+				 &keep, false);
 		}
 	}
 	fsums_widen(&fs, unscale, &st->sum);
@@ -522,6 +543,15 @@ static inline void gather(const struct nv_pass *ps, int64_t i, int64_t gathered[
 	*n = 0;
 }
 
+bool dli_nvfp4_rows_avx2_take(const struct nv_pass *ps)
+{
+	/* f32 and bf16, row-wise (AVX-512 machines run it too), but for tensors whose amax is below
+	 * 2^-100, where the dequantized values could be subnormal (see block_scales) */
+	return ps->mode == NV_COMPARE && ps->dims == 1 && !ps->columnwise &&
+	       ps->dtype != DLI_DTYPE_F16 && !(ps->amax < 0x1p-100f) &&
+	       (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512);
+}
+
 void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struct dli_block_terms *t)
 {
 	const enum dli_dtype dtype = ps->dtype == DLI_DTYPE_F32 ? DLI_DTYPE_F32 : DLI_DTYPE_BF16;
@@ -544,6 +574,8 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 			int n_groups = n < SEGMENT ? (int)n : SEGMENT;
 			if (dtype == DLI_DTYPE_F32)
 				segment_f32(ps, r * cols + c, n_groups, &st, bad_masks);
+			else if (ps->xs_known)
+				segment_bf16_xs_known(ps, r * cols + c, n_groups, &st, bad_masks);
 			else
 				segment_bf16(ps, r * cols + c, n_groups, &st, bad_masks);
 			for (uint64_t m = groups_marked(bad_masks, n_groups); m; m &= m - 1) {
@@ -561,8 +593,12 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 		/* The rest of the whole blocks gathered too. */
 		for (; c < full; c += DLI_NVFP4_BLOCK)
 			gather(ps, r * cols + c, gathered, &n_gathered, &st);
-		if (full < cols)
+		if (full < cols) {
 			dli_nvfp4_block_scalar(ps, r, full, cols - full, t);
+			if (ps->xs_known) /* bf16 */
+				for (int64_t k = r * cols + full; k < (r + 1) * cols; k++)
+					t->zeros += (((const uint16_t *)ps->data)[k] & 0x7fff) == 0;
+		}
 		counts_widen(st.counts, t);
 		st.counts = _mm256_setzero_si256();
 	}
@@ -574,6 +610,7 @@ void dli_nvfp4_rows_avx2(const struct nv_pass *ps, int64_t r0, int64_t r1, struc
 		counts_widen(st.counts, t);
 	}
 	t->count += st.count;
+	t->zeros += st.zeros;
 	double err = hsum(st.sum.err), dqs = hsum(st.sum.dqs), xs = hsum(st.sum.xs);
 	t->err += err;
 	t->dqs += dqs;

@@ -247,12 +247,7 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 	unsigned csr = dli_csr_exact();
 	(void)worker;
 #ifdef DLI_HAVE_X86_SIMD
-	/* The AVX2 pass does the row-wise comparison of f32 and bf16 (AVX-512 machines run it too),
-	 * but for tensors whose amax is below 2^-100, where its dequantized values could be
-	 * subnormal (see nvfp4-avx2.c, group_scales). */
-	if (ps->mode == NV_COMPARE && ps->dims == 1 && !ps->columnwise &&
-	    ps->dtype != DLI_DTYPE_F16 && !(ps->amax < 0x1p-100f) &&
-	    (ps->simd == DLI_SIMD_AVX2 || ps->simd == DLI_SIMD_AVX512))
+	if (dli_nvfp4_rows_avx2_take(ps))
 		dli_nvfp4_rows_avx2(ps, r0, r1, &t);
 	else
 #endif
@@ -271,6 +266,8 @@ static void nv_chunk(void *arg, int64_t c, int worker)
 		ps->amaxes[c] = amax;
 	if (ps->mode == NV_COMPARE) {
 		dli_block_terms_record(&t, &ps->recs[c]);
+		if (ps->zeros_other)
+			ps->zeros_other[c] = t.zeros;
 	}
 	dli_csr_restore(csr);
 }
@@ -295,6 +292,11 @@ static int nv_run(struct nv_pass *ps, const struct dli_cpu_options *o)
 	if (!(ps->amaxes = calloc((size_t)n_chunks, sizeof(*ps->amaxes))))
 		return -ENOMEM;
 	if (mode == NV_COMPARE && !(ps->recs = calloc((size_t)n_chunks, sizeof(*ps->recs)))) {
+		free(ps->amaxes);
+		return -ENOMEM;
+	}
+	if (mode == NV_COMPARE && ps->xs_known &&
+	    !(ps->zeros_other = calloc((size_t)n_chunks, sizeof(*ps->zeros_other)))) {
 		free(ps->amaxes);
 		return -ENOMEM;
 	}
@@ -335,14 +337,44 @@ static int nv_check(const void *data, enum dli_dtype dtype, int64_t rows, int64_
 	return 0;
 }
 
-/* The compare, given the tensor's amax (amax_known) or not. */
+/* The compare's passes into *out. With xs_known, the zeros its AVX2 groups counted as underflows
+ * come off them; false in *known_ok where the caller's count cannot be right (fewer zeros than
+ * the other blocks hold, or more than the underflows counted), to run again counting them. */
+static int nv_compare_run(struct nv_pass *ps, const struct dli_cpu_options *o,
+			  struct dli_stats_record *out, bool *known_ok)
+{
+	int r = nv_run(ps, o);
+	*known_ok = true;
+	if (r) {
+		dli_stats_record_init(out);
+	} else {
+		int64_t n_chunks = (ps->rows + ps->rows_per_chunk - 1) / ps->rows_per_chunk;
+		dli_block_recs_merge(out, ps->recs, n_chunks);
+		uint64_t other = 0;
+		for (int64_t c = 0; ps->zeros_other && c < n_chunks; c++)
+			other += ps->zeros_other[c];
+		if (ps->zeros_other && (other > ps->zeros || ps->zeros - other > out->underflows))
+			*known_ok = false;
+		else if (ps->zeros_other)
+			out->underflows -= ps->zeros - other;
+	}
+	free(ps->recs);
+	ps->recs = NULL;
+	free(ps->zeros_other);
+	ps->zeros_other = NULL;
+	return r;
+}
+
+/* The compare, given the tensor's amax (amax_known) or not, and its sum of finite x^2 (sum_sq, NaN
+ * when not known) and zeros: only the AVX2 pass on bf16 given its amax uses them. */
 static int nv_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols, int dims,
-		      bool columnwise, bool amax_known, float amax, const struct dli_cpu_options *o,
-		      struct dli_stats_record *out)
+		      bool columnwise, bool amax_known, float amax, double sum_sq, uint64_t zeros,
+		      const struct dli_cpu_options *o, struct dli_stats_record *out)
 {
 	struct nv_pass ps = { .data = data, .dtype = dtype, .rows = rows, .cols = cols,
 			      .dims = dims, .columnwise = columnwise, .mode = NV_COMPARE,
-			      .amax_known = amax_known, .amax = amax };
+			      .amax_known = amax_known, .amax = amax, .zeros = zeros };
+	bool known_ok;
 	int r;
 
 	if (!out || (amax_known && !(amax >= 0.0f)))
@@ -352,31 +384,38 @@ static int nv_compare(const void *data, enum dli_dtype dtype, int64_t rows, int6
 	dli_stats_record_init(out);
 	if (rows * cols == 0)
 		return 0;
-	r = nv_run(&ps, o);
-	/* In chunk order: the sums do not depend on the threads. */
-	for (int64_t c = 0; !r && c * ps.rows_per_chunk < rows; c++) {
-		dli_stats_add_fp8_terms(out, &ps.recs[c]);
-		if (ps.recs[c].scale_inv_min < out->scale_inv_min)
-			out->scale_inv_min = ps.recs[c].scale_inv_min;
-		if (ps.recs[c].scale_inv_max > out->scale_inv_max)
-			out->scale_inv_max = ps.recs[c].scale_inv_max;
+#ifdef DLI_HAVE_X86_SIMD
+	/* Not with an infinite amax (an infinity in the data): its global scale quantizes every
+	 * element to 0, dot is 0, and dli_block_add_left_out would ask for a second run. */
+	ps.xs_known = amax_known && isfinite(amax) && isfinite(sum_sq) &&
+		      dtype == DLI_DTYPE_BF16 && dli_nvfp4_rows_avx2_take(&ps);
+#else
+	(void)sum_sq;
+#endif
+	if ((r = nv_compare_run(&ps, o, out, &known_ok)))
+		return r;
+	/* the second run, where the zeros or dli_block_add_left_out ask for it, sums and counts
+	 * everything */
+	if (ps.xs_known && (!known_ok || !dli_block_add_left_out(out, sum_sq))) {
+		ps.xs_known = false;
+		return nv_compare_run(&ps, o, out, &known_ok);
 	}
-	free(ps.recs);
-	return r;
+	return 0;
 }
 
 int dli_cpu_nvfp4_compare(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			  int dims, bool columnwise, const struct dli_cpu_options *o,
 			  struct dli_stats_record *out)
 {
-	return nv_compare(data, dtype, rows, cols, dims, columnwise, false, 0.0f, o, out);
+	return nv_compare(data, dtype, rows, cols, dims, columnwise, false, 0.0f, NAN, 0, o, out);
 }
 
-int dli_cpu_nvfp4_compare_amax(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
-			       int dims, bool columnwise, float amax,
-			       const struct dli_cpu_options *o, struct dli_stats_record *out)
+int dli_cpu_nvfp4_compare_known(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+				int dims, bool columnwise, float amax, double sum_sq, uint64_t zeros,
+				const struct dli_cpu_options *o, struct dli_stats_record *out)
 {
-	return nv_compare(data, dtype, rows, cols, dims, columnwise, true, amax, o, out);
+	return nv_compare(data, dtype, rows, cols, dims, columnwise, true, amax, sum_sq, zeros, o,
+			  out);
 }
 
 int dli_cpu_nvfp4_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,

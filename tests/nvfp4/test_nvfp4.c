@@ -274,9 +274,10 @@ static bool near_record(const struct dli_stats_record *a, const struct dli_stats
 
 /* The compare given the amax (what the core passes from its statistics pass, so that the tensor
  * is read once) gives the record of the compare that finds it, on every path, layout and dtype,
- * with NaN and infinities in the data too (and the dispatcher's path the scalar one's); given
- * another amax, the naive reference's result with that amax; given NaN or a negative amax,
- * -EINVAL. */
+ * with NaN and infinities in the data too (and the dispatcher's path the scalar one's); given the
+ * sum of finite x^2 too, the same record where that is not used, and where it is (the AVX2 pass on
+ * bf16, row-wise) x_sq is that sum and the other terms near; given another amax, the naive
+ * reference's result with that amax; given NaN or a negative amax, -EINVAL. */
 static void test_given_amax(void)
 {
 	static const int64_t shapes[][2] = {{1, 1}, {15, 17}, {33, 129}, {48, 4096}};
@@ -295,9 +296,16 @@ static void test_given_amax(void)
 			free(h);
 			return;
 		}
-		for (int nonfinite = 0; nonfinite < 2; nonfinite++) {
+		/* kinds: 1 NaN and infinities, 2 zeros (every third element and some whole
+		 * blocks), 3 zeros and NaN (a finite amax: the known zeros' accounting then
+		 * meets the blocks set apart for NaN) */
+		for (int kind = 0; kind < 4; kind++) {
+			const int nonfinite = kind & 1, zeros = kind >> 1;
 			for (int64_t i = 0; i < n; i++) {
-				h[i] = bf16_of(random_value(i));
+				float v = random_value(i);
+				if (zeros && (i % 3 == 0 || (i / 16) % 11 == 5))
+					v = i & 1 ? -0.0f : 0.0f;
+				h[i] = bf16_of(v);
 				x[i] = of_bf16(h[i]);
 				/* any finite f16 pattern (an all-ones exponent loses its top bit) */
 				f16[i] = (uint16_t)next_u64();
@@ -306,7 +314,7 @@ static void test_given_amax(void)
 			}
 			if (nonfinite)
 				for (int64_t i = 7; i < n; i += 1000) {
-					x[i] = i % 3 ? NAN : (i % 2 ? INFINITY : -INFINITY);
+					x[i] = i % 3 || zeros ? NAN : (i % 2 ? INFINITY : -INFINITY);
 					h[i] = bf16_of(x[i]);
 					f16[i] = i % 3 ? 0x7e00 : (i % 2 ? 0x7c00 : 0xfc00);
 				}
@@ -315,21 +323,40 @@ static void test_given_amax(void)
 						   : dtypes[d] == DLI_DTYPE_BF16 ? (const void *)h
 										 : (const void *)f16;
 				struct dli_stats_record st;
-				CHECK_INT(dli_cpu_stats(data, dtypes[d], n, NULL, &st), 0);
+				double fsq;
+				CHECK_INT(dli_cpu_stats_finite_sq(data, dtypes[d], n, NULL, &st, &fsq),
+					  0);
 				struct dli_stats_record scalar[3];
 				for (size_t p = 0; p < 2; p++)
 					for (int layout = 0; layout < 3; layout++) {
 						struct dli_cpu_options o = {paths[p], 1};
 						int dims = layout == 2 ? 2 : 1;
 						bool colwise = layout == 1;
-						struct dli_stats_record a, b;
+						struct dli_stats_record a, b, k, w;
 						CHECK_INT(dli_cpu_nvfp4_compare(data, dtypes[d], rows, cols,
 										dims, colwise, &o, &a),
 							  0);
-						CHECK_INT(dli_cpu_nvfp4_compare_amax(
+						CHECK_INT(dli_cpu_nvfp4_compare_known(
 								  data, dtypes[d], rows, cols, dims, colwise,
-								  (float)st.amax, &o, &b),
+								  (float)st.amax, NAN, 0, &o, &b),
 							  0);
+						CHECK_INT(dli_cpu_nvfp4_compare_known(
+								  data, dtypes[d], rows, cols, dims, colwise,
+								  (float)st.amax, fsq, st.zero_count, &o, &k),
+							  0);
+						/* a count of zeros the data contradict (none, where
+						 * the blocks set apart hold some): counted again */
+						if (kind == 3) {
+							CHECK_INT(dli_cpu_nvfp4_compare_known(
+									  data, dtypes[d], rows, cols,
+									  dims, colwise, (float)st.amax,
+									  fsq, 0, &o, &w),
+								  0);
+							CHECK(same_record(&a, &w));
+						}
+						CHECK(same_record(&a, &k) ||
+						      (p && dtypes[d] == DLI_DTYPE_BF16 && layout == 0 &&
+						       near_record(&a, &k) && k.x_sq == fsq));
 						if (!same_record(&a, &b))
 							fprintf(stderr,
 								"%lldx%lld dtype %d path %d layout %d "
@@ -356,8 +383,8 @@ static void test_given_amax(void)
 				struct terms t;
 				struct dli_stats_record r;
 				naive_amax(x, rows, cols, dims, 4 * amax, &t);
-				CHECK_INT(dli_cpu_nvfp4_compare_amax(x, DLI_DTYPE_F32, rows, cols, dims,
-								     false, 4 * amax, NULL, &r),
+				CHECK_INT(dli_cpu_nvfp4_compare_known(x, DLI_DTYPE_F32, rows, cols, dims,
+								      false, 4 * amax, NAN, 0, NULL, &r),
 					  0);
 				CHECK(r.fp8_count == t.count && r.underflows == t.under &&
 				      close_to(r.err_sq, t.err, SIMD_SUMS));
@@ -369,9 +396,11 @@ static void test_given_amax(void)
 	}
 	struct dli_stats_record r;
 	float one = 1.0f;
-	CHECK_INT(dli_cpu_nvfp4_compare_amax(&one, DLI_DTYPE_F32, 1, 1, 1, false, NAN, NULL, &r),
+	CHECK_INT(dli_cpu_nvfp4_compare_known(&one, DLI_DTYPE_F32, 1, 1, 1, false, NAN, 1.0, 0, NULL,
+					      &r),
 		  -EINVAL);
-	CHECK_INT(dli_cpu_nvfp4_compare_amax(&one, DLI_DTYPE_F32, 1, 1, 1, false, -1.0f, NULL, &r),
+	CHECK_INT(dli_cpu_nvfp4_compare_known(&one, DLI_DTYPE_F32, 1, 1, 1, false, -1.0f, 1.0, 0, NULL,
+					      &r),
 		  -EINVAL);
 }
 
@@ -452,16 +481,21 @@ static void test_nonfinite_blocks(void)
 				struct dli_stats_record st, scalar, one, two;
 				struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1}, o1 = {DLI_SIMD_AUTO, 1},
 						       o2 = {DLI_SIMD_AUTO, 2};
-				CHECK_INT(dli_cpu_stats(data, dtype, n, NULL, &st), 0);
+				double fsq;
+				CHECK_INT(dli_cpu_stats_finite_sq(data, dtype, n, NULL, &st, &fsq), 0);
 				CHECK(with_inf ? isinf(st.amax) : isfinite(st.amax));
-				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
-								     (float)st.amax, &so, &scalar),
+				/* given the sum of finite x^2 as the core gives it: the bf16 rows' AVX2
+				 * groups leave theirs out */
+				CHECK_INT(dli_cpu_nvfp4_compare_known(data, dtype, rows, cols, 1, false,
+								      (float)st.amax, NAN, 0, &so, &scalar),
 					  0);
-				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
-								     (float)st.amax, &o1, &one),
+				CHECK_INT(dli_cpu_nvfp4_compare_known(data, dtype, rows, cols, 1, false,
+								      (float)st.amax, fsq, st.zero_count, &o1,
+								      &one),
 					  0);
-				CHECK_INT(dli_cpu_nvfp4_compare_amax(data, dtype, rows, cols, 1, false,
-								     (float)st.amax, &o2, &two),
+				CHECK_INT(dli_cpu_nvfp4_compare_known(data, dtype, rows, cols, 1, false,
+								      (float)st.amax, fsq, st.zero_count, &o2,
+								      &two),
 					  0);
 				CHECK(scalar.fp8_count == (uint64_t)n - left_out);
 				if (!near_record(&scalar, &one) || !near_record(&scalar, &two))
@@ -505,11 +539,11 @@ static void test_nonfinite_blocks(void)
 		make_nonfinite(y + blocks[b][1] * 16, (int)blocks[b][0]);
 	struct dli_stats_record scalar, one;
 	struct dli_cpu_options so = {DLI_SIMD_SCALAR, 1}, o1 = {DLI_SIMD_AUTO, 1};
-	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &so,
-					     &scalar),
+	CHECK_INT(dli_cpu_nvfp4_compare_known(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, NAN,
+					      0, &so, &scalar),
 		  0);
-	CHECK_INT(dli_cpu_nvfp4_compare_amax(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, &o1,
-					     &one),
+	CHECK_INT(dli_cpu_nvfp4_compare_known(y, DLI_DTYPE_F32, ROWS, COLS, 1, false, INFINITY, NAN,
+					      0, &o1, &one),
 		  0);
 	CHECK(isinf(scalar.err_sq) && isinf(scalar.dq_sq) && isfinite(scalar.x_sq));
 	CHECK(near_record(&scalar, &one));
