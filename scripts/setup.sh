@@ -9,6 +9,8 @@ packages=(gcc g++ binutils valgrind python3 python3-dev python3-venv python3-pip
 packages+=(libopenmpi-dev openmpi-bin)
 # The tests also fuzz with clang's libFuzzer (scripts/fuzz.sh).
 [ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-dev)
+# and run the AVX-512 kernels on any x86-64 over SIMDe (docs/testing.md, "AVX-512 emulated").
+[ "${1:-}" = "--sanitize" ] && packages+=(libsimde-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
@@ -39,4 +41,9 @@ if [ "${1:-}" = "--sanitize" ]; then
 	# Debug build type turns on DLI_DEBUG_CHECKS (dli_step racing other calls is reported).
 	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
 		-Dwerror=true
+	# The AVX-512 kernels built for AVX2 over SIMDe, so that their tests run on every machine.
+	if [ "$(uname -m)" = x86_64 ]; then
+		bash scripts/build.sh . build-emu -Davx512_emulation=true -Dcuda=disabled \
+			-Dpython=disabled -Dmpi=disabled -Dnccl=disabled -Dwerror=true
+	fi
 fi

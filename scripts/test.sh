@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs the dependencies, builds dlinspect twice (plain, and with AddressSanitizer and
-# UndefinedBehaviorSanitizer), runs every test in both, the threads test under ThreadSanitizer, each
+# UndefinedBehaviorSanitizer), runs every test in both, the kernels' suites once more with the
+# AVX-512 kernels emulated (x86-64), the threads test under ThreadSanitizer, each
 # libFuzzer target for a short budget (scripts/fuzz.sh, with clang), and ends with "N passed, N failed".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,16 @@ for dir in build build-asan; do
 	echo "== tests in $dir"
 	meson test -C "$dir" --print-errorlogs --num-processes 2 || status=1
 done
+
+# The kernels' suites once more with the AVX-512 kernels emulated (docs/testing.md): on a machine
+# without AVX-512 the only run they get.
+emu_log=
+if [ -f build-emu/build.ninja ]; then
+	echo "== tests in build-emu (the AVX-512 kernels over SIMDe: the kernels' suites)"
+	meson test -C build-emu --print-errorlogs --num-processes 2 --suite kernels --suite strided \
+		--suite fp8 --suite mx --suite nvfp4 --suite features || status=1
+	emu_log=build-emu/meson-logs/testlog.json
+fi
 
 # ThreadSanitizer over the multi-threaded tests (docs/plugins.md, "Threads"): just those tests and
 # the modules they load, in build-tsan/.
@@ -36,7 +47,7 @@ fuzz=$?
 [ $fuzz = 0 ] || [ $fuzz = 77 ] || status=1
 
 python3 - $fuzz build/meson-logs/testlog.json build-asan/meson-logs/testlog.json \
-	build-tsan/meson-logs/testlog.json <<'PY'
+	build-tsan/meson-logs/testlog.json $emu_log <<'PY'
 import json, sys
 passed = failed = skipped = 0
 fuzz = int(sys.argv[1])

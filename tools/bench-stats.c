@@ -481,6 +481,12 @@ int dli_bench_stats(int argc, char **argv)
 			dli_simd_name(dli_simd_detect()));
 		return 2;
 	}
+#ifdef DLI_AVX512_EMULATED
+	if (simd == DLI_SIMD_AVX512)
+		fprintf(stderr, "dlinspect bench stats: this build emulates AVX-512 "
+			"(-Davx512_emulation=true, for tests): its avx512 timings say nothing of a "
+			"CPU's\n");
+#endif
 	size_t bytes = (size_t)size_mib << 20;
 	struct bench b = {.n32 = (int64_t)(bytes / 4), .n16 = (int64_t)(bytes / 2), .bytes = bytes};
 	b.f32 = aligned_alloc(64, bytes);

@@ -69,7 +69,11 @@ static inline float read_sum_pf(enum dli_simd simd, const float *p, int64_t n, i
 {
 	switch (simd) {
 #ifdef DLI_HAVE_X86_SIMD
+#ifdef DLI_AVX512_EMULATED /* no AVX-512 here (kernels/cpu/avx512-emulation.h) */
+	case DLI_SIMD_AVX512:
+#else
 	case DLI_SIMD_AVX512: return sum_avx512(p, n, pf);
+#endif
 	case DLI_SIMD_AVX2: return sum_avx2(p, n, pf);
 #endif
 	default: (void)pf; return sum_scalar(p, n);

@@ -10,6 +10,13 @@
 
 #include "kernels-private.h"
 
+/* The run-time feature test and the function target of the AVX-512 kernels' optional paths;
+ * avx512-emulation.h, in the test build that emulates AVX-512, defines both first. */
+#ifndef DLI_CPU_HAS
+#define DLI_CPU_HAS(feature) __builtin_cpu_supports(feature)
+#define DLI_TARGET_BF16 __attribute__((target("avx512bf16")))
+#endif
+
 /* ---- Threads (kernels/cpu/threads.c) ---- */
 
 /* Calls fn(arg, chunk, worker) once for every chunk in [0, n_chunks), spread over up to `threads`

@@ -179,7 +179,7 @@ static bool kbf16_init(struct kbf16 *kb, const struct k512 *k, enum dli_dtype fo
 		 * low byte are m - 1 mod 128), |x| - 1 + D[m] + 1 is r's bits */
 		for (int m = 0; m < 128; m++)
 			tb[(m + 127) & 127] = (uint8_t)(d[m] + 1);
-		kb->bytes = __builtin_cpu_supports("avx512vbmi");
+		kb->bytes = DLI_CPU_HAS("avx512vbmi");
 		kb->tb0 = _mm512_loadu_si512(tb);
 		kb->tb1 = _mm512_loadu_si512(tb + 64);
 	}
@@ -250,10 +250,14 @@ static inline __attribute__((always_inline)) __m512i bf16_lookup(__m512i xa, __m
 		/* xa - 1 + the byte of (m - 1) mod 128, zero-extended (the high byte of each word
 		 * zeroed by the mask): xa + D[m]. Inline assembly, so that this function needs no
 		 * VBMI target of its own. */
+#ifdef DLI_AVX512_EMULATED
+		__m512i tv = dli_emu_permi2b_z55(ib, kb->tb0, kb->tb1);
+#else
 		__m512i tv = ib;
 		__asm__("vpermi2b %[t1], %[t0], %[v]%{%[k]%}%{z%}"
 			: [v] "+v"(tv)
 			: [t0] "v"(kb->tb0), [t1] "v"(kb->tb1), [k] "Yk"((__mmask64)0x5555555555555555ull));
+#endif
 		return _mm512_add_epi16(ib, tv);
 	}
 	__m512i a = _mm512_permutex2var_epi16(kb->t0, xa, kb->t1);
@@ -281,7 +285,7 @@ bf16_err(__m512i xa, __m512i r, const struct kbf16 *kb, struct bf16_lanes *l)
  * every term is the same on them. With `nonfinite`, NaN and infinities become zeros (which add
  * nothing anywhere) and are counted, to be left out of the compared elements, as every
  * other path does; without it they give NaN or huge sums, which send the block elsewhere. */
-__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+DLI_TARGET_BF16 static inline __attribute__((always_inline)) void
 bf16_step(const uint16_t *p, __mmask32 m, const struct kbf16 *kb, bool bytes, bool nonfinite,
 	  struct bf16_sums *t)
 {
@@ -314,7 +318,7 @@ bf16_step(const uint16_t *p, __mmask32 m, const struct kbf16 *kb, bool bytes, bo
  * max) and no subnormal grid. Whether the vector was such is known only afterwards, from the
  * running minimum of |x| - 1 (zeros wrap to the top) and maximum of |x| that it leaves in lowm
  * and xmax. */
-__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+DLI_TARGET_BF16 static inline __attribute__((always_inline)) void
 bf16_fast_step(const uint16_t *p, const struct kbf16 *kb, bool bytes, struct bf16_lanes *f,
 	       __m512i *lowm, __m512i *xmax)
 {
@@ -377,7 +381,7 @@ enum bf16_mode { BF16_FAST, BF16_CAREFUL, BF16_NONFINITE };
  * branch per vector) is undone, its sums put back as they were (register copies), and redone
  * by the careful step. The rest of the block, and every block of the other modes, take the
  * careful step. Returns the number of groups redone. */
-__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) uint32_t
+DLI_TARGET_BF16 static inline __attribute__((always_inline)) uint32_t
 bf16_block(const uint16_t *p, int64_t bn, const struct kbf16 *kb,
 	   bool bytes, enum bf16_mode mode, struct bf16_sums *t)
 {
@@ -447,7 +451,7 @@ static inline __attribute__((always_inline)) __m512d widen_add(__m512d acc, __m5
  * Data where values outside the fast step's range are common (many underflows or overflows)
  * would have most groups undone: after a block with two such groups (or, in careful mode, two
  * vectors below xn or two overflows) the next block goes straight to the careful step. */
-__attribute__((target("avx512bf16"))) static inline __attribute__((always_inline)) void
+DLI_TARGET_BF16 static inline __attribute__((always_inline)) void
 compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
 		  const struct kbf16 *kb, bool bytes,
 		  struct dli_stats_record *acc)
@@ -535,7 +539,7 @@ compare_bf16_body(const uint16_t *data, int64_t n, enum dli_dtype format, float 
 }
 
 /* One copy of the loop per lookup. */
-__attribute__((target("avx512bf16"))) static void
+DLI_TARGET_BF16 static void
 compare_bf16(const uint16_t *data, int64_t n, enum dli_dtype format, float scale,
 	     const struct kbf16 *kb, struct dli_stats_record *acc)
 {
@@ -554,7 +558,7 @@ void dli_fp8_compare_avx512(const void *data, enum dli_dtype dtype, int64_t n,
 			    struct dli_stats_record *acc)
 {
 	if (dtype == DLI_DTYPE_BF16 && dli_fp8_avx512_bf16_table &&
-	    __builtin_cpu_supports("avx512bf16")) {
+	    DLI_CPU_HAS("avx512bf16")) {
 		struct k512 k;
 		struct kbf16 kb;
 

@@ -192,7 +192,7 @@ INLINE void lanes16_init(struct lanes16 *a)
 	a->sa = a->sd0 = a->sd1 = a->sdd0 = a->sdd1 = _mm512_setzero_ps();
 }
 
-__attribute__((target("avx512bf16"))) INLINE void lanes16_add(struct lanes16 *a, __m512i w,
+DLI_TARGET_BF16 INLINE void lanes16_add(struct lanes16 *a, __m512i w,
 							       __m512 shift)
 {
 	const __m512i hi = _mm512_set1_epi32((int)0xffff0000u);
@@ -232,7 +232,7 @@ INLINE float bf16_float(uint32_t bits)
 }
 
 /* Not inlined: block() is inlined into code for CPUs without vdpbf16ps too. */
-__attribute__((target("avx512bf16"), noinline)) static void
+DLI_TARGET_BF16 __attribute__((noinline)) static void
 block_sums_bf16(const unsigned char *p, int64_t steps, float shift, int64_t pf, struct dli_stats_sums *o)
 {
 	const __m512 vshift = _mm512_set1_ps(shift);
@@ -506,7 +506,7 @@ void dli_stats_chunk_avx512(const void *p, enum dli_dtype dt, int64_t n, struct 
 	switch (dt) {
 	case DLI_DTYPE_F32: dli_stats_chunk_avx2(p, dt, n, r); break;
 	case DLI_DTYPE_BF16:
-		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
+		if (dli_stats_avx512_bf16dp && DLI_CPU_HAS("avx512bf16"))
 			chunk_bf16dp(p, n, r);
 		else
 			chunk(p, DLI_DTYPE_BF16, false, n, r);
@@ -525,7 +525,7 @@ void dli_stats_runs_avx512(const struct dli_cpu_runs *v, int64_t first, int64_t 
 	switch (v->dtype) {
 	case DLI_DTYPE_F32: dli_stats_runs_avx2(v, first, n, scratch, r); break; /* as above */
 	case DLI_DTYPE_BF16:
-		if (dli_stats_avx512_bf16dp && __builtin_cpu_supports("avx512bf16"))
+		if (dli_stats_avx512_bf16dp && DLI_CPU_HAS("avx512bf16"))
 			chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, true, n, r);
 		else
 			chunk_from(NULL, v, first, scratch, DLI_DTYPE_BF16, false, n, r);

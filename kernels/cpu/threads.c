@@ -244,6 +244,10 @@ static void read_env(void)
 	    __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
 	    __builtin_cpu_supports("avx512vl"))
 		detected = DLI_SIMD_AVX512;
+#ifdef DLI_AVX512_EMULATED
+	if (detected == DLI_SIMD_AVX2) /* the AVX-512 kernels run on AVX2 (avx512-emulation.h) */
+		detected = DLI_SIMD_AVX512;
+#endif
 #endif
 }
 
