@@ -41,9 +41,4 @@ if [ "${1:-}" = "--sanitize" ]; then
 	# Debug build type turns on DLI_DEBUG_CHECKS (dli_step racing other calls is reported).
 	bash scripts/build.sh . build-asan -Dbuildtype=debug -Db_sanitize=address,undefined -Db_lundef=false \
 		-Dwerror=true
-	# The AVX-512 kernels built for AVX2 over SIMDe, so that their tests run on every machine.
-	if [ "$(uname -m)" = x86_64 ]; then
-		bash scripts/build.sh . build-emu -Davx512_emulation=true -Dcuda=disabled \
-			-Dpython=disabled -Dmpi=disabled -Dnccl=disabled -Dwerror=true
-	fi
 fi
