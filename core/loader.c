@@ -5,6 +5,7 @@
 #include <elf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -541,12 +542,48 @@ void dli_search_dirs_free(char **dirs, size_t n)
 	free(dirs);
 }
 
+#ifdef DLI_BUILD_PLUGIN_PATH /* and DLI_BUILD_ROOT: the core's own build (core/meson.build) */
+/* Whether `path` lies in the build tree this core was compiled in. */
+static bool under_build_root(const char *path)
+{
+	char real[PATH_MAX], root[PATH_MAX];
+	size_t len;
+	if (!realpath(path, real) || !realpath(DLI_BUILD_ROOT, root))
+		return false;
+	len = strlen(root);
+	return !strncmp(real, root, len) && real[len] == '/';
+}
+
+/* Whether this code runs from its build tree, not installed: the program is a file of the tree
+ * (the dlinspect tool, the trainer, the tests), or the libdlinspect it runs is (a host program
+ * built against the uninstalled pkg-config file). */
+static const char here; /* an address in the object that holds this code, for dladdr */
+
+static bool in_build_tree(void)
+{
+	Dl_info info;
+	if (dladdr(&here, &info) && info.dli_fname &&
+	    strchr(info.dli_fname, '/') && under_build_root(info.dli_fname))
+		return true;
+	return under_build_root("/proc/self/exe");
+}
+#endif
+
 int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
 		    struct dli_error *err)
 {
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
-	size_t cap = n_extra + 2;
+	/* Run from the build tree with no DLINSPECT_PLUGIN_PATH, as `meson devenv` would set it:
+	 * the tree's own modules, before the install dir (which may hold another version's). */
+	const char *tree = "";
+#ifdef DLI_BUILD_PLUGIN_PATH
+	if (!env && in_build_tree())
+		tree = DLI_BUILD_PLUGIN_PATH;
+#endif
+	size_t cap = n_extra + 3;
 	for (const char *p = env; p && *p; p++)
+		cap += *p == ':';
+	for (const char *p = tree; *p; p++)
 		cap += *p == ':';
 	char **dirs = calloc(cap, sizeof *dirs);
 	if (!dirs)
@@ -555,17 +592,14 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 	for (size_t i = 0; i < n_extra; i++)
 		if (extra[i] && extra[i][0])
 			dirs[c++] = strdup(extra[i]);
-	if (env) {
-		const char *p = env;
-		for (;;) {
-			const char *end = strchr(p, ':');
-			size_t len = end ? (size_t)(end - p) : strlen(p);
-			if (len)
-				dirs[c++] = strndup(p, len);
-			if (!end)
-				break;
-			p = end + 1;
-		}
+	for (const char *p = env ? env : tree; *p;) {
+		const char *end = strchr(p, ':');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		if (len)
+			dirs[c++] = strndup(p, len);
+		if (!end)
+			break;
+		p = end + 1;
 	}
 	dirs[c++] = strdup(DLI_PLUGINDIR);
 	for (size_t i = 0; i < c; i++) {
