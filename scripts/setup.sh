@@ -7,10 +7,9 @@ cd "$(dirname "$0")/.."
 packages=(gcc g++ binutils valgrind python3 python3-dev python3-venv python3-pip meson ninja-build pkg-config libyaml-dev libltdl-dev libpcre2-dev libprotobuf-c-dev protobuf-c-compiler libopenblas-dev)
 # Statistics across ranks: the mpi communicator and the tests under mpirun (docs/distributed.md).
 packages+=(libopenmpi-dev openmpi-bin)
-# The tests also fuzz with clang's libFuzzer (scripts/fuzz.sh).
-[ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-dev)
-# and run the AVX-512 kernels on any x86-64 over SIMDe (docs/testing.md, "AVX-512 emulated").
-[ "${1:-}" = "--sanitize" ] && packages+=(libsimde-dev)
+# The tests also fuzz with clang's libFuzzer (scripts/fuzz.sh), and run the AVX-512 kernels on any
+# x86-64 over SIMDe (docs/testing.md, "AVX-512 emulated").
+[ "${1:-}" = "--sanitize" ] && packages+=(clang libclang-rt-dev libsimde-dev)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
