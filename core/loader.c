@@ -575,15 +575,13 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
 	/* Run from the build tree with no DLINSPECT_PLUGIN_PATH, as `meson devenv` would set it:
 	 * the tree's own modules, before the install dir (which may hold another version's). */
-	const char *tree = "";
+	const char *list = env ? env : "";
 #ifdef DLI_BUILD_PLUGIN_PATH
 	if (!env && in_build_tree())
-		tree = DLI_BUILD_PLUGIN_PATH;
+		list = DLI_BUILD_PLUGIN_PATH;
 #endif
-	size_t cap = n_extra + 3;
-	for (const char *p = env; p && *p; p++)
-		cap += *p == ':';
-	for (const char *p = tree; *p; p++)
+	size_t cap = n_extra + 2;
+	for (const char *p = list; *p; p++)
 		cap += *p == ':';
 	char **dirs = calloc(cap, sizeof *dirs);
 	if (!dirs)
@@ -592,7 +590,7 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 	for (size_t i = 0; i < n_extra; i++)
 		if (extra[i] && extra[i][0])
 			dirs[c++] = strdup(extra[i]);
-	for (const char *p = env ? env : tree; *p;) {
+	for (const char *p = list; *p;) {
 		const char *end = strchr(p, ':');
 		size_t len = end ? (size_t)(end - p) : strlen(p);
 		if (len)
