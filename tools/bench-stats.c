@@ -15,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include "cmd.h"
 #include "read-reference.h"
@@ -33,6 +36,58 @@ static double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The CPU the figures come from, as "vendor family F model M: brand string": the same SIMD path
+ * runs at very different speeds on different cores (on Zen 1 every 256-bit operation takes two
+ * 128-bit halves), so a table means nothing without it. A hypervisor may report a generic name
+ * ("AMD EPYC"); the family and model still tell the generation. */
+static void cpu_describe(char *out, size_t size)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	unsigned a, b, c, d, v[12];
+	char vendor[13] = "", brand[49] = "";
+	if (__get_cpuid(0, &a, &b, &c, &d)) {
+		memcpy(vendor, &b, 4);
+		memcpy(vendor + 4, &d, 4);
+		memcpy(vendor + 8, &c, 4);
+	}
+	unsigned family = 0, model = 0;
+	if (__get_cpuid(1, &a, &b, &c, &d)) {
+		family = (a >> 8) & 0xf;
+		model = (a >> 4) & 0xf;
+		if (family == 0xf)
+			family += (a >> 20) & 0xff;
+		if (family == 0x6 || family >= 0xf)
+			model += ((a >> 16) & 0xf) << 4;
+	}
+	if (__get_cpuid(0x80000000u, &a, &b, &c, &d) && a >= 0x80000004u) {
+		for (unsigned k = 0; k < 3; k++)
+			__get_cpuid(0x80000002u + k, &v[4 * k], &v[4 * k + 1], &v[4 * k + 2],
+				    &v[4 * k + 3]);
+		memcpy(brand, v, 48);
+	}
+	const char *name = brand;
+	while (*name == ' ')
+		name++;
+	size_t len = strlen(name);
+	while (len && name[len - 1] == ' ')
+		len--;
+	snprintf(out, size, "%s family %u model %u: %.*s", vendor, family, model, (int)len, name);
+#else
+	snprintf(out, size, "not x86");
+#endif
+}
+
+/* JSON string contents: the brand string is printable ASCII, but a quote or a backslash would
+ * break the line. */
+static void json_chars(const char *s)
+{
+	for (; *s; s++)
+		if (*s == '"' || *s == '\\')
+			printf("\\%c", *s);
+		else if ((unsigned char)*s >= 0x20 && (unsigned char)*s < 0x7f)
+			putchar(*s);
 }
 
 /* ---- The read-bandwidth reference (read-reference.h) over a view ---- */
@@ -544,8 +599,12 @@ int dli_bench_stats(int argc, char **argv)
 			ok = false;
 	double np = sel[0] ? numpy_gbs(b.n32) : 0;
 
+	char cpu[160];
+	cpu_describe(cpu, sizeof(cpu));
 	if (json) {
-		printf("{\"size_mib\": %ld, \"simd\": \"%s\", \"reps\": %d, \"prefetch_bytes\": %d, "
+		printf("{\"cpu\": \"");
+		json_chars(cpu);
+		printf("\", \"size_mib\": %ld, \"simd\": \"%s\", \"reps\": %d, \"prefetch_bytes\": %d, "
 		       "\"read_gbs\": {\"1\": %.3f", size_mib, dli_simd_name(simd), REPS,
 		       DLI_PREFETCH_BYTES, read1);
 		if (all > 1)
@@ -576,6 +635,7 @@ int dli_bench_stats(int argc, char **argv)
 		printf("statistics passes over %ld MiB, medians of %d rounds (each pass paired with a read "
 		       "just before it), %s, prefetch %d bytes ahead\n",
 		       size_mib, REPS, dli_simd_name(simd), DLI_PREFETCH_BYTES);
+		printf("  cpu: %s\n", cpu);
 		printf("  %-22s %7s %9s %9s %7s %7s\n", "pass", "threads", "GB/s", "read GB/s", "ratio",
 		       "target");
 		if (sel[kind_index(NV_F32)] || sel[kind_index(NV_BF16)])
