@@ -72,6 +72,7 @@ struct builder {
 	} *anchors;
 	size_t n_anchors, cap_anchors;
 	struct dli_strset anchor_index; /* name -> index in anchors of its latest definition */
+	size_t n_merged; /* pairs '<<' merge keys copied, counted with the nodes against MAX_NODES */
 };
 
 static struct dli_node *node_new(struct builder *b, enum dli_node_kind kind, yaml_mark_t mark)
@@ -198,7 +199,17 @@ static int apply_merges(struct builder *b, struct dli_node *node, struct dli_str
 				bool added;
 				if (!dli_strset_slot(keys, map->keys[i]->text, &added))
 					return -ENOMEM;
-				if (added && node_append(node, map->keys[i], map->items[i]))
+				if (!added)
+					continue;
+				/* each copied pair costs what a node does: a chain of mappings
+				 * each merging the one before would copy quadratically many */
+				if (b->cfg->n_nodes + ++b->n_merged > MAX_NODES)
+					return dli_error_set(b->err, -EINVAL, &node->where,
+							     "'<<' merge keys copy more than %d pairs "
+							     "with the nodes read: a config is limited to "
+							     "%d YAML nodes",
+							     MAX_NODES, MAX_NODES);
+				if (node_append(node, map->keys[i], map->items[i]))
 					return -ENOMEM;
 			}
 		}
@@ -269,6 +280,38 @@ static int build_items(struct builder *b, struct dli_node *node, int depth, stru
 	}
 }
 
+/* A finished list's or mapping's weight (struct dli_node). Each node is weighed once, from its
+ * children's weights, so this is linear in the nodes read; the limit keeps what reads the tree
+ * after (every alias of a section is a section) within MAX_NODES visits, where a few hundred
+ * bytes of aliases could stand for millions of sections or tensors. An alias of a node still
+ * being read (a cycle) adds its weight so far; cycles are refused where the tree is read. */
+static int weigh(struct builder *b, struct dli_node *n)
+{
+	uint64_t w = 1;
+	size_t heaviest = 0;
+	for (size_t i = 0; i < n->n; i++) {
+		w += n->items[i]->weight + (n->kind == DLI_NODE_MAP ? n->keys[i]->weight : 0);
+		if (n->items[i]->weight > n->items[heaviest]->weight)
+			heaviest = i;
+	}
+	n->weight = w;
+	if (w <= MAX_NODES)
+		return 0;
+	const struct dli_node *h = n->items[heaviest]; /* n->n > 0: w > 1 */
+	char which[64];
+	if (n->kind == DLI_NODE_MAP)
+		snprintf(which, sizeof which, "'%.40s'", n->keys[heaviest]->text);
+	else
+		snprintf(which, sizeof which, "item %zu", heaviest + 1);
+	return dli_error_set(b->err, -EINVAL, &n->where,
+			     "this %s stands for more than %d nodes with the aliases and '<<' "
+			     "merges in it expanded (%zu entries; the largest, %s, stands for "
+			     "%llu: the one read at line %d): a config is limited to %d YAML nodes, "
+			     "an alias counting as the nodes it stands for",
+			     n->kind == DLI_NODE_MAP ? "mapping" : "list", MAX_NODES, n->n, which,
+			     (unsigned long long)h->weight, h->where.line, MAX_NODES);
+}
+
 static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node **out)
 {
 	if (depth > MAX_DEPTH) {
@@ -291,6 +334,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;
 		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		n->weight = 1;
 		*out = n;
 		return remember_anchor(b, ev->data.scalar.anchor, n);
 	case YAML_SEQUENCE_START_EVENT:
@@ -305,7 +349,8 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 					       : ev->data.mapping_start.anchor,
 				    n))
 			return -ENOMEM;
-		return build_children(b, n, depth);
+		int r = build_children(b, n, depth);
+		return r ? r : weigh(b, n);
 	case YAML_ALIAS_EVENT: {
 		const size_t *i = dli_strset_find(&b->anchor_index, (const char *)ev->data.alias.anchor);
 		if (i) {

@@ -481,5 +481,6 @@ void dli_config_destroy(struct dli_config *config)
 	for (size_t i = 0; i < config->n_allocs; i++)
 		free(config->allocs[i]);
 	free(config->allocs);
+	dli_strset_finish(&config->defaults);
 	free(config);
 }
