@@ -1127,6 +1127,10 @@ static const struct bad_case bad_cases[] = {
 	 HDR "  Probe:\n    enabled: true\n    tensors_struct:\n      - tensor: gradient\n"
 	     "      - {tensor: activation, fail: true}\n",
 	 -EINVAL, 8, 9, {"sec.Probe: could not create the feature: probe asked to fail"}},
+	/* ... with no message: its errno stands for one */
+	{"create fails silently",
+	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    fail_silently: true\n",
+	 -EPERM, 4, 3, {"sec.Probe: could not create the feature: Operation not permitted (-1)"}},
 };
 
 static void check_bad(const struct bad_case *c)
