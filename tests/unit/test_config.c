@@ -1234,13 +1234,23 @@ static void test_paths(void)
 	CHECK_CONTAINS(err.message, "cannot open config '/nonexistent/dlinspect/config.yaml'");
 	CHECK_CONTAINS(err.message, "No such file or directory");
 
-	/* A directory opens but cannot be read. */
+	/* A directory, and a FIFO (whose open would wait for a writer), are refused unread. */
 	o.config_path = log_dir;
 	CHECK_INT(dli_init(&o, &ctx, &err), -EISDIR);
 	CHECK(ctx == NULL);
 	char expected[128];
-	snprintf(expected, sizeof expected, "cannot read config '%s': Is a directory", log_dir);
+	snprintf(expected, sizeof expected, "cannot open config '%s': Is a directory", log_dir);
 	CHECK_CONTAINS(err.message, expected);
+	char fifo[sizeof log_dir + 16];
+	snprintf(fifo, sizeof fifo, "%s/config.fifo", log_dir);
+	CHECK_INT(mkfifo(fifo, 0600), 0);
+	o.config_path = fifo;
+	CHECK_INT(dli_init(&o, &ctx, &err), -ENXIO);
+	CHECK(ctx == NULL);
+	snprintf(expected, sizeof expected, "cannot open config '%s': a FIFO or a socket, not a file",
+		 fifo);
+	CHECK_CONTAINS(err.message, expected);
+	unlink(fifo);
 
 	if (geteuid() != 0) {
 		char *p = write_temp("sec: {enabled: false}\n");
