@@ -73,6 +73,8 @@ struct builder {
 	size_t n_anchors, cap_anchors;
 	struct dli_strset anchor_index; /* name -> index in anchors of its latest definition */
 	size_t n_merged; /* pairs '<<' merge keys copied, counted with the nodes against MAX_NODES */
+	const char *text; /* the input, for the position of a reader error (a byte offset) */
+	size_t len;
 };
 
 static struct dli_node *node_new(struct builder *b, enum dli_node_kind kind, yaml_mark_t mark)
@@ -127,6 +129,26 @@ static int parser_error(struct builder *b)
 			      (int)p->problem_mark.column + 1};
 	if (p->error == YAML_MEMORY_ERROR)
 		return dli_error_set(b->err, -ENOMEM, NULL, "out of memory reading %s", b->cfg->path);
+	if (p->error == YAML_READER_ERROR) {
+		/* The reader (encoding, control characters) gives a byte offset, not a mark: its
+		 * line, and its column in characters as the marks count them. */
+		size_t off = p->problem_offset < b->len ? p->problem_offset : b->len;
+		int line = 1, column = 1;
+		for (size_t i = 0; i < off; i++) {
+			unsigned char c = (unsigned char)b->text[i];
+			if (c == '\n') {
+				line++;
+				column = 1;
+			} else if ((c & 0xc0) != 0x80) {
+				column++;
+			}
+		}
+		w.line = line;
+		w.column = column;
+		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s (#x%X)",
+				     p->problem ? p->problem : "unreadable input",
+				     (unsigned)p->problem_value);
+	}
 	/* The context's mark says where the construct began: often far from where libyaml gave up. */
 	if (p->context)
 		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s started at line %d, "
@@ -374,7 +396,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 int dli_cfg_build_tree(struct dli_config *cfg, const char *text, size_t len, struct dli_node **root,
 		       struct dli_error *err)
 {
-	struct builder b = {.cfg = cfg, .err = err};
+	struct builder b = {.cfg = cfg, .err = err, .text = text, .len = len};
 	if (!yaml_parser_initialize(&b.parser))
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	yaml_parser_set_input_string(&b.parser, (const unsigned char *)text, len);
