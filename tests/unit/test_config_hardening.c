@@ -332,6 +332,18 @@ static void test_limits(void)
 	free(t.s);
 }
 
+/* n sections: s0, a Probe on 50 tensors (164 nodes), and s1 ... as aliases of it. */
+static void aliased_sections(struct text *t, int n)
+{
+	t->n = 0;
+	put(t, "s0: &s\n  enabled: true\n  layers: {layer_types: [fc]}\n"
+	       "  Probe:\n    enabled: true\n    tensors_struct:\n");
+	for (int i = 0; i < 50; i++)
+		put(t, "      - {tensor: t%d}\n", i);
+	for (int i = 1; i < n; i++)
+		put(t, "s%d: *s\n", i);
+}
+
 /* What aliases and '<<' merges stand for counts against the node limit: a few hundred KB of them
  * made millions of sections or copied pairs (minutes, gigabytes, then out of memory). Below the
  * limit they work as before (test_config.c has merges; test_big_configs 100k aliases). */
@@ -370,13 +382,7 @@ static void test_expansion_limits(void)
 	CHECK_INT(err.line, 50);
 
 	/* 20k sections, each an alias of one of 50 tensors: a million feature instances. */
-	t.n = 0;
-	put(&t, "s0: &s\n  enabled: true\n  layers: {layer_types: [fc]}\n"
-		"  Probe:\n    enabled: true\n    tensors_struct:\n");
-	for (int i = 0; i < 50; i++)
-		put(&t, "      - {tensor: t%d}\n", i);
-	for (int i = 1; i < 20000; i++)
-		put(&t, "s%d: *s\n", i);
+	aliased_sections(&t, 20000);
 	ctx = (struct dli_context *)&ctx;
 	CHECK_INT(load(t.s, &ctx, &err), -EINVAL);
 	CHECK(ctx == NULL);
@@ -385,14 +391,8 @@ static void test_expansion_limits(void)
 				    "the largest, 's0', stands for 164: the one read at line 1)");
 	CHECK_INT(err.line, 1);
 
-	/* The same with 5k sections (805k nodes) loads. */
-	t.n = 0;
-	put(&t, "s0: &s\n  enabled: true\n  layers: {layer_types: [fc]}\n"
-		"  Probe:\n    enabled: true\n    tensors_struct:\n");
-	for (int i = 0; i < 50; i++)
-		put(&t, "      - {tensor: t%d}\n", i);
-	for (int i = 1; i < 5000; i++)
-		put(&t, "s%d: *s\n", i);
+	/* The same with 5k sections (825k nodes) loads. */
+	aliased_sections(&t, 5000);
 	ctx = NULL;
 	int r = load(t.s, &ctx, &err);
 	CHECK_INT(r, 0);
