@@ -12,6 +12,7 @@
 
 #include "error-private.h"
 #include "select-private.h"
+#include "strset-private.h"
 
 struct dli_registry;
 struct dli_feature_entry;
@@ -32,6 +33,9 @@ struct dli_node {
 	size_t cap;   /* room in items (and keys) */
 	struct dli_node **items; /* SEQ items; MAP values */
 	struct dli_node **keys;  /* MAP keys (scalars) */
+	/* The nodes it stands for with every alias and '<<' merge under it expanded: itself, its
+	 * keys' and its items' (at most MAX_NODES: the reading fails past it). */
+	uint64_t weight;
 };
 
 /* One feature instance to create: a feature block, or one entry of its gemms_struct/tensors_struct. */
@@ -116,6 +120,10 @@ struct dli_config {
 	/* Every string handed out in values (lists, where texts), freed with the config. */
 	void **allocs;
 	size_t n_allocs, cap_allocs;
+
+	/* Modules' default values, each read into nodes once however many targets take it
+	 * (dli_cfg_fill_defaults): "<default of F.key>" -> its root node (a uintptr_t). */
+	struct dli_strset defaults;
 };
 
 /* Whether two targets of one feature could act on the same (gemm, tensor). */

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
 #include <strings.h>
 
@@ -372,22 +373,37 @@ int dli_cfg_fill_defaults(struct resolver *rs, const struct dli_param_desc *sche
 		values[i].type = schema[i].type;
 		if (!schema[i].default_value)
 			continue;
-		struct dli_node *root;
+		struct dli_node *root = NULL;
 		struct dli_error inner = {0};
 		struct dli_config *cfg = rs->cfg;
-		const char *saved_path = cfg->path;
 		char name[160];
 		snprintf(name, sizeof name, "<default of %s.%s>", owner, schema[i].key);
-		cfg->path = dli_cfg_strdup(cfg, name);
-		int r = cfg->path
-			    ? dli_cfg_build_tree(cfg, schema[i].default_value,
-						 strlen(schema[i].default_value), &root, &inner)
-			    : -ENOMEM;
-		cfg->path = (char *)saved_path;
+		/* once per feature and key: read for each target, the defaults of a config with
+		 * 100k targets took more nodes than the config itself may hold */
+		size_t *cached = dli_strset_find(&cfg->defaults, name);
+		int r = 0;
+		if (cached) {
+			root = (struct dli_node *)(uintptr_t)*cached;
+		} else {
+			const char *saved_path = cfg->path;
+			char *path = dli_cfg_strdup(cfg, name);
+			cfg->path = path;
+			r = path ? dli_cfg_build_tree(cfg, schema[i].default_value,
+						      strlen(schema[i].default_value), &root, &inner)
+				 : -ENOMEM;
+			cfg->path = (char *)saved_path;
+			bool added;
+			size_t *slot = r || !root ? NULL : dli_strset_slot(&cfg->defaults, path, &added);
+			if (slot)
+				*slot = (size_t)(uintptr_t)root;
+			else if (!r && root)
+				r = -ENOMEM;
+		}
 		if (r || !root)
 			return dli_error_set(rs->err, r ? r : -EINVAL, NULL,
-					     "%s: the module's default for '%s' (\"%s\") is not valid YAML",
-					     owner, schema[i].key, schema[i].default_value);
+					     "%s: the module's default for '%s' (\"%s\") is not valid YAML%s%s",
+					     owner, schema[i].key, schema[i].default_value,
+					     r ? ": " : "", r ? inner.message : "");
 		struct resolver inner_rs = {.cfg = cfg, .reg = rs->reg, .err = &inner};
 		if (dli_cfg_parse_value(&inner_rs, &schema[i], root, &values[i]))
 			return dli_error_set(rs->err, -EINVAL, NULL,

@@ -72,6 +72,9 @@ struct builder {
 	} *anchors;
 	size_t n_anchors, cap_anchors;
 	struct dli_strset anchor_index; /* name -> index in anchors of its latest definition */
+	size_t n_merged; /* pairs '<<' merge keys copied, counted with the nodes against MAX_NODES */
+	const char *text; /* the input, for the position of a reader error (a byte offset) */
+	size_t len;
 };
 
 static struct dli_node *node_new(struct builder *b, enum dli_node_kind kind, yaml_mark_t mark)
@@ -126,6 +129,26 @@ static int parser_error(struct builder *b)
 			      (int)p->problem_mark.column + 1};
 	if (p->error == YAML_MEMORY_ERROR)
 		return dli_error_set(b->err, -ENOMEM, NULL, "out of memory reading %s", b->cfg->path);
+	if (p->error == YAML_READER_ERROR) {
+		/* The reader (encoding, control characters) gives a byte offset, not a mark: its
+		 * line, and its column in characters as the marks count them. */
+		size_t off = p->problem_offset < b->len ? p->problem_offset : b->len;
+		int line = 1, column = 1;
+		for (size_t i = 0; i < off; i++) {
+			unsigned char c = (unsigned char)b->text[i];
+			if (c == '\n') {
+				line++;
+				column = 1;
+			} else if ((c & 0xc0) != 0x80) {
+				column++;
+			}
+		}
+		w.line = line;
+		w.column = column;
+		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s (#x%X)",
+				     p->problem ? p->problem : "unreadable input",
+				     (unsigned)p->problem_value);
+	}
 	/* The context's mark says where the construct began: often far from where libyaml gave up. */
 	if (p->context)
 		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s started at line %d, "
@@ -198,7 +221,17 @@ static int apply_merges(struct builder *b, struct dli_node *node, struct dli_str
 				bool added;
 				if (!dli_strset_slot(keys, map->keys[i]->text, &added))
 					return -ENOMEM;
-				if (added && node_append(node, map->keys[i], map->items[i]))
+				if (!added)
+					continue;
+				/* each copied pair costs what a node does: a chain of mappings
+				 * each merging the one before would copy quadratically many */
+				if (b->cfg->n_nodes + ++b->n_merged > MAX_NODES)
+					return dli_error_set(b->err, -EINVAL, &node->where,
+							     "'<<' merge keys copy more than %d pairs "
+							     "with the nodes read: a config is limited to "
+							     "%d YAML nodes",
+							     MAX_NODES, MAX_NODES);
+				if (node_append(node, map->keys[i], map->items[i]))
 					return -ENOMEM;
 			}
 		}
@@ -269,6 +302,38 @@ static int build_items(struct builder *b, struct dli_node *node, int depth, stru
 	}
 }
 
+/* A finished list's or mapping's weight (struct dli_node). Each node is weighed once, from its
+ * children's weights, so this is linear in the nodes read; the limit keeps what reads the tree
+ * after (every alias of a section is a section) within MAX_NODES visits, where a few hundred
+ * bytes of aliases could stand for millions of sections or tensors. An alias of a node still
+ * being read (a cycle) adds its weight so far; cycles are refused where the tree is read. */
+static int weigh(struct builder *b, struct dli_node *n)
+{
+	uint64_t w = 1;
+	size_t heaviest = 0;
+	for (size_t i = 0; i < n->n; i++) {
+		w += n->items[i]->weight + (n->kind == DLI_NODE_MAP ? n->keys[i]->weight : 0);
+		if (n->items[i]->weight > n->items[heaviest]->weight)
+			heaviest = i;
+	}
+	n->weight = w;
+	if (w <= MAX_NODES)
+		return 0;
+	const struct dli_node *h = n->items[heaviest]; /* n->n > 0: w > 1 */
+	char which[64];
+	if (n->kind == DLI_NODE_MAP)
+		snprintf(which, sizeof which, "'%.40s'", n->keys[heaviest]->text);
+	else
+		snprintf(which, sizeof which, "item %zu", heaviest + 1);
+	return dli_error_set(b->err, -EINVAL, &n->where,
+			     "this %s stands for more than %d nodes with the aliases and '<<' "
+			     "merges in it expanded (%zu entries; the largest, %s, stands for "
+			     "%llu: the one read at line %d): a config is limited to %d YAML nodes, "
+			     "an alias counting as the nodes it stands for",
+			     n->kind == DLI_NODE_MAP ? "mapping" : "list", MAX_NODES, n->n, which,
+			     (unsigned long long)h->weight, h->where.line, MAX_NODES);
+}
+
 static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node **out)
 {
 	if (depth > MAX_DEPTH) {
@@ -291,6 +356,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;
 		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		n->weight = 1;
 		*out = n;
 		return remember_anchor(b, ev->data.scalar.anchor, n);
 	case YAML_SEQUENCE_START_EVENT:
@@ -305,7 +371,8 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 					       : ev->data.mapping_start.anchor,
 				    n))
 			return -ENOMEM;
-		return build_children(b, n, depth);
+		int r = build_children(b, n, depth);
+		return r ? r : weigh(b, n);
 	case YAML_ALIAS_EVENT: {
 		const size_t *i = dli_strset_find(&b->anchor_index, (const char *)ev->data.alias.anchor);
 		if (i) {
@@ -329,7 +396,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 int dli_cfg_build_tree(struct dli_config *cfg, const char *text, size_t len, struct dli_node **root,
 		       struct dli_error *err)
 {
-	struct builder b = {.cfg = cfg, .err = err};
+	struct builder b = {.cfg = cfg, .err = err, .text = text, .len = len};
 	if (!yaml_parser_initialize(&b.parser))
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	yaml_parser_set_input_string(&b.parser, (const unsigned char *)text, len);

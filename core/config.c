@@ -15,6 +15,7 @@
 #include "config-values-private.h"
 #include "config-yaml-private.h"
 #include "feature-keys-private.h"
+#include "fsutil-private.h"
 #include "names-private.h"
 #include "registry-private.h"
 #include "strset-private.h"
@@ -111,10 +112,10 @@ int dli_config_create(const char *path, const char *yaml_text, struct dli_config
 		goto fail;
 	}
 	if (!yaml_text) {
-		FILE *f = fopen(path, "rb");
-		if (!f) {
-			r = dli_error_set(err, -errno, NULL, "cannot open config '%s': %s", path,
-					  strerror(errno));
+		FILE *f;
+		if ((r = dli_fopen_file(path, &f))) {
+			r = dli_error_set(err, r, NULL, "cannot open config '%s': %s", path,
+					  dli_file_error(r));
 			goto fail;
 		}
 		char buf[65536];
@@ -481,5 +482,6 @@ void dli_config_destroy(struct dli_config *config)
 	for (size_t i = 0; i < config->n_allocs; i++)
 		free(config->allocs[i]);
 	free(config->allocs);
+	dli_strset_finish(&config->defaults);
 	free(config);
 }

@@ -41,15 +41,28 @@ void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t)
 		snprintf(buf, size, "NULL");
 		return;
 	}
-	size_t off = (size_t)snprintf(buf, size, "%s[",
-				      dli_dtype_name(t->dtype) ? dli_dtype_name(t->dtype) : "?");
-	for (int i = 0; i < t->ndim && i < DLI_TENSOR_MAX_DIMS && off < size; i++)
+	/* what is out of range is said as such, not printed as if it were valid */
+	char dtype[32], device[48];
+	if (dli_dtype_name(t->dtype))
+		snprintf(dtype, sizeof dtype, "%s", dli_dtype_name(t->dtype));
+	else
+		snprintf(dtype, sizeof dtype, "dtype(%d)", (int)t->dtype);
+	if (t->device.type == DLI_DEVICE_CPU || t->device.type == DLI_DEVICE_CUDA)
+		snprintf(device, sizeof device, "%s:%d",
+			 t->device.type == DLI_DEVICE_CPU ? "cpu" : "cuda", t->device.index);
+	else
+		snprintf(device, sizeof device, "device type %d", (int)t->device.type);
+	if (t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS) {
+		snprintf(buf, size, "%s with ndim %d %s%s", dtype, t->ndim, device,
+			 t->contiguous ? "" : " non-contiguous");
+		return;
+	}
+	size_t off = (size_t)snprintf(buf, size, "%s[", dtype);
+	for (int i = 0; i < t->ndim && off < size; i++)
 		off += (size_t)snprintf(buf + off, size - off, "%s%lld", i ? "x" : "",
 					(long long)t->shape[i]);
 	if (off < size)
-		snprintf(buf + off, size - off, "] %s:%d%s",
-			 t->device.type == DLI_DEVICE_CPU ? "cpu" : "cuda", t->device.index,
-			 t->contiguous ? "" : " non-contiguous");
+		snprintf(buf + off, size - off, "] %s%s", device, t->contiguous ? "" : " non-contiguous");
 }
 
 void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gemm, int tensor,
@@ -59,7 +72,7 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 	struct dli_context *ctx = l->ctx;
 	const char *tname = ctx->host.tensor_name(ctx, tensor);
 	const char *gname = ctx->host.gemm_name((enum dli_gemm)gemm);
-	char why[512], tin[128], tout[128], text[1024];
+	char why[512], tin[128], tout[128], text[1024], gdesc[48], tdesc[300];
 	if (b) {
 		const struct dli_target *t = b->instance->target;
 		dli_tensor_describe(tin, sizeof tin, in);
@@ -74,9 +87,18 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 			 ctx->mode != DLI_MODE_TRAIN ? " in an evaluation pass" : "",
 			 strerror(rc < 0 ? -rc : rc));
 	}
+	/* ids out of range by their number */
+	if (gname)
+		snprintf(gdesc, sizeof gdesc, "%s", gname);
+	else
+		snprintf(gdesc, sizeof gdesc, "id %d (not a GEMM)", gemm);
+	if (tname)
+		snprintf(tdesc, sizeof tdesc, "'%s'", tname);
+	else
+		snprintf(tdesc, sizeof tdesc, "id %d (not a tensor of this context)", tensor);
 	snprintf(text, sizeof text,
-		 "dli_modify_tensor failed on layer '%s', gemm %s, tensor '%s', iteration %lld: %s",
-		 l->name, gname ? gname : "?", tname ? tname : "?", (long long)iteration, why);
+		 "dli_modify_tensor failed on layer '%s', gemm %s, tensor %s, iteration %lld: %s",
+		 l->name, gdesc, tdesc, (long long)iteration, why);
 	dli_last_error_set(ctx, text);
 	/* Every failure is in the message log; the terminal gets the first only. */
 	if (atomic_fetch_add(&ctx->modify_failures, 1) == 0)

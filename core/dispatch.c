@@ -653,6 +653,12 @@ static int inspect_strided(struct dli_layer *l, int tensor, const struct dli_ten
 			   const struct dli_quantized_tensor *colwise,
 			   const struct block_copies *block)
 {
+	/* NULL strides: the dense layout, whatever hp->contiguous says (the header's promise) */
+	if (!strides && hp && !hp->contiguous) {
+		struct dli_tensor dense = *hp;
+		dense.contiguous = true;
+		return inspect(l, tensor, &dense, NULL, rowwise, colwise, block);
+	}
 	/* Nothing reads the tensor: the plain call's answer (and its notes) without a look at it. */
 	if (!strides || !hp || !l || !l->slots || !tensor_ok(l, tensor) || in_eval(l) ||
 	    !l->inspect[tensor].n)

@@ -1,8 +1,12 @@
-/* File-system helpers: mkdir -p for the loggers (through the host table's make_dirs). */
+/* File-system helpers: mkdir -p for the loggers (through the host table's make_dirs), and a file
+ * opened for reading that cannot hang (configs, logs, tensor files). */
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fsutil-private.h"
 
@@ -38,4 +42,35 @@ int dli_make_dirs(const char *path)
 	}
 	free(copy);
 	return rc;
+}
+
+int dli_fopen_file(const char *path, FILE **out)
+{
+	*out = NULL;
+	/* O_NONBLOCK: the open of a FIFO with no writer returns at once instead of waiting */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	int r = fstat(fd, &st) ? -errno
+		: S_ISDIR(st.st_mode)			     ? -EISDIR
+		: S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ? -ENXIO
+							     : 0;
+	int flags = r ? 0 : fcntl(fd, F_GETFL);
+	if (!r && (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0))
+		r = -errno;
+	FILE *f = r ? NULL : fdopen(fd, "rb");
+	if (!r && !f)
+		r = -errno;
+	if (r) {
+		close(fd);
+		return r;
+	}
+	*out = f;
+	return 0;
+}
+
+const char *dli_file_error(int r)
+{
+	return r == -ENXIO ? "a FIFO or a socket, not a file" : strerror(-r);
 }

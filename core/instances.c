@@ -1,6 +1,8 @@
 /* Feature instances: one created per config target (dli_init, a config reload). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "context-private.h"
 #include "error-private.h"
@@ -35,6 +37,8 @@ int dli_instances_create(struct dli_context *ctx, struct dli_error *err)
 		if (r) {
 			*err = perr;
 			err->code = r;
+			if (!err->message[0]) /* the module said nothing: its errno says something */
+				snprintf(err->message, sizeof err->message, "%s (%d)", strerror(-r), r);
 			return dli_error_prefix(err, &t->where, "%s.%s: could not create the feature: ",
 						t->section->name, d->name);
 		}

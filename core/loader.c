@@ -572,6 +572,8 @@ static bool in_build_tree(void)
 int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
 		    struct dli_error *err)
 {
+	if (!extra)
+		n_extra = 0; /* as for the options' other lists: NULL is none, whatever the count */
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
 	/* Run from the build tree with no DLINSPECT_PLUGIN_PATH, as `meson devenv` would set it:
 	 * the tree's own modules, before the install dir (which may hold another version's). */

@@ -14,6 +14,7 @@
 #include "context-private.h"
 #include "dispatch-private.h"
 #include "error-private.h"
+#include "fsutil-private.h"
 #include "instances-private.h"
 #include "loader-private.h"
 #include "messages-private.h"
@@ -35,9 +36,10 @@ static uint64_t content_hash(const char *text, size_t len)
 /* The file's bytes, NUL-terminated, owned by the caller; NULL with *err set. */
 static char *read_file(const char *path, size_t *len, struct dli_error *err)
 {
-	FILE *f = fopen(path, "rb");
-	if (!f) {
-		dli_error_set(err, -errno, NULL, "cannot open config '%s': %s", path, strerror(errno));
+	FILE *f;
+	int r = dli_fopen_file(path, &f);
+	if (r) {
+		dli_error_set(err, r, NULL, "cannot open config '%s': %s", path, dli_file_error(r));
 		return NULL;
 	}
 	char *text = NULL, buf[65536];

@@ -262,6 +262,10 @@ static int64_t host_tensor_numel(struct dli_stats_acc *acc, const struct dli_ten
 		  t->dtype == DLI_DTYPE_BF16;
 	if (!fp8_pass)
 		ok = ok || t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
+	if (!ok && !dli_dtype_name(t->dtype))
+		return refuse(acc, "cannot read a tensor of unknown dtype %d: %s", (int)t->dtype,
+			      fp8_pass ? "the FP8 comparison takes f32, f16 or bf16"
+				       : "expected f32, f16, bf16, f8e4m3 or f8e5m2");
 	if (!ok)
 		return refuse(acc, "cannot read a tensor of dtype %s: %s", dtype_name(t->dtype),
 			      fp8_pass ? "the FP8 comparison takes f32, f16 or bf16"
@@ -274,9 +278,16 @@ static int64_t host_tensor_numel(struct dli_stats_acc *acc, const struct dli_ten
 		return refuse(acc, "a tensor has an invalid ndim %d", t->ndim);
 	int64_t n = 1;
 	for (int i = 0; i < t->ndim; i++) {
-		if (t->shape[i] < 0 || (t->shape[i] && n > INT64_MAX / t->shape[i]))
+		if (t->shape[i] < 0)
 			return refuse(acc, "a tensor has an invalid shape (dim %d is %lld)", i,
 				      (long long)t->shape[i]);
+		if (t->shape[i] == 0)
+			n = 0; /* empty, whatever the other dimensions (tensor.h) */
+	}
+	for (int i = 0; i < t->ndim && n; i++) {
+		if (n > INT64_MAX / t->shape[i])
+			return refuse(acc, "a tensor's element count overflows 64 bits (at dim %d, "
+					   "%lld)", i, (long long)t->shape[i]);
 		n *= t->shape[i];
 	}
 	if (n && !t->data)

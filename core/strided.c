@@ -49,9 +49,16 @@ int dli_view_init(struct dli_view *v, const struct dli_tensor *t, const int64_t 
 		return bad(why, why_size, "the tensor has an invalid ndim %d", t->ndim);
 	int64_t n = 1;
 	for (int i = 0; i < t->ndim; i++) {
-		if (t->shape[i] < 0 || (t->shape[i] && n > INT64_MAX / es / t->shape[i]))
+		if (t->shape[i] < 0)
 			return bad(why, why_size, "the tensor has an invalid shape (dim %d is %lld)", i,
 				   (long long)t->shape[i]);
+		if (t->shape[i] == 0)
+			n = 0; /* empty, whatever the other dimensions (tensor.h) */
+	}
+	for (int i = 0; i < t->ndim && n; i++) {
+		if (n > INT64_MAX / es / t->shape[i])
+			return bad(why, why_size, "the tensor's size in bytes overflows 64 bits (at dim "
+						  "%d, %lld)", i, (long long)t->shape[i]);
 		n *= t->shape[i];
 	}
 	if (n == 0) {

@@ -6,7 +6,9 @@
  *
  * Besides the calls, the door passes on the core's function-level helpers the CLI shares with it:
  * the name tables (GEMMs, tensors, dtypes) and the keys every feature shares, error setting and
- * did-you-mean, and the kernels' statistics of host buffers (tools/stats.c and its benchmark). */
+ * did-you-mean, opening a file that cannot hang (fsutil-private.h), escaping text for a line
+ * (escape-private.h), and the kernels' statistics of host buffers (tools/stats.c and its
+ * benchmark). */
 #ifndef DLI_TOOLS_API_H
 #define DLI_TOOLS_API_H
 
@@ -22,7 +24,9 @@
 #include "cpu/cpu-private.h"
 #include "cpu/runs-private.h"
 #include "error-private.h"
+#include "escape-private.h"
 #include "feature-keys-private.h"
+#include "fsutil-private.h"
 #include "kernels-private.h"
 #include "names-private.h"
 

@@ -7,6 +7,19 @@
 #include "cmd.h"
 #include "tools-api.h"
 
+/* `text` and a newline on f, control characters escaped as the logs escape them (dli_escape): a
+ * message quotes the config's names, and a newline or a terminal escape in one would otherwise
+ * pass for a line of its own or reach the terminal. */
+static void put_line(FILE *f, const char *text)
+{
+	char buf[4 * 1024 + 64];
+	size_t n = dli_escape(buf, sizeof buf, text);
+	fputs(buf, f);
+	if (n >= sizeof buf)
+		fputs("...", f);
+	fputc('\n', f);
+}
+
 static void print_gemms(uint32_t mask)
 {
 	const char *sep = "";
@@ -52,10 +65,12 @@ static int describe_layer(struct dli_context *ctx, const char *name)
 	struct dli_layer *l;
 	struct dli_error err;
 	if (dli_layer_get(ctx, name, &l, &err)) {
-		fprintf(stderr, "%s\n", err.message);
+		put_line(stderr, err.message);
 		return 1;
 	}
-	printf("layer %s:\n", name);
+	char escaped[1024];
+	dli_escape(escaped, sizeof escaped, name);
+	printf("layer %s:\n", escaped);
 	size_t n = dli_tools_binding_count(l);
 	if (!n) {
 		printf("  selected by no section: every GEMM in FP8, nothing inspected or modified\n");
@@ -147,12 +162,12 @@ int dli_cmd_check(int argc, char **argv)
 	struct dli_context *ctx;
 	struct dli_error err;
 	if (dli_tools_open(&o, &ctx, &err)) {
-		fprintf(stderr, "%s\n", err.message);
+		put_line(stderr, err.message);
 		status = 1;
 		goto out;
 	}
 	for (size_t i = 0; i < dli_tools_warning_count(ctx); i++)
-		fprintf(stderr, "%s\n", dli_tools_warning(ctx, i));
+		put_line(stderr, dli_tools_warning(ctx, i));
 	struct dli_tools_summary sum;
 	dli_tools_summarize(ctx, &sum);
 	printf("%s: valid: %zu section%s (%zu enabled), %zu feature instance%s, %zu module%s loaded\n",

@@ -24,6 +24,7 @@
 
 #include "cmd.h"
 #include "compare.h"
+#include "tools-api.h"
 
 static const char usage[] =
 	"usage: dlinspect compare RUN_A RUN_B [--rtol X] [--atol X] [--rank N] [--strict]\n"
@@ -95,13 +96,18 @@ struct tags {
 	size_t list_cap;
 };
 
+/* The longest line a statistics log may hold, its newline included: a tag (layer, tensor and
+ * statistic names) and a number are a few hundred bytes; a file with no newline in its first
+ * 64 KiB (/dev/zero, a binary file) is not a log, and is not read whole to find out. */
+#define MAX_LINE 65536
+
 /* One open statistics log. */
 struct reader {
 	const char *path;
 	FILE *f;
-	char *line;
-	size_t line_cap;
+	char *line; /* MAX_LINE + 1 bytes */
 	size_t line_no;
+	size_t parsed; /* the values read, whether --tags takes them or not */
 	size_t values;
 	bool eof;
 	int64_t last; /* the last iteration read; INT64_MIN before the first */
@@ -428,15 +434,44 @@ bad:
 
 /* Reads the next value of r into the tags. Returns 0, 1 at the end of the file, or 2 after
  * reporting an error. */
+/* The next line into r->line, NUL-terminated, with its newline: its length (NUL bytes in it
+ * included), -1 at the end of the file, -2 for a line longer than MAX_LINE, -3 for an error
+ * (errno). */
+static ssize_t read_line(struct reader *r)
+{
+	if (!r->line && !(r->line = malloc(MAX_LINE + 1)))
+		return -3;
+	size_t n = 0;
+	int c;
+	while ((c = getc_unlocked(r->f)) != EOF) {
+		if (n == MAX_LINE)
+			return -2;
+		r->line[n++] = (char)c;
+		if (c == '\n')
+			break;
+	}
+	if (c == EOF && ferror(r->f))
+		return -3;
+	if (c == EOF && n == 0)
+		return -1;
+	r->line[n] = '\0';
+	return (ssize_t)n;
+}
+
 static int read_value(struct reader *r, int side, bool other_done, struct tags *tags,
 		      const struct options *o)
 {
 	for (;;) {
 		errno = 0;
-		ssize_t n = getline(&r->line, &r->line_cap, r->f);
+		ssize_t n = read_line(r);
+		if (n == -2) {
+			report("%s:%zu: a line longer than %d bytes: not a statistics log", r->path,
+			       r->line_no + 1, MAX_LINE);
+			return 2;
+		}
 		if (n < 0) {
-			if (ferror(r->f)) {
-				report("%s: %s", r->path, strerror(errno));
+			if (n == -3) {
+				report("%s: %s", r->path, strerror(errno ? errno : EIO));
 				return 2;
 			}
 			r->eof = true;
@@ -459,6 +494,7 @@ static int read_value(struct reader *r, int side, bool other_done, struct tags *
 		int rc = parse_line(r, r->line, &name, &name_len, &it, &v);
 		if (rc)
 			return rc;
+		r->parsed++;
 		if (o->tags) {
 			char save = name[name_len];
 			name[name_len] = '\0';
@@ -949,7 +985,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 
 static int write_plot(struct tag **sorted, size_t n_diff, const struct options *o)
 {
-	struct dli_cmp_panel panels[DLI_CMP_PLOT_MAX];
+	struct dli_cmp_panel panels[DLI_CMP_PLOT_MAX] = {{0}};
 	int64_t *its[DLI_CMP_PLOT_MAX][2] = {{NULL}};
 	double *vals[DLI_CMP_PLOT_MAX][2] = {{NULL}};
 	size_t n = n_diff < DLI_CMP_PLOT_MAX ? n_diff : DLI_CMP_PLOT_MAX;
@@ -1017,8 +1053,9 @@ static int compare(const struct options *o)
 			goto out;
 		r[s].path = paths[s];
 		r[s].last = INT64_MIN;
-		if (!(r[s].f = fopen(paths[s], "r"))) {
-			report("%s: %s", paths[s], strerror(errno));
+		int e = dli_fopen_file(paths[s], &r[s].f);
+		if (e) {
+			report("%s: %s", paths[s], dli_file_error(e));
 			goto out;
 		}
 	}
@@ -1032,6 +1069,14 @@ static int compare(const struct options *o)
 		if (rc == 2)
 			goto out;
 	}
+	/* An empty log agrees with anything: as a check in a script it would pass whatever the
+	 * run did, so it is an input error. */
+	for (int s = 0; s < 2; s++)
+		if (!r[s].parsed) {
+			report("%s: %s holds no statistics (%zu lines, no value)",
+			       s == RUN_A ? "A" : "B", r[s].path, r[s].line_no);
+			goto out;
+		}
 	size_t n_tags[2] = {0, 0};
 	for (size_t i = 0; i < tags.n; i++) {
 		struct tag *t = tags.list[i];

@@ -1072,7 +1072,8 @@ int dli_tensorfile_open(struct dli_tensorfile *tf, const char *path, int as_dtyp
 			struct dli_error *err)
 {
 	memset(tf, 0, sizeof *tf);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* O_NONBLOCK: a FIFO's open would wait for a writer; it is refused below (not regular) */
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
 	if (fd < 0)
 		return dli_error_set(err, -errno, NULL, "%s", strerror(errno));
 	struct stat st;

@@ -103,7 +103,7 @@ struct dli_options {
 	const char *config_yaml; /* YAML text instead of a file (wins over config_path) */
 	const char *log_dir; /* NULL = $DLINSPECT_LOG_DIR, and if unset "." */
 	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir */
-	size_t n_plugin_dirs;
+	size_t n_plugin_dirs;           /* ignored when plugin_dirs is NULL */
 	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
 	size_t n_extensions;
 	int rank;       /* global rank of this process (file names, logger `ranks`); >= 0 */

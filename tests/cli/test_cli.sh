@@ -47,6 +47,13 @@ out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
 out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
 [ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
 
+# A config's name holding a newline or a terminal escape: check's message stays one line, escaped.
+ctl=$(mktemp --suffix=.yaml)
+printf 's:\n  enabled: true\n  layers: {layer_types: [fc]}\n  transformer_engine:\n    LogTensorStats: {enabled: true, stats: [max], tensors: ["act\\nfake.yaml:1:1: fine\\e[2J"]}\n' >"$ctl"
+out=$("$tool" check "$ctl" 2>&1)
+[ $? = 1 ] && [ "$(wc -l <<<"$out")" = 1 ] && grep -qF "unknown tensor 'act\nfake.yaml:1:1: fine\x1b[2J'" <<<"$out" && ok || bad "check does not escape a name: $out"
+rm -f "$ctl"
+
 cfg=$(mktemp --suffix=.yaml)
 trap 'rm -f "$cfg"' EXIT
 cat >"$cfg" <<'YAML'

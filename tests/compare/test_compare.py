@@ -260,10 +260,27 @@ def test_iteration_sets(tmp):
     got = check_against_reference(a, b, ["--strict"], "iteration sets, --strict")
     check(got["differ"] and got["tags"][0]["first_divergence"]["iteration"] == 5,
           "iteration sets: --strict counts the first missing iteration")
-    # A run with no values at all: every tag of the other is in one run only.
+    # A log with no values at all is a run that logged nothing, as a missing log: an input
+    # error (exit 2), not a run whose every tag is of the other only (which would pass a gate).
     write_log(tmp + "/iters/empty.log", [])
-    check_against_reference(a, tmp + "/iters/empty.log", [], "empty B")
-    check_against_reference(tmp + "/iters/empty.log", tmp + "/iters/empty.log", [], "both empty")
+    empty = tmp + "/iters/empty.log"
+    rc, out, err = run(a, empty)
+    check(rc == 2 and "B: %s holds no statistics (0 lines, no value)" % empty in err,
+          "empty B: exit %d, %s" % (rc, err))
+    rc, out, err = run(empty, empty)
+    check(rc == 2 and "A: %s holds no statistics" % empty in err, "both empty: exit %d, %s" % (rc, err))
+    # Not a log: a line past 64 KiB is refused when reached, not read whole; a FIFO is refused
+    # before anything waits for a writer.
+    with open(tmp + "/iters/long.log", "w") as f:
+        f.write("x" * 70000)
+    rc, out, err = run(tmp + "/iters/long.log", a)
+    check(rc == 2 and "long.log:1: a line longer than 65536 bytes: not a statistics log" in err,
+          "long line: exit %d, %s" % (rc, err))
+    fifo = tmp + "/iters/fifo.log"
+    if not os.path.exists(fifo):
+        os.mkfifo(fifo)
+    rc, out, err = run(fifo, a)
+    check(rc == 2 and "fifo.log: a FIFO or a socket, not a file" in err, "FIFO: exit %d, %s" % (rc, err))
 
 
 def test_tolerance_edges(tmp):
@@ -415,7 +432,8 @@ def test_malformed(tmp):
         with open(a, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         rc, out, err = run(a, b)
-        check(rc in (0, 1) or (rc == 2 and err.startswith("dlinspect compare: %s:1:" % a)),
+        check(rc in (0, 1) or (rc == 2 and err.startswith("dlinspect compare: %s:1:" % a)) or
+              (rc == 2 and text.strip() == "" and "holds no statistics (1 lines" in err),
               "variant %r: exit %d, %s" % (text, rc, err))
     a = tmp + "/bad/nul.log"
     with open(a, "wb") as f:

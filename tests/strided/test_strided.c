@@ -470,6 +470,37 @@ static void refusals(void)
 
 /* ---- For the numpy reference ---- */
 
+/* NULL strides read the tensor as dense whatever its contiguous flag says (the header's promise);
+ * an empty tensor is valid whatever its other dimensions; a shape whose element count overflows
+ * says so. */
+static void null_strides_and_empty(void)
+{
+	static float x[64];
+	struct dli_context *ctx = open_yaml(HEAD TE LTS BASE, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "enc.0.fc1");
+	int64_t shape[2] = {8, 8};
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 2, shape);
+	t.contiguous = false;
+	CHECK_INT(dli_inspect_tensor_strided(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL, NULL), 0);
+	int64_t big[3] = {INT64_C(1) << 32, INT64_C(1) << 32, 0}, st[3] = {1, 1, 1};
+	struct dli_tensor e = dli_tensor_make(NULL, DLI_DTYPE_F32, 3, big);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &e, NULL, NULL), 0);
+	CHECK_INT(dli_inspect_tensor_strided(l, DLI_TENSOR_ACTIVATION, &e, st, NULL, NULL), 0);
+	struct dli_tensor o = dli_tensor_make(x, DLI_DTYPE_F32, 2, big);
+	CHECK(stderr_capture_begin("stderr-overflow.txt"));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &o, NULL, NULL), -EINVAL);
+	CHECK_CONTAINS(dli_last_error(ctx), "element count overflows 64 bits (at dim 1, "
+					    "4294967296)");
+	CHECK_INT(dli_inspect_tensor_strided(l, DLI_TENSOR_ACTIVATION, &o, st, NULL, NULL), -EINVAL);
+	CHECK_CONTAINS(dli_last_error(ctx), "size in bytes overflows 64 bits (at dim 1, "
+					    "4294967296)");
+	stderr_capture_end();
+	dli_destroy(ctx);
+}
+
 static int export_npy(const char *path, const float *x, int64_t rows, int64_t cols)
 {
 	FILE *f = fopen(path, "wb");
@@ -531,6 +562,7 @@ int main(int argc, char **argv)
 	host_calls(DLI_DTYPE_BF16);
 	host_calls(DLI_DTYPE_F16);
 	refusals();
+	null_strides_and_empty();
 	remove_log_dir();
 	return check_exit();
 }

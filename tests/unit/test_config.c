@@ -677,7 +677,8 @@ static void test_many_targets_and_alias_bomb(void)
 	}
 
 	/* Ten lines that stand for 10^10 nodes: once expanded while sizing the targets (minutes,
-	 * then out of memory). */
+	 * then out of memory); now refused as read, at the first list that stands for more than
+	 * 10^6 (a5: 1 + 10 * 111111 nodes). */
 	off = (size_t)snprintf(yaml, sizeof yaml, "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n");
 	for (int i = 1; i < 10; i++) {
 		off += (size_t)snprintf(yaml + off, sizeof yaml - off, "a%d: &a%d [", i, i);
@@ -688,8 +689,9 @@ static void test_many_targets_and_alias_bomb(void)
 	}
 	struct dli_error err;
 	CHECK_INT(load(yaml, &ctx, &err), -EINVAL);
-	CHECK_CONTAINS(err.message, "<string>:1:1: a0: a section must be a mapping");
-	CHECK_INT(err.line, 1);
+	CHECK_CONTAINS(err.message, "<string>:6:5: this list stands for more than 1000000 nodes");
+	CHECK_CONTAINS(err.message, "(10 entries; the largest, item 1, stands for 111111: the one read at line 5)");
+	CHECK_INT(err.line, 6);
 }
 
 /* ---- Aliases of TransformerEngine's features ---- */
@@ -1125,6 +1127,10 @@ static const struct bad_case bad_cases[] = {
 	 HDR "  Probe:\n    enabled: true\n    tensors_struct:\n      - tensor: gradient\n"
 	     "      - {tensor: activation, fail: true}\n",
 	 -EINVAL, 8, 9, {"sec.Probe: could not create the feature: probe asked to fail"}},
+	/* ... with no message: its errno stands for one */
+	{"create fails silently",
+	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    fail_silently: true\n",
+	 -EPERM, 4, 3, {"sec.Probe: could not create the feature: Operation not permitted (-1)"}},
 };
 
 static void check_bad(const struct bad_case *c)
@@ -1228,13 +1234,23 @@ static void test_paths(void)
 	CHECK_CONTAINS(err.message, "cannot open config '/nonexistent/dlinspect/config.yaml'");
 	CHECK_CONTAINS(err.message, "No such file or directory");
 
-	/* A directory opens but cannot be read. */
+	/* A directory, and a FIFO (whose open would wait for a writer), are refused unread. */
 	o.config_path = log_dir;
 	CHECK_INT(dli_init(&o, &ctx, &err), -EISDIR);
 	CHECK(ctx == NULL);
 	char expected[128];
-	snprintf(expected, sizeof expected, "cannot read config '%s': Is a directory", log_dir);
+	snprintf(expected, sizeof expected, "cannot open config '%s': Is a directory", log_dir);
 	CHECK_CONTAINS(err.message, expected);
+	char fifo[sizeof log_dir + 16];
+	snprintf(fifo, sizeof fifo, "%s/config.fifo", log_dir);
+	CHECK_INT(mkfifo(fifo, 0600), 0);
+	o.config_path = fifo;
+	CHECK_INT(dli_init(&o, &ctx, &err), -ENXIO);
+	CHECK(ctx == NULL);
+	snprintf(expected, sizeof expected, "cannot open config '%s': a FIFO or a socket, not a file",
+		 fifo);
+	CHECK_CONTAINS(err.message, expected);
+	unlink(fifo);
 
 	if (geteuid() != 0) {
 		char *p = write_temp("sec: {enabled: false}\n");

@@ -332,6 +332,76 @@ static void test_limits(void)
 	free(t.s);
 }
 
+/* n sections: s0, a Probe on 50 tensors (164 nodes), and s1 ... as aliases of it. */
+static void aliased_sections(struct text *t, int n)
+{
+	t->n = 0;
+	put(t, "s0: &s\n  enabled: true\n  layers: {layer_types: [fc]}\n"
+	       "  Probe:\n    enabled: true\n    tensors_struct:\n");
+	for (int i = 0; i < 50; i++)
+		put(t, "      - {tensor: t%d}\n", i);
+	for (int i = 1; i < n; i++)
+		put(t, "s%d: *s\n", i);
+}
+
+/* What aliases and '<<' merges stand for counts against the node limit: a few hundred KB of them
+ * made millions of sections or copied pairs (minutes, gigabytes, then out of memory). Below the
+ * limit they work as before (test_config.c has merges; test_big_configs 100k aliases). */
+static void test_expansion_limits(void)
+{
+	struct text t = {0};
+	struct dli_context *ctx = (struct dli_context *)&ctx;
+	struct dli_error err;
+
+	/* A chain of mappings, each merging the one before: quadratically many copied pairs. The
+	 * 1414th holds 1415 pairs, the copies so far 1414 * 1413 / 2 = 998,991 and the nodes read
+	 * 4 * 1414 + 2: over 1,000,000 in it. */
+	put(&t, "a0: &a0 {k0: 0}\n");
+	for (int i = 1; i < 5000; i++)
+		put(&t, "a%d: &a%d {<<: *a%d, k%d: %d}\n", i, i, i - 1, i, i);
+	CHECK_INT(load(t.s, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "'<<' merge keys copy more than 1000000 pairs with the nodes "
+				    "read: a config is limited to 1000000 YAML nodes");
+	CHECK(err.line > 1000 && err.line < 1500);
+
+	/* One mapping of 20k keys merged into 100 others: 2M copies. */
+	t.n = 0;
+	put(&t, "base: &b {");
+	for (int i = 0; i < 20000; i++)
+		put(&t, "%sk%d: 0", i ? ", " : "", i);
+	put(&t, "}\nx:\n");
+	for (int j = 0; j < 100; j++)
+		put(&t, "  m%d: {<<: *b}\n", j);
+	ctx = (struct dli_context *)&ctx;
+	CHECK_INT(load(t.s, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "'<<' merge keys copy more than 1000000 pairs");
+	/* m47 (line 50), the 48th: 40,002 nodes of base, 47 * 20,000 copies before it and 4 nodes
+	 * a mapping, 980,194; its own copies cross 1,000,000 */
+	CHECK_INT(err.line, 50);
+
+	/* 20k sections, each an alias of one of 50 tensors: a million feature instances. */
+	aliased_sections(&t, 20000);
+	ctx = (struct dli_context *)&ctx;
+	CHECK_INT(load(t.s, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "<string>:1:1: this mapping stands for more than 1000000 nodes "
+				    "with the aliases and '<<' merges in it expanded (20000 entries; "
+				    "the largest, 's0', stands for 164: the one read at line 1)");
+	CHECK_INT(err.line, 1);
+
+	/* The same with 5k sections (825k nodes) loads. */
+	aliased_sections(&t, 5000);
+	ctx = NULL;
+	int r = load(t.s, &ctx, &err);
+	CHECK_INT(r, 0);
+	if (r)
+		fprintf(stderr, "5k aliased sections: %s\n", err.message);
+	dli_destroy(ctx);
+	free(t.s);
+}
+
 int main(void)
 {
 	if (!mkdtemp(log_dir)) {
@@ -345,6 +415,7 @@ int main(void)
 	test_duplicates_in_lists();
 	test_big_configs();
 	test_limits();
+	test_expansion_limits();
 	nftw(log_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 	return check_exit();
 }

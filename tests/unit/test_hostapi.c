@@ -367,12 +367,25 @@ static void test_modify_failures_are_said(void)
 	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_DGRAD, DLI_TENSOR_WEIGHT, &in, NULL, &out), -ENOENT);
 	CHECK_CONTAINS(dli_last_error(ctx), "gemm dgrad, tensor 'weight', iteration 2: no feature "
 					    "modifies it at this iteration");
-	CHECK_INT(count_lines(MESSAGE_LOG, "dli_modify_tensor failed"), 4);
+	/* Ids and descriptors out of range are said as such, not printed as valid ones. */
+	CHECK_INT(dli_modify_tensor(l, (enum dli_gemm)9, 1000, &in, NULL, &out), -ENOENT);
+	CHECK_CONTAINS(dli_last_error(ctx), "gemm id 9 (not a GEMM), tensor id 1000 (not a tensor of "
+					    "this context)");
+	struct dli_tensor odd = out;
+	odd.dtype = (enum dli_dtype)999;
+	odd.device.type = (enum dli_device_type)3;
+	struct dli_tensor deep = in;
+	deep.ndim = 12;
+	CHECK_INT(dli_modify_tensor(l, DLI_GEMM_FPROP, DLI_TENSOR_WEIGHT, &deep, NULL, &odd),
+		  -EINVAL);
+	CHECK_CONTAINS(dli_last_error(ctx), "in: f32 with ndim 12 cpu:0, out: dtype(999)[2] device "
+					    "type 3");
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_modify_tensor failed"), 6);
 	dli_destroy(ctx);
 	stderr_capture_end();
 	CHECK_INT(count_lines("stderr.txt", "dli_modify_tensor failed"), 1);
 	CHECK_INT(count_lines("stderr.txt", want), 1);
-	CHECK_INT(count_lines(MESSAGE_LOG, "4 dli_modify_tensor calls failed in this run"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "6 dli_modify_tensor calls failed in this run"), 1);
 }
 
 /* ---- A layer's plan ---- */

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -165,6 +167,30 @@ static void test_invalid_change_refused(void)
 	CHECK_STR(label_of(fc1), "b");
 	dli_destroy(ctx);
 	CHECK_INT(count_lines(MESSAGE_LOG, "reloaded at the end of iteration 3"), 1);
+}
+
+/* A FIFO put where the config was: the check refuses it at once, where its open waited for a
+ * writer, and dli_step with it, forever. */
+static void test_fifo_refused(void)
+{
+	struct dli_context *ctx = open_file(cfg_a, 1);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *fc1 = layer(ctx, "m.0.fc1");
+	char fifo[600];
+	snprintf(fifo, sizeof fifo, "%s.fifo", cfg_path);
+	CHECK_INT(mkfifo(fifo, 0600), 0);
+	CHECK_INT(rename(fifo, cfg_path), 0);
+	CHECK(stderr_capture_begin("stderr.txt"));
+	alarm(30); /* a hang fails the test (SIGALRM) rather than waiting for meson's timeout */
+	CHECK_INT(dli_step(ctx), 0);
+	alarm(0);
+	stderr_capture_end();
+	CHECK_STR(label_of(fc1), "a");
+	dli_destroy(ctx);
+	CHECK(count_lines(MESSAGE_LOG, "a FIFO or a socket, not a file") >= 1);
+	unlink(cfg_path);
 }
 
 /* The exact position of the refusal: Probe's unknown key `labl` on line 4 at column 50. */
@@ -390,6 +416,7 @@ int main(void)
 	test_unchanged_not_reloaded();
 	test_every_n_steps();
 	test_reload_on_request_and_sighup();
+	test_fifo_refused();
 	test_tensor_ids_keep();
 	test_threads_between_steps();
 	remove_log_dir();

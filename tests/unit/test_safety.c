@@ -105,6 +105,13 @@ static void test_zeroed_options_refused(void)
 	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
 	CHECK(ctx == NULL);
 	CHECK_CONTAINS(err.message, "dli_init: options.tensor_names[1] is NULL");
+	/* A NULL list with a count is no list, as for extensions (the count was read through). */
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.plugin_dirs = NULL;
+	o.n_plugin_dirs = 5;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	dli_destroy(ctx);
 }
 
 /* Every public function with NULL for each pointer: no crash, the rule of dlinspect.h's top
