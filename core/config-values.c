@@ -85,6 +85,12 @@ int dli_cfg_want_scalar(struct resolver *rs, const struct dli_node *n, const cha
 	return 0;
 }
 
+/* For a value of the wrong type that is a quoted (or !!str) scalar: why "10" is not 10. */
+static const char *quoted_note(const struct dli_node *n)
+{
+	return n->plain ? "" : " (quoted or tagged !!str, so a string: write it plain)";
+}
+
 int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 {
 	static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
@@ -97,7 +103,8 @@ int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 		}
 	}
 	if (n->kind == DLI_NODE_SCALAR && !dli_cfg_is_null(n))
-		return dli_cfg_fail(rs, n, "expected true or false, got '%s'", n->text);
+		return dli_cfg_fail(rs, n, "expected true or false, got '%s'%s", n->text,
+				    quoted_note(n));
 	return dli_cfg_fail(rs, n, "expected true or false, got %s", dli_cfg_kind_name(n));
 }
 
@@ -164,7 +171,7 @@ int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out
 	if (number)
 		return dli_cfg_fail(
 		    rs, n, "expected an integer, got '%s' (a number with a fraction)", n->text);
-	return dli_cfg_fail(rs, n, "expected an integer, got '%s'", n->text);
+	return dli_cfg_fail(rs, n, "expected an integer, got '%s'%s", n->text, quoted_note(n));
 }
 
 static int want_float(struct resolver *rs, const struct dli_node *n, double *out)
@@ -182,7 +189,7 @@ static int want_float(struct resolver *rs, const struct dli_node *n, double *out
 	double v = strtod(t, &end);
 	/* strtod also takes "inf", "nan" and hex floats: YAML spells those .inf/.nan, so refuse. */
 	if (!n->plain || end == t || *end || errno == ERANGE || isnan(v) || isinf(v))
-		return dli_cfg_fail(rs, n, "expected a number, got '%s'", t);
+		return dli_cfg_fail(rs, n, "expected a number, got '%s'%s", t, quoted_note(n));
 	*out = v;
 	return 0;
 }

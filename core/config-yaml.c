@@ -302,6 +302,39 @@ static int build_items(struct builder *b, struct dli_node *node, int depth, stru
 	}
 }
 
+static int unsupported_tag(struct builder *b, const yaml_event_t *ev, const char *tag)
+{
+	struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+			      (int)ev->start_mark.column + 1};
+	const char *core = "tag:yaml.org,2002:";
+	bool ours = !strncmp(tag, core, strlen(core));
+	return dli_error_set(b->err, -EINVAL, &w,
+			     "unsupported YAML tag '%s%.200s': a config holds strings, numbers, "
+			     "booleans, null, lists and mappings (tags !!str, !!int, !!float, "
+			     "!!bool, !!null, !!seq, !!map)",
+			     ours ? "!!" : "", ours ? tag + strlen(core) : tag);
+}
+
+/* A scalar's explicit tag, as YAML 1.1 readers (PyYAML's safe_load) take it: !!str (or the
+ * non-specific "!") makes it a string whatever it looks like, !!int, !!float, !!bool and !!null
+ * have it read as that type even when quoted; any other tag is refused, where ignoring it
+ * would read `!!python/object:...` or `!custom` as the plain text after it. */
+static int tagged_plain(struct builder *b, const yaml_event_t *ev, const char *tag, bool *plain)
+{
+	if (!tag)
+		return 0;
+	if (!strcmp(tag, "!") || !strcmp(tag, YAML_STR_TAG)) {
+		*plain = false;
+		return 0;
+	}
+	if (!strcmp(tag, YAML_INT_TAG) || !strcmp(tag, YAML_FLOAT_TAG) ||
+	    !strcmp(tag, YAML_BOOL_TAG) || !strcmp(tag, YAML_NULL_TAG)) {
+		*plain = true;
+		return 0;
+	}
+	return unsupported_tag(b, ev, tag);
+}
+
 /* A finished list's or mapping's weight (struct dli_node). Each node is weighed once, from its
  * children's weights, so this is linear in the nodes read; the limit keeps what reads the tree
  * after (every alias of a section is a section) within MAX_NODES visits, where a few hundred
@@ -351,16 +384,27 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 	}
 	struct dli_node *n;
 	switch (ev->type) {
-	case YAML_SCALAR_EVENT:
+	case YAML_SCALAR_EVENT: {
+		bool plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		int r = tagged_plain(b, ev, (const char *)ev->data.scalar.tag, &plain);
+		if (r)
+			return r;
 		n = node_new(b, DLI_NODE_SCALAR, ev->start_mark);
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;
-		n->plain = ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+		n->plain = plain;
 		n->weight = 1;
 		*out = n;
 		return remember_anchor(b, ev->data.scalar.anchor, n);
+	}
 	case YAML_SEQUENCE_START_EVENT:
-	case YAML_MAPPING_START_EVENT:
+	case YAML_MAPPING_START_EVENT: {
+		const char *tag = (const char *)(ev->type == YAML_SEQUENCE_START_EVENT
+							 ? ev->data.sequence_start.tag
+							 : ev->data.mapping_start.tag);
+		const char *want = ev->type == YAML_SEQUENCE_START_EVENT ? YAML_SEQ_TAG : YAML_MAP_TAG;
+		if (tag && strcmp(tag, want))
+			return unsupported_tag(b, ev, tag);
 		n = node_new(b, ev->type == YAML_SEQUENCE_START_EVENT ? DLI_NODE_SEQ : DLI_NODE_MAP,
 			     ev->start_mark);
 		if (!n)
@@ -373,6 +417,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 			return -ENOMEM;
 		int r = build_children(b, n, depth);
 		return r ? r : weigh(b, n);
+	}
 	case YAML_ALIAS_EVENT: {
 		const size_t *i = dli_strset_find(&b->anchor_index, (const char *)ev->data.alias.anchor);
 		if (i) {

@@ -241,6 +241,11 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 						    "bad regular expression '%s': %s at offset %zu",
 						    v->text, msg, off);
 			}
+			/* as the peers' re.search: every name; probably a placeholder left empty */
+			if (!v->text[0] &&
+			    dli_cfg_warn(rs, v, "an empty regular expression selects every layer "
+						"(as Python's re.search matches it); write '.*' to mean that"))
+				return -ENOMEM;
 			regex_key = key;
 		} else if (!strcmp(key->text, "exact_layer_names")) {
 			if ((r = dli_cfg_want_list(rs, v, "layer names", &items, &count)) ||

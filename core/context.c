@@ -241,10 +241,12 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	struct dli_config *cfg = ctx->config;
 	int r = 0;
 	if (o->extensions) {
-		for (size_t i = 0; i < o->n_extensions && !r; i++)
-			r = dli_loader_load(ctx->loader, o->extensions[i], err);
+		size_t i = 0;
+		for (; i < o->n_extensions && !r; i++)
+			r = o->extensions[i] ? dli_loader_load(ctx->loader, o->extensions[i], err)
+					     : dli_error_set(err, -EINVAL, NULL, "is NULL");
 		if (r)
-			return dli_error_prefix(err, NULL, "options.extensions: ");
+			return dli_error_prefix(err, NULL, "options.extensions[%zu]: ", i - 1);
 	} else if (cfg->has_extensions) {
 		for (size_t i = 0; i < cfg->n_extensions; i++) {
 			const struct dli_config_entry *e = &cfg->extensions[i];

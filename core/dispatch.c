@@ -590,6 +590,9 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		/* Before the view's copy too: its failure must not carry a reason an earlier
 		 * feature's call left (one that went on after a refusal). */
 		dli_stats_refusal[0] = '\0';
+		if (!hp) /* why, should the feature refuse it */
+			snprintf(dli_stats_refusal, sizeof dli_stats_refusal,
+				 "the tensor (hp) is NULL");
 		const struct dli_tensor *arg = hp;
 		if (view && !(b->instance->target->feature->desc->flags & DLI_FEATURE_STRIDED) &&
 		    !(arg = dli_view_contiguous(view))) {

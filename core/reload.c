@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "config-private.h"
+#include "config-yaml-private.h"
 #include "context-private.h"
 #include "dispatch-private.h"
 #include "error-private.h"
@@ -22,8 +23,8 @@
 #include "reduce-private.h"
 #include "reload-private.h"
 
-/* Larger than this is refused before parsing (the parser's own limit is checked there too). */
-#define RELOAD_MAX_BYTES (64u << 20)
+/* Larger than this is refused before parsing: the limit dli_init reads a config under. */
+#define RELOAD_MAX_BYTES MAX_CONFIG_BYTES
 
 static uint64_t content_hash(const char *text, size_t len)
 {
@@ -43,13 +44,28 @@ static char *read_file(const char *path, size_t *len, struct dli_error *err)
 		return NULL;
 	}
 	char *text = NULL, buf[65536];
-	size_t n = 0, got;
+	size_t n = 0, cap = 0, got;
 	while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-		char *t = n + got <= RELOAD_MAX_BYTES ? realloc(text, n + got + 1) : NULL;
+		char *t = text;
+		if (n + got > RELOAD_MAX_BYTES) {
+			t = NULL;
+		} else if (n + got + 1 > cap) { /* doubling: a read of 16 MiB copies it once */
+			size_t c = cap ? 2 * cap : sizeof buf + 1;
+			while (c < n + got + 1)
+				c *= 2;
+			if (c > RELOAD_MAX_BYTES + 1)
+				c = RELOAD_MAX_BYTES + 1;
+			if ((t = realloc(text, c)))
+				cap = c;
+		}
 		if (!t) {
-			dli_error_set(err, n + got > RELOAD_MAX_BYTES ? -EFBIG : -ENOMEM, NULL,
-				      "cannot read config '%s': %s", path,
-				      n + got > RELOAD_MAX_BYTES ? "too large" : "out of memory");
+			if (n + got > RELOAD_MAX_BYTES)
+				dli_error_set(err, -EFBIG, NULL,
+					      "cannot read config '%s': larger than %u MiB, the limit",
+					      path, RELOAD_MAX_BYTES >> 20);
+			else
+				dli_error_set(err, -ENOMEM, NULL, "cannot read config '%s': out of memory",
+					      path);
 			free(text);
 			fclose(f);
 			return NULL;

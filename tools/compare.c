@@ -346,6 +346,35 @@ static const char *excerpt(const char *s, char *buf, size_t size)
 	return buf;
 }
 
+/* Whether [p, end) is a number as the file logger writes one: %.9g (digits, a point, an
+ * exponent), nan, inf or -inf. */
+static bool logger_number(const char *p, const char *end)
+{
+	if (*p == '-' || *p == '+')
+		p++;
+	size_t n = (size_t)(end - p);
+	if ((n == 3 && (!strncmp(p, "nan", 3) || !strncmp(p, "inf", 3))))
+		return true;
+	bool digits = false;
+	for (; p < end && *p >= '0' && *p <= '9'; p++)
+		digits = true;
+	if (p < end && *p == '.')
+		for (p++; p < end && *p >= '0' && *p <= '9'; p++)
+			digits = true;
+	if (!digits)
+		return false;
+	if (p < end && (*p == 'e' || *p == 'E')) {
+		p++;
+		if (p < end && (*p == '-' || *p == '+'))
+			p++;
+		if (p == end || *p < '0' || *p > '9')
+			return false;
+		while (p < end && *p >= '0' && *p <= '9')
+			p++;
+	}
+	return p == end;
+}
+
 /* Parses one statistics line, "{time} - {LEVEL} - {tag} \t\t\t\t iteration={N} \t\t\t\t value={V}"
  * (docs/logging.md): the tag runs from the second " - " to the first tab (the logger escapes tabs in
  * names), less the one space the logger puts before it. Returns 0, or 2 after reporting
@@ -409,9 +438,15 @@ static int parse_line(struct reader *r, char *line, char **tag, size_t *tag_len,
 		goto bad;
 	}
 	p += 6;
+	/* The logger's forms only (%.9g, nan, inf, -inf): strtod's hex floats, "infinity" and
+	 * "nan(...)" are not, and a number beyond double's range is not a value it wrote. */
+	errno = 0;
 	*v = strtod(p, &end);
-	if (end == p || *p == ' ' || *p == '\t') {
-		what = "a number after 'value=' (or nan, inf, -inf)";
+	if (end == p || *p == ' ' || *p == '\t' || !logger_number(p, end) ||
+	    (errno == ERANGE && isinf(*v))) {
+		what = errno == ERANGE && isinf(*v) && end != p
+			       ? "a number within double's range after 'value='"
+			       : "a number after 'value=' (or nan, inf, -inf)";
 		goto bad;
 	}
 	p = end;

@@ -64,9 +64,14 @@ int dli_cmd_doctor(int argc, char **argv)
 	double timeout = 30;
 	int absent = -1;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--communicator") && i + 1 < argc)
+		if (!strcmp(argv[i], "--communicator") && i + 1 < argc) {
 			name = argv[++i];
-		else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
+			if (!*name) { /* the variable may be set empty; the option is asked for */
+				fprintf(stderr, "dlinspect doctor: --communicator '': expected a "
+						"communicator's name (mpi, nccl, ...)\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
 			char *end;
 			timeout = strtod(argv[++i], &end);
 			if (*end || !(timeout > 0) || isinf(timeout)) {

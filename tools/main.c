@@ -48,6 +48,14 @@ int main(int argc, char **argv)
 		       DLI_ABI_MINOR);
 		return 0;
 	}
+	/* COMMAND --help, for the commands with no usage text of their own (stats and compare print
+	 * theirs): the full one, which lists their options; a success, as asking for help is. */
+	if (argc >= 3 && (!strcmp(argv[2], "--help") || !strcmp(argv[2], "-h")) &&
+	    (!strcmp(argv[1], "check") || !strcmp(argv[1], "plugins") ||
+	     !strcmp(argv[1], "bench") || !strcmp(argv[1], "doctor"))) {
+		fputs(usage, stdout);
+		return 0;
+	}
 	if (!strcmp(argv[1], "check"))
 		return dli_cmd_check(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "plugins"))

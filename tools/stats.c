@@ -558,6 +558,11 @@ int dli_cmd_stats(int argc, char **argv)
 		status = 1;
 		goto out;
 	}
+	if (!tf.n_tensors) { /* a header of metadata only: nothing to print is not a success */
+		report("%s: the file holds no tensor", o.path);
+		status = 1;
+		goto out;
+	}
 	if ((status = select_tensors(&tf, &o, &sel, &n_sel)))
 		goto out;
 	/* A tensor asked for by name must be readable before anything is printed; in a whole-file

@@ -104,8 +104,11 @@ static void set_option(const char *name, struct dli_options *o)
 {
 	static const char *const one_ext[] = {"../../x.so"};
 	static const char *const tensor_names[] = {"act"};
+	static const char *const null_ext[] = {"file", NULL};
 	if (!strcmp(name, "extension-path"))
 		o->extensions = one_ext, o->n_extensions = 1;
+	else if (!strcmp(name, "extension-null"))
+		o->extensions = null_ext, o->n_extensions = 2;
 	else if (!strcmp(name, "declared-tensor-names"))
 		o->tensor_names = tensor_names, o->n_tensor_names = 1;
 	else if (!strcmp(name, "log-dir-is-a-file"))

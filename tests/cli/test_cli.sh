@@ -47,6 +47,21 @@ out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
 out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
 [ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
 
+# An empty layer regex selects every layer, as the peers' re.search does: valid, with a warning.
+er=$(mktemp --suffix=.yaml)
+printf "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: ''}\n  transformer_engine:\n    DisableFP8GEMM: {enabled: true, gemms: [fprop]}\n" >"$er"
+out=$("$tool" check "$er" 2>&1)
+[ $? = 0 ] && grep -qF "$er:3:38: warning: s.layers.layer_name_regex_pattern: an empty regular expression selects every layer" <<<"$out" && ok || bad "empty regex: $out"
+rm -f "$er"
+
+# COMMAND --help: the usage on stdout and exit 0, for every command; an unknown one stays an error.
+for c in check plugins stats compare bench doctor; do
+	out=$("$tool" $c --help 2>/dev/null)
+	[ $? = 0 ] && grep -q "usage: dlinspect" <<<"$out" && ok || bad "$c --help: exit or output: $out"
+done
+"$tool" nosuch --help >/dev/null 2>&1
+[ $? = 2 ] && ok || bad "an unknown command with --help should exit 2"
+
 # A config's name holding a newline or a terminal escape: check's message stays one line, escaped.
 ctl=$(mktemp --suffix=.yaml)
 printf 's:\n  enabled: true\n  layers: {layer_types: [fc]}\n  transformer_engine:\n    LogTensorStats: {enabled: true, stats: [max], tensors: ["act\\nfake.yaml:1:1: fine\\e[2J"]}\n' >"$ctl"

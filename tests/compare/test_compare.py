@@ -402,6 +402,16 @@ def test_malformed(tmp):
          None),
         (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=1.5x", "the end of the line",
          None),
+        # Only the logger's number forms: not strtod's hex floats, "infinity", "nan(...)", nor
+        # numbers past double's range (read as an infinity, they would pass for one).
+        (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=0x1p3", "a number after 'value='",
+         None),
+        (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=infinity",
+         "a number after 'value='", None),
+        (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=nan(0x12)",
+         "a number after 'value='", None),
+        (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=-1e999",
+         "expected a number within double's range after 'value=', found '-1e999'", None),
         (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t", "'value=' after the iteration", None),
         (head + "t_max \t\t\t\t iteration=000003", "a tab after the iteration", None),
         (head + " \t\t\t\t iteration=000003 \t\t\t\t value=1", "a tag (layer_tensor_stat)", None),

@@ -574,6 +574,8 @@ def run_all(tmp):
     expect_error(write(P("lenpast.safetensors"), struct.pack("<Q", 1000) + b"{}   "),
                  ["truncated safetensors file: the header is 1000 bytes but only 5 follow"])
     st_case("notobj", b'["w"]', good_f4, ["does not start with '{'"])
+    # A header with no tensor (metadata only): nothing to print is an error, not a silent 0.
+    st_case("notensor", b'{"__metadata__": {"a": "b"}}', b"", ["the file holds no tensor"])
     st_case("badjson", b'{"w": }', good_f4,
             ["bad safetensors header at byte 6", "expected an object"])
     st_case("trailing_comma", b'{"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]},}',

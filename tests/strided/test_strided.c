@@ -497,6 +497,9 @@ static void null_strides_and_empty(void)
 	CHECK_INT(dli_inspect_tensor_strided(l, DLI_TENSOR_ACTIVATION, &o, st, NULL, NULL), -EINVAL);
 	CHECK_CONTAINS(dli_last_error(ctx), "size in bytes overflows 64 bits (at dim 1, "
 					    "4294967296)");
+	/* No tensor at all: the feature's refusal says so. */
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, NULL, NULL, NULL), -EINVAL);
+	CHECK_CONTAINS(dli_last_error(ctx), "Invalid argument (-22): the tensor (hp) is NULL");
 	stderr_capture_end();
 	dli_destroy(ctx);
 }
