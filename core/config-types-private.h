@@ -121,8 +121,8 @@ struct dli_config {
 	void **allocs;
 	size_t n_allocs, cap_allocs;
 
-	/* Modules' default values, each read into nodes once however many targets take it
-	 * (dli_cfg_fill_defaults): "<default of F.key>" -> its root node (a uintptr_t). */
+	/* Modules' default values, each text read into nodes once however many targets take it
+	 * (dli_cfg_fill_defaults): the YAML text -> its root node (a uintptr_t). */
 	struct dli_strset defaults;
 };
 

@@ -385,9 +385,12 @@ int dli_cfg_fill_defaults(struct resolver *rs, const struct dli_param_desc *sche
 		struct dli_config *cfg = rs->cfg;
 		char name[160];
 		snprintf(name, sizeof name, "<default of %s.%s>", owner, schema[i].key);
-		/* once per feature and key: read for each target, the defaults of a config with
-		 * 100k targets took more nodes than the config itself may hold */
-		size_t *cached = dli_strset_find(&cfg->defaults, name);
+		/* each default text read once: read for each target, the defaults of a config with
+		 * 100k targets took more nodes than the config itself may hold. Keyed by the text,
+		 * not the feature's name, which two modules may share (base and
+		 * transformer_engine LogTensorStats) with other defaults: the same text is the
+		 * same tree. */
+		size_t *cached = dli_strset_find(&cfg->defaults, schema[i].default_value);
 		int r = 0;
 		if (cached) {
 			root = (struct dli_node *)(uintptr_t)*cached;
@@ -400,7 +403,8 @@ int dli_cfg_fill_defaults(struct resolver *rs, const struct dli_param_desc *sche
 				 : -ENOMEM;
 			cfg->path = (char *)saved_path;
 			bool added;
-			size_t *slot = r || !root ? NULL : dli_strset_slot(&cfg->defaults, path, &added);
+			char *key = r || !root ? NULL : dli_cfg_strdup(cfg, schema[i].default_value);
+			size_t *slot = key ? dli_strset_slot(&cfg->defaults, key, &added) : NULL;
 			if (slot)
 				*slot = (size_t)(uintptr_t)root;
 			else if (!r && root)
