@@ -118,33 +118,18 @@ int dli_config_create(const char *path, const char *yaml_text, struct dli_config
 					  dli_file_error(r));
 			goto fail;
 		}
-		char buf[65536];
-		size_t got;
-		while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-			if (len + got > MAX_CONFIG_BYTES) {
-				fclose(f);
-				r = too_big(err, path);
-				goto fail;
-			}
-			char *t = realloc(text, len + got + 1);
-			if (!t) {
-				fclose(f);
-				r = dli_error_set(err, -ENOMEM, NULL, "out of memory reading %s", path);
-				goto fail;
-			}
-			text = t;
-			memcpy(text + len, buf, got);
-			len += got;
-		}
-		int read_error = ferror(f) ? (errno ? errno : EIO) : 0;
+		r = dli_read_all(f, MAX_CONFIG_BYTES, &text, &len);
 		fclose(f);
-		if (read_error) {
-			/* e.g. a directory: fopen succeeds, fread fails with EISDIR */
-			r = dli_error_set(err, -read_error, NULL, "cannot read config '%s': %s", path,
-					  strerror(read_error));
+		if (r == -EFBIG)
+			r = too_big(err, path);
+		else if (r == -ENOMEM)
+			r = dli_error_set(err, -ENOMEM, NULL, "out of memory reading %s", path);
+		else if (r)
+			r = dli_error_set(err, r, NULL, "cannot read config '%s': %s", path,
+					  strerror(-r));
+		if (r)
 			goto fail;
-		}
-		yaml_text = text ? text : "";
+		yaml_text = text;
 	} else if ((len = strnlen(yaml_text, MAX_CONFIG_BYTES + 1)) > MAX_CONFIG_BYTES) {
 		r = too_big(err, cfg->path);
 		goto fail;

@@ -13,6 +13,11 @@ int dli_make_dirs(const char *path);
  * negative errno (dli_file_error says what it means). */
 int dli_fopen_file(const char *path, FILE **out);
 
+/* The rest of f, NUL-terminated, into *text (owned by the caller; never NULL on success) and its
+ * length into *len: 0, -EFBIG past `max` bytes, -ENOMEM, or the read's negative errno. The buffer
+ * doubles, so a read copies the text a bounded number of times. */
+int dli_read_all(FILE *f, size_t max, char **text, size_t *len);
+
 /* The text for dli_fopen_file's error r. */
 const char *dli_file_error(int r);
 

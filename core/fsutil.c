@@ -70,6 +70,44 @@ int dli_fopen_file(const char *path, FILE **out)
 	return 0;
 }
 
+int dli_read_all(FILE *f, size_t max, char **text, size_t *len)
+{
+	char *t = NULL, buf[65536];
+	size_t n = 0, cap = 0, got;
+	*text = NULL;
+	while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
+		if (n + got > max) {
+			free(t);
+			return -EFBIG;
+		}
+		if (n + got + 1 > cap) {
+			size_t c = cap ? 2 * cap : sizeof buf + 1;
+			while (c < n + got + 1)
+				c *= 2;
+			if (c > max + 1)
+				c = max + 1;
+			char *grown = realloc(t, c);
+			if (!grown) {
+				free(t);
+				return -ENOMEM;
+			}
+			t = grown;
+			cap = c;
+		}
+		memcpy(t + n, buf, got);
+		n += got;
+	}
+	int e = ferror(f) ? (errno ? errno : EIO) : 0;
+	if (e || (!t && !(t = malloc(1)))) {
+		free(t);
+		return e ? -e : -ENOMEM;
+	}
+	t[n] = '\0';
+	*text = t;
+	*len = n;
+	return 0;
+}
+
 const char *dli_file_error(int r)
 {
 	return r == -ENXIO ? "a FIFO or a socket, not a file" : strerror(-r);

@@ -43,48 +43,15 @@ static char *read_file(const char *path, size_t *len, struct dli_error *err)
 		dli_error_set(err, r, NULL, "cannot open config '%s': %s", path, dli_file_error(r));
 		return NULL;
 	}
-	char *text = NULL, buf[65536];
-	size_t n = 0, cap = 0, got;
-	while ((got = fread(buf, 1, sizeof buf, f)) > 0) {
-		char *t = text;
-		if (n + got > RELOAD_MAX_BYTES) {
-			t = NULL;
-		} else if (n + got + 1 > cap) { /* doubling: a read of 16 MiB copies it once */
-			size_t c = cap ? 2 * cap : sizeof buf + 1;
-			while (c < n + got + 1)
-				c *= 2;
-			if (c > RELOAD_MAX_BYTES + 1)
-				c = RELOAD_MAX_BYTES + 1;
-			if ((t = realloc(text, c)))
-				cap = c;
-		}
-		if (!t) {
-			if (n + got > RELOAD_MAX_BYTES)
-				dli_error_set(err, -EFBIG, NULL,
-					      "cannot read config '%s': larger than %u MiB, the limit",
-					      path, RELOAD_MAX_BYTES >> 20);
-			else
-				dli_error_set(err, -ENOMEM, NULL, "cannot read config '%s': out of memory",
-					      path);
-			free(text);
-			fclose(f);
-			return NULL;
-		}
-		memcpy(t + n, buf, got);
-		text = t;
-		n += got;
-	}
-	int e = ferror(f) ? (errno ? errno : EIO) : 0;
+	char *text;
+	r = dli_read_all(f, RELOAD_MAX_BYTES, &text, len);
 	fclose(f);
-	if (e || (!text && !(text = malloc(1)))) {
-		dli_error_set(err, e ? -e : -ENOMEM, NULL, "cannot read config '%s': %s", path,
-			      strerror(e ? e : ENOMEM));
-		free(text);
-		return NULL;
-	}
-	text[n] = 0;
-	*len = n;
-	return text;
+	if (r == -EFBIG)
+		dli_error_set(err, r, NULL, "cannot read config '%s': larger than %u MiB, the limit",
+			      path, RELOAD_MAX_BYTES >> 20);
+	else if (r)
+		dli_error_set(err, r, NULL, "cannot read config '%s': %s", path, strerror(-r));
+	return r ? NULL : text;
 }
 
 int dli_config_reload(struct dli_context *ctx)
