@@ -105,4 +105,5 @@ const struct dli_host dli_host_template = {
 	.stats_acc_share = dli_stats_acc_share,
 	.stats_acc_scope = dli_stats_acc_scope,
 	.stats_add_block_quantized = dli_stats_add_block_quantized,
+	.block_dynamic_range = dli_tensor_block_range,
 };

@@ -84,7 +84,12 @@ struct dli_param_desc {
 	enum dli_param_type type;
 	const char *default_value; /* as YAML text ("1", "[min, max]"); NULL = no default */
 	const char *doc;           /* one line, shown by `dlinspect plugins --explain` */
-	const char *const *choices; /* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL */
+	/* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL. In a STRING_LIST, a choice
+	 * spelled `name{key,key}` (ABI 1.5; an older dlinspect takes the spelling as a name) takes
+	 * integer parameters: a config lists it as `name` or as `name: {key: 4}`, and the feature
+	 * gets `name{}` or `name{key=4}` (the keys given, in the choice's order; it checks their
+	 * values). */
+	const char *const *choices;
 	bool required;
 
 	/* ABI 1.1: the inclusive range of an INT or FLOAT value, when `bounded` (a module of ABI 1.0
@@ -329,6 +334,20 @@ struct dli_host {
 	 * of another shape, or a CUDA hp (host memory only for now, as stats_add_block). */
 	int (*stats_add_block_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 					 const struct dli_block_quantized_tensor *q);
+
+	/* ---- ABI 1.5 ---- */
+	/* TransformerEngine's max_blockwise_dynamic_range of one orientation (docs/statistics.md,
+	 * "Blockwise dynamic range"): `t` (borrowed; f32, f16 or bf16, host memory, contiguous or the
+	 * dispatched view) seen as rows x cols, cols its last dimension, cut into blocks of
+	 * `block_size` consecutive elements of the flattened tensor (dims 1), of its flattened
+	 * transpose (dims 1 with `columnwise`), or into block_size x block_size tiles (dims 2, where
+	 * `columnwise` changes nothing); the last block and the edge tiles may be partial. Stores in
+	 * *out the largest log2(max |x| / min nonzero |x|) over the blocks: 0 for a block of zeros,
+	 * NaN when a block holds a NaN or only infinities. Computed when called (one pass, this
+	 * thread). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL for a dtype,
+	 * layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device memory. */
+	int (*block_dynamic_range)(const struct dli_tensor *t, int64_t block_size, int dims,
+				   bool columnwise, double *out);
 };
 
 /* ---- Features ---- */

@@ -1,0 +1,217 @@
+/* TransformerEngine's max_blockwise_dynamic_range (docs/statistics.md, "Blockwise dynamic range"):
+ * the largest log2(max |x| / min nonzero |x|) over a tensor's blocks. Scalar: |x| as float bits,
+ * whose unsigned order is the order of the values (NaN above inf), so each block keeps two
+ * integers, its largest bits and its smallest nonzero bits. */
+#include <errno.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kernels-private.h"
+#include "load-private.h"
+
+#define CHUNK 2048 /* elements converted at a time */
+#define PANEL 4096 /* columns whose blocks are open at once in a pass down the rows */
+
+/* A block so far: the largest |x| bits, and the smallest nonzero |x| bits less one (a zero wraps
+ * to UINT32_MAX, above everything). */
+struct range {
+	uint32_t max, min1;
+};
+
+/* The blocks folded so far: the largest ratio, and whether a block gave NaN. */
+struct fold {
+	double ratio;
+	bool nan;
+};
+
+static void range_init(struct range *r)
+{
+	r->max = 0;
+	r->min1 = UINT32_MAX;
+}
+
+static inline void range_add(struct range *r, uint32_t u)
+{
+	uint32_t m = u - 1u;
+	r->max = u > r->max ? u : r->max;
+	r->min1 = m < r->min1 ? m : r->min1;
+}
+
+/* A block of zeros gives 0 (the fold's start, ratio 1); one holding NaN gives NaN, as does one of
+ * infinities only (inf / inf, TransformerEngine's inf - inf). */
+static void fold(struct fold *f, const struct range *r)
+{
+	if (r->max == 0)
+		return;
+	if (r->max > 0x7f800000u) {
+		f->nan = true;
+		return;
+	}
+	double q = (double)bits_float(r->max) / (double)bits_float(r->min1 + 1u);
+	if (isnan(q))
+		f->nan = true;
+	else if (q > f->ratio)
+		f->ratio = q;
+}
+
+/* |x| bits of elements [i, i + n) of a contiguous f32, f16 or bf16 array. */
+static void abs_bits(const void *data, enum dli_dtype dtype, int64_t i, int64_t n, uint32_t *out)
+{
+	if (dtype == DLI_DTYPE_F32) {
+		const uint32_t *p = (const uint32_t *)data + i;
+		for (int64_t k = 0; k < n; k++)
+			out[k] = p[k] & 0x7fffffffu;
+	} else if (dtype == DLI_DTYPE_BF16) {
+		const uint16_t *p = (const uint16_t *)data + i;
+		for (int64_t k = 0; k < n; k++)
+			out[k] = ((uint32_t)p[k] << 16) & 0x7fffffffu;
+	} else {
+		for (int64_t k = 0; k < n; k++)
+			out[k] = float_bits(load(data, dtype, i + k)) & 0x7fffffffu;
+	}
+}
+
+/* Adds n elements' bits to r: two chains in registers, so that the compares overlap. */
+static inline void range_run(const uint32_t *u, int64_t n, struct range *r)
+{
+	uint32_t h0 = r->max, h1 = 0, l0 = r->min1, l1 = UINT32_MAX;
+	int64_t k = 0;
+
+	for (; k + 2 <= n; k += 2) {
+		uint32_t a = u[k], b = u[k + 1];
+		h0 = a > h0 ? a : h0;
+		h1 = b > h1 ? b : h1;
+		l0 = a - 1u < l0 ? a - 1u : l0;
+		l1 = b - 1u < l1 ? b - 1u : l1;
+	}
+	if (k < n) {
+		h0 = u[k] > h0 ? u[k] : h0;
+		l0 = u[k] - 1u < l0 ? u[k] - 1u : l0;
+	}
+	r->max = h1 > h0 ? h1 : h0;
+	r->min1 = l1 < l0 ? l1 : l0;
+}
+
+/* Blocks of `bs` consecutive elements of the flattened tensor, the last one partial. */
+static void flat_blocks(const void *data, enum dli_dtype dtype, int64_t n, int64_t bs,
+			struct fold *f)
+{
+	uint32_t buf[CHUNK];
+	struct range r;
+	int64_t left = bs; /* elements the open block still takes */
+
+	range_init(&r);
+	for (int64_t i = 0; i < n; i += CHUNK) {
+		int64_t m = n - i < CHUNK ? n - i : CHUNK;
+		abs_bits(data, dtype, i, m, buf);
+		for (int64_t k = 0; k < m;) {
+			int64_t take = m - k < left ? m - k : left;
+			range_run(buf + k, take, &r);
+			k += take;
+			if (!(left -= take)) {
+				fold(f, &r);
+				range_init(&r);
+				left = bs;
+			}
+		}
+	}
+	if (left != bs)
+		fold(f, &r);
+}
+
+/* Blocks of the flattened transpose (column after column), read down each column: for shapes
+ * whose columns do not split into whole blocks, so that a block runs on into the next column. */
+static void column_order_blocks(const void *data, enum dli_dtype dtype, int64_t rows,
+				int64_t cols, int64_t bs, struct fold *f)
+{
+	struct range r;
+	int64_t left = bs;
+
+	range_init(&r);
+	for (int64_t c = 0; c < cols; c++)
+		for (int64_t i = 0; i < rows; i++) {
+			range_add(&r, float_bits(load(data, dtype, i * cols + c)) & 0x7fffffffu);
+			if (!--left) {
+				fold(f, &r);
+				range_init(&r);
+				left = bs;
+			}
+		}
+	if (left != bs)
+		fold(f, &r);
+}
+
+/* Tiles of h rows by w columns from the top left corner, partial at the bottom and right edges,
+ * read row after row with a panel of columns' tiles open at once. */
+static void tiles(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols, int64_t h,
+		  int64_t w, struct fold *f)
+{
+	struct range open[PANEL];
+	uint32_t buf[CHUNK], hi[PANEL], lo[PANEL]; /* w = 1: the columns' open blocks, apart */
+	int64_t panel = w >= PANEL ? w : (PANEL / w) * w; /* columns, whole tiles */
+
+	for (int64_t c0 = 0; c0 < cols; c0 += panel) {
+		int64_t pc = cols - c0 < panel ? cols - c0 : panel;
+		int64_t nt = (pc + w - 1) / w;
+		for (int64_t t = 0; t < nt; t++) {
+			range_init(&open[t]);
+			hi[t] = open[t].max;
+			lo[t] = open[t].min1;
+		}
+		for (int64_t i = 0; i < rows; i++) {
+			for (int64_t k0 = 0; k0 < pc; k0 += CHUNK) {
+				int64_t m = pc - k0 < CHUNK ? pc - k0 : CHUNK;
+				abs_bits(data, dtype, i * cols + c0 + k0, m, buf);
+				if (w == 1) {
+					for (int64_t k = 0; k < m; k++) {
+						uint32_t v = buf[k], v1 = v - 1u;
+						hi[k0 + k] = v > hi[k0 + k] ? v : hi[k0 + k];
+						lo[k0 + k] = v1 < lo[k0 + k] ? v1 : lo[k0 + k];
+					}
+					continue;
+				}
+				int64_t t = k0 / w, pos = k0 % w;
+				for (int64_t k = 0; k < m; t++, pos = 0) {
+					int64_t take = m - k < w - pos ? m - k : w - pos;
+					range_run(buf + k, take, &open[t]);
+					k += take;
+				}
+			}
+			if ((i + 1) % h == 0 || i + 1 == rows)
+				for (int64_t t = 0; t < nt; t++) {
+					if (w == 1) {
+						open[t].max = hi[t];
+						open[t].min1 = lo[t];
+					}
+					fold(f, &open[t]);
+					range_init(&open[t]);
+					hi[t] = open[t].max;
+					lo[t] = open[t].min1;
+				}
+		}
+	}
+}
+
+int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			int64_t block_size, int dims, bool columnwise, double *out)
+{
+	if ((dtype != DLI_DTYPE_F32 && dtype != DLI_DTYPE_F16 && dtype != DLI_DTYPE_BF16) ||
+	    rows < 0 || cols < 0 || block_size < 1 || (dims != 1 && dims != 2) || !out)
+		return -EINVAL;
+	if (!rows || !cols)
+		return -ENODATA;
+	if (!data)
+		return -EINVAL;
+	struct fold f = {.ratio = 1.0, .nan = false};
+	if (dims == 2)
+		tiles(data, dtype, rows, cols, block_size, block_size, &f);
+	else if (!columnwise)
+		flat_blocks(data, dtype, rows * cols, block_size, &f);
+	else if (rows % block_size == 0)
+		tiles(data, dtype, rows, cols, block_size, 1, &f);
+	else
+		column_order_blocks(data, dtype, rows, cols, block_size, &f);
+	*out = f.nan ? NAN : log2(f.ratio);
+	return 0;
+}
