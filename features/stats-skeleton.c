@@ -92,10 +92,28 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 		return -EINVAL;
 	}
 	const char *lp = recipes[i].log_prefix ? recipes[i].log_prefix : "";
+	size_t len = strlen(lp) + strlen(name) + 1;
+	char *log_name = malloc(len);
+	if (!log_name)
+		return -ENOMEM;
+	snprintf(log_name, len, "%s%s", lp, name);
+	/* `underflows: true` and `stats: [underflows%]` are one statistic: the second is skipped. */
+	int r = dli_sf_want_as(sf, stat, recipes[i].slot, log_name, false, err);
+	free(log_name);
+	return r;
+}
+
+int dli_sf_want_as(struct dli_sf *sf, enum dli_stat stat, unsigned slot, const char *log_name,
+		   bool orientations, struct dli_error *err)
+{
+	if (slot >= DLI_SF_MAX_SLOTS) {
+		snprintf(err->message, sizeof(err->message), "stats: '%s': slot %u of %d", log_name,
+			 slot, DLI_SF_MAX_SLOTS);
+		return -EINVAL;
+	}
 	for (size_t k = 0; k < sf->n_stats; k++)
-		if (!strncmp(sf->stats[k].log_name, lp, strlen(lp)) &&
-		    !strcmp(sf->stats[k].log_name + strlen(lp), name))
-			return 0; /* `underflows: true` and `stats: [underflows%]` are one statistic */
+		if (!strcmp(sf->stats[k].log_name, log_name))
+			return 0;
 	if (sf->n_stats == sf->cap_stats) {
 		size_t cap = sf->cap_stats ? 2 * sf->cap_stats : 16;
 		struct dli_sf_stat *more = realloc(sf->stats, cap * sizeof(*more));
@@ -104,14 +122,12 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 		sf->stats = more;
 		sf->cap_stats = cap;
 	}
-	size_t len = strlen(lp) + strlen(name) + 1;
-	char *log_name = malloc(len);
-	if (!log_name)
+	char *copy = strdup(log_name);
+	if (!copy)
 		return -ENOMEM;
-	snprintf(log_name, len, "%s%s", lp, name);
 	sf->stats[sf->n_stats++] = (struct dli_sf_stat){
-		.stat = stat, .slot = recipes[i].slot, .log_name = log_name};
-	sf->slots |= 1u << recipes[i].slot;
+		.stat = stat, .slot = slot, .log_name = copy, .orientations = orientations};
+	sf->slots |= 1u << slot;
 	return 0;
 }
 
@@ -218,7 +234,10 @@ int dli_sf_emit(const struct dli_sf *sf, struct dli_context *ctx, const char *la
 		const struct dli_sf_stat *s = &sf->stats[k];
 		if (!have[s->slot])
 			continue;
-		const char *name = dli_feature_tag(&tag, "%s_%s_%s%s", layer, tensor, s->log_name,
+		bool both = s->orientations &&
+			    (!strcmp(tensor, "activation") || !strcmp(tensor, "weight"));
+		const char *name = dli_feature_tag(&tag, "%s_%s_%s%s%s", layer, tensor, s->log_name,
+						   both ? "_max_over_orientations" : "",
 						   mark[s->slot]);
 		int e = name ? host->emit_scalar(ctx, name, iteration,
 						 host->stats_value(&rec[s->slot], s->stat))

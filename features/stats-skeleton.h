@@ -51,6 +51,9 @@ struct dli_sf_stat {
 	enum dli_stat stat;
 	unsigned slot;
 	char *log_name; /* `{log_prefix}{name}`, owned */
+	/* Logged with "_max_over_orientations" appended for the activation and the weight, whose
+	 * both orientations the feature covers (TransformerEngine's max_blockwise_dynamic_range). */
+	bool orientations;
 };
 
 /* The instance's shared part: the first member of a statistics feature's instance, so that the
@@ -105,6 +108,12 @@ void dli_sf_destroy(void *instance);
  * not know the statistic ("this dlinspect lacks a listed statistic" in err); -ENOMEM. */
 int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe *recipes,
 		size_t n_recipes, struct dli_error *err);
+
+/* Wants statistic `stat` of accumulator `slot` under the log name `log_name` (copied), with
+ * `orientations` as in struct dli_sf_stat: for a statistic the feature names itself. A log name
+ * already wanted is skipped. 0, -EINVAL for a slot out of range (err says so), or -ENOMEM. */
+int dli_sf_want_as(struct dli_sf *sf, enum dli_stat stat, unsigned slot, const char *log_name,
+		   bool orientations, struct dli_error *err);
 
 /* Reads feature-reduce.h's keys from params[first ..] and reduces each used slot across ranks,
  * `roles[slot]` naming it in the key (static strings). 0 or -ENOMEM. */
