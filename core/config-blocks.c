@@ -457,9 +457,44 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 	return 0;
 }
 
+/* Whether block `v` says `enabled: false` (a value that is not a bool is the block's error). */
+static bool block_disabled(struct resolver *rs, const struct dli_node *v)
+{
+	bool on = true;
+	struct dli_error *keep = rs->err;
+	struct dli_error scratch;
+	rs->err = &scratch; /* the block's own reading says what is wrong with its `enabled` */
+	for (size_t i = 0; v->kind == DLI_NODE_MAP && i < v->n; i++)
+		if (!strcmp(v->keys[i]->text, "enabled") && dli_cfg_want_bool(rs, v->items[i], &on))
+			on = true;
+	rs->err = keep;
+	return !on;
+}
+
+static int read_block(struct resolver *rs, struct dli_section *s,
+		      const struct dli_feature_entry *fe, const struct dli_node *key,
+		      const struct dli_node *v);
+
 int dli_cfg_read_feature(struct resolver *rs, struct dli_section *s,
 			 const struct dli_feature_entry *fe, const struct dli_node *key,
 			 const struct dli_node *v)
+{
+	size_t mark = strlen(rs->path);
+	bool off = s->enabled && block_disabled(rs, v);
+	int r = read_block(rs, s, fe, key, v);
+	/* A disabled block is still checked, so that a typo in it shows before someone enables it,
+	 * but as a warning: the peers do not read a disabled block at all. */
+	if (r == -EINVAL && off) {
+		dli_cfg_path_pop(rs, mark);
+		rs->base_ns = false;
+		return dli_cfg_demote(rs, "the feature block is disabled");
+	}
+	return r;
+}
+
+static int read_block(struct resolver *rs, struct dli_section *s,
+		      const struct dli_feature_entry *fe, const struct dli_node *key,
+		      const struct dli_node *v)
 {
 	const struct dli_feature_desc *d = fe->desc;
 	size_t mark = dli_cfg_path_push(rs, key->text);
@@ -480,7 +515,6 @@ int dli_cfg_read_feature(struct resolver *rs, struct dli_section *s,
 	}
 	if (!b.has_enabled)
 		return dli_cfg_fail(rs, key, "missing 'enabled' (true or false)");
-	/* A disabled block is still checked, so a typo in it is caught before someone enables it. */
 	int r = finish_block(rs, s, fe, &b, key, s->enabled && b.enabled);
 	dli_cfg_path_pop(rs, mark);
 	rs->base_ns = false;

@@ -44,14 +44,9 @@ int dli_cfg_fail(struct resolver *rs, const struct dli_node *at, const char *fmt
 	return dli_error_set(rs->err, -EINVAL, &at->where, "%s", text);
 }
 
-int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+/* Appends `text` (config memory, or NULL when that ran out) to the config's warnings, quiet. */
+static int add_warning(struct dli_config *cfg, char *text)
 {
-	struct dli_config *cfg = rs->cfg;
-	char text[768];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
 	char **w = realloc(cfg->warnings, (cfg->n_warnings + 1) * sizeof *w);
 	if (!w)
 		return -ENOMEM;
@@ -61,13 +56,42 @@ int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt
 		return -ENOMEM;
 	cfg->warnings_loud = loud;
 	loud[cfg->n_warnings] = false;
-	w[cfg->n_warnings] =
-	    dli_cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file, at->where.line,
-			   at->where.column, rs->path, rs->path[0] ? ": " : "", text);
-	if (!w[cfg->n_warnings])
+	if (!(w[cfg->n_warnings] = text))
 		return -ENOMEM;
 	cfg->n_warnings++;
 	return 0;
+}
+
+int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+{
+	struct dli_config *cfg = rs->cfg;
+	char text[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	return add_warning(cfg, dli_cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file,
+					       at->where.line, at->where.column, rs->path,
+					       rs->path[0] ? ": " : "", text));
+}
+
+int dli_cfg_demote(struct resolver *rs, const char *why)
+{
+	struct dli_error *e = rs->err;
+	char prefix[640];
+	size_t lp = 0;
+	if (e && e->file[0]) {
+		snprintf(prefix, sizeof prefix, "%s:%d:%d: ", e->file, e->line, e->column);
+		lp = strlen(prefix);
+		if (strncmp(e->message, prefix, lp))
+			lp = 0;
+	}
+	int r = add_warning(rs->cfg, dli_cfg_printf(rs->cfg, "%.*swarning: %s (not an error while %s)",
+						    (int)lp, e ? e->message : "",
+						    e ? e->message + lp : "a mistake", why));
+	if (e)
+		memset(e, 0, sizeof *e);
+	return r;
 }
 
 const char *dli_cfg_kind_name(const struct dli_node *n)
