@@ -55,10 +55,14 @@ out=$("$tool" check "$er" 2>&1)
 rm -f "$er"
 
 # COMMAND --help: the usage on stdout and exit 0, for every command; an unknown one stays an error.
-for c in check plugins stats compare bench doctor; do
-	out=$("$tool" $c --help 2>/dev/null)
-	[ $? = 0 ] && grep -q "usage: dlinspect" <<<"$out" && ok || bad "$c --help: exit or output: $out"
+for c in check plugins stats compare bench doctor "bench stats" "bench dispatch"; do
+	for h in --help -h; do
+		out=$("$tool" $c $h 2>/dev/null)
+		[ $? = 0 ] && grep -q "usage: dlinspect" <<<"$out" && ok || bad "$c $h: exit or output: $out"
+	done
 done
+"$tool" bench dispatch --jsn >/dev/null 2>&1
+[ $? = 2 ] && ok || bad "bench dispatch with an unknown option should exit 2"
 "$tool" nosuch --help >/dev/null 2>&1
 [ $? = 2 ] && ok || bad "an unknown command with --help should exit 2"
 
