@@ -260,8 +260,10 @@ struct dli_host {
 
 	/* Value histograms of an accumulator's tensors, over fixed exponential buckets: TensorFlow's default limits 0, +-1e-12 * 1.1^k below 1e20, and
 	 * +-DBL_MAX (1551 buckets; NaNs in none, -inf in the first, +inf in the last). */
-	/* Turns collection on (allocating its counts; -ENOMEM) or off (freeing them) for the tensors
-	 * stats_add takes from then on; stats_add_quantized adds nothing to it. Idempotent. */
+	/* Turns collection on or off (freeing the counts) for the tensors stats_add takes from then
+	 * on; stats_add_quantized adds nothing to it. The counts (about 36 KiB) are allocated by the
+	 * first tensor that adds to them, so an accumulator nobody feeds costs nothing; that
+	 * stats_add returns -ENOMEM when they cannot be. Idempotent. */
 	int (*stats_acc_histogram)(struct dli_stats_acc *acc, bool on);
 	/* The histogram of everything added since the last reset: counts add exactly across
 	 * microbatches; num is the count of non-NaN values; min, max, sum and sum_squares come from
