@@ -1040,9 +1040,29 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 						  tf->tensors[ranges[k].index].name);
 				goto out;
 			}
+			/* Packed back to back from byte 0, as the format and its library require:
+			 * bytes no tensor describes are a damaged or hand-made file. */
+			if (ranges[k].begin > prev_end) {
+				r = dli_error_set(err, -EINVAL, NULL,
+						  "tensor '%s' starts at byte %llu of the data section, "
+						  "after %llu bytes that no tensor describes (safetensors "
+						  "packs tensors back to back from byte 0)",
+						  tf->tensors[ranges[k].index].name,
+						  (unsigned long long)ranges[k].begin,
+						  (unsigned long long)(ranges[k].begin - prev_end));
+				goto out;
+			}
 			prev_end = ranges[k].end;
 			prev = ranges[k].index;
 			any = true;
+		}
+		if (prev_end != data_size) {
+			r = dli_error_set(err, -EINVAL, NULL,
+					  "the data section holds %llu bytes after its last tensor that "
+					  "no tensor describes (%llu of %llu bytes described)",
+					  (unsigned long long)(data_size - prev_end),
+					  (unsigned long long)prev_end, (unsigned long long)data_size);
+			goto out;
 		}
 		sorted = malloc(tf->n_tensors * sizeof *sorted);
 		if (!sorted) {

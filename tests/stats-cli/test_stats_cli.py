@@ -590,6 +590,17 @@ def run_all(tmp):
     st_case("overlap", {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                         "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, good_f4,
             ["tensors 'a' and 'b' overlap"])
+    st_case("gap", {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}}, good_f4,
+            ["tensor 'b' starts at byte 16 of the data section, after 8 bytes that no tensor "
+             "describes"])
+    st_case("lead", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, good_f4,
+            ["tensor 'w' starts at byte 8 of the data section, after 8 bytes"])
+    st_case("trailing", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, good_f4,
+            ["the data section holds 8 bytes after its last tensor that no tensor describes "
+             "(16 of 24 bytes described)"])
+    st_case("only_empty", {"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}, good_f4,
+            ["holds 24 bytes after its last tensor"])
     st_case("nonutf8", b'{"w\xff": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
             good_f4, ["not valid UTF-8"])
     st_case("overlong", b'{"\xc0\xaf": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
