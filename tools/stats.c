@@ -175,6 +175,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 				report("--margin '%s': expected a number", v);
 				return 2;
 			}
+			/* The features' range (features/feature-util.h): beyond it every value would
+			 * quantize to 0 or saturate. */
+			if (o->margin < -126 || o->margin > 126) {
+				report("--margin %s: expected a number in [-126, 126], as the features' "
+				       "margin (beyond it the scale leaves float's normal range)", v);
+				return 2;
+			}
 			margin_set = true;
 		} else if (a[0] == '-' && a[1]) {
 			bool valued = !strcmp(a, "--tensor") || !strcmp(a, "--stats") ||

@@ -654,6 +654,11 @@ def run_all(tmp):
                  prefix=False)
     expect_error(P("valid.npy"), ["--margin 'x'"], "--fp8", "e4m3", "--margin", "x", rc_want=2,
                  prefix=False)
+    for m in ("127", "-1e6"):
+        expect_error(P("valid.npy"), ["--margin %s: expected a number in [-126, 126]" % m],
+                     "--fp8", "e4m3", "--margin", m, rc_want=2, prefix=False)
+    rc, lines, err = stats_json(P("normal.npy"), "--fp8", "e4m3", "--margin", "126")
+    check(rc == 0 and len(lines) == 1, "--margin 126 (the range's end): exit %d, %s" % (rc, err))
 
     # ---- fuzz: every truncation and flipped bytes of small valid files ----
     small_st = st_bytes({"__metadata__": {"k": "v"},
