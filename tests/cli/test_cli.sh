@@ -113,6 +113,18 @@ done
 # Loaded from the build tree, not an installed copy.
 grep -qE "/features/disable_fp8_gemm\.so$" <<<"$out" && grep -qE "/loggers/file\.so$" <<<"$out" && ok || bad "module paths: $out"
 
+# A plugin dir with two files that are no modules: plugins lists every module that loads, says
+# each bad file on stderr, and exits 1.
+pd=$(mktemp -d)
+echo junk >"$pd/aa_bad.so"
+printf '\177ELF' >"$pd/zz_bad.so"
+err=$("$tool" plugins --plugin-dir "$pd" 2>&1 >"$pd/out")
+rc=$?
+[ $rc = 1 ] && ok || bad "plugins with bad modules: exit $rc, expected 1"
+grep -qF "cannot load module $pd/aa_bad.so" <<<"$err" && grep -qF "cannot load module $pd/zz_bad.so" <<<"$err" && ok || bad "plugins: bad modules not both named: $err"
+grep -q "^  disable_fp8_gemm \[namespace transformer_engine\]" "$pd/out" && grep -q "^  file (ABI" "$pd/out" && ok || bad "plugins: the good modules are not listed: $(cat "$pd/out")"
+rm -rf "$pd"
+
 # A config cannot name a module file by path; the user can allow it on the command line.
 so=$(grep -oE "[^ ]*/features/disable_fp8_gemm\.so$" <<<"$out" | head -n 1)
 printf 'extensions: [%s]\n' "$so" >"$cfg"
