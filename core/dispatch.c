@@ -514,6 +514,7 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 			bool nvtx = DLI_NVTX_ON(l->ctx);
 			if (nvtx)
 				range_push(l, b, tensor);
+			dli_stats_refusal[0] = '\0';
 			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
 				      : -EINVAL;
 			if (nvtx)

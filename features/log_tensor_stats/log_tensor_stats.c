@@ -12,6 +12,7 @@
 
 #include <dlinspect/plugin.h>
 
+#include "feature-util.h"
 #include "stats-skeleton.h"
 
 #define BDR "max_blockwise_dynamic_range"
@@ -154,7 +155,8 @@ static int add_blockwise(const struct dli_feature_call *c, struct dli_sf_tensor 
 		return 0;
 	}
 	if (r)
-		return r;
+		return dli_feature_fail(host, c->ctx, r,
+					BDR " reads f32, f16 or bf16 tensors of a known shape");
 	float value = (float)v;
 	struct dli_tensor one = {.data = &value, .dtype = DLI_DTYPE_F32, .ndim = 1,
 				 .shape = {1}, .contiguous = true,

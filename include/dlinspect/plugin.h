@@ -350,6 +350,15 @@ struct dli_host {
 	 * layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device memory. */
 	int (*block_dynamic_range)(const struct dli_tensor *t, int64_t block_size, int dims,
 				   bool columnwise, double *out);
+	/* Why the feature method running on this thread (inspect_tensor, modify_tensor, ...) is
+	 * about to return an error: printf-style, copied (about 380 bytes kept). The core adds it to
+	 * that call's dli_last_error and to its line in the message log, so a host that checks the
+	 * error code reads the reason there. Outside a failing method it is not shown. */
+	void (*fail_reason)(struct dli_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+		__attribute__((format(printf, 2, 3)))
+#endif
+		;
 };
 
 /* ---- Features ---- */

@@ -357,6 +357,9 @@ static void test_modify_failures_are_said(void)
 			   "tensor 'weight', iteration 2: feature FakeQuant (section 'fq', <string>:";
 	CHECK_CONTAINS(dli_last_error(ctx), want);
 	CHECK_CONTAINS(dli_last_error(ctx), "in: f32[2] cpu:0, out: bf16[2] cpu:0");
+	/* The feature's own reason (host fail_reason). */
+	CHECK_CONTAINS(dli_last_error(ctx), "refused: Invalid argument (-22): FakeQuant writes the "
+					    "dequantized values: out must be f32; in: ");
 	/* Thread-local: another thread's last error is its own. */
 	pthread_t th;
 	void *other = NULL;
