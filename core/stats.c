@@ -154,6 +154,14 @@ static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
 }
 
 /* The backend, loading it on first use. After the first attempt this is one atomic load. */
+/* src into dst[size], cut short when it does not fit. */
+static void copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n = strnlen(src, size - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
 static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 {
 	struct dli_stats_backend *b = acc->backend;
@@ -165,16 +173,21 @@ static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 	pthread_mutex_lock(&b->lock);
 	if (!atomic_load(&b->tried)) {
 		r = backend_open(b, &err);
+		if (r) {
+			int n = snprintf(b->why, sizeof b->why,
+					 "statistics of CUDA tensors need dlinspect built with CUDA "
+					 "(nvcc found at build time, meson option cuda) and its backend "
+					 "%s.so on the plugin path: ", CUDA_BACKEND_MODULE);
+			if (n > 0 && (size_t)n < sizeof b->why)
+				copy_text(b->why + n, sizeof b->why - (size_t)n, err.message);
+		}
 		atomic_store(&b->tried, true);
 	}
 	ops = atomic_load(&b->ops);
 	pthread_mutex_unlock(&b->lock);
 	if (r)
 		dli_log(acc->ctx, DLI_LOG_ERROR,
-			"statistics of CUDA tensors need dlinspect built with CUDA (nvcc found at "
-			"build time, meson option cuda) and its backend %s.so on the plugin path: %s. "
-			"CUDA tensors get no statistics in this run (reported once)",
-			CUDA_BACKEND_MODULE, err.message);
+			"%s. CUDA tensors get no statistics in this run (reported once)", b->why);
 	return ops;
 }
 
@@ -362,8 +375,11 @@ static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		      const struct dli_quantized_tensor *q)
 {
 	const struct dli_backend_ops *be = backend_get(acc);
-	if (!be)
+	if (!be) {
+		/* Every refused call's dli_last_error says why; the message log said it once. */
+		copy_text(dli_stats_refusal, sizeof dli_stats_refusal, acc->backend->why);
 		return -ENOTSUP;
+	}
 	pthread_mutex_lock(&acc->lock);
 	bool no_hist = acc->hist_on && t && !acc->hist_device;
 	if (acc->hist_on && t)
