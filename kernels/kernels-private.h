@@ -193,8 +193,9 @@ int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t r
  * (dims 1), of its flattened transpose (dims 1, columnwise), or block_size x block_size tiles (dims
  * 2, the same either way); the last block or the edge tiles partial. *out: the largest
  * log2(max |x| / min nonzero |x|) over the blocks, 0 for blocks of zeros, NaN when a block holds
- * NaN or only infinities. Scalar, one thread. 0; -ENODATA for an empty matrix; -EINVAL for a
- * bad argument. */
+ * NaN or only infinities. Scalar; chunks of whole blocks go to threads (blocks that run from one
+ * column into the next: one thread). 0; -ENODATA for an empty matrix; -EINVAL for a bad argument;
+ * -ENOMEM. */
 int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			int64_t block_size, int dims, bool columnwise, double *out);
 

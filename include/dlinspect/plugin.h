@@ -345,8 +345,8 @@ struct dli_host {
 	 * transpose (dims 1 with `columnwise`), or into block_size x block_size tiles (dims 2, where
 	 * `columnwise` changes nothing); the last block and the edge tiles may be partial. Stores in
 	 * *out the largest log2(max |x| / min nonzero |x|) over the blocks: 0 for a block of zeros,
-	 * NaN when a block holds a NaN or only infinities. Computed when called (one pass, this
-	 * thread). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL for a dtype,
+	 * NaN when a block holds a NaN or only infinities. Computed when called (one pass, threaded
+	 * as the statistics pass is). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL for a dtype,
 	 * layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device memory. */
 	int (*block_dynamic_range)(const struct dli_tensor *t, int64_t block_size, int dims,
 				   bool columnwise, double *out);

@@ -1,17 +1,20 @@
 /* TransformerEngine's max_blockwise_dynamic_range (docs/statistics.md, "Blockwise dynamic range"):
  * the largest log2(max |x| / min nonzero |x|) over a tensor's blocks. Scalar: |x| as float bits,
  * whose unsigned order is the order of the values (NaN above inf), so each block keeps two
- * integers, its largest bits and its smallest nonzero bits. */
+ * integers, its largest bits and its smallest nonzero bits. Chunks of whole blocks go to threads. */
 #include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 
+#include "cpu-private.h"
 #include "kernels-private.h"
 #include "load-private.h"
 
 #define CHUNK 2048 /* elements converted at a time */
 #define PANEL 4096 /* columns whose blocks are open at once in a pass down the rows */
+#define SPAN ((int64_t)1 << 18) /* about this many elements per thread's chunk */
 
 /* A block so far: the largest |x| bits, and the smallest nonzero |x| bits less one (a zero wraps
  * to UINT32_MAX, above everything). */
@@ -193,6 +196,32 @@ static void tiles(const void *data, enum dli_dtype dtype, int64_t rows, int64_t 
 	}
 }
 
+/* One pass, split into chunks of whole blocks (flat) or whole rows of tiles across threads; each
+ * worker folds its own blocks, and the folds combine at the end. */
+struct job {
+	const void *data;
+	enum dli_dtype dtype;
+	int64_t rows, cols, bs, h, w, span;
+	bool flat;
+	struct fold f[DLI_MAX_THREADS];
+};
+
+static void chunk(void *arg, int64_t k, int worker)
+{
+	struct job *j = arg;
+	size_t elem = dli_dtype_size(j->dtype);
+	if (j->flat) {
+		int64_t n = j->rows * j->cols, i = k * j->span;
+		int64_t m = n - i < j->span ? n - i : j->span;
+		flat_blocks((const char *)j->data + (size_t)i * elem, j->dtype, m, j->bs,
+			    &j->f[worker]);
+	} else {
+		int64_t r0 = k * j->span, m = j->rows - r0 < j->span ? j->rows - r0 : j->span;
+		tiles((const char *)j->data + (size_t)(r0 * j->cols) * elem, j->dtype, m, j->cols,
+		      j->h, j->w, &j->f[worker]);
+	}
+}
+
 int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			int64_t block_size, int dims, bool columnwise, double *out)
 {
@@ -203,15 +232,40 @@ int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, in
 		return -ENODATA;
 	if (!data)
 		return -EINVAL;
-	struct fold f = {.ratio = 1.0, .nan = false};
-	if (dims == 2)
-		tiles(data, dtype, rows, cols, block_size, block_size, &f);
-	else if (!columnwise)
-		flat_blocks(data, dtype, rows * cols, block_size, &f);
-	else if (rows % block_size == 0)
-		tiles(data, dtype, rows, cols, block_size, 1, &f);
-	else
-		column_order_blocks(data, dtype, rows, cols, block_size, &f);
-	*out = f.nan ? NAN : log2(f.ratio);
+	struct job *j = malloc(sizeof *j); /* 4 KiB of folds: not on the caller's stack */
+	if (!j)
+		return -ENOMEM;
+	*j = (struct job){.data = data, .dtype = dtype, .rows = rows, .cols = cols,
+			  .bs = block_size};
+	int threads = dli_cpu_threads(NULL);
+	for (int t = 0; t < threads; t++)
+		j->f[t] = (struct fold){.ratio = 1.0, .nan = false};
+	if (dims == 1 && columnwise && rows % block_size) {
+		/* Blocks that run from one column into the next: read in column order, one thread. */
+		column_order_blocks(data, dtype, rows, cols, block_size, &j->f[0]);
+	} else {
+		j->flat = dims == 1 && !columnwise;
+		j->h = block_size;
+		j->w = dims == 2 ? block_size : 1;
+		/* Chunks of whole blocks: `span` elements (flat) or rows, a whole number of
+		 * block_size either way, about SPAN elements. */
+		int64_t row_len = j->flat ? 1 : cols;
+		int64_t per = block_size > SPAN / row_len ? 1 : SPAN / (block_size * row_len);
+		j->span = per * block_size;
+		int64_t total = j->flat ? rows * cols : rows;
+		int64_t n_chunks = total / j->span + (total % j->span != 0);
+		if (n_chunks > 1 && threads > 1)
+			dli_parallel_for(n_chunks, threads, chunk, j);
+		else
+			for (int64_t k = 0; k < n_chunks; k++)
+				chunk(j, k, 0);
+	}
+	struct fold all = {.ratio = 1.0, .nan = false};
+	for (int t = 0; t < threads; t++) {
+		all.nan = all.nan || j->f[t].nan;
+		all.ratio = j->f[t].ratio > all.ratio ? j->f[t].ratio : all.ratio;
+	}
+	free(j);
+	*out = all.nan ? NAN : log2(all.ratio);
 	return 0;
 }
