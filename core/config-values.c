@@ -116,17 +116,38 @@ static const char *quoted_note(const struct dli_node *n)
 	return n->plain ? "" : " (quoted or tagged !!str, so a string: write it plain)";
 }
 
+/* Whether t is `word` as YAML 1.1 spells a boolean: all lower case, capitalized, or all upper case
+ * (PyYAML reads `falsE` as a string). */
+static bool bool_spelling(const char *t, const char *word)
+{
+	size_t n = strlen(word);
+	if (strlen(t) != n || strcasecmp(t, word))
+		return false;
+	bool lower = true, upper = true;
+	for (size_t i = 1; i < n; i++) {
+		lower = lower && t[i] == word[i];
+		upper = upper && t[i] == word[i] - 'a' + 'A';
+	}
+	return lower || (upper && t[0] == word[0] - 'a' + 'A');
+}
+
 int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 {
 	static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+	bool mixed = false;
 	if (n->kind == DLI_NODE_SCALAR && n->plain) {
 		for (size_t i = 0; i < 3; i++) {
-			if (!strcasecmp(n->text, yes[i]) || !strcasecmp(n->text, no[i])) {
-				*out = !strcasecmp(n->text, yes[i]);
+			if (bool_spelling(n->text, yes[i]) || bool_spelling(n->text, no[i])) {
+				*out = bool_spelling(n->text, yes[i]);
 				return 0;
 			}
+			mixed = mixed || !strcasecmp(n->text, yes[i]) || !strcasecmp(n->text, no[i]);
 		}
 	}
+	if (mixed)
+		return dli_cfg_fail(rs, n, "expected true or false, got '%s' (in mixed letter case "
+				    "YAML reads it as a string: write it lower case, capitalized or "
+				    "upper case)", n->text);
 	if (n->kind == DLI_NODE_SCALAR && !dli_cfg_is_null(n))
 		return dli_cfg_fail(rs, n, "expected true or false, got '%s'%s", n->text,
 				    quoted_note(n));
@@ -436,8 +457,16 @@ static const char *list_choice(struct resolver *rs, const struct dli_node *item,
 		const struct dli_node *v = param_of(params, at, l);
 		int64_t value;
 		if (v) {
+			char key[160];
+			snprintf(key, sizeof key, "%.*s.%.*s", nlen, choice, (int)l, at);
+			size_t mark = dli_cfg_path_push(rs, key);
 			if (dli_cfg_want_int(rs, v, &value))
 				return NULL;
+			if (value < 1) {
+				dli_cfg_fail(rs, v, "expected a positive integer, got %" PRId64, value);
+				return NULL;
+			}
+			dli_cfg_path_pop(rs, mark);
 			text = dli_cfg_printf(rs->cfg, "%s%s%.*s=%" PRId64, text, sep, (int)l, at, value);
 			sep = ",";
 		}

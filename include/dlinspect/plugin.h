@@ -86,9 +86,9 @@ struct dli_param_desc {
 	const char *doc;           /* one line, shown by `dlinspect plugins --explain` */
 	/* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL. In a STRING_LIST, a choice
 	 * spelled `name{key,key}` (ABI 1.5; an older dlinspect takes the spelling as a name) takes
-	 * integer parameters: a config lists it as `name` or as `name: {key: 4}`, and the feature
-	 * gets `name{}` or `name{key=4}` (the keys given, in the choice's order; it checks their
-	 * values). */
+	 * parameters that are positive integers (the config's reader checks that, at the value's
+	 * place): a config lists it as `name` or as `name: {key: 4}`, and the feature gets `name{}`
+	 * or `name{key=4}` (the keys given, in the choice's order; it checks their upper bounds). */
 	const char *const *choices;
 	bool required;
 

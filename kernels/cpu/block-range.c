@@ -232,6 +232,14 @@ int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, in
 		return -ENODATA;
 	if (!data)
 		return -EINVAL;
+	/* A block longer than the tensor, or a tile wider or taller than it, is the whole extent:
+	 * clamped, so that no index arithmetic meets a block_size near 2^63. */
+	int64_t n = rows * cols;
+	if (dims == 2)
+		block_size = block_size > (rows > cols ? rows : cols) ? (rows > cols ? rows : cols)
+								       : block_size;
+	else if (block_size > n)
+		block_size = n;
 	struct job *j = malloc(sizeof *j); /* 4 KiB of folds: not on the caller's stack */
 	if (!j)
 		return -ENOMEM;

@@ -181,7 +181,8 @@ def run():
 def refusals():
     """Configs that get a precise error."""
     cases = [
-        ("{block_size: 0}", "block_size must be a positive integer, got 0"),
+        ("{block_size: 0}", "stats.max_blockwise_dynamic_range.block_size: expected a positive "
+         "integer, got 0"),
         ("{dims: 3}", "dims must be 1 or 2, got 3"),
         ("{block_size: 4, dim: 1}", "unknown parameter 'dim' of 'max_blockwise_dynamic_range'"),
         ("{block_size: 4.5}", "expected an integer, got '4.5'"),
