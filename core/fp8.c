@@ -107,7 +107,8 @@ int dli_tensor_block_range(const struct dli_tensor *t, int64_t block_size, int d
 	if (t->device.type != DLI_DEVICE_CPU)
 		return -ENOTSUP;
 	int64_t n = checked_numel(t);
-	if (!high_precision(t->dtype) || !t->contiguous || n < 0)
+	bool fp8 = t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
+	if ((!high_precision(t->dtype) && !fp8) || !t->contiguous || n < 0)
 		return -EINVAL;
 	/* TransformerEngine's view: reshape(-1, shape[-1]); a scalar is one element. */
 	int64_t cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;

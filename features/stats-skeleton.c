@@ -215,6 +215,17 @@ bool dli_sf_weight_seen(const struct dli_feature_call *c, struct dli_sf_tensor *
 	return atomic_exchange(&t->weight_step, step) == step;
 }
 
+int dli_sf_weight_done(struct dli_sf_tensor *t, int r)
+{
+	if (!r || t->id != DLI_TENSOR_WEIGHT)
+		return r;
+	for (unsigned s = 0; s < DLI_SF_MAX_SLOTS; s++)
+		if (atomic_load(&t->added[s]))
+			return r;
+	atomic_store(&t->weight_step, -1);
+	return r;
+}
+
 int dli_sf_added(struct dli_sf_tensor *t, unsigned slot, int r)
 {
 	if (r == 0)

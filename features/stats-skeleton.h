@@ -132,6 +132,10 @@ struct dli_sf_tensor *dli_sf_tensor(const struct dli_feature_call *c, int tensor
 /* Whether `t` is the weight and was already added in this step: microbatches merge, but the
  * weight is the same tensor in each of them, so it counts once. Marks it added otherwise. */
 bool dli_sf_weight_seen(const struct dli_feature_call *c, struct dli_sf_tensor *t);
+/* After a call that went through dli_sf_weight_seen: when it failed (r) and fed no slot, the
+ * weight is taken as not seen in this step, so that a later call of the step (the tensor the
+ * host meant) counts. Returns r. */
+int dli_sf_weight_done(struct dli_sf_tensor *t, int r);
 /* Marks slot `slot` of `t` as fed this step when r is 0; returns r. */
 int dli_sf_added(struct dli_sf_tensor *t, unsigned slot, int r);
 

@@ -189,7 +189,7 @@ int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t r
 /* ---- Blockwise dynamic range (kernels/cpu/block-range.c; docs/statistics.md) ---- */
 
 /* TransformerEngine's max_blockwise_dynamic_range of one orientation of a rows x cols matrix (f32,
- * f16 or bf16, contiguous): blocks of `block_size` consecutive elements of the flattened matrix
+ * f16, bf16 or FP8 codes, contiguous): blocks of `block_size` consecutive elements of the flattened matrix
  * (dims 1), of its flattened transpose (dims 1, columnwise), or block_size x block_size tiles (dims
  * 2, the same either way); the last block or the edge tiles partial. *out: the largest
  * log2(max |x| / min nonzero |x|) over the blocks, 0 for blocks of zeros, NaN when a block holds

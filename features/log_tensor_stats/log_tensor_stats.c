@@ -156,7 +156,8 @@ static int add_blockwise(const struct dli_feature_call *c, struct dli_sf_tensor 
 	}
 	if (r)
 		return dli_feature_fail(host, c->ctx, r,
-					BDR " reads f32, f16 or bf16 tensors of a known shape");
+					BDR " reads contiguous f32, f16, bf16, f8e4m3 or f8e5m2 tensors "
+					"(dtype code %d given)", (int)hp->dtype);
 	float value = (float)v;
 	struct dli_tensor one = {.data = &value, .dtype = DLI_DTYPE_F32, .ndim = 1,
 				 .shape = {1}, .contiguous = true,
@@ -186,7 +187,7 @@ static int dli_lts_inspect_tensor(const struct dli_feature_call *c, int tensor,
 	for (unsigned s = 1; s < DLI_SF_MAX_SLOTS && !r; s++)
 		if (self->sf.slots >> s & 1u)
 			r = add_blockwise(c, t, s, hp);
-	return r;
+	return dli_sf_weight_done(t, r);
 }
 
 static const struct dli_feature_ops dli_lts_ops = {

@@ -339,15 +339,17 @@ struct dli_host {
 
 	/* ---- ABI 1.5 ---- */
 	/* TransformerEngine's max_blockwise_dynamic_range of one orientation (docs/statistics.md,
-	 * "Blockwise dynamic range"): `t` (borrowed; f32, f16 or bf16, host memory, contiguous or the
-	 * dispatched view) seen as rows x cols, cols its last dimension, cut into blocks of
-	 * `block_size` consecutive elements of the flattened tensor (dims 1), of its flattened
-	 * transpose (dims 1 with `columnwise`), or into block_size x block_size tiles (dims 2, where
-	 * `columnwise` changes nothing); the last block and the edge tiles may be partial. Stores in
-	 * *out the largest log2(max |x| / min nonzero |x|) over the blocks: 0 for a block of zeros,
-	 * NaN when a block holds a NaN or only infinities. Computed when called (one pass, threaded
-	 * as the statistics pass is). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL for a dtype,
-	 * layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device memory. */
+	 * "Blockwise dynamic range"): `t` (borrowed; f32, f16, bf16, or f8e4m3 / f8e5m2 codes read
+	 * as their values, as the statistics read them; host memory, contiguous or the dispatched
+	 * view) seen as rows x cols, cols its last dimension, cut into blocks of `block_size`
+	 * consecutive elements of the flattened tensor (dims 1), of its flattened transpose (dims 1
+	 * with `columnwise`), or into block_size x block_size tiles (dims 2, where `columnwise`
+	 * changes nothing); the last block and the edge tiles may be partial. Stores in *out the
+	 * largest log2(max |x| / min nonzero |x|) over the blocks: 0 for a block of zeros, NaN when
+	 * a block holds a NaN or only infinities. Computed when called (one pass, threaded as the
+	 * statistics pass is). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL
+	 * for a dtype, layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device
+	 * memory. */
 	int (*block_dynamic_range)(const struct dli_tensor *t, int64_t block_size, int dims,
 				   bool columnwise, double *out);
 	/* Why the feature method running on this thread (inspect_tensor, modify_tensor, ...) is

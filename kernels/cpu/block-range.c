@@ -4,6 +4,7 @@
  * integers, its largest bits and its smallest nonzero bits. Chunks of whole blocks go to threads. */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -58,10 +59,27 @@ static void fold(struct fold *f, const struct range *r)
 		f->ratio = q;
 }
 
-/* |x| bits of elements [i, i + n) of a contiguous f32, f16 or bf16 array. */
+/* |x| as float bits of each FP8 code, per format (E4M3, E5M2), made once. */
+static uint32_t fp8_bits[2][256];
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+
+static void fp8_tables(void)
+{
+	for (int c = 0; c < 256; c++) {
+		fp8_bits[0][c] = float_bits(dli_fp8_decode((uint8_t)c, DLI_DTYPE_F8E4M3)) & 0x7fffffffu;
+		fp8_bits[1][c] = float_bits(dli_fp8_decode((uint8_t)c, DLI_DTYPE_F8E5M2)) & 0x7fffffffu;
+	}
+}
+
+/* |x| bits of elements [i, i + n) of a contiguous f32, f16, bf16 or FP8 array. */
 static void abs_bits(const void *data, enum dli_dtype dtype, int64_t i, int64_t n, uint32_t *out)
 {
-	if (dtype == DLI_DTYPE_F32) {
+	if (dtype == DLI_DTYPE_F8E4M3 || dtype == DLI_DTYPE_F8E5M2) {
+		const uint8_t *p = (const uint8_t *)data + i;
+		const uint32_t *t = fp8_bits[dtype == DLI_DTYPE_F8E5M2];
+		for (int64_t k = 0; k < n; k++)
+			out[k] = t[p[k]];
+	} else if (dtype == DLI_DTYPE_F32) {
 		const uint32_t *p = (const uint32_t *)data + i;
 		for (int64_t k = 0; k < n; k++)
 			out[k] = p[k] & 0x7fffffffu;
@@ -134,7 +152,9 @@ static void column_order_blocks(const void *data, enum dli_dtype dtype, int64_t 
 	range_init(&r);
 	for (int64_t c = 0; c < cols; c++)
 		for (int64_t i = 0; i < rows; i++) {
-			range_add(&r, float_bits(load(data, dtype, i * cols + c)) & 0x7fffffffu);
+			uint32_t u;
+			abs_bits(data, dtype, i * cols + c, 1, &u);
+			range_add(&r, u);
 			if (!--left) {
 				fold(f, &r);
 				range_init(&r);
@@ -225,9 +245,11 @@ static void chunk(void *arg, int64_t k, int worker)
 int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			int64_t block_size, int dims, bool columnwise, double *out)
 {
-	if ((dtype != DLI_DTYPE_F32 && dtype != DLI_DTYPE_F16 && dtype != DLI_DTYPE_BF16) ||
+	if ((dtype != DLI_DTYPE_F32 && dtype != DLI_DTYPE_F16 && dtype != DLI_DTYPE_BF16 &&
+	     dtype != DLI_DTYPE_F8E4M3 && dtype != DLI_DTYPE_F8E5M2) ||
 	    rows < 0 || cols < 0 || block_size < 1 || (dims != 1 && dims != 2) || !out)
 		return -EINVAL;
+	pthread_once(&fp8_once, fp8_tables);
 	if (!rows || !cols)
 		return -ENODATA;
 	if (!data)

@@ -315,6 +315,14 @@ static void test_block_range(void)
 	t = tensor(b, DLI_DTYPE_BF16, 4);
 	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), 0);
 	CHECK(d == 7.0);
+	/* FP8 codes read as their values: E4M3 0x01 is 2^-9, 0x7e is 448 (0x80, -0, is a zero). */
+	uint8_t q8[3] = {0x01, 0x7e, 0x80};
+	t = tensor(q8, DLI_DTYPE_F8E4M3, 3);
+	CHECK_INT(dli_tensor_block_range(&t, 3, 1, false, &d), 0);
+	CHECK(fabs(d - (log2(448.0) + 9)) < 1e-12);
+	t.dtype = DLI_DTYPE_F8E5M2; /* 0x01 is 2^-16, 0x7e NaN */
+	CHECK_INT(dli_tensor_block_range(&t, 3, 1, false, &d), 0);
+	CHECK(isnan(d));
 	uint16_t h[2] = {0x0001 /* 2^-24 */, 0x7bff /* 65504 */};
 	t = tensor(h, DLI_DTYPE_F16, 2);
 	CHECK_INT(dli_tensor_block_range(&t, 2, 1, false, &d), 0);
@@ -331,7 +339,7 @@ static void test_block_range(void)
 	CHECK_INT(dli_tensor_block_range(&t, -3, 1, false, &d), -EINVAL);
 	CHECK_INT(dli_tensor_block_range(&t, 4, 3, false, &d), -EINVAL);
 	CHECK_INT(dli_tensor_block_range(&t, 4, 0, false, &d), -EINVAL);
-	t.dtype = DLI_DTYPE_F8E4M3;
+	t.dtype = DLI_DTYPE_F64;
 	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -EINVAL);
 	t.dtype = DLI_DTYPE_F32;
 	t.contiguous = false;

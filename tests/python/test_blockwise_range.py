@@ -4,8 +4,9 @@ a reference written here with numpy after TransformerEngine's definition: the te
 2-D, blocks made by reshapes (and a transpose for the column-wise orientation that the activation
 and the weight add), log2(amax) - log2(min nonzero) per block, the largest over the blocks. For
 shapes TransformerEngine refuses (blocks that do not divide the tensor), the reference pads with
-zeros, which changes no block's amax or nonzero minimum: dlinspect's partial blocks. f32, f16 and
-bf16 (ml_dtypes), strided views, NaN and infinities, microbatches, and the weight counted once."""
+zeros, which changes no block's amax or nonzero minimum: dlinspect's partial blocks. f32, f16,
+bf16 and FP8 codes (ml_dtypes), strided views, NaN and infinities, microbatches, the weight counted
+once, and a refused first weight call that leaves the step's weight to the next one."""
 import math
 import os
 import re
@@ -136,7 +137,8 @@ def run():
         shapes = [(1,), (7,), (3, 5), (8, 12), (31, 33), (64, 96), (2, 3, 40), (129, 127),
                   (256, 4), (5, 1)]
         kinds = ["plain", "plain", "sparse", "zeros", "nan", "inf", "allinf"]
-        dtypes = [np.float32, np.float16, ml_dtypes.bfloat16]
+        dtypes = [np.float32, np.float16, ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn,
+                  ml_dtypes.float8_e5m2]
         k = 0
         for it in range(1, 6):
             for shape in shapes:
@@ -146,6 +148,8 @@ def run():
                 dtype = dtypes[k % len(dtypes)]
                 # Two microbatches; the weight's second is the same tensor, so not added again.
                 xs = [values(rng, shape, kind if j == 0 else "plain") for j in range(2)]
+                if dtype in (ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2):
+                    xs = [np.clip(x, -400, 400) for x in xs]  # E4M3 has no infinity
                 with np.errstate(over="ignore"):  # f16 overflows to infinities: more to compare
                     xs = [x.astype(dtype) for x in xs]
                 if k % 4 == 0 and len(shape) >= 2:  # a column block of a wider tensor
@@ -164,6 +168,19 @@ def run():
                         if math.isnan(want) or math.isinf(want):
                             checked_specials.add("nan" if math.isnan(want) else "inf")
             dlinspect.step()
+        # A weight call the statistics refuse (f64) feeds nothing, so the step's next weight call
+        # is the one counted.
+        good = np.array([[1, 4], [2, 64]], np.float32)
+        try:
+            dlinspect.inspect_tensor("retry", "weight", good.astype(np.float64))
+        except dlinspect.Error as e:
+            assert "f64" in str(e) or "dtype" in str(e), str(e)
+        else:
+            raise AssertionError("an f64 weight was accepted")
+        dlinspect.inspect_tensor("retry", "weight", good)
+        expected[(name("retry", "weight", 4, 1), 6)] = 6.0
+        expected[(name("retry", "weight", 4, 2), 6)] = 6.0
+        dlinspect.step()
         # An empty tensor has no blocks: nothing is logged for it.
         dlinspect.inspect_tensor("empty", "activation", np.zeros((0, 32), np.float32))
         dlinspect.step()
