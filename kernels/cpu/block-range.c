@@ -141,28 +141,77 @@ static void flat_blocks(const void *data, enum dli_dtype dtype, int64_t n, int64
 		fold(f, &r);
 }
 
-/* Blocks of the flattened transpose (column after column), read down each column: for shapes
- * whose columns do not split into whole blocks, so that a block runs on into the next column. */
-static void column_order_blocks(const void *data, enum dli_dtype dtype, int64_t rows,
-				int64_t cols, int64_t bs, struct fold *f)
+static void range_merge(struct range *into, const struct range *from)
 {
-	struct range r;
-	int64_t left = bs;
+	into->max = from->max > into->max ? from->max : into->max;
+	into->min1 = from->min1 < into->min1 ? from->min1 : into->min1;
+}
 
-	range_init(&r);
-	for (int64_t c = 0; c < cols; c++)
-		for (int64_t i = 0; i < rows; i++) {
-			uint32_t u;
-			abs_bits(data, dtype, i * cols + c, 1, &u);
-			range_add(&r, u);
-			if (!--left) {
-				fold(f, &r);
-				range_init(&r);
-				left = bs;
-			}
+/* Blocks of the flattened transpose (column after column) when the rows do not split into whole
+ * blocks, so that a block runs from the end of one column into the next. Read row after row with
+ * a panel of columns open, each counting down to its next block boundary: blocks inside a column
+ * are folded as they close; a column's head (before its first boundary) and tail (after its
+ * last) are joined to the neighbouring columns' in column order once the panel is read. `cur`
+ * is the block still open after the columns before this panel. */
+static int column_blocks(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			 int64_t bs, struct fold *f)
+{
+	enum { P = 1024 };
+	struct col {
+		struct range open, head;
+		int64_t left; /* elements until the open piece ends at a boundary */
+		int64_t first; /* elements before the column's first boundary (0: none) */
+	} *col = malloc(P * sizeof *col);
+	uint32_t buf[CHUNK];
+	struct range cur;
+	int64_t step = rows % bs, phase = 0; /* (c * rows) % bs, column c's start in its block */
+
+	if (!col)
+		return -ENOMEM;
+	range_init(&cur);
+	for (int64_t c0 = 0; c0 < cols; c0 += P) {
+		int64_t pc = cols - c0 < P ? cols - c0 : P;
+		for (int64_t j = 0; j < pc; j++) {
+			range_init(&col[j].open);
+			range_init(&col[j].head);
+			col[j].first = phase ? bs - phase : 0;
+			col[j].left = phase ? bs - phase : bs;
+			phase = bs - phase <= step ? step - (bs - phase) : phase + step;
 		}
-	if (left != bs)
-		fold(f, &r);
+		for (int64_t i = 0; i < rows; i++)
+			for (int64_t k0 = 0; k0 < pc; k0 += CHUNK) {
+				int64_t m = pc - k0 < CHUNK ? pc - k0 : CHUNK;
+				abs_bits(data, dtype, i * cols + c0 + k0, m, buf);
+				for (int64_t k = 0; k < m; k++) {
+					struct col *q = &col[k0 + k];
+					range_add(&q->open, buf[k]);
+					if (--q->left)
+						continue;
+					if (q->first && q->first == i + 1)
+						q->head = q->open; /* the piece a block began before */
+					else
+						fold(f, &q->open);
+					range_init(&q->open);
+					q->left = bs;
+				}
+			}
+		/* In column order: a head ends the block open before it; a column with no boundary
+		 * at all (a block longer than a column) carries it on; the tail opens the next. */
+		for (int64_t j = 0; j < pc; j++) {
+			if (col[j].first > rows) {
+				range_merge(&cur, &col[j].open);
+				continue;
+			}
+			if (col[j].first) {
+				range_merge(&cur, &col[j].head);
+				fold(f, &cur);
+			}
+			cur = col[j].open;
+		}
+	}
+	fold(f, &cur); /* the last block, partial; an empty one holds nothing and adds nothing */
+	free(col);
+	return 0;
 }
 
 /* Tiles of h rows by w columns from the top left corner, partial at the bottom and right edges,
@@ -271,8 +320,12 @@ int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, in
 	for (int t = 0; t < threads; t++)
 		j->f[t] = (struct fold){.ratio = 1.0, .nan = false};
 	if (dims == 1 && columnwise && rows % block_size) {
-		/* Blocks that run from one column into the next: read in column order, one thread. */
-		column_order_blocks(data, dtype, rows, cols, block_size, &j->f[0]);
+		/* Blocks that run from one column into the next: one thread. */
+		int r = column_blocks(data, dtype, rows, cols, block_size, &j->f[0]);
+		if (r) {
+			free(j);
+			return r;
+		}
 	} else {
 		j->flat = dims == 1 && !columnwise;
 		j->h = block_size;
