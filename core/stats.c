@@ -448,8 +448,10 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 				      : fp8->scale;
 		/* The pass's sum of finite x^2 spares the comparison one term (kernels-private.h). */
 		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
-		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale,
-						   finite_sq, NULL, &cmp)
+		struct dli_cpu_options scalar;
+		r = c ? dli_cpu_fp8_compare_sum_sq(
+			    c->data, t->dtype, n, fp8->format, scale, finite_sq,
+			    dli_fp8_compare_opts(rec.min_nonzero_abs, scale, NULL, &scalar), &cmp)
 		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);

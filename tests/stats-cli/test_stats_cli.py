@@ -78,9 +78,10 @@ ENV["ASAN_OPTIONS"] = (ENV.get("ASAN_OPTIONS", "") + ":exitcode=66").lstrip(":")
 ENV["UBSAN_OPTIONS"] = (ENV.get("UBSAN_OPTIONS", "") + ":exitcode=67").lstrip(":")
 
 
-def run(*args):
+def run(*args, env_simd=""):
+    env = dict(ENV, DLINSPECT_SIMD=env_simd) if env_simd else ENV
     r = subprocess.run([TOOL, "stats"] + [str(a) for a in args], capture_output=True,
-                       text=True, errors="replace", env=ENV, timeout=120)
+                       text=True, errors="replace", env=env, timeout=120)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -106,8 +107,8 @@ def strict_json(line):
     return obj
 
 
-def stats_json(path, *opts):
-    rc, out, err = run(path, "--json", *opts)
+def stats_json(path, *opts, env_simd=""):
+    rc, out, err = run(path, "--json", *opts, env_simd=env_simd)
     sane(rc, err, "stats %s %s" % (path, opts))
     lines = []
     for line in out.splitlines():
@@ -354,6 +355,22 @@ def run_all(tmp):
                 if check(rc == 0 and len(lines) == 1, "npy %s --fp8 %s: %s" % (name, fmt, err)):
                     compare(lines[0], name, x, fp8=fmt, margin=margin,
                             what="npy %s --fp8 %s --margin %s" % (name, fmt, margin))
+    # An outlier 2^100 above the rest: the scaled small values (below 2^-63) underflow FP8, and
+    # the SIMD lanes' float squares lost their error (mse 0 and sqnr_db inf, a perfect cast,
+    # where the scalar path in double had the error): such a tensor is compared in double on
+    # every path, so each gives the scalar path's numbers.
+    outlier = np.tile(np.array([1e30, 1, -2, 0.5], np.float32), 2500)
+    np.save(P("outlier.npy"), outlier)
+    got = {}
+    for simd in ("", "scalar"):
+        rc, lines, err = stats_json(P("outlier.npy"), "--fp8", "e4m3", env_simd=simd)
+        if check(rc == 0 and len(lines) == 1, "outlier --fp8 e4m3 (%s): %s" % (simd, err)):
+            st = lines[0]["stats"]
+            got[simd] = (st["mse"], st["sqnr_db"], st["underflows%"])
+            check(st["mse"] > 0 and st["sqnr_db"] is not None and st["underflows%"] == 75,
+                  "outlier (SIMD %s): %r" % (simd or "default", st))
+    check(len(got) == 2 and got[""] == got["scalar"],
+          "outlier: the default SIMD path and the scalar one differ: %r" % got)
     rc, lines, err = stats_json(P("normal.npy"), "--fp8", "e4m3", "--margin", "-1")
     check(rc == 0 and lines and lines[0]["stats"]["overflows%"] > 0,
           "margin -1 makes no overflows: %r" % (lines and lines[0]["stats"]))
