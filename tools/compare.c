@@ -223,7 +223,8 @@ static bool agree(double a, double b, const struct options *o)
 }
 
 /* |a-b| and |a-b| / max(|a|, |b|); 0 where they are the same value (nan and nan, -0 and 0), inf
- * where only one is nan or an infinity. */
+ * where only one is nan or an infinity. Where |a-b| itself passes the double range (1.7e308
+ * and -1.7e308) the quotient is taken of the scaled values, and stays finite (at most 2). */
 static void difference(double a, double b, double *abs_d, double *rel_d)
 {
 	if ((isnan(a) && isnan(b)) || a == b) {
@@ -231,8 +232,9 @@ static void difference(double a, double b, double *abs_d, double *rel_d)
 	} else if (!isfinite(a) || !isfinite(b)) {
 		*abs_d = *rel_d = INFINITY;
 	} else {
+		double m = fmax(fabs(a), fabs(b));
 		*abs_d = fabs(a - b);
-		*rel_d = *abs_d / fmax(fabs(a), fabs(b));
+		*rel_d = isinf(*abs_d) ? fabs(a / m - b / m) : *abs_d / m;
 	}
 }
 

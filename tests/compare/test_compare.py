@@ -105,8 +105,9 @@ def diffs(a, b):
         return 0.0, 0.0
     if not (math.isfinite(a) and math.isfinite(b)):
         return math.inf, math.inf
-    d = abs(a - b)
-    return d, d / max(abs(a), abs(b))
+    d, m = abs(a - b), max(abs(a), abs(b))
+    # A difference past the double range (1e308 against -1e308): relative to the scaled values.
+    return d, abs(a / m - b / m) if math.isinf(d) else d / m
 
 
 def reference(pa, pb, rtol=1e-5, atol=1e-8, strict=False, tags=None):
