@@ -998,7 +998,14 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 			goto out;
 		}
 		uint64_t begin = ranges[k].begin, end = ranges[k].end;
-		if (begin > end || end > data_size) {
+		if (begin > end) {
+			r = dli_error_set(err, -EINVAL, NULL,
+					  "tensor '%s': data_offsets [%llu, %llu] are reversed (begin "
+					  "after end)",
+					  t->name, (unsigned long long)begin, (unsigned long long)end);
+			goto out;
+		}
+		if (end > data_size) {
 			r = dli_error_set(err, -EINVAL, NULL,
 					  "tensor '%s': data_offsets [%llu, %llu] are outside the "
 					  "%llu-byte data section",
@@ -1026,6 +1033,22 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 			t->wide = d->wide;
 	}
 	if (tf->n_tensors) {
+		/* Names first: a name given twice is that, whatever its offsets. */
+		sorted = malloc(tf->n_tensors * sizeof *sorted);
+		if (!sorted) {
+			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+			goto out;
+		}
+		for (size_t k = 0; k < tf->n_tensors; k++)
+			sorted[k] = &tf->tensors[k];
+		qsort(sorted, tf->n_tensors, sizeof *sorted, name_cmp);
+		for (size_t k = 1; k < tf->n_tensors; k++) {
+			if (!strcmp(sorted[k - 1]->name, sorted[k]->name)) {
+				r = dli_error_set(err, -EINVAL, NULL, "tensor name '%s' appears twice",
+						  sorted[k]->name);
+				goto out;
+			}
+		}
 		qsort(ranges, tf->n_tensors, sizeof *ranges, range_cmp);
 		uint64_t prev_end = 0;
 		size_t prev = 0;
@@ -1063,21 +1086,6 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 					  (unsigned long long)(data_size - prev_end),
 					  (unsigned long long)prev_end, (unsigned long long)data_size);
 			goto out;
-		}
-		sorted = malloc(tf->n_tensors * sizeof *sorted);
-		if (!sorted) {
-			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
-			goto out;
-		}
-		for (size_t k = 0; k < tf->n_tensors; k++)
-			sorted[k] = &tf->tensors[k];
-		qsort(sorted, tf->n_tensors, sizeof *sorted, name_cmp);
-		for (size_t k = 1; k < tf->n_tensors; k++) {
-			if (!strcmp(sorted[k - 1]->name, sorted[k]->name)) {
-				r = dli_error_set(err, -EINVAL, NULL, "tensor name '%s' appears twice",
-						  sorted[k]->name);
-				goto out;
-			}
 		}
 	}
 out:

@@ -601,7 +601,7 @@ def run_all(tmp):
     st_case("outside", {"w": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}, good_f4,
             ["data_offsets [0, 32] are outside the 24-byte data section"])
     st_case("backwards", {"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}}, good_f4,
-            ["outside"])
+            ["data_offsets [8, 4] are reversed (begin after end)"])
     st_case("lying", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}, good_f4,
             ["hold 12 bytes, but F32 [4] needs 16"])
     st_case("overlap", {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
@@ -630,6 +630,9 @@ def run_all(tmp):
             + b"[" * 100 + b"]" * 100 + b"}}", good_f4, ["nested deeper than 64 levels"])
     st_case("dupname", b'{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, '
             b'"w": {"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}}', good_f4,
+            ["tensor name 'w' appears twice"])
+    st_case("dupsame", b'{"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}, '
+            b'"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}', good_f4,
             ["tensor name 'w' appears twice"])
     st_case("dupfield", b'{"w": {"dtype": "F32", "dtype": "F16", "shape": [6], '
             b'"data_offsets": [0, 24]}}', good_f4, ["duplicate key 'dtype'"])
