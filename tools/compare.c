@@ -947,7 +947,7 @@ static int parse_number(const char *opt, const char *v, double *out)
 	errno = 0;
 	*out = strtod(v, &end);
 	if (!*v || *end || errno || !isfinite(*out) || *out < 0) {
-		report("%s '%s': expected a number >= 0", opt, v);
+		report("%s '%s': expected a finite number >= 0", opt, v);
 		return 2;
 	}
 	return 0;
@@ -1001,7 +1001,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			errno = 0;
 			o->rank = strtol(v, &end, 10);
 			if (!*v || *end || errno || o->rank < 0 || o->rank > 999999999) {
-				report("--rank '%s': expected an integer >= 0", v);
+				report("--rank '%s': expected an integer from 0 to 999999999", v);
 				return 2;
 			}
 		} else if (!strcmp(a, "--plot") && has_value) {
