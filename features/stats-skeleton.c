@@ -80,11 +80,6 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 			 "feature", name);
 		return -ENOENT;
 	}
-	if (recipes[i].slot >= DLI_SF_MAX_SLOTS) {
-		snprintf(err->message, sizeof(err->message), "stats: '%s': slot %u of %d", name,
-			 recipes[i].slot, DLI_SF_MAX_SLOTS);
-		return -EINVAL;
-	}
 	/* The host computes and names the statistics: one older than these headers may lack it. */
 	const char *hs = sf->host->stat_name(stat);
 	if (!hs || strcmp(hs, stat_names[stat])) {
