@@ -143,6 +143,35 @@ struct block {
 	bool in_eval; /* a modifying feature's `in_eval`: act during evaluation passes too */
 };
 
+/* After a base-namespace feature refused `v` for its key `key`: when TransformerEngine's feature
+ * of the same name takes it (its LogTensorStats' cur_amax or max_blockwise_dynamic_range), the
+ * error says where the block belongs. */
+static void hint_transformer_engine(struct resolver *rs, const struct dli_feature_desc *d,
+				    const char *key, const struct dli_node *v)
+{
+	const struct dli_feature_entry *te =
+	    dli_registry_feature_in(rs->reg, "transformer_engine", d->name);
+	int j = te ? dli_cfg_schema_find(te->desc->params, te->desc->n_params, key) : -1;
+	if (j < 0 || !rs->err)
+		return;
+	struct dli_error *keep = rs->err, scratch;
+	struct dli_value val = {0};
+	int own = dli_cfg_schema_find(d->params, d->n_params, key);
+	rs->err = &scratch;
+	/* Only a value this feature refuses and TransformerEngine's takes (not, say, a key given
+	 * twice). */
+	bool refused = own < 0 || dli_cfg_parse_value(rs, &d->params[own], v, &val) != 0;
+	rs->base_ns = false;
+	bool takes = refused && dli_cfg_parse_value(rs, &te->desc->params[j], v, &val) == 0;
+	rs->base_ns = true;
+	rs->err = keep;
+	size_t len = strlen(keep->message);
+	if (takes && len < sizeof keep->message)
+		snprintf(keep->message + len, sizeof keep->message - len,
+			 " (TransformerEngine's %s takes it: put the block under "
+			 "'transformer_engine:')", d->name);
+}
+
 /* One key of a feature block or struct entry. `entry_key` is "gemm" or "tensor" inside struct
  * entries (NULL in the block itself). */
 static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, struct block *b,
@@ -241,6 +270,8 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			dli_cfg_path_pop(rs, mark);
 			r = dli_cfg_set_param(rs, d->params, idx, key, v, b->params, b->set_here);
 			b->set_here[idx] = true;
+			if (r == -EINVAL && rs->base_ns)
+				hint_transformer_engine(rs, d, d->params[idx].key, v);
 			return r;
 		}
 		/* Unknown: suggest among every key this feature takes here. */
@@ -457,9 +488,44 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 	return 0;
 }
 
+/* Whether block `v` says `enabled: false` (a value that is not a bool is the block's error). */
+static bool block_disabled(struct resolver *rs, const struct dli_node *v)
+{
+	bool on = true;
+	struct dli_error *keep = rs->err;
+	struct dli_error scratch;
+	rs->err = &scratch; /* the block's own reading says what is wrong with its `enabled` */
+	for (size_t i = 0; v->kind == DLI_NODE_MAP && i < v->n; i++)
+		if (!strcmp(v->keys[i]->text, "enabled") && dli_cfg_want_bool(rs, v->items[i], &on))
+			on = true;
+	rs->err = keep;
+	return !on;
+}
+
+static int read_block(struct resolver *rs, struct dli_section *s,
+		      const struct dli_feature_entry *fe, const struct dli_node *key,
+		      const struct dli_node *v);
+
 int dli_cfg_read_feature(struct resolver *rs, struct dli_section *s,
 			 const struct dli_feature_entry *fe, const struct dli_node *key,
 			 const struct dli_node *v)
+{
+	size_t mark = strlen(rs->path);
+	bool off = s->enabled && block_disabled(rs, v);
+	int r = read_block(rs, s, fe, key, v);
+	/* A disabled block is still checked, so that a typo in it shows before someone enables it,
+	 * but as a warning: the peers do not read a disabled block at all. */
+	if (r == -EINVAL && off) {
+		dli_cfg_path_pop(rs, mark);
+		rs->base_ns = false;
+		return dli_cfg_demote(rs, "the feature block is disabled");
+	}
+	return r;
+}
+
+static int read_block(struct resolver *rs, struct dli_section *s,
+		      const struct dli_feature_entry *fe, const struct dli_node *key,
+		      const struct dli_node *v)
 {
 	const struct dli_feature_desc *d = fe->desc;
 	size_t mark = dli_cfg_path_push(rs, key->text);
@@ -480,7 +546,6 @@ int dli_cfg_read_feature(struct resolver *rs, struct dli_section *s,
 	}
 	if (!b.has_enabled)
 		return dli_cfg_fail(rs, key, "missing 'enabled' (true or false)");
-	/* A disabled block is still checked, so a typo in it is caught before someone enables it. */
 	int r = finish_block(rs, s, fe, &b, key, s->enabled && b.enabled);
 	dli_cfg_path_pop(rs, mark);
 	rs->base_ns = false;

@@ -47,6 +47,9 @@ int dli_cfg_want_list(struct resolver *rs, const struct dli_node *n, const char 
 int dli_cfg_want_scalar(struct resolver *rs, const struct dli_node *n, const char *what);
 int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* After a mistake (-EINVAL, said in rs->err) inside what is disabled: it becomes a warning that
+ * says `why` it is not an error, and rs->err is cleared. 0 or -ENOMEM. */
+int dli_cfg_demote(struct resolver *rs, const char *why);
 
 /* Parses a standalone parameter map (e.g. a logger's) against a schema. `node` may be NULL (all
  * defaults). `owner` names the feature or logger in messages. Values are owned by the config. */

@@ -1,6 +1,7 @@
 /* Config values: messages that name the key path, scalars (YAML 1.1 booleans and integers, lists,
  * choices) and the typed parameter values checked against a module's schema. */
 #include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
@@ -43,14 +44,9 @@ int dli_cfg_fail(struct resolver *rs, const struct dli_node *at, const char *fmt
 	return dli_error_set(rs->err, -EINVAL, &at->where, "%s", text);
 }
 
-int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+/* Appends `text` (config memory, or NULL when that ran out) to the config's warnings, quiet. */
+static int add_warning(struct dli_config *cfg, char *text)
 {
-	struct dli_config *cfg = rs->cfg;
-	char text[768];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
 	char **w = realloc(cfg->warnings, (cfg->n_warnings + 1) * sizeof *w);
 	if (!w)
 		return -ENOMEM;
@@ -60,13 +56,42 @@ int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt
 		return -ENOMEM;
 	cfg->warnings_loud = loud;
 	loud[cfg->n_warnings] = false;
-	w[cfg->n_warnings] =
-	    dli_cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file, at->where.line,
-			   at->where.column, rs->path, rs->path[0] ? ": " : "", text);
-	if (!w[cfg->n_warnings])
+	if (!(w[cfg->n_warnings] = text))
 		return -ENOMEM;
 	cfg->n_warnings++;
 	return 0;
+}
+
+int dli_cfg_warn(struct resolver *rs, const struct dli_node *at, const char *fmt, ...)
+{
+	struct dli_config *cfg = rs->cfg;
+	char text[768];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	return add_warning(cfg, dli_cfg_printf(cfg, "%s:%d:%d: warning: %s%s%s", at->where.file,
+					       at->where.line, at->where.column, rs->path,
+					       rs->path[0] ? ": " : "", text));
+}
+
+int dli_cfg_demote(struct resolver *rs, const char *why)
+{
+	struct dli_error *e = rs->err;
+	char prefix[640];
+	size_t lp = 0;
+	if (e && e->file[0]) {
+		snprintf(prefix, sizeof prefix, "%s:%d:%d: ", e->file, e->line, e->column);
+		lp = strlen(prefix);
+		if (strncmp(e->message, prefix, lp))
+			lp = 0;
+	}
+	int r = add_warning(rs->cfg, dli_cfg_printf(rs->cfg, "%.*swarning: %s (not an error while %s)",
+						    (int)lp, e ? e->message : "",
+						    e ? e->message + lp : "a mistake", why));
+	if (e)
+		memset(e, 0, sizeof *e);
+	return r;
 }
 
 const char *dli_cfg_kind_name(const struct dli_node *n)
@@ -91,17 +116,38 @@ static const char *quoted_note(const struct dli_node *n)
 	return n->plain ? "" : " (quoted or tagged !!str, so a string: write it plain)";
 }
 
+/* Whether t is `word` as YAML 1.1 spells a boolean: all lower case, capitalized, or all upper case
+ * (PyYAML reads `falsE` as a string). */
+static bool bool_spelling(const char *t, const char *word)
+{
+	size_t n = strlen(word);
+	if (strlen(t) != n || strcasecmp(t, word))
+		return false;
+	bool lower = true, upper = true;
+	for (size_t i = 1; i < n; i++) {
+		lower = lower && t[i] == word[i];
+		upper = upper && t[i] == word[i] - 'a' + 'A';
+	}
+	return lower || (upper && t[0] == word[0] - 'a' + 'A');
+}
+
 int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 {
 	static const char *const yes[] = {"true", "yes", "on"}, *const no[] = {"false", "no", "off"};
+	bool mixed = false;
 	if (n->kind == DLI_NODE_SCALAR && n->plain) {
 		for (size_t i = 0; i < 3; i++) {
-			if (!strcasecmp(n->text, yes[i]) || !strcasecmp(n->text, no[i])) {
-				*out = !strcasecmp(n->text, yes[i]);
+			if (bool_spelling(n->text, yes[i]) || bool_spelling(n->text, no[i])) {
+				*out = bool_spelling(n->text, yes[i]);
 				return 0;
 			}
+			mixed = mixed || !strcasecmp(n->text, yes[i]) || !strcasecmp(n->text, no[i]);
 		}
 	}
+	if (mixed)
+		return dli_cfg_fail(rs, n, "expected true or false, got '%s' (in mixed letter case "
+				    "YAML reads it as a string: write it lower case, capitalized or "
+				    "upper case)", n->text);
 	if (n->kind == DLI_NODE_SCALAR && !dli_cfg_is_null(n))
 		return dli_cfg_fail(rs, n, "expected true or false, got '%s'%s", n->text,
 				    quoted_note(n));
@@ -197,6 +243,11 @@ static int want_float(struct resolver *rs, const struct dli_node *n, double *out
 int dli_cfg_listed_twice(struct resolver *rs, const struct dli_node *at, const char *text,
 			 const struct dli_node *first)
 {
+	const char *brace = strchr(text, '{'); /* a choice with its parameters (list_choice) */
+	if (brace)
+		return dli_cfg_fail(rs, at, "'%.*s' with the same parameters is listed twice (first "
+				    "at line %d, column %d)", (int)(brace - text), text,
+				    first->where.line, first->where.column);
 	return dli_cfg_fail(rs, at, "'%s' is listed twice (first at line %d, column %d)", text,
 			    first->where.line, first->where.column);
 }
@@ -252,26 +303,41 @@ int dli_cfg_listed_once(struct resolver *rs, const struct dli_node *const *items
 	return r;
 }
 
+/* A choice that takes parameters is spelled `name{key,key}` (plugin.h, `choices`): its name's
+ * length. */
+static size_t choice_name_len(const char *choice)
+{
+	return strcspn(choice, "{");
+}
+
 int dli_cfg_want_choice(struct resolver *rs, const struct dli_node *n, const char *const *choices,
 			size_t n_choices, const char *what)
 {
+	size_t given = strlen(n->text);
 	for (size_t i = 0; i < n_choices; i++)
-		if (!strcmp(n->text, choices[i]))
+		if (choice_name_len(choices[i]) == given && !strncmp(n->text, choices[i], given))
 			return (int)i;
 	for (size_t i = 0; rs->base_ns && i < n_choices; i++)
-		if (!strcasecmp(n->text, choices[i]))
+		if (choice_name_len(choices[i]) == given && !strncasecmp(n->text, choices[i], given))
 			return (int)i;
 	/* A long list (LogFp8TensorStats' recipe-prefixed names) is not cut silently: the names that
 	 * fit, then how many there are and where to read them all. */
 	char hint[128], list[512] = "";
-	dli_suggest_text(hint, sizeof hint, n->text, choices, n_choices);
+	/* Names as configs write them: a choice's parameters left out. */
+	const char **copy = dli_cfg_calloc(rs->cfg, n_choices + 1, sizeof *copy);
+	for (size_t i = 0; copy && i < n_choices; i++)
+		if (!(copy[i] = dli_cfg_printf(rs->cfg, "%.*s", (int)choice_name_len(choices[i]),
+					       choices[i])))
+			copy = NULL;
+	const char *const *names = copy ? copy : choices; /* out of memory: as spelled */
+	dli_suggest_text(hint, sizeof hint, n->text, names, n_choices);
 	size_t off = 0, shown = 0;
 	for (; shown < n_choices; shown++) {
-		size_t len = strlen(choices[shown]) + (shown ? 2 : 0);
+		size_t len = strlen(names[shown]) + (shown ? 2 : 0);
 		if (off + len > 360)
 			break;
 		off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", shown ? ", " : "",
-					choices[shown]);
+					names[shown]);
 	}
 	if (shown < n_choices)
 		snprintf(list + off, sizeof list - off,
@@ -289,6 +355,126 @@ static size_t count_choices(const char *const *choices)
 }
 
 /* ---- Parameter values ---- */
+
+static bool takes_params(const char *const *choices, size_t n_choices)
+{
+	for (size_t i = 0; i < n_choices; i++)
+		if (choices[i][choice_name_len(choices[i])])
+			return true;
+	return false;
+}
+
+/* A list parameter's items: dli_cfg_want_list's scalars, and one-key mappings too where a choice
+ * takes parameters (`- max_blockwise_dynamic_range: {block_size: 4}`). */
+static int want_items(struct resolver *rs, const struct dli_node *n, const char *const *choices,
+		      size_t n_choices, const struct dli_node *const **items, size_t *count)
+{
+	if (!takes_params(choices, n_choices) || n->kind != DLI_NODE_SEQ)
+		return dli_cfg_want_list(rs, n, "strings", items, count);
+	if (n->n == 0)
+		return dli_cfg_fail(rs, n, "expected a list of strings, got an empty list");
+	for (size_t i = 0; i < n->n; i++)
+		if (n->items[i]->kind != DLI_NODE_MAP &&
+		    dli_cfg_want_scalar(rs, n->items[i], "strings or {name: {parameters}}"))
+			return -EINVAL;
+	*items = (const struct dli_node *const *)n->items;
+	*count = n->n;
+	return 0;
+}
+
+/* The value of a parameterized choice's key `key` (length len) in `params` (a mapping or NULL). */
+static const struct dli_node *param_of(const struct dli_node *params, const char *key, size_t len)
+{
+	for (size_t j = 0; params && j < params->n; j++)
+		if (strlen(params->keys[j]->text) == len && !strncmp(params->keys[j]->text, key, len))
+			return params->items[j];
+	return NULL;
+}
+
+/* One item of a list of choices, in the schema's spelling; for a choice that takes parameters,
+ * `name{key=value,...}` with the keys given, in the choice's order (`name{}` for the name alone).
+ * NULL after saying what is wrong. */
+static const char *list_choice(struct resolver *rs, const struct dli_node *item,
+			       const struct dli_param_desc *d)
+{
+	const struct dli_node *name = item, *params = NULL;
+	size_t nc = count_choices(d->choices);
+
+	if (item->kind == DLI_NODE_MAP) {
+		if (item->n != 1) {
+			dli_cfg_fail(rs, item, "expected one name with its parameters "
+				     "({name: {key: value}}), got a mapping of %zu keys", item->n);
+			return NULL;
+		}
+		name = item->keys[0];
+		params = item->items[0];
+	}
+	int ci = dli_cfg_want_choice(rs, name, d->choices, nc, d->key);
+	if (ci < 0)
+		return NULL;
+	const char *choice = d->choices[ci], *keys = choice + choice_name_len(choice);
+	int nlen = (int)choice_name_len(choice);
+	if (!*keys) {
+		if (params) {
+			dli_cfg_fail(rs, params, "'%s' takes no parameters", choice);
+			return NULL;
+		}
+		return choice;
+	}
+	if (params && dli_cfg_is_null(params))
+		params = NULL;
+	if (params && params->kind != DLI_NODE_MAP) {
+		dli_cfg_fail(rs, params, "'%.*s' takes a mapping of parameters, e.g. {%.*s: ...}, "
+			     "got %s", nlen, choice, (int)strcspn(keys + 1, ",}"), keys + 1,
+			     dli_cfg_kind_name(params));
+		return NULL;
+	}
+	for (size_t j = 0; params && j < params->n; j++) {
+		const char *k = params->keys[j]->text, *at = keys + 1;
+		size_t klen = strlen(k);
+		bool known = false;
+		while (*at && !known) {
+			size_t l = strcspn(at, ",}");
+			known = l == klen && !strncmp(at, k, l);
+			at += l + (at[l] ? 1 : 0);
+		}
+		if (!known) {
+			char list[256];
+			size_t o = 0;
+			for (const char *p = keys + 1; *p && *p != '}' && o + 3 < sizeof list; p++)
+				o += (size_t)snprintf(list + o, sizeof list - o, *p == ',' ? ", " : "%c",
+						      *p);
+			dli_cfg_fail(rs, params->keys[j],
+				     "unknown parameter '%s' of '%.*s'; expected one of: %s", k, nlen,
+				     choice, list);
+			return NULL;
+		}
+	}
+	char *text = dli_cfg_printf(rs->cfg, "%.*s{", nlen, choice);
+	const char *sep = "";
+	for (const char *at = keys + 1; text && *at;) {
+		size_t l = strcspn(at, ",}");
+		const struct dli_node *v = param_of(params, at, l);
+		int64_t value;
+		if (v) {
+			char key[160];
+			snprintf(key, sizeof key, "%.*s.%.*s", nlen, choice, (int)l, at);
+			size_t mark = dli_cfg_path_push(rs, key);
+			if (dli_cfg_want_int(rs, v, &value))
+				return NULL;
+			if (value < 1) {
+				dli_cfg_fail(rs, v, "expected a positive integer, got %" PRId64, value);
+				return NULL;
+			}
+			dli_cfg_path_pop(rs, mark);
+			text = dli_cfg_printf(rs->cfg, "%s%s%.*s=%" PRId64, text, sep, (int)l, at, value);
+			sep = ",";
+		}
+		at += l + (at[l] ? 1 : 0);
+	}
+	return text ? dli_cfg_printf(rs->cfg, "%s}", text) : NULL;
+}
+
 
 int dli_cfg_parse_value(struct resolver *rs, const struct dli_param_desc *d,
 			const struct dli_node *n, struct dli_value *v)
@@ -323,18 +509,15 @@ int dli_cfg_parse_value(struct resolver *rs, const struct dli_param_desc *d,
 	case DLI_PARAM_STRING_LIST: {
 		const struct dli_node *const *items;
 		size_t count;
-		int r = dli_cfg_want_list(rs, n, "strings", &items, &count);
+		int r = want_items(rs, n, d->choices, nc, &items, &count);
 		if (r)
 			return r;
 		const char **s = dli_cfg_calloc(cfg, count + 1, sizeof *s);
 		if (!s)
 			return -ENOMEM;
-		for (size_t i = 0; i < count; i++) {
-			int ci = nc ? dli_cfg_want_choice(rs, items[i], d->choices, nc, d->key) : 0;
-			if (ci < 0)
+		for (size_t i = 0; i < count; i++)
+			if (!(s[i] = nc ? list_choice(rs, items[i], d) : items[i]->text))
 				return -EINVAL;
-			s[i] = nc ? d->choices[ci] : items[i]->text;
-		}
 		if ((r = dli_cfg_listed_once(rs, items, s, count)))
 			return r;
 		v->u.list.items = s;

@@ -335,6 +335,35 @@ static int tagged_plain(struct builder *b, const yaml_event_t *ev, const char *t
 	return unsupported_tag(b, ev, tag);
 }
 
+/* What PyYAML's constructors make of a tagged scalar: !!null is null whatever its text (`!!null 4`
+ * too); !!bool takes its words in any letter case and refuses anything else (`!!bool 1`), so
+ * its text becomes the word in lower case. Other tags leave the text as it is. */
+static int tagged_value(struct builder *b, const yaml_event_t *ev, struct dli_node *n)
+{
+	static const char *const words[] = {"true", "yes", "on", "false", "no", "off"};
+	const char *tag = (const char *)ev->data.scalar.tag;
+	if (!tag || (strcmp(tag, YAML_NULL_TAG) && strcmp(tag, YAML_BOOL_TAG)))
+		return 0;
+	const char *text = !strcmp(tag, YAML_NULL_TAG) ? "null" : NULL;
+	for (size_t i = 0; !text && i < sizeof words / sizeof *words; i++)
+		if (!strcasecmp(n->text, words[i]))
+			text = i < 3 ? "true" : "false";
+	if (!text) {
+		struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+				      (int)ev->start_mark.column + 1};
+		return dli_error_set(b->err, -EINVAL, &w,
+				     "!!bool '%.200s' is not a boolean (true/false, yes/no, on/off)",
+				     n->text);
+	}
+	char *copy = strdup(text);
+	if (!copy)
+		return -ENOMEM;
+	free(n->text);
+	n->text = copy;
+	n->plain = true;
+	return 0;
+}
+
 /* A finished list's or mapping's weight (struct dli_node). Each node is weighed once, from its
  * children's weights, so this is linear in the nodes read; the limit keeps what reads the tree
  * after (every alias of a section is a section) within MAX_NODES visits, where a few hundred
@@ -393,6 +422,8 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;
 		n->plain = plain;
+		if ((r = tagged_value(b, ev, n)))
+			return r;
 		n->weight = 1;
 		*out = n;
 		return remember_anchor(b, ev->data.scalar.anchor, n);

@@ -332,6 +332,9 @@ static int unknown_in_section(struct resolver *rs, const struct dli_node *key, c
 			    key->text, hint);
 }
 
+static int read_section_body(struct resolver *rs, struct dli_section *s,
+			     const struct dli_node *enabled, const struct dli_node *layers);
+
 static int read_section(struct resolver *rs, struct dli_section *s)
 {
 	static const char *const top_keys[] = {"extensions", "loggers"};
@@ -366,6 +369,27 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 		return dli_cfg_fail(rs, &at,
 				    "missing 'layers' (which layers this section applies to, e.g. "
 				    "'layers: {layer_name_regex_pattern: .*fc1}')");
+	r = read_section_body(rs, s, enabled, layers);
+	/* Still checked, so that a typo shows before someone enables the section, but as a warning:
+	 * nvdlfw_inspect skips a disabled section unread, and TransformerEngine's docs park examples
+	 * in one that would not load enabled. */
+	if (r == -EINVAL && !s->enabled) {
+		s->n_targets = 0;
+		dli_cfg_path_pop(rs, mark);
+		rs->base_ns = false;
+		return dli_cfg_demote(rs, "the section is disabled");
+	}
+	if (!r)
+		dli_cfg_path_pop(rs, mark);
+	return r;
+}
+
+/* A section's layers and features, after its `enabled`. */
+static int read_section_body(struct resolver *rs, struct dli_section *s,
+			     const struct dli_node *enabled, const struct dli_node *layers)
+{
+	const struct dli_node *n = s->node;
+	int r;
 	if (layers && (r = read_layers(rs, s, layers)))
 		return r;
 	for (size_t i = 0; i < n->n; i++) {
@@ -408,7 +432,6 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 			return r;
 	}
 	s->n_targets = rs->cfg->n_targets - s->first_target;
-	dli_cfg_path_pop(rs, mark);
 	return 0;
 }
 

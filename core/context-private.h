@@ -25,6 +25,7 @@ struct dli_stats_backend {
 	_Atomic(const struct dli_backend_ops *) ops; /* NULL when absent or unusable */
 	struct dli_loader *loader; /* the backend's module, loaded through a loader of its own */
 	atomic_bool hist_warned; /* "no histograms of CUDA tensors" was said (once per context) */
+	char why[640]; /* why the load failed (set before `tried`): each refused call's last error */
 };
 
 /* A created feature instance (one per config target). */

@@ -11,6 +11,7 @@
 #include "escape-private.h"
 #include "messages-private.h"
 #include "names-private.h"
+#include "stats-private.h"
 
 /* ---- dli_last_error: one buffer per thread, tagged with the context it belongs to ----
  * The tag is the context's serial number, not its address: a context created where a destroyed one
@@ -18,8 +19,33 @@
 
 static _Thread_local struct {
 	uint64_t serial;
-	char text[1024];
+	char text[2048];
 } last_error;
+
+/* The length of s's first `n` bytes, shortened so as not to end inside a UTF-8 character. */
+static size_t utf8_head(const char *s, size_t n)
+{
+	while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+		n--;
+	return n;
+}
+
+const char *dli_clip_name(char *buf, size_t size, const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+	if (!name)
+		snprintf(buf, size, "?");
+	else if (len <= DLI_CLIP_NAME || size < 16)
+		snprintf(buf, size, "%s", name);
+	else {
+		size_t keep = (size - 4 < DLI_CLIP_NAME ? size - 4 : DLI_CLIP_NAME) / 2;
+		size_t head = utf8_head(name, keep), tail = len - keep;
+		while (tail < len && ((unsigned char)name[tail] & 0xc0) == 0x80)
+			tail++;
+		snprintf(buf, size, "%.*s...%s", (int)head, name, name + tail);
+	}
+	return buf;
+}
 
 void dli_last_error_set(const struct dli_context *ctx, const char *text)
 {
@@ -72,14 +98,19 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 	struct dli_context *ctx = l->ctx;
 	const char *tname = ctx->host.tensor_name(ctx, tensor);
 	const char *gname = ctx->host.gemm_name((enum dli_gemm)gemm);
-	char why[512], tin[128], tout[128], text[1024], gdesc[48], tdesc[300];
+	char why[1600], tin[128], tout[128], text[2048], gdesc[48], tdesc[300];
 	if (b) {
 		const struct dli_target *t = b->instance->target;
 		dli_tensor_describe(tin, sizeof tin, in);
 		dli_tensor_describe(tout, sizeof tout, out);
-		snprintf(why, sizeof why, "feature %s (section '%s', %s) refused: %s (%d); in: %s, out: %s",
-			 t->feature->desc->name, t->section->name, t->where_text,
-			 strerror(rc < 0 ? -rc : rc), rc, tin, tout);
+		/* The feature's own reason (host fail_reason), when it gave one. */
+		char sname[DLI_CLIP_NAME + 4], where[DLI_CLIP_NAME + 4];
+		snprintf(why, sizeof why,
+			 "feature %s (section '%s', %s) refused: %s (%d)%s%s; in: %s, out: %s",
+			 t->feature->desc->name, dli_clip_name(sname, sizeof sname, t->section->name),
+			 dli_clip_name(where, sizeof where, t->where_text),
+			 strerror(rc < 0 ? -rc : rc), rc, dli_stats_refusal[0] ? ": " : "",
+			 dli_stats_refusal, tin, tout);
 	} else {
 		snprintf(why, sizeof why,
 			 "no feature modifies it at this iteration%s (%s; ask "
@@ -92,13 +123,16 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 		snprintf(gdesc, sizeof gdesc, "%s", gname);
 	else
 		snprintf(gdesc, sizeof gdesc, "id %d (not a GEMM)", gemm);
+	char tclip[DLI_CLIP_NAME + 4];
 	if (tname)
-		snprintf(tdesc, sizeof tdesc, "'%s'", tname);
+		snprintf(tdesc, sizeof tdesc, "'%s'", dli_clip_name(tclip, sizeof tclip, tname));
 	else
 		snprintf(tdesc, sizeof tdesc, "id %d (not a tensor of this context)", tensor);
+	char lname[DLI_CLIP_NAME + 4];
 	snprintf(text, sizeof text,
 		 "dli_modify_tensor failed on layer '%s', gemm %s, tensor %s, iteration %lld: %s",
-		 l->name, gdesc, tdesc, (long long)iteration, why);
+		 dli_clip_name(lname, sizeof lname, l->name), gdesc, tdesc, (long long)iteration,
+		 why);
 	dli_last_error_set(ctx, text);
 	/* Every failure is in the message log; the terminal gets the first only. */
 	if (atomic_fetch_add(&ctx->modify_failures, 1) == 0)

@@ -514,6 +514,7 @@ int dli_modify_tensor(struct dli_layer *l, enum dli_gemm gemm, int tensor, const
 			bool nvtx = DLI_NVTX_ON(l->ctx);
 			if (nvtx)
 				range_push(l, b, tensor);
+			dli_stats_refusal[0] = '\0';
 			r = in && out ? b->ops->modify_tensor(&b->call, gemm, tensor, in, quantizer, out)
 				      : -EINVAL;
 			if (nvtx)
@@ -539,12 +540,15 @@ void dli_inspect_failed(struct dli_layer *l, const struct dli_binding *b, const 
 	char gemm_text[32] = "", text[1024];
 	if (gemm >= 0)
 		snprintf(gemm_text, sizeof gemm_text, ", gemm %s", ctx->host.gemm_name(gemm));
+	char lname[DLI_CLIP_NAME + 4], tclip[DLI_CLIP_NAME + 4], sname[DLI_CLIP_NAME + 4];
+	char where[DLI_CLIP_NAME + 4];
 	snprintf(text, sizeof text,
 		 "%s failed on layer '%s', tensor '%s'%s, iteration %lld: feature %s (section '%s', "
 		 "%s): %s (%d)",
-		 call, l->name, tname ? tname : "?", gemm_text, (long long)iteration,
-		 t->feature->desc->name, t->section->name, t->where_text, strerror(rc < 0 ? -rc : rc),
-		 rc);
+		 call, dli_clip_name(lname, sizeof lname, l->name),
+		 dli_clip_name(tclip, sizeof tclip, tname), gemm_text, (long long)iteration,
+		 t->feature->desc->name, dli_clip_name(sname, sizeof sname, t->section->name),
+		 dli_clip_name(where, sizeof where, t->where_text), strerror(rc < 0 ? -rc : rc), rc);
 	/* What the statistics said of the tensor, when that is why. */
 	size_t len = strlen(text);
 	if (dli_stats_refusal[0] && len < sizeof text)
@@ -640,9 +644,10 @@ void dli_view_refused(struct dli_layer *l, const char *call, const char *tensor_
 		      const char *why)
 {
 	struct dli_context *ctx = l->ctx;
-	char text[1024];
+	char text[1024], lname[DLI_CLIP_NAME + 4], tclip[DLI_CLIP_NAME + 4];
 	snprintf(text, sizeof text, "%s refused a view on layer '%s', tensor '%s', iteration %lld: %s",
-		 call, l->name, tensor_name ? tensor_name : "?", (long long)ctx->iteration, why);
+		 call, dli_clip_name(lname, sizeof lname, l->name),
+		 dli_clip_name(tclip, sizeof tclip, tensor_name), (long long)ctx->iteration, why);
 	dli_last_error_set(ctx, text);
 	if (atomic_fetch_add(&ctx->inspect_failures, 1) == 0)
 		dli_log(ctx, DLI_LOG_ERROR, "%s (later failures go to the message log only)", text);

@@ -7,5 +7,8 @@
 
 /* The host table's tensor_amax, beside the casts it serves. */
 int dli_tensor_amax(const struct dli_tensor *t, float *amax);
+/* The host table's block_dynamic_range. */
+int dli_tensor_block_range(const struct dli_tensor *t, int64_t block_size, int dims,
+			   bool columnwise, double *out);
 
 #endif

@@ -1,5 +1,5 @@
-/* FP8 casts for hosts and features: the kernels' encode, applied to whole tensors, and the amax
- * that current scaling starts from. */
+/* FP8 casts for hosts and features: the kernels' encode, applied to whole tensors; the amax that
+ * current scaling starts from, and the blockwise dynamic range that block scaling meets. */
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
@@ -95,6 +95,25 @@ int dli_tensor_amax(const struct dli_tensor *t, float *amax)
 		return r;
 	*amax = (float)rec.amax;
 	return 0;
+}
+
+int dli_tensor_block_range(const struct dli_tensor *t, int64_t block_size, int dims,
+			   bool columnwise, double *out)
+{
+	if (t && !(t = dli_view_resolve(t))) /* a strided dispatch's view: its copy */
+		return -ENOMEM;
+	if (!t || !out)
+		return -EINVAL;
+	if (t->device.type != DLI_DEVICE_CPU)
+		return -ENOTSUP;
+	int64_t n = checked_numel(t);
+	bool fp8 = t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
+	if ((!high_precision(t->dtype) && !fp8) || !t->contiguous || n < 0)
+		return -EINVAL;
+	/* TransformerEngine's view: reshape(-1, shape[-1]); a scalar is one element. */
+	int64_t cols = t->ndim > 0 ? t->shape[t->ndim - 1] : 1;
+	return dli_cpu_block_range(t->data, t->dtype, cols ? n / cols : 0, cols, block_size, dims,
+				   columnwise, out);
 }
 
 /* NVFP4 with the recipe's options, the ones of ABI 1.3 read only when the caller's spec has them. */

@@ -23,6 +23,18 @@ static void host_log(struct dli_context *ctx, enum dli_log_level level, const ch
 	va_end(ap);
 }
 
+/* The thread's refusal text: what dli_inspect_failed and dli_modify_failed append (stats.c). */
+static void host_fail_reason(struct dli_context *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static void host_fail_reason(struct dli_context *ctx, const char *fmt, ...)
+{
+	va_list ap;
+	(void)ctx;
+	va_start(ap, fmt);
+	vsnprintf(dli_stats_refusal, sizeof dli_stats_refusal, fmt, ap);
+	va_end(ap);
+}
+
 static int64_t host_iteration(const struct dli_context *ctx)
 {
 	return ctx->iteration;
@@ -105,4 +117,6 @@ const struct dli_host dli_host_template = {
 	.stats_acc_share = dli_stats_acc_share,
 	.stats_acc_scope = dli_stats_acc_scope,
 	.stats_add_block_quantized = dli_stats_add_block_quantized,
+	.block_dynamic_range = dli_tensor_block_range,
+	.fail_reason = host_fail_reason,
 };

@@ -17,6 +17,11 @@ int dli_loader_create(const struct dli_host *host, const char *const *dirs, size
 /* Loads every module (`*.so`, regular files only) found in the search dirs. A module name found
  * again in a later dir is skipped (the first in search order wins, like PATH). */
 int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err);
+/* The same, going on past a module that fails to load (for listing tools): each failure is handed
+ * to `bad` (err holding its message), and the first one's code is returned. Out of memory stops. */
+int dli_loader_load_all_each(struct dli_loader *loader,
+			     void (*bad)(void *arg, const struct dli_error *e), void *arg,
+			     struct dli_error *err);
 
 /* Loads what one `extensions` entry names: a module name (<dir>/<name>.so, first in search order),
  * a namespace (every module on the search path whose DLI_MODULE_NAMESPACE note names it: nothing

@@ -356,8 +356,15 @@ nomem:
 
 int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
 {
+	return dli_loader_load_all_each(loader, NULL, NULL, err);
+}
+
+int dli_loader_load_all_each(struct dli_loader *loader,
+			     void (*bad)(void *arg, const struct dli_error *e), void *arg,
+			     struct dli_error *err)
+{
 	struct dli_candidates c = {0};
-	int rc = dli_candidates_collect(loader->dirs, loader->n_dirs, &c);
+	int rc = dli_candidates_collect(loader->dirs, loader->n_dirs, &c), first = 0;
 
 	if (rc < 0)
 		rc = dli_error_set(err, rc, NULL, "out of memory listing the plugin dirs");
@@ -371,9 +378,14 @@ int dli_loader_load_all(struct dli_loader *loader, struct dli_error *err)
 		     strcmp(elf.ns, DLI_BACKEND_NAMESPACE) == 0))
 			continue;
 		rc = load_file(loader, c.v[i].path, NULL, NULL, NULL, err);
+		if (rc && bad && rc != -ENOMEM) {
+			bad(arg, err);
+			first = first ? first : rc;
+			rc = 0;
+		}
 	}
 	dli_candidates_finish(&c);
-	return rc;
+	return rc ? rc : first;
 }
 
 /* The -ENOENT message: what was looked for, where, and the nearest name seen. */

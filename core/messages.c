@@ -7,6 +7,7 @@
 
 #include "context-private.h"
 #include "escape-private.h"
+#include "diagnose-private.h"
 #include "messages-private.h"
 
 const char *const dli_log_level_names[4] = {"error", "warning", "info", "debug"};
@@ -110,9 +111,11 @@ void dli_call_site(char *buf, size_t size)
 	const char *tname = site_layer ? site_layer->ctx->host.tensor_name(site_layer->ctx,
 									     dli_site_tensor)
 				       : NULL;
+	char lname[DLI_CLIP_NAME + 4], tclip[DLI_CLIP_NAME + 4];
 	if (site_layer)
-		snprintf(buf, size, " (layer '%s', tensor '%s')", site_layer->name,
-			 tname ? tname : "?");
+		snprintf(buf, size, " (layer '%s', tensor '%s')",
+			 dli_clip_name(lname, sizeof lname, site_layer->name),
+			 dli_clip_name(tclip, sizeof tclip, tname));
 	else if (size)
 		buf[0] = 0;
 }

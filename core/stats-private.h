@@ -17,8 +17,9 @@ struct dli_stats_backend;
 void dli_stats_backend_init(struct dli_stats_backend *b, struct dli_context *ctx);
 void dli_stats_backend_finish(struct dli_stats_backend *b);
 
-/* Why the statistics last refused a tensor on this thread ("" when they did not since the
- * dispatcher cleared it): a failing feature call's dli_last_error ends with it. */
+/* Why the statistics last refused a tensor on this thread, or why a feature said it failed (host
+ * fail_reason); "" when neither since the dispatcher cleared it: a failing feature call's
+ * dli_last_error ends with it. */
 extern _Thread_local char dli_stats_refusal[384];
 
 /* The host table members of the same names; see dlinspect/plugin.h for their contracts. */

@@ -68,6 +68,7 @@ struct dli_stats_acc {
 	 * miss its values. All under lock. */
 	uint64_t *hist_counts;
 	double *hist_limits, *hist_buckets;
+	bool hist_on; /* collection is on; the arrays are made by the first tensor that adds counts */
 	bool hist_device;
 
 	struct dli_share *share; /* registered with stats_acc_share (core/reduce.c), or NULL */
@@ -153,6 +154,14 @@ static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
 }
 
 /* The backend, loading it on first use. After the first attempt this is one atomic load. */
+/* src into dst[size], cut short when it does not fit. */
+static void copy_text(char *dst, size_t size, const char *src)
+{
+	size_t n = strnlen(src, size - 1);
+	memcpy(dst, src, n);
+	dst[n] = '\0';
+}
+
 static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 {
 	struct dli_stats_backend *b = acc->backend;
@@ -164,16 +173,21 @@ static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 	pthread_mutex_lock(&b->lock);
 	if (!atomic_load(&b->tried)) {
 		r = backend_open(b, &err);
+		if (r) {
+			int n = snprintf(b->why, sizeof b->why,
+					 "statistics of CUDA tensors need dlinspect built with CUDA "
+					 "(nvcc found at build time, meson option cuda) and its backend "
+					 "%s.so on the plugin path: ", CUDA_BACKEND_MODULE);
+			if (n > 0 && (size_t)n < sizeof b->why)
+				copy_text(b->why + n, sizeof b->why - (size_t)n, err.message);
+		}
 		atomic_store(&b->tried, true);
 	}
 	ops = atomic_load(&b->ops);
 	pthread_mutex_unlock(&b->lock);
 	if (r)
 		dli_log(acc->ctx, DLI_LOG_ERROR,
-			"statistics of CUDA tensors need dlinspect built with CUDA (nvcc found at "
-			"build time, meson option cuda) and its backend %s.so on the plugin path: %s. "
-			"CUDA tensors get no statistics in this run (reported once)",
-			CUDA_BACKEND_MODULE, err.message);
+			"%s. CUDA tensors get no statistics in this run (reported once)", b->why);
 	return ops;
 }
 
@@ -302,6 +316,27 @@ static void merge_host(struct dli_stats_acc *acc, const struct dli_stats_record 
 	pthread_mutex_unlock(&acc->lock);
 }
 
+/* The histogram's arrays, made on first need (under acc->lock): a config that asks for histograms
+ * of many layers' tensors costs their memory only for the tensors the host passes. */
+static bool hist_arrays(struct dli_stats_acc *acc)
+{
+	if (acc->hist_counts)
+		return true;
+	uint64_t *counts = calloc(DLI_HISTOGRAM_BUCKETS, sizeof *counts);
+	double *limits = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *limits);
+	double *buckets = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *buckets);
+	if (!counts || !limits || !buckets) {
+		free(counts);
+		free(limits);
+		free(buckets);
+		return false;
+	}
+	acc->hist_counts = counts;
+	acc->hist_limits = limits;
+	acc->hist_buckets = buckets;
+	return true;
+}
+
 /* merge_host, plus the histogram of the n elements of t when the accumulator keeps one. The pass
  * runs outside the lock into its own counts (12 KiB, allocated per call: an accumulator may take
  * tensors from several threads), which then add to the accumulator's exactly. */
@@ -309,7 +344,7 @@ static int merge_host_hist(struct dli_stats_acc *acc, const struct dli_stats_rec
 			   const struct dli_tensor *t, int64_t n)
 {
 	pthread_mutex_lock(&acc->lock);
-	bool want = acc->hist_counts != NULL;
+	bool want = acc->hist_on;
 	pthread_mutex_unlock(&acc->lock);
 	uint64_t *counts = NULL;
 	if (want) {
@@ -326,11 +361,12 @@ static int merge_host_hist(struct dli_stats_acc *acc, const struct dli_stats_rec
 	pthread_mutex_lock(&acc->lock);
 	dli_stats_merge(&acc->host, r);
 	/* Turned off in between: the counts have nowhere to go. */
-	for (int k = 0; counts && acc->hist_counts && k < DLI_HISTOGRAM_BUCKETS; k++)
+	bool lost = counts && acc->hist_on && !hist_arrays(acc);
+	for (int k = 0; counts && acc->hist_on && !lost && k < DLI_HISTOGRAM_BUCKETS; k++)
 		acc->hist_counts[k] += counts[k];
 	pthread_mutex_unlock(&acc->lock);
 	free(counts);
-	return 0;
+	return lost ? -ENOMEM : 0;
 }
 
 /* A CUDA tensor: queued through the backend, never waited for. */
@@ -339,11 +375,14 @@ static int add_device(struct dli_stats_acc *acc, const struct dli_tensor *t,
 		      const struct dli_quantized_tensor *q)
 {
 	const struct dli_backend_ops *be = backend_get(acc);
-	if (!be)
+	if (!be) {
+		/* Every refused call's dli_last_error says why; the message log said it once. */
+		copy_text(dli_stats_refusal, sizeof dli_stats_refusal, acc->backend->why);
 		return -ENOTSUP;
+	}
 	pthread_mutex_lock(&acc->lock);
-	bool no_hist = acc->hist_counts && t && !acc->hist_device;
-	if (acc->hist_counts && t)
+	bool no_hist = acc->hist_on && t && !acc->hist_device;
+	if (acc->hist_on && t)
 		acc->hist_device = true;
 	void *dacc = device_acc(acc, be, q ? q->data.device.index : t->device.index);
 	int r = !dacc ? -EIO : q ? be->add_quantized(dacc, hp, q) : be->add(dacc, t, fp8);
@@ -409,8 +448,10 @@ int dli_stats_add(struct dli_stats_acc *acc, const struct dli_tensor *t,
 				      : fp8->scale;
 		/* The pass's sum of finite x^2 spares the comparison one term (kernels-private.h). */
 		const struct dli_tensor *c = view ? dli_view_contiguous(view) : t;
-		r = c ? dli_cpu_fp8_compare_sum_sq(c->data, t->dtype, n, fp8->format, scale,
-						   finite_sq, NULL, &cmp)
+		struct dli_cpu_options scalar;
+		r = c ? dli_cpu_fp8_compare_sum_sq(
+			    c->data, t->dtype, n, fp8->format, scale, finite_sq,
+			    dli_fp8_compare_opts(rec.min_nonzero_abs, scale, NULL, &scalar), &cmp)
 		      : -ENOMEM;
 		if (!r)
 			dli_stats_merge(&rec, &cmp);
@@ -598,34 +639,19 @@ int dli_stats_acc_histogram(struct dli_stats_acc *acc, bool on)
 {
 	if (!acc)
 		return -EINVAL;
-	uint64_t *counts = NULL;
-	double *limits = NULL, *buckets = NULL;
-	if (on) {
-		counts = calloc(DLI_HISTOGRAM_BUCKETS, sizeof *counts);
-		limits = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *limits);
-		buckets = malloc(DLI_HISTOGRAM_BUCKETS * sizeof *buckets);
-		if (!counts || !limits || !buckets) {
-			free(counts);
-			free(limits);
-			free(buckets);
-			return -ENOMEM;
-		}
-	}
 	pthread_mutex_lock(&acc->lock);
-	if (on == (acc->hist_counts != NULL)) {
+	if (on == acc->hist_on) {
 		/* Already in that state: keep the counts. */
 		pthread_mutex_unlock(&acc->lock);
-		free(counts);
-		free(limits);
-		free(buckets);
 		return 0;
 	}
-	/* Swap in the new arrays (or NULLs) and free the old ones outside the lock. */
+	/* On: the arrays come with the first counts (hist_arrays). Off: freed outside the lock. */
 	uint64_t *old_counts = acc->hist_counts;
 	double *old_limits = acc->hist_limits, *old_buckets = acc->hist_buckets;
-	acc->hist_counts = counts;
-	acc->hist_limits = limits;
-	acc->hist_buckets = buckets;
+	acc->hist_on = on;
+	acc->hist_counts = NULL;
+	acc->hist_limits = NULL;
+	acc->hist_buckets = NULL;
 	acc->hist_device = false;
 	pthread_mutex_unlock(&acc->lock);
 	free(old_counts);
@@ -640,11 +666,11 @@ int dli_stats_acc_read_histogram(struct dli_stats_acc *acc, struct dli_histogram
 		return -EINVAL;
 	memset(out, 0, sizeof *out);
 	pthread_mutex_lock(&acc->lock);
-	int r = !acc->hist_counts ? -EINVAL : acc->hist_device ? -ENOTSUP : 0;
+	int r = !acc->hist_on ? -EINVAL : acc->hist_device ? -ENOTSUP : 0;
 	if (!r) {
 		const struct dli_stats_record *h = &acc->host;
 		uint64_t num = 0;
-		for (int k = 0; k < DLI_HISTOGRAM_BUCKETS; k++)
+		for (int k = 0; acc->hist_counts && k < DLI_HISTOGRAM_BUCKETS; k++)
 			num += acc->hist_counts[k];
 		out->num = (double)num;
 		out->min = out->num > 0 ? h->min : 0;
@@ -752,9 +778,11 @@ int dli_stats_acc_local(struct dli_stats_acc *acc, struct dli_stats_record *rec,
 {
 	int r = acc_merge(acc, rec);
 	pthread_mutex_lock(&acc->lock);
-	*has_hist = acc->hist_counts != NULL;
+	*has_hist = acc->hist_on;
 	if (acc->hist_counts)
 		memcpy(counts, acc->hist_counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
+	else if (acc->hist_on)
+		memset(counts, 0, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
 	pthread_mutex_unlock(&acc->lock);
 	return r;
 }
@@ -769,7 +797,8 @@ void dli_stats_acc_replace(struct dli_stats_acc *acc, const struct dli_stats_rec
 		if (acc->devices[i].dacc)
 			be->reset(acc->devices[i].dacc);
 	acc->host = *rec;
-	if (acc->hist_counts && counts)
+	/* Out of memory for the arrays: the merged histogram cannot be kept (read says none). */
+	if (acc->hist_on && counts && hist_arrays(acc))
 		memcpy(acc->hist_counts, counts, DLI_HISTOGRAM_BUCKETS * sizeof *counts);
 	pthread_mutex_unlock(&acc->lock);
 }

@@ -80,6 +80,7 @@ struct dli_tools_modules {
 };
 
 int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, const char *only,
+			   void (*bad)(void *arg, const struct dli_error *e), void *arg,
 			   struct dli_tools_modules **out, struct dli_error *err)
 {
 	*out = NULL;
@@ -88,7 +89,8 @@ int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, const char *o
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	int r = dli_loader_create(&dli_host_template, dirs, n_dirs, &m->loader, err);
 	if (!r)
-		r = only ? dli_loader_load(m->loader, only, err) : dli_loader_load_all(m->loader, err);
+		r = only ? dli_loader_load(m->loader, only, err)
+			 : dli_loader_load_all_each(m->loader, bad, arg, err);
 	if (m->loader)
 		*out = m;
 	else

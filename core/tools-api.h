@@ -80,8 +80,11 @@ struct dli_tools_modules;
 
 /* Loads every module in `dirs` (or, when `only` is not NULL, the module or namespace of that name,
  * as an `extensions` entry) through the loader dli_init uses. On a failure to load, *out still holds
- * what loaded (NULL only when nothing could be set up) and the error is returned. */
+ * what loaded (NULL only when nothing could be set up) and the error is returned. With `bad` (and
+ * no `only`), a module that fails does not stop the others: each failure goes to bad, and the
+ * first one's code is returned. */
 int dli_tools_modules_open(const char *const *dirs, size_t n_dirs, const char *only,
+			   void (*bad)(void *arg, const struct dli_error *e), void *arg,
 			   struct dli_tools_modules **out, struct dli_error *err);
 size_t dli_tools_module_count(const struct dli_tools_modules *m);
 const struct dli_module *dli_tools_module(const struct dli_tools_modules *m, size_t i);

@@ -61,6 +61,25 @@ static inline bool dli_feature_has_casts(const struct dli_host *host, struct dli
 	return false;
 }
 
+/* Says why the feature's method fails (the host's fail_reason, ABI 1.5: the reason joins the call's
+ * dli_last_error; an older host has none) and gives r back: `return dli_feature_fail(...)`. */
+static inline int dli_feature_fail(const struct dli_host *host, struct dli_context *ctx, int r,
+				   const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static inline int dli_feature_fail(const struct dli_host *host, struct dli_context *ctx, int r,
+				   const char *fmt, ...)
+{
+	char text[384];
+	va_list ap;
+
+	if (!DLI_HAS_MEMBER(host, struct dli_host, fail_reason) || !host->fail_reason)
+		return r;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof text, fmt, ap);
+	va_end(ap);
+	host->fail_reason(ctx, "%s", text);
+	return r;
+}
+
 /* Whether the host's casts read `in`: contiguous f32, f16 or bf16 in host memory. */
 static inline bool dli_feature_cast_input(const struct dli_tensor *in)
 {

@@ -80,11 +80,6 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 			 "feature", name);
 		return -ENOENT;
 	}
-	if (recipes[i].slot >= DLI_SF_MAX_SLOTS) {
-		snprintf(err->message, sizeof(err->message), "stats: '%s': slot %u of %d", name,
-			 recipes[i].slot, DLI_SF_MAX_SLOTS);
-		return -EINVAL;
-	}
 	/* The host computes and names the statistics: one older than these headers may lack it. */
 	const char *hs = sf->host->stat_name(stat);
 	if (!hs || strcmp(hs, stat_names[stat])) {
@@ -92,10 +87,28 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 		return -EINVAL;
 	}
 	const char *lp = recipes[i].log_prefix ? recipes[i].log_prefix : "";
+	size_t len = strlen(lp) + strlen(name) + 1;
+	char *log_name = malloc(len);
+	if (!log_name)
+		return -ENOMEM;
+	snprintf(log_name, len, "%s%s", lp, name);
+	/* `underflows: true` and `stats: [underflows%]` are one statistic: the second is skipped. */
+	int r = dli_sf_want_as(sf, stat, recipes[i].slot, log_name, false, err);
+	free(log_name);
+	return r;
+}
+
+int dli_sf_want_as(struct dli_sf *sf, enum dli_stat stat, unsigned slot, const char *log_name,
+		   bool orientations, struct dli_error *err)
+{
+	if (slot >= DLI_SF_MAX_SLOTS) {
+		snprintf(err->message, sizeof(err->message), "stats: '%s': slot %u of %d", log_name,
+			 slot, DLI_SF_MAX_SLOTS);
+		return -EINVAL;
+	}
 	for (size_t k = 0; k < sf->n_stats; k++)
-		if (!strncmp(sf->stats[k].log_name, lp, strlen(lp)) &&
-		    !strcmp(sf->stats[k].log_name + strlen(lp), name))
-			return 0; /* `underflows: true` and `stats: [underflows%]` are one statistic */
+		if (!strcmp(sf->stats[k].log_name, log_name))
+			return 0;
 	if (sf->n_stats == sf->cap_stats) {
 		size_t cap = sf->cap_stats ? 2 * sf->cap_stats : 16;
 		struct dli_sf_stat *more = realloc(sf->stats, cap * sizeof(*more));
@@ -104,14 +117,12 @@ int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe 
 		sf->stats = more;
 		sf->cap_stats = cap;
 	}
-	size_t len = strlen(lp) + strlen(name) + 1;
-	char *log_name = malloc(len);
-	if (!log_name)
+	char *copy = strdup(log_name);
+	if (!copy)
 		return -ENOMEM;
-	snprintf(log_name, len, "%s%s", lp, name);
 	sf->stats[sf->n_stats++] = (struct dli_sf_stat){
-		.stat = stat, .slot = recipes[i].slot, .log_name = log_name};
-	sf->slots |= 1u << recipes[i].slot;
+		.stat = stat, .slot = slot, .log_name = copy, .orientations = orientations};
+	sf->slots |= 1u << slot;
 	return 0;
 }
 
@@ -199,6 +210,17 @@ bool dli_sf_weight_seen(const struct dli_feature_call *c, struct dli_sf_tensor *
 	return atomic_exchange(&t->weight_step, step) == step;
 }
 
+int dli_sf_weight_done(struct dli_sf_tensor *t, int r)
+{
+	if (!r || t->id != DLI_TENSOR_WEIGHT)
+		return r;
+	for (unsigned s = 0; s < DLI_SF_MAX_SLOTS; s++)
+		if (atomic_load(&t->added[s]))
+			return r;
+	atomic_store(&t->weight_step, -1);
+	return r;
+}
+
 int dli_sf_added(struct dli_sf_tensor *t, unsigned slot, int r)
 {
 	if (r == 0)
@@ -218,7 +240,10 @@ int dli_sf_emit(const struct dli_sf *sf, struct dli_context *ctx, const char *la
 		const struct dli_sf_stat *s = &sf->stats[k];
 		if (!have[s->slot])
 			continue;
-		const char *name = dli_feature_tag(&tag, "%s_%s_%s%s", layer, tensor, s->log_name,
+		bool both = s->orientations &&
+			    (!strcmp(tensor, "activation") || !strcmp(tensor, "weight"));
+		const char *name = dli_feature_tag(&tag, "%s_%s_%s%s%s", layer, tensor, s->log_name,
+						   both ? "_max_over_orientations" : "",
 						   mark[s->slot]);
 		int e = name ? host->emit_scalar(ctx, name, iteration,
 						 host->stats_value(&rec[s->slot], s->stat))

@@ -51,6 +51,9 @@ struct dli_sf_stat {
 	enum dli_stat stat;
 	unsigned slot;
 	char *log_name; /* `{log_prefix}{name}`, owned */
+	/* Logged with "_max_over_orientations" appended for the activation and the weight, whose
+	 * both orientations the feature covers (TransformerEngine's max_blockwise_dynamic_range). */
+	bool orientations;
 };
 
 /* The instance's shared part: the first member of a statistics feature's instance, so that the
@@ -106,6 +109,12 @@ void dli_sf_destroy(void *instance);
 int dli_sf_want(struct dli_sf *sf, const char *name, const struct dli_sf_recipe *recipes,
 		size_t n_recipes, struct dli_error *err);
 
+/* Wants statistic `stat` of accumulator `slot` under the log name `log_name` (copied), with
+ * `orientations` as in struct dli_sf_stat: for a statistic the feature names itself. A log name
+ * already wanted is skipped. 0, -EINVAL for a slot out of range (err says so), or -ENOMEM. */
+int dli_sf_want_as(struct dli_sf *sf, enum dli_stat stat, unsigned slot, const char *log_name,
+		   bool orientations, struct dli_error *err);
+
 /* Reads feature-reduce.h's keys from params[first ..] and reduces each used slot across ranks,
  * `roles[slot]` naming it in the key (static strings). 0 or -ENOMEM. */
 int dli_sf_reduce_read(struct dli_sf *sf, const struct dli_value *params, size_t first,
@@ -123,6 +132,10 @@ struct dli_sf_tensor *dli_sf_tensor(const struct dli_feature_call *c, int tensor
 /* Whether `t` is the weight and was already added in this step: microbatches merge, but the
  * weight is the same tensor in each of them, so it counts once. Marks it added otherwise. */
 bool dli_sf_weight_seen(const struct dli_feature_call *c, struct dli_sf_tensor *t);
+/* After a call that went through dli_sf_weight_seen: when it failed (r) and fed no slot, the
+ * weight is taken as not seen in this step, so that a later call of the step (the tensor the
+ * host meant) counts. Returns r. */
+int dli_sf_weight_done(struct dli_sf_tensor *t, int r);
 /* Marks slot `slot` of `t` as fed this step when r is 0; returns r. */
 int dli_sf_added(struct dli_sf_tensor *t, unsigned slot, int r);
 

@@ -92,6 +92,15 @@ int dli_cpu_fp8_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t n
 			       enum dli_dtype format, float scale, double sum_sq,
 			       const struct dli_cpu_options *o, struct dli_stats_record *out);
 
+/* The options a per-tensor comparison should run with, given the statistics pass's min nonzero |x|:
+ * `o` itself, or (in *scratch) o with the scalar path. The SIMD paths sum (x * scale)^2 and the
+ * errors in float lanes, where an element below 2^-63 once scaled loses its whole error (x^2, it
+ * underflows FP8) to float underflow: a tensor whose range spans more than about 2^72 (an outlier
+ * of 1e30 beside ones) would log mse 0. Such a tensor is compared in double. */
+const struct dli_cpu_options *dli_fp8_compare_opts(double min_nonzero_abs, float scale,
+						   const struct dli_cpu_options *o,
+						   struct dli_cpu_options *scratch);
+
 /* The same terms for a tensor the host quantized: hp (n elements of hp_dtype, may be NULL: then
  * only scale_inv_min/max are filled) against q[i] decoded and multiplied by scale_inv[0]. */
 int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const uint8_t *q,
@@ -185,6 +194,19 @@ int dli_cpu_fp8b_compare_sum_sq(const void *data, enum dli_dtype dtype, int64_t 
 int dli_cpu_fp8b_fake_quantize(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			       enum dli_dtype format, int dims, bool columnwise, bool pow2,
 			       const struct dli_cpu_options *o, float *out);
+
+/* ---- Blockwise dynamic range (kernels/cpu/block-range.c; docs/statistics.md) ---- */
+
+/* TransformerEngine's max_blockwise_dynamic_range of one orientation of a rows x cols matrix (f32,
+ * f16, bf16 or FP8 codes, contiguous): blocks of `block_size` consecutive elements of the flattened matrix
+ * (dims 1), of its flattened transpose (dims 1, columnwise), or block_size x block_size tiles (dims
+ * 2, the same either way); the last block or the edge tiles partial. *out: the largest
+ * log2(max |x| / min nonzero |x|) over the blocks, 0 for blocks of zeros, NaN when a block holds
+ * NaN or only infinities. Scalar; chunks of whole blocks go to threads (blocks that run from one
+ * column into the next: one thread). 0; -ENODATA for an empty matrix; -EINVAL for a bad argument;
+ * -ENOMEM. */
+int dli_cpu_block_range(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
+			int64_t block_size, int dims, bool columnwise, double *out);
 
 /* ---- NVFP4 (kernels/cpu/nvfp4.c; docs/block-scaling.md) ---- */
 

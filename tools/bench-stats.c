@@ -503,6 +503,9 @@ int dli_bench_stats(int argc, char **argv)
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--json")) {
 			json = true;
+		} else if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage, stdout);
+			return 0;
 		} else if (i + 1 < argc && !strcmp(argv[i], "--only")) {
 			only = argv[++i];
 		} else if (i + 1 < argc && (!strcmp(argv[i], "--size-mib") || !strcmp(argv[i], "--threads"))) {

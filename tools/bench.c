@@ -143,15 +143,20 @@ int dli_cmd_bench(int argc, char **argv)
 	if (argc >= 2 && !strcmp(argv[1], "dispatch")) {
 		bool json = false;
 		for (int i = 2; i < argc; i++) {
-			if (strcmp(argv[i], "--json")) {
-				fprintf(stderr, "usage: dlinspect bench dispatch [--json]\n");
-				return 2;
+			bool help = !strcmp(argv[i], "--help") || !strcmp(argv[i], "-h");
+			if (help || strcmp(argv[i], "--json")) {
+				if (!help)
+					fprintf(stderr, "dlinspect bench dispatch: unknown argument '%s'\n",
+						argv[i]);
+				fputs("usage: dlinspect bench dispatch [--json]\n", help ? stdout : stderr);
+				return help ? 0 : 2;
 			}
 			json = true;
 		}
 		return bench_dispatch(json);
 	}
 	fprintf(stderr, "usage: dlinspect bench dispatch [--json]\n"
-			"       dlinspect bench stats [--json] [--size-mib N] [--threads N]\n");
+			"       dlinspect bench stats [--json] [--size-mib N] [--threads N] "
+			"[--only NAME[,NAME...]]\n");
 	return 2;
 }

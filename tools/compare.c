@@ -37,7 +37,7 @@ static const char usage[] =
 	"  --tags REGEX         only the tags REGEX matches (POSIX extended, anywhere in the tag)\n"
 	"  --json               the report as one JSON object\n"
 	"  --plot FILE.png      draw the diverging tags of both runs (the first 12)\n"
-	"exit status: 0 no tag differs, 1 some do, 2 usage or input error\n";
+	"exit status: 0 no tag differs, 1 some do, 2 usage or input error (nothing compared too)\n";
 
 #define DEFAULT_RTOL 1e-5
 #define DEFAULT_ATOL 1e-8
@@ -223,7 +223,8 @@ static bool agree(double a, double b, const struct options *o)
 }
 
 /* |a-b| and |a-b| / max(|a|, |b|); 0 where they are the same value (nan and nan, -0 and 0), inf
- * where only one is nan or an infinity. */
+ * where only one is nan or an infinity. Where |a-b| itself passes the double range (1.7e308
+ * and -1.7e308) the quotient is taken of the scaled values, and stays finite (at most 2). */
 static void difference(double a, double b, double *abs_d, double *rel_d)
 {
 	if ((isnan(a) && isnan(b)) || a == b) {
@@ -231,8 +232,9 @@ static void difference(double a, double b, double *abs_d, double *rel_d)
 	} else if (!isfinite(a) || !isfinite(b)) {
 		*abs_d = *rel_d = INFINITY;
 	} else {
+		double m = fmax(fabs(a), fabs(b));
 		*abs_d = fabs(a - b);
-		*rel_d = *abs_d / fmax(fabs(a), fabs(b));
+		*rel_d = isinf(*abs_d) ? fabs(a / m - b / m) : *abs_d / m;
 	}
 }
 
@@ -945,13 +947,34 @@ static int parse_number(const char *opt, const char *v, double *out)
 	errno = 0;
 	*out = strtod(v, &end);
 	if (!*v || *end || errno || !isfinite(*out) || *out < 0) {
-		report("%s '%s': expected a number >= 0", opt, v);
+		report("%s '%s': expected a finite number >= 0", opt, v);
 		return 2;
 	}
 	return 0;
 }
 
 /* Returns 0, -1 after --help, or the exit status of a usage error (already reported). */
+/* Where `re` has a backreference (\1 .. \9 outside a bracket expression), else NULL. */
+static const char *backreference(const char *re)
+{
+	for (const char *p = re; *p; p++) {
+		if (*p == '[') { /* a bracket expression: ']' first is a member, not its end */
+			p += p[1] == '^' ? 2 : 1;
+			if (*p == ']')
+				p++;
+			while (*p && *p != ']')
+				p++;
+			if (!*p)
+				return NULL;
+		} else if (*p == '\\' && p[1]) {
+			if (p[1] >= '1' && p[1] <= '9')
+				return p;
+			p++;
+		}
+	}
+	return NULL;
+}
+
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	size_t n_runs = 0;
@@ -978,7 +1001,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			errno = 0;
 			o->rank = strtol(v, &end, 10);
 			if (!*v || *end || errno || o->rank < 0 || o->rank > 999999999) {
-				report("--rank '%s': expected an integer >= 0", v);
+				report("--rank '%s': expected an integer from 0 to 999999999", v);
 				return 2;
 			}
 		} else if (!strcmp(a, "--plot") && has_value) {
@@ -987,6 +1010,14 @@ static int parse_args(int argc, char **argv, struct options *o)
 			if (o->tags)
 				regfree(&o->tags_re);
 			o->tags = argv[++i];
+			const char *back = backreference(o->tags);
+			if (back) {
+				report("--tags '%s': '%.2s' is a backreference, which POSIX extended "
+				       "regular expressions do not have (glibc's can take exponential "
+				       "time)", o->tags, back);
+				o->tags = NULL;
+				return 2;
+			}
 			int rc = regcomp(&o->tags_re, o->tags, REG_EXTENDED | REG_NOSUB);
 			if (rc) {
 				char why[256];
@@ -1093,6 +1124,14 @@ static int compare(const struct options *o)
 			report("%s: %s", paths[s], dli_file_error(e));
 			goto out;
 		}
+		/* The plot must not take the place of a log it reads. */
+		struct stat ps, ls;
+		if (o->plot && stat(o->plot, &ps) == 0 && fstat(fileno(r[s].f), &ls) == 0 &&
+		    ps.st_dev == ls.st_dev && ps.st_ino == ls.st_ino) {
+			report("--plot %s is the log of run %s: it would be overwritten", o->plot,
+			       s == RUN_A ? "A" : "B");
+			goto out;
+		}
 	}
 	/* In step: the file whose last iteration is the smaller reads next (A on a tie). */
 	while (!r[RUN_A].eof || !r[RUN_B].eof) {
@@ -1138,6 +1177,16 @@ static int compare(const struct options *o)
 	else
 		print_text_report(sorted, tags.n, r, n_tags, o);
 	status = n_diff > 0;
+	/* Nothing in both runs (--tags matching none of their tags, or runs with no tag in
+	 * common): agreement would be vacuous, so as a check in a script it is an input error. */
+	size_t compared = 0;
+	for (size_t i = 0; i < tags.n; i++)
+		compared += sorted[i]->compared;
+	if (!compared && !n_diff) {
+		report("nothing was compared: no tag%s has an iteration in both runs",
+		       o->tags ? " that --tags matches" : "");
+		status = 2;
+	}
 	if (o->plot && write_plot(sorted, n_diff, o))
 		status = 2;
 	if (fflush(stdout) != 0 || ferror(stdout)) {

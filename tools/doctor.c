@@ -97,7 +97,8 @@ int dli_cmd_doctor(int argc, char **argv)
 	void *comm = NULL, *world = NULL;
 	int rc = 1, r;
 	if ((r = dli_tools_search_dirs(NULL, 0, &dirs, &n_dirs, &err)) ||
-	    (r = dli_tools_modules_open((const char *const *)dirs, n_dirs, name, &loader, &err))) {
+	    (r = dli_tools_modules_open((const char *const *)dirs, n_dirs, name, NULL, NULL, &loader,
+						  &err))) {
 		fprintf(stderr, "dlinspect doctor: communicator '%s': %s\n", name, err.message);
 		goto out;
 	}

@@ -1,5 +1,6 @@
 /* `dlinspect plugins [--explain [NAME]]`: the modules on the plugin search path, loaded through the same
  * loader dli_init uses, with their features, loggers and parameters. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,12 @@ static bool called(const char *only, const char *name, const char *const *aliase
 	return false;
 }
 
+static void say_bad(void *arg, const struct dli_error *e)
+{
+	(void)arg;
+	fprintf(stderr, "dlinspect: %s\n", e->message);
+}
+
 int dli_cmd_plugins(int argc, char **argv)
 {
 	bool explain = false;
@@ -102,8 +109,11 @@ int dli_cmd_plugins(int argc, char **argv)
 		printf("  %s\n", dirs[i]);
 	struct dli_tools_modules *mods;
 	int status = 0;
-	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, NULL, &mods, &err)) {
-		fprintf(stderr, "dlinspect: %s\n", err.message);
+	/* Every module that loads is listed; each one that does not is said on stderr. */
+	if (dli_tools_modules_open((const char *const *)dirs, n_dirs, NULL, say_bad, NULL, &mods,
+				   &err)) {
+		if (!mods || err.code == -ENOMEM)
+			fprintf(stderr, "dlinspect: %s\n", err.message);
 		status = 1;
 		if (!mods) {
 			dli_tools_search_dirs_free(dirs, n_dirs);

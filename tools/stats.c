@@ -175,6 +175,13 @@ static int parse_args(int argc, char **argv, struct options *o)
 				report("--margin '%s': expected a number", v);
 				return 2;
 			}
+			/* The features' range (features/feature-util.h): beyond it every value would
+			 * quantize to 0 or saturate. */
+			if (o->margin < -126 || o->margin > 126) {
+				report("--margin %s: expected a number in [-126, 126], as the features' "
+				       "margin (beyond it the scale leaves float's normal range)", v);
+				return 2;
+			}
 			margin_set = true;
 		} else if (a[0] == '-' && a[1]) {
 			bool valued = !strcmp(a, "--tensor") || !strcmp(a, "--stats") ||
@@ -289,6 +296,7 @@ static void wide_block(const double *x, int64_t n, struct dli_stats_record *r)
 
 /* The statistics (or, compare, the FP8 terms of the values rounded to float32) of a wide tensor. */
 static int wide_pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype fmt, float scale,
+		     const struct dli_cpu_options *co,
 		     struct dli_stats_record *out)
 {
 	double *buf = malloc((size_t)WIDE_BLOCK * sizeof *buf);
@@ -303,7 +311,7 @@ static int wide_pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype
 		if (compare) {
 			for (int64_t k = 0; k < m; k++)
 				fbuf[k] = (float)buf[k];
-			r = dli_cpu_fp8_compare(fbuf, DLI_DTYPE_F32, m, fmt, scale, NULL, &part);
+			r = dli_cpu_fp8_compare(fbuf, DLI_DTYPE_F32, m, fmt, scale, co, &part);
 		} else {
 			wide_block(buf, m, &part);
 		}
@@ -320,15 +328,16 @@ static int wide_pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype
  * compared (the compare kernel takes f32/f16/bf16), go through a bounded buffer in chunks whose
  * records merge exactly. */
 static int pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype fmt, float scale,
+		const struct dli_cpu_options *co,
 		struct dli_stats_record *out)
 {
 	if (t->wide)
-		return wide_pass(t, compare, fmt, scale, out);
+		return wide_pass(t, compare, fmt, scale, co, out);
 	size_t esz = dli_dtype_size(t->dtype);
 	bool fp8_in = t->dtype == DLI_DTYPE_F8E4M3 || t->dtype == DLI_DTYPE_F8E5M2;
 	bool decode = compare && fp8_in;
 	if (!decode && (uintptr_t)t->data % esz == 0)
-		return compare ? dli_cpu_fp8_compare(t->data, t->dtype, t->numel, fmt, scale, NULL,
+		return compare ? dli_cpu_fp8_compare(t->data, t->dtype, t->numel, fmt, scale, co,
 						     out)
 			       : dli_cpu_stats(t->data, t->dtype, t->numel, NULL, out);
 
@@ -349,7 +358,7 @@ static int pass(const struct dli_tf_tensor *t, bool compare, enum dli_dtype fmt,
 			memcpy(buf, src + (size_t)i * esz, (size_t)m * esz);
 		}
 		struct dli_stats_record part;
-		r = compare ? dli_cpu_fp8_compare(buf, dt, m, fmt, scale, NULL, &part)
+		r = compare ? dli_cpu_fp8_compare(buf, dt, m, fmt, scale, co, &part)
 			    : dli_cpu_stats(buf, dt, m, NULL, &part);
 		if (!r)
 			dli_stats_merge(out, &part);
@@ -371,7 +380,7 @@ static void clear_fp8_terms(struct dli_stats_record *rec)
 static int compute(const struct dli_tf_tensor *t, const struct options *o,
 		   struct dli_stats_record *rec)
 {
-	int r = pass(t, false, DLI_DTYPE_F32, 1.0f, rec);
+	int r = pass(t, false, DLI_DTYPE_F32, 1.0f, NULL, rec);
 	if (r)
 		return r;
 	clear_fp8_terms(rec);
@@ -383,7 +392,10 @@ static int compute(const struct dli_tf_tensor *t, const struct options *o,
 	float amax = (float)dli_stats_value(rec, DLI_STAT_CUR_AMAX);
 	float scale = dli_fp8_scale(amax, fmt, o->margin);
 	struct dli_stats_record q;
-	if ((r = pass(t, true, fmt, scale, &q)))
+	struct dli_cpu_options scalar; /* a range the SIMD lanes cannot hold: in double */
+	if ((r = pass(t, true, fmt, scale, dli_fp8_compare_opts(rec->min_nonzero_abs, scale, NULL,
+								 &scalar),
+		      &q)))
 		return r;
 	dli_stats_merge(rec, &q);
 	return 0;

@@ -998,7 +998,14 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 			goto out;
 		}
 		uint64_t begin = ranges[k].begin, end = ranges[k].end;
-		if (begin > end || end > data_size) {
+		if (begin > end) {
+			r = dli_error_set(err, -EINVAL, NULL,
+					  "tensor '%s': data_offsets [%llu, %llu] are reversed (begin "
+					  "after end)",
+					  t->name, (unsigned long long)begin, (unsigned long long)end);
+			goto out;
+		}
+		if (end > data_size) {
 			r = dli_error_set(err, -EINVAL, NULL,
 					  "tensor '%s': data_offsets [%llu, %llu] are outside the "
 					  "%llu-byte data section",
@@ -1026,24 +1033,7 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 			t->wide = d->wide;
 	}
 	if (tf->n_tensors) {
-		qsort(ranges, tf->n_tensors, sizeof *ranges, range_cmp);
-		uint64_t prev_end = 0;
-		size_t prev = 0;
-		bool any = false;
-		for (size_t k = 0; k < tf->n_tensors; k++) {
-			if (ranges[k].begin == ranges[k].end)
-				continue; /* empty tensors occupy nothing */
-			if (any && ranges[k].begin < prev_end) {
-				r = dli_error_set(err, -EINVAL, NULL,
-						  "tensors '%s' and '%s' overlap in the data section",
-						  tf->tensors[prev].name,
-						  tf->tensors[ranges[k].index].name);
-				goto out;
-			}
-			prev_end = ranges[k].end;
-			prev = ranges[k].index;
-			any = true;
-		}
+		/* Names first: a name given twice is that, whatever its offsets. */
 		sorted = malloc(tf->n_tensors * sizeof *sorted);
 		if (!sorted) {
 			r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
@@ -1058,6 +1048,44 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 						  sorted[k]->name);
 				goto out;
 			}
+		}
+		qsort(ranges, tf->n_tensors, sizeof *ranges, range_cmp);
+		uint64_t prev_end = 0;
+		size_t prev = 0;
+		bool any = false;
+		for (size_t k = 0; k < tf->n_tensors; k++) {
+			if (ranges[k].begin == ranges[k].end)
+				continue; /* empty tensors occupy nothing */
+			if (any && ranges[k].begin < prev_end) {
+				r = dli_error_set(err, -EINVAL, NULL,
+						  "tensors '%s' and '%s' overlap in the data section",
+						  tf->tensors[prev].name,
+						  tf->tensors[ranges[k].index].name);
+				goto out;
+			}
+			/* Packed back to back from byte 0, as the format and its library require:
+			 * bytes no tensor describes are a damaged or hand-made file. */
+			if (ranges[k].begin > prev_end) {
+				r = dli_error_set(err, -EINVAL, NULL,
+						  "tensor '%s' starts at byte %llu of the data section, "
+						  "after %llu bytes that no tensor describes (safetensors "
+						  "packs tensors back to back from byte 0)",
+						  tf->tensors[ranges[k].index].name,
+						  (unsigned long long)ranges[k].begin,
+						  (unsigned long long)(ranges[k].begin - prev_end));
+				goto out;
+			}
+			prev_end = ranges[k].end;
+			prev = ranges[k].index;
+			any = true;
+		}
+		if (prev_end != data_size) {
+			r = dli_error_set(err, -EINVAL, NULL,
+					  "the data section holds %llu bytes after its last tensor that "
+					  "no tensor describes (%llu of %llu bytes described)",
+					  (unsigned long long)(data_size - prev_end),
+					  (unsigned long long)prev_end, (unsigned long long)data_size);
+			goto out;
 		}
 	}
 out:

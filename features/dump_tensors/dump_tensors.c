@@ -129,6 +129,9 @@ static void refuse(const struct dli_feature_call *c, int tensor, enum dli_dump_w
 	const struct dli_dump *self = c->instance;
 	const char *tname = self->host->tensor_name(c->ctx, tensor);
 
+	/* Every refused call's dli_last_error says why; the message log once per reason. */
+	dli_feature_fail(self->host, c->ctx, 0, "DumpTensors: '%s' (%zu bytes) was not dumped: %s",
+			 key, bytes, why);
 	if (dli_dump_layer_warn_once(c->layer_state, reason, tensor))
 		self->host->log(c->ctx, DLI_LOG_ERROR,
 				"DumpTensors: layer '%s', tensor '%s', iteration %lld: '%s' (%zu bytes) "

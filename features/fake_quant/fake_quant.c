@@ -238,10 +238,15 @@ static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm 
 	const struct dli_fq *self = c->instance;
 	float scale;
 
-	if (!in || !out || out->dtype != DLI_DTYPE_F32)
-		return -EINVAL;
+	if (!in || !out)
+		return dli_feature_fail(self->host, c->ctx, -EINVAL, "FakeQuant: %s is NULL",
+					!in ? "in" : "out");
+	if (out->dtype != DLI_DTYPE_F32)
+		return dli_feature_fail(self->host, c->ctx, -EINVAL,
+					"FakeQuant writes the dequantized values: out must be f32");
 	if (!dli_feature_cast_input(in))
-		return -ENOTSUP;
+		return dli_feature_fail(self->host, c->ctx, -ENOTSUP,
+					"FakeQuant reads contiguous f32, f16 or bf16 in host memory");
 	if (self->block.recipe)
 		return dli_fq_block_modify(self, c, gemm, tensor, in, out);
 	if (self->mxfp8) {

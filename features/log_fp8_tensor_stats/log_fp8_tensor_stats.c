@@ -261,7 +261,7 @@ static int dli_lfs_inspect(const struct dli_feature_call *c, int tensor, const s
 			  DLI_LFS_FB_PREFIX "') are not logged (reported once)",
 			  c->layer_name, host->tensor_name(c->ctx, tensor), why_not);
 	}
-	return r;
+	return dli_sf_weight_done(t, r);
 }
 
 static int dli_lfs_inspect_tensor(const struct dli_feature_call *c, int tensor,

@@ -67,7 +67,8 @@ static int dli_lns_inspect_tensor(const struct dli_feature_call *c, int tensor,
 	struct dli_block_spec spec = {.size = sizeof(spec),
 				      .recipe = tensor == DLI_TENSOR_WEIGHT ? DLI_BLOCK_NVFP4_2D
 									    : DLI_BLOCK_NVFP4};
-	return dli_sf_added(t, 0, self->host->stats_add_block(t->acc[0], hp, &spec));
+	return dli_sf_weight_done(t, dli_sf_added(t, 0, self->host->stats_add_block(t->acc[0], hp,
+										     &spec)));
 }
 
 /* A host training in NVFP4: its row-wise copy, as TransformerEngine's feature reads it; any
@@ -85,7 +86,8 @@ static int dli_lns_inspect_tensor_block(const struct dli_feature_call *c, int te
 		return dli_lns_inspect_tensor(c, tensor, hp, NULL, NULL);
 	if (!(t = dli_sf_tensor(c, tensor)) || dli_sf_weight_seen(c, t))
 		return 0;
-	return dli_sf_added(t, 0, self->host->stats_add_block_quantized(t->acc[0], hp, rowwise));
+	return dli_sf_weight_done(
+	    t, dli_sf_added(t, 0, self->host->stats_add_block_quantized(t->acc[0], hp, rowwise)));
 }
 
 static const struct dli_feature_ops dli_lns_ops = {

@@ -60,18 +60,29 @@ static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm
 	float scale;
 	int r;
 
-	if (!in || !out || (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2))
-		return -EINVAL;
+	if (!in || !out)
+		return dli_feature_fail(self->host, c->ctx, -EINVAL, "PerTensorScaling: %s is NULL",
+					!in ? "in" : "out");
+	if (format != DLI_DTYPE_F8E4M3 && format != DLI_DTYPE_F8E5M2)
+		return dli_feature_fail(self->host, c->ctx, -EINVAL,
+					"PerTensorScaling: the quantizer's format is not f8e4m3 or "
+					"f8e5m2");
 	if (!dli_feature_cast_input(in))
-		return -ENOTSUP;
+		return dli_feature_fail(self->host, c->ctx, -ENOTSUP,
+					"PerTensorScaling reads contiguous f32, f16 or bf16 in host "
+					"memory");
 	if (out->dtype == format) {
 		/* Codes mean nothing without the scale_inv that decodes them. */
 		if (quantizer && DLI_HAS_MEMBER(quantizer, struct dli_quantizer, scale_inv_out))
 			scale_inv_out = quantizer->scale_inv_out;
 		if (!scale_inv_out)
-			return -EINVAL;
+			return dli_feature_fail(self->host, c->ctx, -EINVAL,
+						"PerTensorScaling: FP8 codes out need the quantizer's "
+						"scale_inv_out, which receives 1 / scale");
 	} else if (out->dtype != DLI_DTYPE_F32) {
-		return -EINVAL;
+		return dli_feature_fail(self->host, c->ctx, -EINVAL,
+					"PerTensorScaling: out must be f32 (the dequantized values) "
+					"or the format's FP8 codes");
 	}
 	if ((r = dli_feature_current_cast(self->host, in, out, format, self->margin, &scale)))
 		return r;

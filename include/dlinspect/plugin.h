@@ -84,7 +84,12 @@ struct dli_param_desc {
 	enum dli_param_type type;
 	const char *default_value; /* as YAML text ("1", "[min, max]"); NULL = no default */
 	const char *doc;           /* one line, shown by `dlinspect plugins --explain` */
-	const char *const *choices; /* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL */
+	/* NULL-terminated allowed strings (STRING, STRING_LIST), or NULL. In a STRING_LIST, a choice
+	 * spelled `name{key,key}` (ABI 1.5; an older dlinspect takes the spelling as a name) takes
+	 * parameters that are positive integers (the config's reader checks that, at the value's
+	 * place): a config lists it as `name` or as `name: {key: 4}`, and the feature gets `name{}`
+	 * or `name{key=4}` (the keys given, in the choice's order; it checks their upper bounds). */
+	const char *const *choices;
 	bool required;
 
 	/* ABI 1.1: the inclusive range of an INT or FLOAT value, when `bounded` (a module of ABI 1.0
@@ -255,8 +260,10 @@ struct dli_host {
 
 	/* Value histograms of an accumulator's tensors, over fixed exponential buckets: TensorFlow's default limits 0, +-1e-12 * 1.1^k below 1e20, and
 	 * +-DBL_MAX (1551 buckets; NaNs in none, -inf in the first, +inf in the last). */
-	/* Turns collection on (allocating its counts; -ENOMEM) or off (freeing them) for the tensors
-	 * stats_add takes from then on; stats_add_quantized adds nothing to it. Idempotent. */
+	/* Turns collection on or off (freeing the counts) for the tensors stats_add takes from then
+	 * on; stats_add_quantized adds nothing to it. The counts (about 36 KiB) are allocated by the
+	 * first tensor that adds to them, so an accumulator nobody feeds costs nothing; that
+	 * stats_add returns -ENOMEM when they cannot be. Idempotent. */
 	int (*stats_acc_histogram)(struct dli_stats_acc *acc, bool on);
 	/* The histogram of everything added since the last reset: counts add exactly across
 	 * microbatches; num is the count of non-NaN values; min, max, sum and sum_squares come from
@@ -329,6 +336,31 @@ struct dli_host {
 	 * of another shape, or a CUDA hp (host memory only for now, as stats_add_block). */
 	int (*stats_add_block_quantized)(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 					 const struct dli_block_quantized_tensor *q);
+
+	/* ---- ABI 1.5 ---- */
+	/* TransformerEngine's max_blockwise_dynamic_range of one orientation (docs/statistics.md,
+	 * "Blockwise dynamic range"): `t` (borrowed; f32, f16, bf16, or f8e4m3 / f8e5m2 codes read
+	 * as their values, as the statistics read them; host memory, contiguous or the dispatched
+	 * view) seen as rows x cols, cols its last dimension, cut into blocks of `block_size`
+	 * consecutive elements of the flattened tensor (dims 1), of its flattened transpose (dims 1
+	 * with `columnwise`), or into block_size x block_size tiles (dims 2, where `columnwise`
+	 * changes nothing); the last block and the edge tiles may be partial. Stores in *out the
+	 * largest log2(max |x| / min nonzero |x|) over the blocks: 0 for a block of zeros, NaN when
+	 * a block holds a NaN or only infinities. Computed when called (one pass, threaded as the
+	 * statistics pass is). 0; -ENODATA for an empty tensor (no blocks; *out untouched); -EINVAL
+	 * for a dtype, layout, shape, block_size < 1 or dims it does not take; -ENOTSUP for device
+	 * memory. */
+	int (*block_dynamic_range)(const struct dli_tensor *t, int64_t block_size, int dims,
+				   bool columnwise, double *out);
+	/* Why the feature method running on this thread (inspect_tensor, modify_tensor, ...) is
+	 * about to return an error: printf-style, copied (about 380 bytes kept). The core adds it to
+	 * that call's dli_last_error and to its line in the message log, so a host that checks the
+	 * error code reads the reason there. Outside a failing method it is not shown. */
+	void (*fail_reason)(struct dli_context *ctx, const char *fmt, ...)
+#if defined(__GNUC__)
+		__attribute__((format(printf, 2, 3)))
+#endif
+		;
 };
 
 /* ---- Features ---- */

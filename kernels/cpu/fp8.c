@@ -379,6 +379,17 @@ static void compare_chunks(struct pass *ps, const struct dli_cpu_options *o, int
 		pass_chunk(ps, c, 0);
 }
 
+const struct dli_cpu_options *dli_fp8_compare_opts(double min_nonzero_abs, float scale,
+						   const struct dli_cpu_options *o,
+						   struct dli_cpu_options *scratch)
+{
+	if (!(min_nonzero_abs * (double)scale < 0x1p-63))
+		return o;
+	*scratch = o ? *o : (struct dli_cpu_options){0};
+	scratch->simd = DLI_SIMD_SCALAR;
+	return scratch;
+}
+
 int dli_cpu_fp8_compare(const void *data, enum dli_dtype dtype, int64_t n, enum dli_dtype format,
 			float scale, const struct dli_cpu_options *o, struct dli_stats_record *out)
 {

@@ -55,10 +55,14 @@ out=$("$tool" check "$er" 2>&1)
 rm -f "$er"
 
 # COMMAND --help: the usage on stdout and exit 0, for every command; an unknown one stays an error.
-for c in check plugins stats compare bench doctor; do
-	out=$("$tool" $c --help 2>/dev/null)
-	[ $? = 0 ] && grep -q "usage: dlinspect" <<<"$out" && ok || bad "$c --help: exit or output: $out"
+for c in check plugins stats compare bench doctor "bench stats" "bench dispatch"; do
+	for h in --help -h; do
+		out=$("$tool" $c $h 2>/dev/null)
+		[ $? = 0 ] && grep -q "usage: dlinspect" <<<"$out" && ok || bad "$c $h: exit or output: $out"
+	done
 done
+"$tool" bench dispatch --jsn >/dev/null 2>&1
+[ $? = 2 ] && ok || bad "bench dispatch with an unknown option should exit 2"
 "$tool" nosuch --help >/dev/null 2>&1
 [ $? = 2 ] && ok || bad "an unknown command with --help should exit 2"
 
@@ -108,6 +112,18 @@ for want in "feature DisableFP8GEMM (alias disable_fp8_gemm, DisableQuantization
 done
 # Loaded from the build tree, not an installed copy.
 grep -qE "/features/disable_fp8_gemm\.so$" <<<"$out" && grep -qE "/loggers/file\.so$" <<<"$out" && ok || bad "module paths: $out"
+
+# A plugin dir with two files that are no modules: plugins lists every module that loads, says
+# each bad file on stderr, and exits 1.
+pd=$(mktemp -d)
+echo junk >"$pd/aa_bad.so"
+printf '\177ELF' >"$pd/zz_bad.so"
+err=$("$tool" plugins --plugin-dir "$pd" 2>&1 >"$pd/out")
+rc=$?
+[ $rc = 1 ] && ok || bad "plugins with bad modules: exit $rc, expected 1"
+grep -qF "cannot load module $pd/aa_bad.so" <<<"$err" && grep -qF "cannot load module $pd/zz_bad.so" <<<"$err" && ok || bad "plugins: bad modules not both named: $err"
+grep -q "^  disable_fp8_gemm \[namespace transformer_engine\]" "$pd/out" && grep -q "^  file (ABI" "$pd/out" && ok || bad "plugins: the good modules are not listed: $(cat "$pd/out")"
+rm -rf "$pd"
 
 # A config cannot name a module file by path; the user can allow it on the command line.
 so=$(grep -oE "[^ ]*/features/disable_fp8_gemm\.so$" <<<"$out" | head -n 1)

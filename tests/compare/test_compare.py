@@ -105,8 +105,9 @@ def diffs(a, b):
         return 0.0, 0.0
     if not (math.isfinite(a) and math.isfinite(b)):
         return math.inf, math.inf
-    d = abs(a - b)
-    return d, d / max(abs(a), abs(b))
+    d, m = abs(a - b), max(abs(a), abs(b))
+    # A difference past the double range (1e308 against -1e308): relative to the scaled values.
+    return d, abs(a / m - b / m) if math.isinf(d) else d / m
 
 
 def reference(pa, pb, rtol=1e-5, atol=1e-8, strict=False, tags=None):
@@ -166,8 +167,9 @@ def check_against_reference(pa, pb, opts, name):
     tags = opts[opts.index("--tags") + 1] if "--tags" in opts else None
     want, any_diff = reference(pa, pb, rtol, atol, strict, tags)
     rc, out, err = run(pa, pb, "--json", *opts)
-    check(rc == (1 if any_diff else 0), "%s: exit status %d, expected %d (%s)" % (
-        name, rc, 1 if any_diff else 0, err))
+    # Nothing compared and nothing differing: a vacuous agreement, an input error (exit 2).
+    rc_want = 1 if any_diff else 0 if any(r["compared"] for r in want) else 2
+    check(rc == rc_want, "%s: exit status %d, expected %d (%s)" % (name, rc, rc_want, err))
     got = json.loads(out)
     check(got["differ"] == any_diff, "%s: differ" % name)
     check(got["a"]["values"] == sum(r["values_a"] for r in want), "%s: values of A" % name)
@@ -276,6 +278,31 @@ def test_iteration_sets(tmp):
     rc, out, err = run(tmp + "/iters/long.log", a)
     check(rc == 2 and "long.log:1: a line longer than 65536 bytes: not a statistics log" in err,
           "long line: exit %d, %s" % (rc, err))
+    # Runs with no tag in common, or --tags matching none: nothing is compared, and saying
+    # "no tag differs" would pass a gate whatever the runs did (exit 2); --strict counts the
+    # one-run tags as differences (exit 1).
+    write_log(tmp + "/iters/other.log", [("w_only", 0, 1.0)])
+    rc, out, err = run(a, tmp + "/iters/other.log")
+    check(rc == 2 and "nothing was compared: no tag has an iteration in both runs" in err,
+          "no common tag: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, tmp + "/iters/other.log", "--strict")
+    check(rc == 1, "no common tag, --strict: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, b, "--tags", "^nothing$")
+    check(rc == 2 and "no tag that --tags matches has an iteration in both runs" in err,
+          "--tags matching none: exit %d, %s" % (rc, err))
+    # A backreference is no POSIX ERE (glibc's take exponential time on long tags): refused;
+    # inside a bracket expression it is two characters.
+    rc, out, err = run(a, b, "--tags", r"(x*)\1_max")
+    check(rc == 2 and r"'\1' is a backreference" in err, "backreference: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, b, "--tags", r"[\1]|_max")
+    check(rc == 0, "a bracket holding \\1: exit %d, %s" % (rc, err))
+    # --plot naming a log it reads would overwrite it: refused, the log intact.
+    with open(a, "rb") as f:
+        before = f.read()
+    rc, out, err = run(a, b, "--plot", a)
+    with open(a, "rb") as f:
+        check(rc == 2 and "--plot %s is the log of run A: it would be overwritten" % a in err
+              and f.read() == before, "--plot onto A: exit %d, %s" % (rc, err))
     fifo = tmp + "/iters/fifo.log"
     if not os.path.exists(fifo):
         os.mkfifo(fifo)
@@ -442,8 +469,10 @@ def test_malformed(tmp):
         with open(a, "w", encoding="utf-8") as f:
             f.write(text + "\n")
         rc, out, err = run(a, b)
+        # A changed tag shares nothing with B: nothing compared, exit 2 (not a pass).
         check(rc in (0, 1) or (rc == 2 and err.startswith("dlinspect compare: %s:1:" % a)) or
-              (rc == 2 and text.strip() == "" and "holds no statistics (1 lines" in err),
+              (rc == 2 and text.strip() == "" and "holds no statistics (1 lines" in err) or
+              (rc == 2 and "nothing was compared: no tag has an iteration in both runs" in err),
               "variant %r: exit %d, %s" % (text, rc, err))
     a = tmp + "/bad/nul.log"
     with open(a, "wb") as f:
@@ -456,7 +485,9 @@ def test_usage(tmp):
     write_log(a, [("t_max", 0, 1.0)])
     expect_error([a], ["expected two runs"], "one run")
     expect_error([a, a, a], ["two runs at a time"], "three runs")
-    expect_error([a, a, "--rtol", "-1"], ["--rtol '-1': expected a number >= 0"], "negative rtol")
+    expect_error([a, a, "--rtol", "-1"], ["--rtol '-1': expected a finite number >= 0"], "negative rtol")
+    expect_error([a, a, "--rtol", "1e999"], ["--rtol '1e999': expected a finite number >= 0"], "huge rtol")
+    expect_error([a, a, "--rank", "99999999999"], ["--rank '99999999999': expected an integer from 0 to 999999999"], "huge rank")
     expect_error([a, a, "--atol", "x"], ["--atol 'x'"], "bad atol")
     expect_error([a, a, "--rank"], ["missing value for '--rank'"], "rank without value")
     expect_error([a, a, "--frobnicate"], ["unknown option '--frobnicate'"], "unknown option")

@@ -70,7 +70,7 @@ static void test_configs_load(void)
 		"both_namespaces.yaml", "seed_perf.yaml", "yaml11_forms.yaml",
 		"disable_quantization.yaml", "recipe_stats.yaml", "struct_entries.yaml",
 		"dummy_feature.yaml", "mxfp8_stats.yaml", "fake_quant_mxfp8.yaml",
-		"all_recipe_stats.yaml", "nvfp4_stats.yaml",
+		"all_recipe_stats.yaml", "nvfp4_stats.yaml", "blockwise_range.yaml",
 	};
 	const char *dir = getenv("COMPAT_CONFIGS");
 	CHECK(dir != NULL);
@@ -91,23 +91,29 @@ static void test_configs_load(void)
 	}
 }
 
-/* ---- The seed's performance config logs each namespace's statistics ---- */
-
-static void test_seed_perf(void)
+/* A context for tests/compat/configs/`name` (NULL, checked, when it does not load). */
+static struct dli_context *open_config(const char *name)
 {
-	char path[1024];
+	char path[1024], yaml[4096] = "";
 	const char *dir = getenv("COMPAT_CONFIGS");
 	if (!dir)
-		return;
-	snprintf(path, sizeof path, "%s/seed_perf.yaml", dir);
+		return NULL;
+	snprintf(path, sizeof path, "%s/%s", dir, name);
 	FILE *f = fopen(path, "r");
-	char yaml[4096] = "";
 	size_t len = f ? fread(yaml, 1, sizeof yaml - 1, f) : 0;
 	if (f)
 		fclose(f);
 	yaml[len] = 0;
 	struct dli_context *ctx = open_yaml(yaml, NULL);
 	CHECK(ctx != NULL);
+	return ctx;
+}
+
+/* ---- The seed's performance config logs each namespace's statistics ---- */
+
+static void test_seed_perf(void)
+{
+	struct dli_context *ctx = open_config("seed_perf.yaml");
 	if (!ctx)
 		return;
 	struct dli_layer *l = layer(ctx, FC1);
@@ -142,6 +148,43 @@ static void test_seed_perf(void)
 	/* Step 1: no log_tensor_stats call, so only TransformerEngine's lines. */
 	CHECK_INT(n_logged(FC1 "_activation_min", 1), 1);
 	CHECK_INT(n_logged(FC1 "_activation_std", 1), 1);
+}
+
+/* ---- max_blockwise_dynamic_range in TransformerEngine's forms ---- */
+
+static void test_blockwise_range(void)
+{
+	struct dli_context *ctx = open_config("blockwise_range.yaml");
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, FC1);
+	/* 2 x 4: rows 1, 2, 0, 8 and 4, 4, 0.25, 1. */
+	float x[8] = {1, 2, 0, 8, 4, 4, 0.25f, 1};
+	struct dli_tensor t = f32(x, 8);
+	t.ndim = 2;
+	t.shape[0] = 2;
+	t.shape[1] = 4;
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_GRADIENT, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+
+	/* Blocks of 2 along the rows: {1, 2} {0, 8} {4, 4} {0.25, 1}, at most log2(1 / 0.25) = 2;
+	 * down the columns: {1, 4} {2, 4} {0, 0.25} {8, 1}, at most 3: the activation logs the
+	 * larger. Tiles of 2 x 2: {1, 2, 4, 4} and {0, 8, 0.25, 1}: 5. The defaults (32, 1): one
+	 * block of all eight, 5, as dynamic_range. */
+	CHECK(logged(FC1 "_activation_max_blockwise_dynamic_range_block_size_2_dims_1"
+		     "_max_over_orientations", 0, 0) == 3);
+	CHECK(logged(FC1 "_activation_max_blockwise_dynamic_range_block_size_2_dims_2"
+		     "_max_over_orientations", 0, 0) == 5);
+	CHECK(logged(FC1 "_activation_max_blockwise_dynamic_range_block_size_32_dims_1"
+		     "_max_over_orientations", 0, 0) == 5);
+	CHECK(logged(FC1 "_activation_dynamic_range", 0, 0) == 5);
+	/* The gradient's entry lists its own: blocks of 4 along the rows, {1, 2, 0, 8} and
+	 * {4, 4, 0.25, 1}: 4; no orientation suffix, no dynamic_range. */
+	CHECK(logged(FC1 "_gradient_max_blockwise_dynamic_range_block_size_4_dims_1", 0, 0) == 4);
+	CHECK_INT(n_logged(FC1 "_gradient_dynamic_range", 0), 0);
+	CHECK_INT(n_logged(FC1 "_gradient_max_blockwise_dynamic_range_block_size_2_dims_1", 0), 0);
 }
 
 /* ---- Schedules per namespace ---- */
@@ -426,6 +469,7 @@ int main(void)
 {
 	test_configs_load();
 	test_seed_perf();
+	test_blockwise_range();
 	test_schedules();
 	test_fp8_nonfinite();
 	test_dummy_feature();

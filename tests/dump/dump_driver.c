@@ -213,7 +213,11 @@ static void basic_step(struct dli_context *ctx, const char *name, int64_t it, bo
 	/* Device memory: refused (said once per layer and tensor), nothing read from the pointer. */
 	struct dli_tensor dev = dli_tensor_2d((void *)(uintptr_t)0x1000, DLI_DTYPE_F32, 4, 4);
 	dev.device.type = DLI_DEVICE_CUDA;
-	printf("rc inspect-dgrad-cuda %d\n", dli_inspect_tensor(l, DLI_TENSOR_DGRAD, &dev, NULL, NULL));
+	int rc = dli_inspect_tensor(l, DLI_TENSOR_DGRAD, &dev, NULL, NULL);
+	printf("rc inspect-dgrad-cuda %d\n", rc);
+	/* Every refused call's dli_last_error says why, not only the first's message log line. */
+	if (rc)
+		printf("last-error-dgrad-cuda %s\n", dli_last_error(ctx));
 }
 
 static int run_basic(void)

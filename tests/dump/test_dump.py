@@ -90,7 +90,9 @@ def run_driver(mode, scratch):
     out = os.path.join(scratch, mode)
     r = subprocess.run([DRIVER, mode, out], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     check(r.returncode == 0, "%s: driver exit %d: %s" % (mode, r.returncode, r.stderr[-2000:]))
-    rcs = [line.split()[1:] for line in r.stdout.decode().splitlines() if line.startswith("rc ")]
+    text = r.stdout.decode(errors="replace")  # last errors quote layer names of any bytes
+    rcs = [line.split()[1:] for line in text.splitlines() if line.startswith("rc ")]
+    run_driver.stdout = text
     with open(os.path.join(out, "manifest.jsonl")) as f:
         manifest = [json.loads(line) for line in f]
     for m in manifest:
@@ -222,6 +224,15 @@ def test_basic(scratch):
     cuda = [int(v) for what, v in rcs if what == "inspect-dgrad-cuda"]
     check(cuda.count(-95) == 3 * n_layers and cuda.count(0) == 2 * n_layers,
           "basic: device-memory refusals %s" % cuda)
+    # Each refused call's dli_last_error says why (the message log says it once per reason).
+    # (Counted in the whole output: a layer name may hold a newline.)
+    text = run_driver.stdout
+    n_err = text.count("\nlast-error-dgrad-cuda inspect_tensor failed on layer ")
+    n_why = text.count(": DumpTensors: 'dgrad.high_precision' (64 bytes) was not dumped: it is in "
+                       "device memory, and this dlinspect copies only host memory")
+    check(n_err == 3 * n_layers and n_why == n_err,
+          "basic: %d refused calls' last errors, %d with the reason, expected %d"
+          % (n_err, n_why, 3 * n_layers))
     others = [(w, v) for w, v in rcs if w != "inspect-dgrad-cuda"]
     check(others and all(v == "0" for w, v in others),
           "basic: failed calls %s" % [o for o in others if o[1] != "0"])

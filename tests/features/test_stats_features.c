@@ -830,16 +830,25 @@ static void test_cuda_without_backend(void)
 		float x[4] = {1, 2, 3, 4};
 		struct dli_tensor t = f32(x, 4);
 		t.device = (struct dli_device){.type = DLI_DEVICE_CUDA, .index = 0};
-		for (int i = 0; i < 3; i++)
+		for (int i = 0; i < 3; i++) {
 			CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL),
 				  -ENOTSUP);
+			/* Each refused call says why, not only the message log's first line. */
+			CHECK_CONTAINS(dli_last_error(ctx), "Operation not supported (-95): statistics "
+							    "of CUDA tensors need dlinspect built with "
+							    "CUDA");
+			CHECK_CONTAINS(dli_last_error(ctx), "no dli_cuda.so in the plugin dirs");
+		}
 		dli_step(ctx);
 		dli_destroy(ctx);
 		CHECK_INT(read_stats(), 0);
+		/* The backend's line, said once, and the first failing call's line, which ends with
+		 * the reason; the later failures are counted, not repeated. */
 		CHECK_INT(count_lines(MESSAGE_LOG,
 				      "statistics of CUDA tensors need dlinspect built with CUDA"),
-			  1);
-		CHECK_INT(count_lines(MESSAGE_LOG, "no dli_cuda.so in the plugin dirs"), 1);
+			  2);
+		CHECK_INT(count_lines(MESSAGE_LOG, "no dli_cuda.so in the plugin dirs"), 2);
+		CHECK_INT(count_lines(MESSAGE_LOG, "inspect_tensor failed on layer 'fc1'"), 1);
 	}
 	if (saved)
 		setenv("DLINSPECT_PLUGIN_PATH", env, 1);

@@ -65,6 +65,14 @@ static void check_name(const char *feature, const char *name, const char *log_pr
 		 "  transformer_engine:\n    %s: {enabled: true, tensors: [activation], "
 		 "stats: ['%s']}\n",
 		 feature, name);
+	/* A choice with parameters (`name{key,...}`) is listed by its name alone: its defaults. */
+	const char *brace = strchr(name, '{');
+	if (brace)
+		snprintf(yaml, sizeof yaml,
+			 "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: 'fc1'}\n"
+			 "  transformer_engine:\n    %s: {enabled: true, tensors: [activation], "
+			 "stats: ['%.*s']}\n",
+			 feature, (int)(brace - name), name);
 	struct dli_context *ctx = open_yaml(yaml, &err);
 	const char *why = !strcmp(feature, "LogFp8TensorStats") ? fp8_refusal(name) : NULL;
 	if (why) {
@@ -90,7 +98,11 @@ static void check_name(const char *feature, const char *name, const char *log_pr
 		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, &qt, NULL), 0);
 	CHECK_INT(dli_step(ctx), 0);
 	dli_destroy(ctx);
-	snprintf(want, sizeof want, LAYER "_activation_%s%s", log_prefix, name);
+	if (brace) /* TransformerEngine's name, with the defaults; both orientations */
+		snprintf(want, sizeof want, LAYER "_activation_%.*s_block_size_32_dims_1"
+			 "_max_over_orientations", (int)(brace - name), name);
+	else
+		snprintf(want, sizeof want, LAYER "_activation_%s%s", log_prefix, name);
 	CHECK_INT(logged(got, sizeof got), 1);
 	CHECK_STR(got, want);
 	*accepted += 1;
@@ -126,11 +138,11 @@ int main(int argc, char **argv)
 				check_name(d->name, stats->choices[i], prefix, &accepted, &refused);
 		printf("%s: %zu names log under their own name, %zu refused with the reason\n",
 		       d->name, accepted, refused);
-		/* TransformerEngine's sets: 12 plain statistics; 7 FP8 ones for the host's tensor
+		/* TransformerEngine's sets: 12 plain statistics and max_blockwise_dynamic_range; 7 FP8 ones for the host's tensor
 		 * (bare and fp8_delayed_scaling_), current scaling, MXFP8 and FP8 block scaling (both
 		 * with _columnwise); NVFP4's 2. */
 		if (!strcmp(d->name, "LogTensorStats"))
-			CHECK_INT(accepted, 12);
+			CHECK_INT(accepted, 13);
 		if (!strcmp(d->name, "LogFp8TensorStats"))
 			CHECK_INT(accepted, 7 * 7);
 		if (!strcmp(d->name, "LogNvfp4TensorStats"))

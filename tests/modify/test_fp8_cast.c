@@ -1,6 +1,6 @@
-/* The public FP8 casts (dli_fp8_cast, dli_fp8_current_scale) and the amax behind the host table's
- * tensor_amax, against the kernels' scalar encode/decode and the formula of docs/statistics.md
- * written out here; and their refusals. */
+/* The public FP8 casts (dli_fp8_cast, dli_fp8_current_scale), the amax behind the host table's
+ * tensor_amax and its block_dynamic_range, against the kernels' scalar encode/decode and the
+ * formulas of docs/statistics.md written out here; and their refusals. */
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -206,11 +206,159 @@ static void test_tensor_amax(void)
 	CHECK_INT(dli_tensor_amax(&t, &a), -ENOTSUP);
 }
 
+/* max_blockwise_dynamic_range written out: each element's block by its index, the blocks' max and
+ * nonzero min in doubles, log2(max) - log2(min) per block, the largest; NaN propagates. */
+static double naive_block_range(const float *x, int64_t rows, int64_t cols, int64_t bs, int dims,
+				bool columnwise)
+{
+	int64_t nb = dims == 2 ? ((rows + bs - 1) / bs) * ((cols + bs - 1) / bs)
+			       : (rows * cols + bs - 1) / bs;
+	double *hi = calloc((size_t)nb, sizeof *hi), *lo = malloc((size_t)nb * sizeof *lo);
+	bool *nan = calloc((size_t)nb, 1);
+	CHECK(hi && lo && nan);
+	for (int64_t b = 0; b < nb; b++)
+		lo[b] = INFINITY;
+	for (int64_t i = 0; i < rows; i++)
+		for (int64_t j = 0; j < cols; j++) {
+			int64_t b = dims == 2 ? (i / bs) * ((cols + bs - 1) / bs) + j / bs
+				    : columnwise ? (j * rows + i) / bs
+						 : (i * cols + j) / bs;
+			double a = fabs((double)x[i * cols + j]);
+			if (isnan(a))
+				nan[b] = true;
+			else {
+				hi[b] = a > hi[b] ? a : hi[b];
+				if (a != 0 && a < lo[b])
+					lo[b] = a;
+			}
+		}
+	double out = 0;
+	bool any_nan = false;
+	for (int64_t b = 0; b < nb; b++) {
+		if (nan[b] || (hi[b] != 0 && isnan(log2(hi[b]) - log2(lo[b])))) {
+			any_nan = true;
+			continue;
+		}
+		double dr = hi[b] != 0 ? log2(hi[b]) - log2(lo[b]) : 0;
+		out = dr > out ? dr : out;
+	}
+	free(hi);
+	free(lo);
+	free(nan);
+	return any_nan ? NAN : out;
+}
+
+/* Shapes past the pass's chunk (2048 elements) and panel (4096 columns), blocks longer than a
+ * chunk, rows that do and do not split into blocks; then the contract's refusals. */
+static void test_block_range(void)
+{
+	CHECK(dli_host_template.block_dynamic_range == dli_tensor_block_range);
+	static const int64_t shapes[][2] = {{3, 4100}, {64, 4097}, {4096, 3}, {1, 9000}, {130, 130},
+					    {7, 2049}, {256, 4096}};
+	static const int64_t sizes[] = {1, 2, 3, 16, 32, 128, 5000};
+	uint64_t s = 99;
+	for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+		int64_t rows = shapes[k][0], cols = shapes[k][1], n = rows * cols;
+		float *x = malloc((size_t)n * sizeof *x);
+		CHECK(x);
+		for (int64_t i = 0; i < n; i++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			int e = (int)(s >> 58) - 32; /* 2^-32 .. 2^31 */
+			x[i] = (s >> 20 & 7) == 0 ? 0.0f : ldexpf((float)(s >> 40 & 0xffff) + 1.0f, e);
+			if (s >> 30 & 1)
+				x[i] = -x[i];
+		}
+		if (k == 4)
+			x[n / 2] = NAN;
+		if (k == 5)
+			x[3] = INFINITY;
+		struct dli_tensor t = {.data = x, .dtype = DLI_DTYPE_F32, .ndim = 2,
+				       .shape = {rows, cols}, .contiguous = true};
+		for (size_t b = 0; b < sizeof sizes / sizeof sizes[0]; b++)
+			for (int c = 0; c < 3; c++) {
+				int dims = c == 2 ? 2 : 1;
+				bool cw = c == 1;
+				double got = -1, want = naive_block_range(x, rows, cols, sizes[b], dims, cw);
+				CHECK_INT(dli_tensor_block_range(&t, sizes[b], dims, cw, &got), 0);
+				bool ok = (isnan(got) && isnan(want)) || got == want ||
+					  fabs(got - want) <= 1e-12 * (1 + fabs(want));
+				CHECK(ok);
+				if (!ok)
+					fprintf(stderr, "  %lld x %lld, block %lld, dims %d%s: %.17g, want "
+						"%.17g\n", (long long)rows, (long long)cols,
+						(long long)sizes[b], dims, cw ? " columnwise" : "", got, want);
+			}
+		/* A block as long as the tensor, however it is written (up to 2^63 - 1). */
+		if (k == 2 || k == 4)
+			for (int c = 0; c < 3; c++) {
+				double got = -1, want = naive_block_range(x, rows, cols, n, 1, false);
+				CHECK_INT(dli_tensor_block_range(&t, INT64_MAX, c == 2 ? 2 : 1, c == 1,
+								 &got),
+					  0);
+				CHECK((isnan(got) && isnan(want)) || fabs(got - want) <= 1e-12 * (1 + fabs(want)));
+			}
+		free(x);
+	}
+
+	float x[6] = {1, 2, 0, 0, 8, 0}, v = -1;
+	double d = -1;
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 6);
+	CHECK_INT(dli_tensor_block_range(&t, 2, 1, false, &d), 0);
+	CHECK(d == 1.0); /* {1, 2}: 1; {0, 0}: 0; {8, 0}: 0 */
+	CHECK_INT(dli_tensor_block_range(&t, 6, 2, false, &d), 0);
+	CHECK(d == 3.0); /* one partial tile of 1 x 6 */
+	t = tensor(&v, DLI_DTYPE_F32, 1);
+	t.ndim = 0;
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, true, &d), 0);
+	CHECK(d == 0.0);
+	uint16_t b[4] = {0x3f80 /* 1 */, 0xc300 /* -128 */, 0x0000, 0x8000 /* -0 */};
+	t = tensor(b, DLI_DTYPE_BF16, 4);
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), 0);
+	CHECK(d == 7.0);
+	/* FP8 codes read as their values: E4M3 0x01 is 2^-9, 0x7e is 448 (0x80, -0, is a zero). */
+	uint8_t q8[3] = {0x01, 0x7e, 0x80};
+	t = tensor(q8, DLI_DTYPE_F8E4M3, 3);
+	CHECK_INT(dli_tensor_block_range(&t, 3, 1, false, &d), 0);
+	CHECK(fabs(d - (log2(448.0) + 9)) < 1e-12);
+	t.dtype = DLI_DTYPE_F8E5M2; /* 0x01 is 2^-16, 0x7e NaN */
+	CHECK_INT(dli_tensor_block_range(&t, 3, 1, false, &d), 0);
+	CHECK(isnan(d));
+	uint16_t h[2] = {0x0001 /* 2^-24 */, 0x7bff /* 65504 */};
+	t = tensor(h, DLI_DTYPE_F16, 2);
+	CHECK_INT(dli_tensor_block_range(&t, 2, 1, false, &d), 0);
+	CHECK(fabs(d - (log2(65504.0) + 24)) < 1e-12);
+
+	d = 5;
+	t = tensor(NULL, DLI_DTYPE_F32, 0);
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -ENODATA);
+	CHECK(d == 5);
+	t = tensor(x, DLI_DTYPE_F32, 6);
+	CHECK_INT(dli_tensor_block_range(NULL, 4, 1, false, &d), -EINVAL);
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, NULL), -EINVAL);
+	CHECK_INT(dli_tensor_block_range(&t, 0, 1, false, &d), -EINVAL);
+	CHECK_INT(dli_tensor_block_range(&t, -3, 1, false, &d), -EINVAL);
+	CHECK_INT(dli_tensor_block_range(&t, 4, 3, false, &d), -EINVAL);
+	CHECK_INT(dli_tensor_block_range(&t, 4, 0, false, &d), -EINVAL);
+	t.dtype = DLI_DTYPE_F64;
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -EINVAL);
+	t.dtype = DLI_DTYPE_F32;
+	t.contiguous = false;
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -EINVAL);
+	t.contiguous = true;
+	t.ndim = 99;
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -EINVAL);
+	t.ndim = 1;
+	t.device.type = DLI_DEVICE_CUDA;
+	CHECK_INT(dli_tensor_block_range(&t, 4, 1, false, &d), -ENOTSUP);
+	CHECK(d == 5);
+}
+
 int main(void)
 {
 	test_cast_values();
 	test_cast_refusals();
 	test_current_scale();
 	test_tensor_amax();
+	test_block_range();
 	return check_exit();
 }

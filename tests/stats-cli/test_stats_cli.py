@@ -78,9 +78,10 @@ ENV["ASAN_OPTIONS"] = (ENV.get("ASAN_OPTIONS", "") + ":exitcode=66").lstrip(":")
 ENV["UBSAN_OPTIONS"] = (ENV.get("UBSAN_OPTIONS", "") + ":exitcode=67").lstrip(":")
 
 
-def run(*args):
+def run(*args, env_simd=""):
+    env = dict(ENV, DLINSPECT_SIMD=env_simd) if env_simd else ENV
     r = subprocess.run([TOOL, "stats"] + [str(a) for a in args], capture_output=True,
-                       text=True, errors="replace", env=ENV, timeout=120)
+                       text=True, errors="replace", env=env, timeout=120)
     return r.returncode, r.stdout, r.stderr
 
 
@@ -106,8 +107,8 @@ def strict_json(line):
     return obj
 
 
-def stats_json(path, *opts):
-    rc, out, err = run(path, "--json", *opts)
+def stats_json(path, *opts, env_simd=""):
+    rc, out, err = run(path, "--json", *opts, env_simd=env_simd)
     sane(rc, err, "stats %s %s" % (path, opts))
     lines = []
     for line in out.splitlines():
@@ -354,6 +355,22 @@ def run_all(tmp):
                 if check(rc == 0 and len(lines) == 1, "npy %s --fp8 %s: %s" % (name, fmt, err)):
                     compare(lines[0], name, x, fp8=fmt, margin=margin,
                             what="npy %s --fp8 %s --margin %s" % (name, fmt, margin))
+    # An outlier 2^100 above the rest: the scaled small values (below 2^-63) underflow FP8, and
+    # the SIMD lanes' float squares lost their error (mse 0 and sqnr_db inf, a perfect cast,
+    # where the scalar path in double had the error): such a tensor is compared in double on
+    # every path, so each gives the scalar path's numbers.
+    outlier = np.tile(np.array([1e30, 1, -2, 0.5], np.float32), 2500)
+    np.save(P("outlier.npy"), outlier)
+    got = {}
+    for simd in ("", "scalar"):
+        rc, lines, err = stats_json(P("outlier.npy"), "--fp8", "e4m3", env_simd=simd)
+        if check(rc == 0 and len(lines) == 1, "outlier --fp8 e4m3 (%s): %s" % (simd, err)):
+            st = lines[0]["stats"]
+            got[simd] = (st["mse"], st["sqnr_db"], st["underflows%"])
+            check(st["mse"] > 0 and st["sqnr_db"] is not None and st["underflows%"] == 75,
+                  "outlier (SIMD %s): %r" % (simd or "default", st))
+    check(len(got) == 2 and got[""] == got["scalar"],
+          "outlier: the default SIMD path and the scalar one differ: %r" % got)
     rc, lines, err = stats_json(P("normal.npy"), "--fp8", "e4m3", "--margin", "-1")
     check(rc == 0 and lines and lines[0]["stats"]["overflows%"] > 0,
           "margin -1 makes no overflows: %r" % (lines and lines[0]["stats"]))
@@ -584,12 +601,23 @@ def run_all(tmp):
     st_case("outside", {"w": {"dtype": "F32", "shape": [8], "data_offsets": [0, 32]}}, good_f4,
             ["data_offsets [0, 32] are outside the 24-byte data section"])
     st_case("backwards", {"w": {"dtype": "F32", "shape": [0], "data_offsets": [8, 4]}}, good_f4,
-            ["outside"])
+            ["data_offsets [8, 4] are reversed (begin after end)"])
     st_case("lying", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 12]}}, good_f4,
             ["hold 12 bytes, but F32 [4] needs 16"])
     st_case("overlap", {"a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
                         "b": {"dtype": "F32", "shape": [2], "data_offsets": [8, 16]}}, good_f4,
             ["tensors 'a' and 'b' overlap"])
+    st_case("gap", {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+                    "b": {"dtype": "F32", "shape": [2], "data_offsets": [16, 24]}}, good_f4,
+            ["tensor 'b' starts at byte 16 of the data section, after 8 bytes that no tensor "
+             "describes"])
+    st_case("lead", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]}}, good_f4,
+            ["tensor 'w' starts at byte 8 of the data section, after 8 bytes"])
+    st_case("trailing", {"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, good_f4,
+            ["the data section holds 8 bytes after its last tensor that no tensor describes "
+             "(16 of 24 bytes described)"])
+    st_case("only_empty", {"e": {"dtype": "F32", "shape": [0], "data_offsets": [0, 0]}}, good_f4,
+            ["holds 24 bytes after its last tensor"])
     st_case("nonutf8", b'{"w\xff": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
             good_f4, ["not valid UTF-8"])
     st_case("overlong", b'{"\xc0\xaf": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
@@ -602,6 +630,9 @@ def run_all(tmp):
             + b"[" * 100 + b"]" * 100 + b"}}", good_f4, ["nested deeper than 64 levels"])
     st_case("dupname", b'{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 12]}, '
             b'"w": {"dtype": "F32", "shape": [3], "data_offsets": [12, 24]}}', good_f4,
+            ["tensor name 'w' appears twice"])
+    st_case("dupsame", b'{"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}, '
+            b'"w": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}', good_f4,
             ["tensor name 'w' appears twice"])
     st_case("dupfield", b'{"w": {"dtype": "F32", "dtype": "F16", "shape": [6], '
             b'"data_offsets": [0, 24]}}', good_f4, ["duplicate key 'dtype'"])
@@ -643,6 +674,11 @@ def run_all(tmp):
                  prefix=False)
     expect_error(P("valid.npy"), ["--margin 'x'"], "--fp8", "e4m3", "--margin", "x", rc_want=2,
                  prefix=False)
+    for m in ("127", "-1e6"):
+        expect_error(P("valid.npy"), ["--margin %s: expected a number in [-126, 126]" % m],
+                     "--fp8", "e4m3", "--margin", m, rc_want=2, prefix=False)
+    rc, lines, err = stats_json(P("normal.npy"), "--fp8", "e4m3", "--margin", "126")
+    check(rc == 0 and len(lines) == 1, "--margin 126 (the range's end): exit %d, %s" % (rc, err))
 
     # ---- fuzz: every truncation and flipped bytes of small valid files ----
     small_st = st_bytes({"__metadata__": {"k": "v"},

@@ -629,6 +629,37 @@ static void test_host_tensor_names(void)
 	dli_destroy(ctx);
 }
 
+/* A mistake inside a disabled section or feature block is a warning that says why it is not an
+ * error (the peers never read what is disabled), and what is disabled makes no target. */
+static void test_disabled_mistakes(void)
+{
+	struct dli_context *ctx = load_ok("mistakes in what is disabled",
+		"off:\n"
+		"  enabled: false\n"
+		"  Probe: {enabled: true, tensors: [activation], freqq: 1}\n"
+		"sec:\n"
+		"  enabled: true\n"
+		"  layers: {layer_name_regex_pattern: fc1}\n"
+		"  Probe: {enabled: false, tensors: [activaton], freq: 0}\n"
+		"  ProbeB: {enabled: true, tensors: [weight]}\n");
+	if (!ctx)
+		return;
+	const struct dli_config *c = ctx->config;
+	CHECK_INT(c->n_targets, 1);
+	CHECK_INT(c->n_warnings, 3);
+	if (c->n_warnings == 3) {
+		CHECK(!strncmp(c->warnings[0], "<string>:3:49: warning: off.Probe: unknown key 'freqq' "
+					       "for Probe (did you mean 'freq'?) (not an error while the "
+					       "section is disabled)", 200));
+		/* The block's first mistake becomes the warning; the warning about the tensor name
+		 * that came before it stays. */
+		CHECK_CONTAINS(c->warnings[1], "'activaton' is not a standard tensor");
+		CHECK(!strncmp(c->warnings[2], "<string>:7:55: warning: sec.Probe.freq: ", 40));
+		CHECK_CONTAINS(c->warnings[2], "(not an error while the feature block is disabled)");
+	}
+	dli_destroy(ctx);
+}
+
 static void test_regex_warning(void)
 {
 	struct dli_context *ctx = load_ok("regex with numbers",
@@ -1011,9 +1042,12 @@ static const struct bad_case bad_cases[] = {
 	 -EINVAL, 4, 3, {"sec: ProbeGemm belongs in the section's 'probe_ns:' block"}},
 	{"DisableFP8GEMM directly in a section", HDR "  DisableFP8GEMM: {enabled: true, gemms: [fprop]}\n",
 	 -EINVAL, 4, 3, {"sec: DisableFP8GEMM belongs in the section's 'transformer_engine:' block"}},
-	{"typo in a disabled section",
-	 "sec:\n  enabled: false\n  Probe: {enabled: true, tensors: [activation], freqq: 1}\n",
-	 -EINVAL, 3, 49, {"sec.Probe: unknown key 'freqq' for Probe (did you mean 'freq'?)"}},
+	{"typo in an enabled section's enabled block",
+	 HDR "  Probe: {enabled: true, tensors: [activation], freqq: 1}\n",
+	 -EINVAL, 4, 49, {"sec.Probe: unknown key 'freqq' for Probe (did you mean 'freq'?)"}},
+	{"a block whose 'enabled' is not a bool",
+	 HDR "  Probe: {enabled: sure, tensors: [activatoin], freq: 0}\n",
+	 -EINVAL, 4, 20, {"sec.Probe.enabled: expected true or false, got 'sure'"}},
 
 	/* Layers. */
 	{"bad regex, quoted: the column points into the pattern",
@@ -1427,6 +1461,7 @@ int main(void)
 	test_anchors();
 	test_host_tensor_names();
 	test_regex_warning();
+	test_disabled_mistakes();
 	test_many_targets_and_alias_bomb();
 	test_merge_keys_and_parked_blocks();
 	test_feature_aliases();

@@ -357,6 +357,9 @@ static void test_modify_failures_are_said(void)
 			   "tensor 'weight', iteration 2: feature FakeQuant (section 'fq', <string>:";
 	CHECK_CONTAINS(dli_last_error(ctx), want);
 	CHECK_CONTAINS(dli_last_error(ctx), "in: f32[2] cpu:0, out: bf16[2] cpu:0");
+	/* The feature's own reason (host fail_reason). */
+	CHECK_CONTAINS(dli_last_error(ctx), "refused: Invalid argument (-22): FakeQuant writes the "
+					    "dequantized values: out must be f32; in: ");
 	/* Thread-local: another thread's last error is its own. */
 	pthread_t th;
 	void *other = NULL;
@@ -507,6 +510,27 @@ static void test_tensor_constructors(void)
 		  1);
 	CHECK_CONTAINS(dli_last_error(ctx), "inspect_tensor failed on layer 'model.layers.0.fc1', "
 					    "tensor 'activation', iteration 0");
+	/* A layer name of 3000 bytes (with multi-byte characters at the cuts) is quoted by its head
+	 * and tail, so the reason after it still fits. */
+	char *long_name = malloc(3100);
+	CHECK(long_name != NULL);
+	if (long_name) {
+		strcpy(long_name, "model.");
+		for (int i = 0; i < 1500; i++)
+			strcat(long_name, "\xc3\xa9"); /* e-acute, two bytes */
+		strcat(long_name, ".fc1");
+		struct dli_layer *ll = layer(ctx, long_name);
+		CHECK(stderr_capture_begin("stderr.txt"));
+		CHECK_INT(dli_inspect_tensor(ll, DLI_TENSOR_ACTIVATION, &b, NULL, NULL), -EINVAL);
+		stderr_capture_end();
+		const char *e = dli_last_error(ctx);
+		CHECK_CONTAINS(e, "inspect_tensor failed on layer 'model.\xc3\xa9");
+		CHECK_CONTAINS(e, "\xc3\xa9...\xc3\xa9");
+		CHECK_CONTAINS(e, "\xc3\xa9.fc1', tensor 'activation'");
+		CHECK_CONTAINS(e, "cannot read a non-contiguous f32 tensor");
+		CHECK(strlen(e) < 700);
+		free(long_name);
+	}
 	dli_step(ctx);
 	dli_destroy(ctx);
 	CHECK_INT(count_lines(STATS_LOG, "model.layers.0.fc1_activation_max"), 1);
