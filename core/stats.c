@@ -153,7 +153,6 @@ static int backend_open(struct dli_stats_backend *b, struct dli_error *err)
 	return 0;
 }
 
-/* The backend, loading it on first use. After the first attempt this is one atomic load. */
 /* src into dst[size], cut short when it does not fit. */
 static void copy_text(char *dst, size_t size, const char *src)
 {
@@ -162,6 +161,7 @@ static void copy_text(char *dst, size_t size, const char *src)
 	dst[n] = '\0';
 }
 
+/* The backend, loading it on first use. After the first attempt this is one atomic load. */
 static const struct dli_backend_ops *backend_get(struct dli_stats_acc *acc)
 {
 	struct dli_stats_backend *b = acc->backend;
