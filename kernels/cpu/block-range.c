@@ -151,8 +151,8 @@ static void range_merge(struct range *into, const struct range *from)
  * blocks, so that a block runs from the end of one column into the next. Read row after row with
  * a panel of columns open, each counting down to its next block boundary: blocks inside a column
  * are folded as they close; a column's head (before its first boundary) and tail (after its
- * last) are joined to the neighbouring columns' in column order once the panel is read. `cur`
- * is the block still open after the columns before this panel. */
+ * last) are joined to the neighbouring columns' in column order once the panel is read, the
+ * block still open carried from one panel to the next. */
 static int column_blocks(const void *data, enum dli_dtype dtype, int64_t rows, int64_t cols,
 			 int64_t bs, struct fold *f)
 {
