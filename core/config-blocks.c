@@ -443,6 +443,7 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 {
 	size_t mark =
 	    dli_cfg_path_push(rs, !strcmp(entry_key, "gemm") ? "gemms_struct" : "tensors_struct");
+	const struct dli_node *first_of_gemm[DLI_GEMM_COUNT] = {0};
 	for (size_t i = 0; i < list->n; i++) {
 		const struct dli_node *e = list->items[i];
 		if (e->kind != DLI_NODE_MAP)
@@ -466,9 +467,9 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 			return dli_cfg_fail(rs, e, "entry without '%s:'", entry_key);
 		size_t m2 = dli_cfg_path_push(rs, entry_key);
 		int r = dli_cfg_want_scalar(rs, id, entry_key);
+		int g = -1;
 		if (!r && !strcmp(entry_key, "gemm")) {
-			int g =
-			    dli_cfg_want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
+			g = dli_cfg_want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 			r = g < 0 ? -EINVAL : 0;
 			b.gemms = g < 0 ? 0 : 1u << g;
 			b.has_gemms = true;
@@ -479,8 +480,21 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 			b.has_tensors = true;
 		}
 		dli_cfg_path_pop(rs, m2);
+		/* TransformerEngine's _process_transformer_engine_config takes the first entry whose
+		 * gemm matches and never reads on: a later one is checked, and does nothing. */
+		bool ignored = !r && g >= 0 && first_of_gemm[g];
+		if (ignored)
+			r = dli_cfg_warn(rs, e,
+					 "this entry is ignored: gemm '%s' has an entry before it (at "
+					 "line %d, column %d), and TransformerEngine reads only the "
+					 "first entry of a GEMM; give the GEMM one entry (a "
+					 "tensors_struct in it can set each tensor's keys)",
+					 id->text, first_of_gemm[g]->where.line,
+					 first_of_gemm[g]->where.column);
+		else if (g >= 0)
+			first_of_gemm[g] = e;
 		if (!r)
-			r = finish_block(rs, s, fe, &b, e, make_targets);
+			r = finish_block(rs, s, fe, &b, e, make_targets && !ignored);
 		if (r)
 			return r;
 	}

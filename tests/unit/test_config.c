@@ -660,6 +660,53 @@ static void test_disabled_mistakes(void)
 	dli_destroy(ctx);
 }
 
+/* TransformerEngine reads only the first gemms_struct entry of a GEMM: a second one for the same
+ * GEMM makes no instance and is warned about; a duplicate tensors_struct entry is an error. */
+static void test_gemms_struct_first_entry_wins(void)
+{
+	struct dli_context *ctx = load_ok("gemms_struct, two entries for fprop",
+		HDR
+		"  ProbeModify:\n"
+		"    enabled: true\n"
+		"    factor: 2.0\n"
+		"    gemms_struct:\n"
+		"      - {gemm: fprop, tensors: [activation]}\n"
+		"      - {gemm: fprop, tensors: [weight], scale: 3.0}\n"
+		"      - {gemm: dgrad, tensors: [gradient]}\n");
+	if (!ctx)
+		return;
+	const struct dli_config *c = ctx->config;
+	CHECK_INT(c->n_targets, 2);
+	const struct dli_target *t;
+	if ((t = target(ctx, 0))) {
+		CHECK_INT(t->gemms, FPROP);
+		CHECK_INT(t->tensors, ACT);
+	}
+	if ((t = target(ctx, 1)))
+		CHECK_INT(t->gemms, DGRAD);
+	CHECK_INT(c->n_warnings, 1);
+	if (c->n_warnings == 1) {
+		CHECK(!strncmp(c->warnings[0], "<string>:9:9: warning: ", 23));
+		CHECK_CONTAINS(c->warnings[0], "sec.ProbeModify.gemms_struct: this entry is ignored: "
+					       "gemm 'fprop' has an entry before it (at line 8, "
+					       "column 9), and TransformerEngine reads only the first "
+					       "entry of a GEMM");
+	}
+	dli_destroy(ctx);
+
+	struct dli_error err;
+	CHECK_INT(load(HDR "  Probe:\n"
+		       "    enabled: true\n"
+		       "    tensors_struct:\n"
+		       "      - {tensor: activation}\n"
+		       "      - {tensor: activation, label: x}\n",
+		       &ctx, &err),
+		  -EINVAL);
+	CHECK_CONTAINS(err.message, "<string>:8:9: sec.Probe.tensors_struct: Probe is configured "
+				    "twice for the same gemm/tensor of these layers: here and at "
+				    "<string>:7:9");
+}
+
 static void test_regex_warning(void)
 {
 	struct dli_context *ctx = load_ok("regex with numbers",
@@ -1457,6 +1504,7 @@ int main(void)
 	test_yaml11_and_no_end();
 	test_gemms();
 	test_gemms_struct_with_tensors();
+	test_gemms_struct_first_entry_wins();
 	test_tensors_struct();
 	test_anchors();
 	test_host_tensor_names();
