@@ -172,6 +172,22 @@ static void hint_transformer_engine(struct resolver *rs, const struct dli_featur
 			 "'transformer_engine:')", d->name);
 }
 
+/* A schedule key whose value the peer takes as not given. TransformerEngine's next_enabled_iter reads
+ * start_step, end_step and start_end_list with None for "not given" and skips an empty
+ * start_end_list (a null freq would raise). nvdlfw_inspect's LogTensorStats takes a null freq as 1
+ * and skips a null or empty start_end_list, but compares with a null start_step or end_step and
+ * raises: those stay errors in the base namespace. */
+static bool sched_not_given(enum dli_shared_key_id id, const struct dli_node *v, bool base_ns)
+{
+	if (id == DLI_KEY_START_END_LIST)
+		return dli_cfg_is_null(v) || (v->kind == DLI_NODE_SEQ && v->n == 0);
+	if (!dli_cfg_is_null(v))
+		return false;
+	if (id == DLI_KEY_FREQ)
+		return base_ns;
+	return !base_ns && (id == DLI_KEY_START_STEP || id == DLI_KEY_END_STEP);
+}
+
 /* One key of a feature block or struct entry. `entry_key` is "gemm" or "tensor" inside struct
  * entries (NULL in the block itself). */
 static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, struct block *b,
@@ -208,6 +224,12 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			    "got %s",
 			    dli_cfg_kind_name(v));
 		b->tensors_struct = v;
+	} else if (id < DLI_KEY_COUNT && sched_not_given(id, v, rs->base_ns)) {
+		/* In a struct entry it drops the block's value, as the peer's dict update does. */
+		if (id == DLI_KEY_START_END_LIST)
+			b->has_ranges = false;
+		else
+			b->sched_set[id == DLI_KEY_FREQ ? 0 : id == DLI_KEY_START_STEP ? 1 : 2] = false;
 	} else if (id == DLI_KEY_FREQ || id == DLI_KEY_START_STEP || id == DLI_KEY_END_STEP) {
 		int i = id == DLI_KEY_FREQ ? 0 : id == DLI_KEY_START_STEP ? 1 : 2;
 		r = dli_cfg_want_int(rs, v, &b->sched[i]);

@@ -98,7 +98,9 @@ const char *dli_cfg_kind_name(const struct dli_node *n)
 {
 	if (dli_cfg_is_null(n))
 		return "nothing";
-	return n->kind == DLI_NODE_MAP ? "a mapping" : n->kind == DLI_NODE_SEQ ? "a list" : "a scalar";
+	if (n->kind == DLI_NODE_SEQ)
+		return n->n ? "a list" : "an empty list";
+	return n->kind == DLI_NODE_MAP ? "a mapping" : "a scalar";
 }
 
 /* ---- Scalars ---- */

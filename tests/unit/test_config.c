@@ -318,6 +318,62 @@ static void test_params_and_schedule(void)
 	dli_destroy(ctx);
 }
 
+/* Outside the base namespace, a null start_step, end_step or start_end_list and an empty
+ * start_end_list mean "not given", as in TransformerEngine's next_enabled_iter; in a struct entry a
+ * null drops the block's value. In the base namespace a null freq is 1 (nvdlfw_inspect's
+ * LogTensorStats), and a null or empty start_end_list is not given. */
+static void test_schedule_null_is_not_given(void)
+{
+	struct dli_context *ctx = load_ok("null schedule keys",
+		HDR
+		"  Probe:\n"
+		"    enabled: true\n"
+		"    tensors: [activation]\n"
+		"    start_step: null\n"
+		"    end_step: ~\n"
+		"    start_end_list: []\n"
+		"  ProbeB:\n"
+		"    enabled: true\n"
+		"    start_step: 7\n"
+		"    start_end_list: null\n"
+		"    tensors_struct:\n"
+		"      - {tensor: activation, start_step: null}\n"
+		"      - {tensor: weight, start_end_list: []}\n"
+		"  LogTensorStats:\n"
+		"    enabled: true\n"
+		"    tensors: [tensor1]\n"
+		"    stats: [min]\n"
+		"    freq: null\n"
+		"    start_end_list: []\n"
+		"    start_step: 3\n");
+	if (!ctx)
+		return;
+	CHECK_INT(ctx->config->n_targets, 4);
+	CHECK_INT(ctx->config->n_warnings, 0);
+	const struct dli_target *t;
+	if ((t = target(ctx, 0))) {
+		CHECK_INT(t->schedule.start_step, 0);
+		CHECK(t->schedule.end_step == DLI_NEVER);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	if ((t = target(ctx, 1))) {
+		CHECK_INT(t->tensors, ACT);
+		CHECK_INT(t->schedule.start_step, 0);
+	}
+	if ((t = target(ctx, 2))) {
+		CHECK_INT(t->tensors, WEIGHT);
+		CHECK_INT(t->schedule.start_step, 7);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	if ((t = target(ctx, 3))) {
+		CHECK_STR(t->feature->desc->name, "LogTensorStats");
+		CHECK_INT(t->schedule.freq, 1);
+		CHECK_INT(t->schedule.start_step, 3);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	dli_destroy(ctx);
+}
+
 /* YAML 1.1 numbers as PyYAML reads them (0x10, 1_000, 017 octal), integral floats (1e3) where a
  * step is meant, `end_step: -1` and a start_end_list end of -1 as "no end", and booleans the
  * Python way. Probe is not in the base namespace: its start_end_list ends are inclusive. */
@@ -1501,6 +1557,7 @@ int main(void)
 	test_disabled_section();
 	test_defaults();
 	test_params_and_schedule();
+	test_schedule_null_is_not_given();
 	test_yaml11_and_no_end();
 	test_gemms();
 	test_gemms_struct_with_tensors();
