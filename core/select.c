@@ -181,13 +181,17 @@ int dli_layer_number(const char *name, int64_t *number)
 		return 0;
 	}
 	/* No dotted number: accept a name like "Layer_7" or "block7_fc2", but only when exactly one run
-	 * of digits can be the layer's number; "fc<n>" is the Linear's own index, never the layer's. */
+	 * of digits can be the layer's number, as nvdlfw_inspect's re.findall(r"(?<!fc)\d+", name)
+	 * finds them: a run right after "fc" (the Linear's own index) starts at its second digit, so
+	 * "fc1" has none and "fc12" has 2. */
 	for (p = name; *p;) {
 		if (!isdigit((unsigned char)*p)) {
 			p++;
 			continue;
 		}
-		if (!(p - name >= 2 && p[-2] == 'f' && p[-1] == 'c')) {
+		if (p - name >= 2 && p[-2] == 'f' && p[-1] == 'c')
+			p++;
+		if (isdigit((unsigned char)*p)) {
 			if (candidate)
 				return -ENOENT;
 			candidate = p;

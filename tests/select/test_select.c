@@ -75,6 +75,7 @@ static const struct row rows[] = {
 	ROW(num_7, "layers.7.fc7", true),
 	ROW(num_7, "layers.07.fc1", true),
 	ROW(num_7, "fc7", false),
+	ROW(num_7, "x.fc17", true), /* nvdlfw_inspect finds 7 in it */
 	ROW(num_3, "model.layers.3.mlp.fc2", true),
 	ROW(num_3, "model.layers.2.mlp.fc3", false),
 	ROW(num_3, "encoder3_block5", false),
@@ -216,7 +217,11 @@ static void test_layer_number(void)
 		{"Layer_007", 0, 7},
 		{"FC3", 0, 3},
 		{"fc1", -ENOENT, 0},
-		{"x.fc10", -ENOENT, 0},
+		/* nvdlfw_inspect's (?<!fc)\d+ skips only the first digit after "fc". */
+		{"x.fc10", 0, 0},
+		{"model.fc12", 0, 2},
+		{"fc123", 0, 23},
+		{"block7_fc12", -ENOENT, 0},
 		{"encoder3_block5", -ENOENT, 0},
 		{"output_proj", -ENOENT, 0},
 		{"", -ENOENT, 0},
