@@ -273,7 +273,9 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			if (!sel->numbers)
 				return -ENOMEM;
 			for (size_t k = 0; k < count; k++) {
-				if (!strcmp(items[k]->text, "all")) {
+				/* nvdlfw_inspect lowercases a bare string (`All`), not a list's items. */
+				if (!strcmp(items[k]->text, "all") ||
+				    (v->kind == DLI_NODE_SCALAR && !strcasecmp(v->text, "all"))) {
 					sel->numbers_all = true;
 					continue;
 				}

@@ -716,6 +716,28 @@ static void test_disabled_mistakes(void)
 	dli_destroy(ctx);
 }
 
+/* A bare `layer_numbers: All` is `all` in any letter case, as nvdlfw_inspect lowercases it; in a
+ * list only `all` is (nvdlfw_inspect compares a list's items as they are). */
+static void test_layer_numbers_all_any_case(void)
+{
+	struct dli_context *ctx = load_ok("layer_numbers: All",
+		"sec:\n  enabled: true\n  layers: {layer_numbers: All}\n"
+		"  Probe: {enabled: true, tensors: [activation]}\n"
+		"sec2:\n  enabled: true\n  layers: {layer_numbers: ALL, layer_types: [qkv]}\n"
+		"  ProbeB: {enabled: true, tensors: [activation]}\n");
+	if (!ctx)
+		return;
+	CHECK(ctx->config->sections[0].selector.numbers_all);
+	CHECK_INT(layer_bindings(ctx, "output_proj"), 1);
+	CHECK_INT(layer_bindings(ctx, "model.7.qkv"), 2);
+	dli_destroy(ctx);
+
+	struct dli_error err;
+	CHECK_INT(load("sec:\n  enabled: true\n  layers: {layer_numbers: [All]}\n", &ctx, &err),
+		  -EINVAL);
+	CHECK_CONTAINS(err.message, "<string>:3:28: sec.layers.layer_numbers: expected a layer number");
+}
+
 /* TransformerEngine reads only the first gemms_struct entry of a GEMM: a second one for the same
  * GEMM makes no instance and is warned about; a duplicate tensors_struct entry is an error. */
 static void test_gemms_struct_first_entry_wins(void)
@@ -1562,6 +1584,7 @@ int main(void)
 	test_gemms();
 	test_gemms_struct_with_tensors();
 	test_gemms_struct_first_entry_wins();
+	test_layer_numbers_all_any_case();
 	test_tensors_struct();
 	test_anchors();
 	test_host_tensor_names();
