@@ -738,6 +738,45 @@ static void test_layer_numbers_all_any_case(void)
 	CHECK_CONTAINS(err.message, "<string>:3:28: sec.layers.layer_numbers: expected a layer number");
 }
 
+/* A config that enables nothing (nvdlfw_inspect refuses one without an enabled section) loads with a
+ * warning that says so. */
+static void test_enables_nothing_warning(void)
+{
+	static const struct {
+		const char *yaml, *warning;
+	} cases[] = {
+		{"", "<string>:1:1: warning: the config enables nothing: it has no section "
+		     "(nvdlfw_inspect refuses to load it)"},
+		{"{}", "<string>:1:1: warning: the config enables nothing: it has no section"},
+		{"loggers: {file: {}}\n", "<string>:1:1: warning: the config enables nothing: it has "
+					  "no section"},
+		{"a: {enabled: false}\nb:\n  enabled: false\n",
+		 "<string>:1:1: warning: the config enables nothing: every section is disabled "
+		 "(nvdlfw_inspect refuses to load it)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct dli_context *ctx = load_ok(cases[i].yaml, cases[i].yaml);
+		if (!ctx)
+			continue;
+		CHECK_INT(ctx->config->n_warnings, 1);
+		if (ctx->config->n_warnings == 1)
+			CHECK_CONTAINS(ctx->config->warnings[0], cases[i].warning);
+		dli_destroy(ctx);
+	}
+	struct dli_context *ctx = load_ok("disabled blocks",
+		"off: {enabled: false}\n"
+		"sec:\n  enabled: true\n  layers: {layer_numbers: all}\n"
+		"  Probe: {enabled: false}\n");
+	if (!ctx)
+		return;
+	CHECK_INT(ctx->config->n_warnings, 1);
+	if (ctx->config->n_warnings == 1)
+		CHECK_STR(ctx->config->warnings[0],
+			  "<string>:1:1: warning: the config enables nothing: no enabled section has "
+			  "an enabled feature block");
+	dli_destroy(ctx);
+}
+
 /* TransformerEngine reads only the first gemms_struct entry of a GEMM: a second one for the same
  * GEMM makes no instance and is warned about; a duplicate tensors_struct entry is an error. */
 static void test_gemms_struct_first_entry_wins(void)
@@ -1585,6 +1624,7 @@ int main(void)
 	test_gemms_struct_with_tensors();
 	test_gemms_struct_first_entry_wins();
 	test_layer_numbers_all_any_case();
+	test_enables_nothing_warning();
 	test_tensors_struct();
 	test_anchors();
 	test_host_tensor_names();
