@@ -172,6 +172,22 @@ static void hint_transformer_engine(struct resolver *rs, const struct dli_featur
 			 "'transformer_engine:')", d->name);
 }
 
+/* A schedule key whose value the peer takes as not given. TransformerEngine's next_enabled_iter reads
+ * start_step, end_step and start_end_list with None for "not given" and skips an empty
+ * start_end_list (a null freq would raise). nvdlfw_inspect's LogTensorStats takes a null freq as 1
+ * and skips a null or empty start_end_list, but compares with a null start_step or end_step and
+ * raises: those stay errors in the base namespace. */
+static bool sched_not_given(enum dli_shared_key_id id, const struct dli_node *v, bool base_ns)
+{
+	if (id == DLI_KEY_START_END_LIST)
+		return dli_cfg_is_null(v) || (v->kind == DLI_NODE_SEQ && v->n == 0);
+	if (!dli_cfg_is_null(v))
+		return false;
+	if (id == DLI_KEY_FREQ)
+		return base_ns;
+	return !base_ns && (id == DLI_KEY_START_STEP || id == DLI_KEY_END_STEP);
+}
+
 /* One key of a feature block or struct entry. `entry_key` is "gemm" or "tensor" inside struct
  * entries (NULL in the block itself). */
 static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, struct block *b,
@@ -208,6 +224,12 @@ static int block_key(struct resolver *rs, const struct dli_feature_entry *fe, st
 			    "got %s",
 			    dli_cfg_kind_name(v));
 		b->tensors_struct = v;
+	} else if (id < DLI_KEY_COUNT && sched_not_given(id, v, rs->base_ns)) {
+		/* In a struct entry it drops the block's value, as the peer's dict update does. */
+		if (id == DLI_KEY_START_END_LIST)
+			b->has_ranges = false;
+		else
+			b->sched_set[id == DLI_KEY_FREQ ? 0 : id == DLI_KEY_START_STEP ? 1 : 2] = false;
 	} else if (id == DLI_KEY_FREQ || id == DLI_KEY_START_STEP || id == DLI_KEY_END_STEP) {
 		int i = id == DLI_KEY_FREQ ? 0 : id == DLI_KEY_START_STEP ? 1 : 2;
 		r = dli_cfg_want_int(rs, v, &b->sched[i]);
@@ -443,6 +465,7 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 {
 	size_t mark =
 	    dli_cfg_path_push(rs, !strcmp(entry_key, "gemm") ? "gemms_struct" : "tensors_struct");
+	const struct dli_node *first_of_gemm[DLI_GEMM_COUNT] = {0};
 	for (size_t i = 0; i < list->n; i++) {
 		const struct dli_node *e = list->items[i];
 		if (e->kind != DLI_NODE_MAP)
@@ -466,9 +489,9 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 			return dli_cfg_fail(rs, e, "entry without '%s:'", entry_key);
 		size_t m2 = dli_cfg_path_push(rs, entry_key);
 		int r = dli_cfg_want_scalar(rs, id, entry_key);
+		int g = -1;
 		if (!r && !strcmp(entry_key, "gemm")) {
-			int g =
-			    dli_cfg_want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
+			g = dli_cfg_want_choice(rs, id, dli_gemm_names(), DLI_GEMM_COUNT, "gemm");
 			r = g < 0 ? -EINVAL : 0;
 			b.gemms = g < 0 ? 0 : 1u << g;
 			b.has_gemms = true;
@@ -479,8 +502,21 @@ static int read_struct(struct resolver *rs, struct dli_section *s, const struct 
 			b.has_tensors = true;
 		}
 		dli_cfg_path_pop(rs, m2);
+		/* TransformerEngine's _process_transformer_engine_config takes the first entry whose
+		 * gemm matches and never reads on: a later one is checked, and does nothing. */
+		bool ignored = !r && g >= 0 && first_of_gemm[g];
+		if (ignored)
+			r = dli_cfg_warn(rs, e,
+					 "this entry is ignored: gemm '%s' has an entry before it (at "
+					 "line %d, column %d), and TransformerEngine reads only the "
+					 "first entry of a GEMM; give the GEMM one entry (a "
+					 "tensors_struct in it can set each tensor's keys)",
+					 id->text, first_of_gemm[g]->where.line,
+					 first_of_gemm[g]->where.column);
+		else if (g >= 0)
+			first_of_gemm[g] = e;
 		if (!r)
-			r = finish_block(rs, s, fe, &b, e, make_targets);
+			r = finish_block(rs, s, fe, &b, e, make_targets && !ignored);
 		if (r)
 			return r;
 	}

@@ -1,5 +1,6 @@
 /* Config values: messages that name the key path, scalars (YAML 1.1 booleans and integers, lists,
  * choices) and the typed parameter values checked against a module's schema. */
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -98,7 +99,9 @@ const char *dli_cfg_kind_name(const struct dli_node *n)
 {
 	if (dli_cfg_is_null(n))
 		return "nothing";
-	return n->kind == DLI_NODE_MAP ? "a mapping" : n->kind == DLI_NODE_SEQ ? "a list" : "a scalar";
+	if (n->kind == DLI_NODE_SEQ)
+		return n->n ? "a list" : "an empty list";
+	return n->kind == DLI_NODE_MAP ? "a mapping" : "a scalar";
 }
 
 /* ---- Scalars ---- */
@@ -196,6 +199,37 @@ static bool yaml11_int(const char *t, int64_t *out)
 
 /* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
  * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
+/* YAML 1.1's base-60 integer (`1:30`, PyYAML's [-+]?[1-9][0-9_]*(:[0-5]?[0-9])+) as PyYAML reads it
+ * (90): true when `t` is one that fits in 64 bits. dlinspect refuses the form, since nobody
+ * writes a step that way, but names the number PyYAML would have read. */
+static bool sexagesimal(const char *t, int64_t *out)
+{
+	const char *p = t + (*t == '-' || *t == '+');
+	int64_t v = 0, part = 0;
+	if (*p < '1' || *p > '9' || !strchr(p, ':') || strlen(p) > 18)
+		return false;
+	for (bool first = true; *p; p++) {
+		if (*p == ':') {
+			if (!first && part > 59)
+				return false;
+			v = v * 60 + part;
+			part = 0;
+			first = false;
+			if (!isdigit((unsigned char)p[1]) || (isdigit((unsigned char)p[2]) && p[3] &&
+							     p[3] != ':'))
+				return false;
+		} else if (isdigit((unsigned char)*p)) {
+			part = part * 10 + (*p - '0');
+		} else if (*p != '_' || !first) {
+			return false;
+		}
+	}
+	if (part > 59)
+		return false;
+	*out = (v * 60 + part) * (*t == '-' ? -1 : 1);
+	return true;
+}
+
 int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 {
 	if (dli_cfg_want_scalar(rs, n, "an integer"))
@@ -217,6 +251,12 @@ int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out
 	if (number)
 		return dli_cfg_fail(
 		    rs, n, "expected an integer, got '%s' (a number with a fraction)", n->text);
+	int64_t base60;
+	if (n->plain && sexagesimal(n->text, &base60))
+		return dli_cfg_fail(rs, n,
+				    "expected an integer, got '%s' (YAML 1.1's base-60 form, which "
+				    "PyYAML reads as %lld; dlinspect refuses it: write %lld)",
+				    n->text, (long long)base60, (long long)base60);
 	return dli_cfg_fail(rs, n, "expected an integer, got '%s'%s", n->text, quoted_note(n));
 }
 

@@ -315,19 +315,20 @@ static int unsupported_tag(struct builder *b, const yaml_event_t *ev, const char
 			     ours ? "!!" : "", ours ? tag + strlen(core) : tag);
 }
 
-/* A scalar's explicit tag, as YAML 1.1 readers (PyYAML's safe_load) take it: !!str (or the
- * non-specific "!") makes it a string whatever it looks like, !!int, !!float, !!bool and !!null
- * have it read as that type even when quoted; any other tag is refused, where ignoring it
- * would read `!!python/object:...` or `!custom` as the plain text after it. */
+/* A scalar's explicit tag, as YAML 1.1 readers (PyYAML's safe_load) take it: !!str makes it a
+ * string whatever it looks like; !!int, !!float, !!bool and !!null have it read as that type even
+ * when quoted, and so does the non-specific "!", which PyYAML resolves as if the scalar were plain
+ * (`! 5` and `! "5"` are the int 5). Any other tag is refused, where ignoring it would read
+ * `!!python/object:...` or `!custom` as the plain text after it. */
 static int tagged_plain(struct builder *b, const yaml_event_t *ev, const char *tag, bool *plain)
 {
 	if (!tag)
 		return 0;
-	if (!strcmp(tag, "!") || !strcmp(tag, YAML_STR_TAG)) {
+	if (!strcmp(tag, YAML_STR_TAG)) {
 		*plain = false;
 		return 0;
 	}
-	if (!strcmp(tag, YAML_INT_TAG) || !strcmp(tag, YAML_FLOAT_TAG) ||
+	if (!strcmp(tag, "!") || !strcmp(tag, YAML_INT_TAG) || !strcmp(tag, YAML_FLOAT_TAG) ||
 	    !strcmp(tag, YAML_BOOL_TAG) || !strcmp(tag, YAML_NULL_TAG)) {
 		*plain = true;
 		return 0;
@@ -434,7 +435,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 							 ? ev->data.sequence_start.tag
 							 : ev->data.mapping_start.tag);
 		const char *want = ev->type == YAML_SEQUENCE_START_EVENT ? YAML_SEQ_TAG : YAML_MAP_TAG;
-		if (tag && strcmp(tag, want))
+		if (tag && strcmp(tag, want) && strcmp(tag, "!")) /* "!": PyYAML's plain list or map */
 			return unsupported_tag(b, ev, tag);
 		n = node_new(b, ev->type == YAML_SEQUENCE_START_EVENT ? DLI_NODE_SEQ : DLI_NODE_MAP,
 			     ev->start_mark);

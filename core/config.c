@@ -273,7 +273,9 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 			if (!sel->numbers)
 				return -ENOMEM;
 			for (size_t k = 0; k < count; k++) {
-				if (!strcmp(items[k]->text, "all")) {
+				/* nvdlfw_inspect lowercases a bare string (`All`), not a list's items. */
+				if (!strcmp(items[k]->text, "all") ||
+				    (v->kind == DLI_NODE_SCALAR && !strcasecmp(v->text, "all"))) {
 					sel->numbers_all = true;
 					continue;
 				}
@@ -435,6 +437,27 @@ static int read_section_body(struct resolver *rs, struct dli_section *s,
 	return 0;
 }
 
+/* nvdlfw_inspect refuses a config without an enabled section ("Could not load config from input").
+ * dlinspect loads it, as a way to turn every feature off, but says that it does nothing. */
+static int warn_if_enables_nothing(struct resolver *rs)
+{
+	struct dli_config *cfg = rs->cfg;
+	if (cfg->n_targets)
+		return 0;
+	size_t on = 0;
+	for (size_t i = 0; i < cfg->n_sections; i++)
+		on += cfg->sections[i].enabled;
+	struct dli_node at = {.where = {cfg->path, 1, 1}};
+	if (cfg->n_sections)
+		at.where = cfg->sections[0].where;
+	else if (cfg->root)
+		at.where = cfg->root->where;
+	return dli_cfg_warn(rs, &at, "the config enables nothing: %s",
+			    !cfg->n_sections ? "it has no section (nvdlfw_inspect refuses to load it)"
+			    : !on ? "every section is disabled (nvdlfw_inspect refuses to load it)"
+				  : "no enabled section has an enabled feature block");
+}
+
 int dli_config_resolve(struct dli_config *config, const struct dli_registry *registry,
 		       struct dli_error *err)
 {
@@ -451,6 +474,8 @@ int dli_config_resolve(struct dli_config *config, const struct dli_registry *reg
 				       ? dli_error_set(err, r, NULL, "out of memory")
 				       : r;
 	}
+	if (warn_if_enables_nothing(&rs))
+		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	for (size_t i = 0; i < config->n_loggers; i++) {
 		struct dli_logger_config *l = &config->loggers[i];
 		l->logger = dli_registry_logger(registry, l->name);

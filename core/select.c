@@ -21,6 +21,53 @@
 #define UTF_OPTIONS PCRE2_UTF
 #endif
 
+/* Patterns are Python `re` syntax (the peers compile them with re.compile). Python reads `{,n}` as
+ * `{0,n}`, PCRE2 10.42 as the text "{,n}": this copy of `pattern` has a 0 put into each `{,` that
+ * Python takes as a quantifier (outside a class, not escaped, digits and `}` after it). *added[i]
+ * counts the 0s put in before position i of the copy, to give an error's offset in the pattern as
+ * written. NULL when out of memory. */
+static char *python_quantifiers(const char *pattern, size_t **added)
+{
+	size_t len = strlen(pattern), n = 0, at = 0;
+	char *out = malloc(2 * len + 1);
+	*added = malloc((2 * len + 1) * sizeof **added);
+	if (!out || !*added) {
+		free(out);
+		free(*added);
+		return NULL;
+	}
+	bool in_class = false;
+	for (size_t i = 0; i < len; i++) {
+		char c = pattern[i];
+		(*added)[at] = n;
+		out[at++] = c;
+		if (c == '\\' && i + 1 < len) {
+			(*added)[at] = n;
+			out[at++] = pattern[++i];
+		} else if (c == '[' && !in_class) {
+			in_class = true;
+			/* A ']' first in the class (after an optional '^') is a member. */
+			if (pattern[i + 1] == '^') {
+				(*added)[at] = n;
+				out[at++] = pattern[++i];
+			}
+			if (pattern[i + 1] == ']') {
+				(*added)[at] = n;
+				out[at++] = pattern[++i];
+			}
+		} else if (c == ']') {
+			in_class = false;
+		} else if (c == '{' && !in_class && pattern[i + 1] == ',' &&
+			   pattern[i + 1 + strspn(pattern + i + 2, "0123456789") + 1] == '}') {
+			(*added)[at] = n++;
+			out[at++] = '0';
+		}
+	}
+	(*added)[at] = n;
+	out[at] = '\0';
+	return out;
+}
+
 int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *msg, size_t msg_size,
 			   size_t *offset)
 {
@@ -36,8 +83,21 @@ int dli_selector_set_regex(struct dli_selector *s, const char *pattern, char *ms
 			*offset = 0;
 		return -EINVAL;
 	}
-	code = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, UTF_OPTIONS, &errcode,
-			     &erroffset, NULL);
+	size_t *added;
+	char *python = python_quantifiers(pattern, &added);
+	if (!python) {
+		if (msg && msg_size)
+			snprintf(msg, msg_size, "out of memory");
+		if (offset)
+			*offset = 0;
+		return -ENOMEM;
+	}
+	/* PCRE2_UCP: \w, \d, \s and \b take Unicode's classes, as in Python's str patterns. */
+	code = pcre2_compile((PCRE2_SPTR)python, PCRE2_ZERO_TERMINATED, UTF_OPTIONS | PCRE2_UCP,
+			     &errcode, &erroffset, NULL);
+	erroffset -= added[erroffset <= strlen(python) ? erroffset : strlen(python)];
+	free(python);
+	free(added);
 	if (!code) {
 		/* A too-small buffer still gets a truncated, terminated message; that is good enough. */
 		if (msg && msg_size)
@@ -181,13 +241,17 @@ int dli_layer_number(const char *name, int64_t *number)
 		return 0;
 	}
 	/* No dotted number: accept a name like "Layer_7" or "block7_fc2", but only when exactly one run
-	 * of digits can be the layer's number; "fc<n>" is the Linear's own index, never the layer's. */
+	 * of digits can be the layer's number, as nvdlfw_inspect's re.findall(r"(?<!fc)\d+", name)
+	 * finds them: a run right after "fc" (the Linear's own index) starts at its second digit, so
+	 * "fc1" has none and "fc12" has 2. */
 	for (p = name; *p;) {
 		if (!isdigit((unsigned char)*p)) {
 			p++;
 			continue;
 		}
-		if (!(p - name >= 2 && p[-2] == 'f' && p[-1] == 'c')) {
+		if (p - name >= 2 && p[-2] == 'f' && p[-1] == 'c')
+			p++;
+		if (isdigit((unsigned char)*p)) {
 			if (candidate)
 				return -ENOENT;
 			candidate = p;

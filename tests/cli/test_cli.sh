@@ -54,6 +54,15 @@ out=$("$tool" check "$er" 2>&1)
 [ $? = 0 ] && grep -qF "$er:3:38: warning: s.layers.layer_name_regex_pattern: an empty regular expression selects every layer" <<<"$out" && ok || bad "empty regex: $out"
 rm -f "$er"
 
+# A config that enables nothing (nvdlfw_inspect refuses it) is valid, with a warning that says so.
+for text in "" "{}\n" "s:\n  enabled: false\n  layers: {layer_types: [fc1]}\n"; do
+	en=$(mktemp --suffix=.yaml)
+	printf "$text" >"$en"
+	out=$("$tool" check "$en" 2>&1)
+	[ $? = 0 ] && grep -qF "$en:1:1: warning: the config enables nothing: " <<<"$out" && ok || bad "enables nothing ('$text'): $out"
+	rm -f "$en"
+done
+
 # COMMAND --help: the usage on stdout and exit 0, for every command; an unknown one stays an error.
 for c in check plugins stats compare bench doctor "bench stats" "bench dispatch"; do
 	for h in --help -h; do

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,6 +76,7 @@ static const struct row rows[] = {
 	ROW(num_7, "layers.7.fc7", true),
 	ROW(num_7, "layers.07.fc1", true),
 	ROW(num_7, "fc7", false),
+	ROW(num_7, "x.fc17", true), /* nvdlfw_inspect finds 7 in it */
 	ROW(num_3, "model.layers.3.mlp.fc2", true),
 	ROW(num_3, "model.layers.2.mlp.fc3", false),
 	ROW(num_3, "encoder3_block5", false),
@@ -216,7 +218,11 @@ static void test_layer_number(void)
 		{"Layer_007", 0, 7},
 		{"FC3", 0, 3},
 		{"fc1", -ENOENT, 0},
-		{"x.fc10", -ENOENT, 0},
+		/* nvdlfw_inspect's (?<!fc)\d+ skips only the first digit after "fc". */
+		{"x.fc10", 0, 0},
+		{"model.fc12", 0, 2},
+		{"fc123", 0, 23},
+		{"block7_fc12", -ENOENT, 0},
 		{"encoder3_block5", -ENOENT, 0},
 		{"output_proj", -ENOENT, 0},
 		{"", -ENOENT, 0},
@@ -346,6 +352,53 @@ static void test_bad_regex(void)
 	CHECK(s.regex == NULL && s.pattern == NULL);
 }
 
+/* Patterns mean what they mean to Python's re: `{,n}` is `{0,n}` (PCRE2 10.42 reads it as text),
+ * and \w, \d, \s, \b are Unicode-aware as in a str pattern. */
+static void test_python_dialect(void)
+{
+	static const struct {
+		const char *regex, *name;
+		int selected;
+	} cases[] = {
+		{"layers\\.{,1}1", "model.layers.1", 1},
+		{"layers\\.{,1}1", "model.layers1", 1},
+		{"layers\\.{,1}1", "model.layers..1", 0},
+		{"^a{,}b$", "aaab", 1},
+		{"^a{,2}$", "aaa", 0},
+		{"^a\\{,2}$", "a{,2}", 1}, /* escaped: text */
+		{"^[{,]2}$", ",2}", 1},      /* in a class: text */
+		{"^[]{,]2}$", "{2}", 1},     /* a ']' first in a class is a member */
+		{"^a{,x}$", "a{,x}", 1},     /* not a quantifier in Python either */
+		{"^\\w+\\.fc1$", "módulo.fc1", 1},
+		{"^layer_\\d$", "layer_\u0663", 1}, /* ARABIC-INDIC DIGIT THREE */
+		{"\\bfc1$", "x.ñfc1", 0},
+		{"^\\w+\\.fc1$", "m\xf3" "dulo.fc1", 0}, /* not UTF-8: the byte is no \w, and no error */
+		{"fc1$", "m\xf3" "dulo.fc1", 1},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct dli_selector s = {0};
+		char msg[256] = "";
+		size_t off = 0;
+		CHECK_INT(dli_selector_set_regex(&s, cases[i].regex, msg, sizeof msg, &off), 0);
+		int got = dli_selector_match(&s, cases[i].name, msg, sizeof msg);
+		CHECK_INT(got, cases[i].selected);
+		if (got != cases[i].selected)
+			fprintf(stderr, "  regex '%s', name '%s'\n", cases[i].regex, cases[i].name);
+		dli_selector_finish(&s);
+	}
+	/* An error's offset is in the pattern as written, before the 0s put in. */
+	struct dli_selector s = {0};
+	char msg[256] = "";
+	size_t off = 999;
+	CHECK_INT(dli_selector_set_regex(&s, "a{,2}b{,3}(", msg, sizeof msg, &off), -EINVAL);
+	CHECK_CONTAINS(msg, "missing closing parenthesis");
+	CHECK_INT(off, 11);
+	CHECK_INT(dli_selector_set_regex(&s, "{,1}x", msg, sizeof msg, &off), -EINVAL);
+	CHECK_CONTAINS(msg, "quantifier does not follow a repeatable item");
+	CHECK_INT(off, 3);
+	dli_selector_finish(&s);
+}
+
 /* ---- Concurrent matching ---- */
 
 #define N_THREADS 4
@@ -438,6 +491,7 @@ int main(void)
 	test_layer_number();
 	test_range_parse();
 	test_bad_regex();
+	test_python_dialect();
 	test_match_limit_is_an_error();
 	test_invalid_utf8_names_are_matched();
 	test_threads();

@@ -318,6 +318,62 @@ static void test_params_and_schedule(void)
 	dli_destroy(ctx);
 }
 
+/* Outside the base namespace, a null start_step, end_step or start_end_list and an empty
+ * start_end_list mean "not given", as in TransformerEngine's next_enabled_iter; in a struct entry a
+ * null drops the block's value. In the base namespace a null freq is 1 (nvdlfw_inspect's
+ * LogTensorStats), and a null or empty start_end_list is not given. */
+static void test_schedule_null_is_not_given(void)
+{
+	struct dli_context *ctx = load_ok("null schedule keys",
+		HDR
+		"  Probe:\n"
+		"    enabled: true\n"
+		"    tensors: [activation]\n"
+		"    start_step: null\n"
+		"    end_step: ~\n"
+		"    start_end_list: []\n"
+		"  ProbeB:\n"
+		"    enabled: true\n"
+		"    start_step: 7\n"
+		"    start_end_list: null\n"
+		"    tensors_struct:\n"
+		"      - {tensor: activation, start_step: null}\n"
+		"      - {tensor: weight, start_end_list: []}\n"
+		"  LogTensorStats:\n"
+		"    enabled: true\n"
+		"    tensors: [tensor1]\n"
+		"    stats: [min]\n"
+		"    freq: null\n"
+		"    start_end_list: []\n"
+		"    start_step: 3\n");
+	if (!ctx)
+		return;
+	CHECK_INT(ctx->config->n_targets, 4);
+	CHECK_INT(ctx->config->n_warnings, 0);
+	const struct dli_target *t;
+	if ((t = target(ctx, 0))) {
+		CHECK_INT(t->schedule.start_step, 0);
+		CHECK(t->schedule.end_step == DLI_NEVER);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	if ((t = target(ctx, 1))) {
+		CHECK_INT(t->tensors, ACT);
+		CHECK_INT(t->schedule.start_step, 0);
+	}
+	if ((t = target(ctx, 2))) {
+		CHECK_INT(t->tensors, WEIGHT);
+		CHECK_INT(t->schedule.start_step, 7);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	if ((t = target(ctx, 3))) {
+		CHECK_STR(t->feature->desc->name, "LogTensorStats");
+		CHECK_INT(t->schedule.freq, 1);
+		CHECK_INT(t->schedule.start_step, 3);
+		CHECK_INT(t->schedule.n_ranges, 0);
+	}
+	dli_destroy(ctx);
+}
+
 /* YAML 1.1 numbers as PyYAML reads them (0x10, 1_000, 017 octal), integral floats (1e3) where a
  * step is meant, `end_step: -1` and a start_end_list end of -1 as "no end", and booleans the
  * Python way. Probe is not in the base namespace: its start_end_list ends are inclusive. */
@@ -658,6 +714,114 @@ static void test_disabled_mistakes(void)
 		CHECK_CONTAINS(c->warnings[2], "(not an error while the feature block is disabled)");
 	}
 	dli_destroy(ctx);
+}
+
+/* A bare `layer_numbers: All` is `all` in any letter case, as nvdlfw_inspect lowercases it; in a
+ * list only `all` is (nvdlfw_inspect compares a list's items as they are). */
+static void test_layer_numbers_all_any_case(void)
+{
+	struct dli_context *ctx = load_ok("layer_numbers: All",
+		"sec:\n  enabled: true\n  layers: {layer_numbers: All}\n"
+		"  Probe: {enabled: true, tensors: [activation]}\n"
+		"sec2:\n  enabled: true\n  layers: {layer_numbers: ALL, layer_types: [qkv]}\n"
+		"  ProbeB: {enabled: true, tensors: [activation]}\n");
+	if (!ctx)
+		return;
+	CHECK(ctx->config->sections[0].selector.numbers_all);
+	CHECK_INT(layer_bindings(ctx, "output_proj"), 1);
+	CHECK_INT(layer_bindings(ctx, "model.7.qkv"), 2);
+	dli_destroy(ctx);
+
+	struct dli_error err;
+	CHECK_INT(load("sec:\n  enabled: true\n  layers: {layer_numbers: [All]}\n", &ctx, &err),
+		  -EINVAL);
+	CHECK_CONTAINS(err.message, "<string>:3:28: sec.layers.layer_numbers: expected a layer number");
+}
+
+/* A config that enables nothing (nvdlfw_inspect refuses one without an enabled section) loads with a
+ * warning that says so. */
+static void test_enables_nothing_warning(void)
+{
+	static const struct {
+		const char *yaml, *warning;
+	} cases[] = {
+		{"", "<string>:1:1: warning: the config enables nothing: it has no section "
+		     "(nvdlfw_inspect refuses to load it)"},
+		{"{}", "<string>:1:1: warning: the config enables nothing: it has no section"},
+		{"loggers: {file: {}}\n", "<string>:1:1: warning: the config enables nothing: it has "
+					  "no section"},
+		{"a: {enabled: false}\nb:\n  enabled: false\n",
+		 "<string>:1:1: warning: the config enables nothing: every section is disabled "
+		 "(nvdlfw_inspect refuses to load it)"},
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+		struct dli_context *ctx = load_ok(cases[i].yaml, cases[i].yaml);
+		if (!ctx)
+			continue;
+		CHECK_INT(ctx->config->n_warnings, 1);
+		if (ctx->config->n_warnings == 1)
+			CHECK_CONTAINS(ctx->config->warnings[0], cases[i].warning);
+		dli_destroy(ctx);
+	}
+	struct dli_context *ctx = load_ok("disabled blocks",
+		"off: {enabled: false}\n"
+		"sec:\n  enabled: true\n  layers: {layer_numbers: all}\n"
+		"  Probe: {enabled: false}\n");
+	if (!ctx)
+		return;
+	CHECK_INT(ctx->config->n_warnings, 1);
+	if (ctx->config->n_warnings == 1)
+		CHECK_STR(ctx->config->warnings[0],
+			  "<string>:1:1: warning: the config enables nothing: no enabled section has "
+			  "an enabled feature block");
+	dli_destroy(ctx);
+}
+
+/* TransformerEngine reads only the first gemms_struct entry of a GEMM: a second one for the same
+ * GEMM makes no instance and is warned about; a duplicate tensors_struct entry is an error. */
+static void test_gemms_struct_first_entry_wins(void)
+{
+	struct dli_context *ctx = load_ok("gemms_struct, two entries for fprop",
+		HDR
+		"  ProbeModify:\n"
+		"    enabled: true\n"
+		"    factor: 2.0\n"
+		"    gemms_struct:\n"
+		"      - {gemm: fprop, tensors: [activation]}\n"
+		"      - {gemm: fprop, tensors: [weight], scale: 3.0}\n"
+		"      - {gemm: dgrad, tensors: [gradient]}\n");
+	if (!ctx)
+		return;
+	const struct dli_config *c = ctx->config;
+	CHECK_INT(c->n_targets, 2);
+	const struct dli_target *t;
+	if ((t = target(ctx, 0))) {
+		CHECK_INT(t->gemms, FPROP);
+		CHECK_INT(t->tensors, ACT);
+	}
+	if ((t = target(ctx, 1)))
+		CHECK_INT(t->gemms, DGRAD);
+	CHECK_INT(c->n_warnings, 1);
+	if (c->n_warnings == 1) {
+		CHECK(!strncmp(c->warnings[0], "<string>:9:9: warning: ", 23));
+		CHECK_CONTAINS(c->warnings[0], "sec.ProbeModify.gemms_struct: this entry is ignored: "
+					       "gemm 'fprop' has an entry before it (at line 8, "
+					       "column 9), and TransformerEngine reads only the first "
+					       "entry of a GEMM");
+	}
+	dli_destroy(ctx);
+
+	struct dli_error err;
+	CHECK_INT(load(HDR "  Probe:\n"
+		       "    enabled: true\n"
+		       "    tensors_struct:\n"
+		       "      - {tensor: activation}\n"
+		       "      - {tensor: activation, label: x}\n",
+		       &ctx, &err),
+		  -EINVAL);
+	CHECK_CONTAINS(err.message, "<string>:8:9: sec.Probe.tensors_struct: Probe is configured "
+				    "twice for the same gemm/tensor of these layers: here and at "
+				    "<string>:7:9");
 }
 
 static void test_regex_warning(void)
@@ -1454,9 +1618,13 @@ int main(void)
 	test_disabled_section();
 	test_defaults();
 	test_params_and_schedule();
+	test_schedule_null_is_not_given();
 	test_yaml11_and_no_end();
 	test_gemms();
 	test_gemms_struct_with_tensors();
+	test_gemms_struct_first_entry_wins();
+	test_layer_numbers_all_any_case();
+	test_enables_nothing_warning();
 	test_tensors_struct();
 	test_anchors();
 	test_host_tensor_names();
