@@ -152,6 +152,19 @@ static inline bool is_none(PyObject *o)
 
 /* ---- Names ---- */
 
+/* A name's UTF-8 text for the core, which ends a name at its first NUL: a name holding one is
+ * refused, or "a\0b" would be the layer "a". NULL with an exception set. */
+static const char *name_utf8(PyObject *name, const char *what)
+{
+	Py_ssize_t n;
+	const char *s = PyUnicode_AsUTF8AndSize(name, &n);
+	if (s && strlen(s) != (size_t)n) {
+		PyErr_Format(PyExc_ValueError, "%s %R holds a NUL character", what, name);
+		return NULL;
+	}
+	return s;
+}
+
 static int gemm_of(PyObject *name)
 {
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
@@ -186,7 +199,7 @@ static int tensor_of(PyObject *name)
 		return (int)PyLong_AsLong(v);
 	if (PyErr_Occurred())
 		return -2;
-	const char *s = PyUnicode_AsUTF8(name);
+	const char *s = name_utf8(name, "tensor name");
 	if (!s)
 		return -2;
 	int id = g_ctx ? dli_tensor_id(g_ctx, s) : dli_tensor_id(NULL, s);
@@ -218,7 +231,7 @@ static int layer_refresh(LayerObject *self)
 	self->gen = g_gen;
 	if (!g_ctx)
 		return 0;
-	const char *s = PyUnicode_AsUTF8(self->name);
+	const char *s = name_utf8(self->name, "layer name");
 	if (!s)
 		return -1;
 	struct dli_error err;
@@ -252,7 +265,7 @@ static LayerObject *layer_from(PyObject *obj)
 	PyObject *l = PyDict_GetItemWithError(g_layers, obj);
 	if (l)
 		return (LayerObject *)l;
-	if (PyErr_Occurred())
+	if (PyErr_Occurred() || !name_utf8(obj, "layer name"))
 		return NULL;
 	LayerObject *self = PyObject_New(LayerObject, &LayerType);
 	if (!self)
@@ -1857,10 +1870,10 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	if (comm_obj != Py_None && dli_py_comm_new(comm_obj, &comm))
 		goto out;
 	for (Py_ssize_t i = 0; i < nd; i++)
-		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i))))
+		if (!(dv[i] = name_utf8(PyList_GET_ITEM(dirs, i), "plugin dir")))
 			goto out;
 	for (Py_ssize_t i = 0; i < nt; i++)
-		if (!(tv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(tnames, i))))
+		if (!(tv[i] = name_utf8(PyList_GET_ITEM(tnames, i), "tensor name")))
 			goto out;
 	struct dli_options o;
 	dli_options_init(&o);
@@ -2054,7 +2067,7 @@ static PyObject *mod_modules(PyObject *m, PyObject *dirs)
 	if (!dv)
 		return PyErr_NoMemory();
 	for (Py_ssize_t i = 0; i < nd; i++)
-		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i)))) {
+		if (!(dv[i] = name_utf8(PyList_GET_ITEM(dirs, i), "plugin dir"))) {
 			PyMem_Free(dv);
 			return NULL;
 		}

@@ -683,6 +683,49 @@ def test_infer_and_assign_layer_names_duck_typed():
     assert root.name == "model" and leaf1.name == "model.encoder.fc1" and leaf2._debug_name == "model.head"
 
 
+def expect_error(call, exc, *words):
+    """call() raises exc, whose text holds every one of words."""
+    try:
+        call()
+    except exc as e:
+        assert all(w in str(e) for w in words), (words, str(e))
+    else:
+        raise AssertionError(f"no {exc.__name__}: {words}")
+
+
+def test_names_holding_nul_are_refused():
+    """The core ends a name at its first NUL: "a\0b" would be the layer "a", "activation\0x" the
+    tensor "activation". Every way a name enters C refuses it, as log_message does."""
+    x = sample(seed=16)
+    with Run(stats_config()) as r:
+        L = dlinspect.layer("a")
+        for call in [
+            lambda: dlinspect.layer("a\0b"),
+            lambda: dlinspect.inspect_tensor("a\0b", "activation", x),
+            lambda: dlinspect.inspect_tensor_enabled("a\0b", "activation"),
+            lambda: dlinspect.fp8_gemm_enabled("a\0b", "fprop"),
+            lambda: dlinspect.modify_tensor("a\0b", "fprop", "activation", x),
+        ]:
+            expect_error(call, ValueError, "layer name", "NUL")
+        for call in [
+            lambda: L.inspect_tensor_enabled("activation\0junk"),
+            lambda: L.inspect_tensor("activation\0junk", x),
+            lambda: dlinspect.inspect_tensor_enabled("a", "activation\0junk"),
+            lambda: L.modify_tensor_enabled("fprop", "activation\0junk"),
+            lambda: dlinspect.tensor_id("activation\0junk"),
+        ]:
+            expect_error(call, ValueError, "tensor name", "NUL")
+        expect_error(lambda: dlinspect.log_message("m", layer_name="a\0b"), ValueError, "null")
+        L.inspect_tensor("activation", x)
+        dlinspect.step()
+    assert sorted({k[0].split("_")[0] for k in r.stats()}) == ["a"], r.stats()
+    assert_stats(r.stats(), "a", "activation", 0, x)
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names=["q\0k"]), ValueError,
+                 "tensor name", "NUL")
+    assert not dlinspect.is_initialized()
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]
