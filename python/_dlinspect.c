@@ -324,6 +324,16 @@ static int check_iteration(PyObject *it)
 	return 0;
 }
 
+/* initialize(init_training_step=) and initialize_training_step() refuse the same steps. */
+static int check_training_step(long long v)
+{
+	if (v < 0) {
+		PyErr_Format(PyExc_ValueError, "the training step must be >= 0, not %lld", v);
+		return -1;
+	}
+	return 0;
+}
+
 /* ---- Tensors ---- */
 
 struct view {
@@ -1855,6 +1865,8 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 					 "first");
 		return NULL;
 	}
+	if (check_training_step(initial))
+		return NULL;
 	Py_ssize_t nd = PyList_GET_SIZE(dirs);
 	Py_ssize_t nt = tnames == Py_None ? 0 : PyList_Size(tnames);
 	if (nt < 0)
@@ -1984,10 +1996,8 @@ static PyObject *mod_set_iteration(PyObject *m, PyObject *arg)
 	long long v = PyLong_AsLongLong(arg);
 	if (v == -1 && PyErr_Occurred())
 		return NULL;
-	if (v < 0) {
-		PyErr_Format(PyExc_ValueError, "the training step must be >= 0, not %lld", v);
+	if (check_training_step(v))
 		return NULL;
-	}
 	if (g_ctx)
 		dli_iteration_set(g_ctx, v);
 	Py_RETURN_NONE;

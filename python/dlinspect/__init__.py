@@ -138,6 +138,9 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
         if config_file:
             raise ValueError("initialize(): pass config_file or config, not both")
         yaml_text = config if isinstance(config, str) else config_to_yaml(config)
+    if isinstance(tensor_names, (str, bytes)):
+        raise TypeError(f"initialize(): tensor_names must be a list of names, not a str: pass "
+                        f"tensor_names=[{tensor_names!r}]")
     if log_level is None:
         level = -1
     else:

@@ -726,6 +726,19 @@ def test_names_holding_nul_are_refused():
     assert not dlinspect.is_initialized()
 
 
+def test_initialize_refuses_what_its_parts_refuse():
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names="qkv"), TypeError,
+                 "tensor_names must be a list", "tensor_names=['qkv']")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=-5), ValueError,
+                 "the training step must be >= 0, not -5")
+    assert not dlinspect.is_initialized()
+    with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
+        expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
+                     "the training step must be >= 0, not -5")
+        assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]
