@@ -596,6 +596,14 @@ static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool stride
 		PyObject *dev = PyObject_CallMethodNoArgs(obj, g_str_dlpack_device);
 		if (!dev)
 			return -1;
+		if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 2) {
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s, a %.100s, has a __dlpack_device__() that returned %R, "
+				     "not a tuple (device_type, device_id)",
+				     what, Py_TYPE(obj)->tp_name, dev);
+			Py_DECREF(dev);
+			return -1;
+		}
 		if (!PyArg_ParseTuple(dev, "ii", &dev_type, &dev_id)) {
 			Py_DECREF(dev);
 			return -1;
@@ -863,10 +871,16 @@ static int qview_get(PyObject *obj, struct qview *q, PyObject *stream, const cha
 			return rc;
 		}
 	}
-	if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
+	if (!PyTuple_Check(obj)) {
 		PyErr_Format(PyExc_TypeError,
 			     "dlinspect: %s must be a tuple (data, scale_inv[, format]), not %.100s", what,
 			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	if (PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
+		PyErr_Format(PyExc_TypeError,
+			     "dlinspect: %s must be a tuple (data, scale_inv[, format]) of 2 or 3 "
+			     "items, not %zd", what, PyTuple_GET_SIZE(obj));
 		return -1;
 	}
 	if (view_get(PyTuple_GET_ITEM(obj, 0), &q->data, false, stream, what))
@@ -1580,6 +1594,18 @@ static PyObject *do_modify_tensor(LayerObject *l, PyObject *gemm, PyObject *tens
 	if (view_get(in, &vi, false, stream, "the tensor") ||
 	    view_get(out, &vo, true, stream, "out"))
 		goto done;
+	bool same = vi.t.ndim == vo.t.ndim;
+	for (int i = 0; same && i < vi.t.ndim; i++)
+		same = vi.t.shape[i] == vo.t.shape[i];
+	if (!same) {
+		char a[160], b[160];
+		shape_text(&vo.t, a, sizeof a);
+		shape_text(&vi.t, b, sizeof b);
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: out has shape %s and the tensor %s: out must have the tensor's "
+			     "shape", a, b);
+		goto done;
+	}
 	int rc;
 	if (big(&vi.t)) {
 		Py_BEGIN_ALLOW_THREADS
@@ -1849,16 +1875,24 @@ static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
 	return l ? do_postquantize(l, gemm, a[2], a[3], a[4], a[5]) : NULL;
 }
 
+/* A path argument, str or bytes, as os.fsencode encodes it (a str of any bytes the file system
+ * holds): *bytes is new, or NULL for None. */
+static int fs_path(PyObject *obj, PyObject **bytes)
+{
+	*bytes = NULL;
+	return obj == Py_None || PyUnicode_FSConverter(obj, bytes) ? 0 : -1;
+}
+
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
  *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
-	const char *path, *yaml, *log_dir;
-	PyObject *dirs, *tnames, *comm_obj = Py_None;
+	const char *yaml;
+	PyObject *path_obj, *log_dir_obj, *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
 	int level;
-	if (!PyArg_ParseTuple(args, "zzzO!LOi|O", &path, &yaml, &log_dir, &PyList_Type, &dirs,
-			      &initial, &tnames, &level, &comm_obj))
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|O", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+			      &dirs, &initial, &tnames, &level, &comm_obj))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -1871,10 +1905,13 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	Py_ssize_t nt = tnames == Py_None ? 0 : PyList_Size(tnames);
 	if (nt < 0)
 		return NULL;
+	PyObject *path = NULL, *log_dir = NULL;
 	const char **dv = PyMem_Calloc((size_t)nd + 1, sizeof(char *));
 	const char **tv = PyMem_Calloc((size_t)nt + 1, sizeof(char *));
 	PyObject *ret = NULL;
 	void *comm = NULL;
+	if (fs_path(path_obj, &path) || fs_path(log_dir_obj, &log_dir))
+		goto out;
 	if (!dv || !tv) {
 		PyErr_NoMemory();
 		goto out;
@@ -1889,9 +1926,9 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 			goto out;
 	struct dli_options o;
 	dli_options_init(&o);
-	o.config_path = path;
+	o.config_path = path ? PyBytes_AS_STRING(path) : NULL;
 	o.config_yaml = yaml;
-	o.log_dir = log_dir;
+	o.log_dir = log_dir ? PyBytes_AS_STRING(log_dir) : NULL;
 	o.plugin_dirs = dv;
 	o.n_plugin_dirs = (size_t)nd;
 	o.initial_iteration = initial;
@@ -1927,6 +1964,8 @@ out:
 	dli_py_comm_free(comm);
 	PyMem_Free(dv);
 	PyMem_Free(tv);
+	Py_XDECREF(path);
+	Py_XDECREF(log_dir);
 	return ret;
 }
 

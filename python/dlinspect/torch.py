@@ -444,7 +444,8 @@ class Attachment:
         self._roots = []
         all_names = layer_names(model)
         if names is None:
-            chosen = {m: n for m, n in all_names.items() if isinstance(m, tuple(module_types))}
+            types = module_types if isinstance(module_types, type) else tuple(module_types)
+            chosen = {m: n for m, n in all_names.items() if isinstance(m, types)}
         else:
             chosen = {}
             for m, n in names.items():

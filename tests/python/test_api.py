@@ -739,6 +739,56 @@ def test_initialize_refuses_what_its_parts_refuse():
         assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
 
 
+class DLPackDevice:
+    """A DLPack producer whose __dlpack_device__ answers `device`."""
+
+    def __init__(self, arr, device):
+        self.arr, self.device = arr, device
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, **kw):
+        return self.arr.__dlpack__()
+
+
+def test_argument_error_messages_say_what_is_wrong():
+    x = sample(shape=(4, 6), seed=17)
+    cfg = stats_config()
+    cfg.update(fc1_fp8_config())
+    with Run(cfg):
+        L = dlinspect.layer("model.fc1")
+        q = x.astype(ml_dtypes.float8_e4m3fn)
+        expect_error(lambda: L.inspect_tensor("activation", x, rowwise=(q,)), TypeError,
+                     "rowwise_quantized_tensor must be a tuple (data, scale_inv[, format]) of 2 "
+                     "or 3 items, not 1")
+        for dev in ("cpu", (1,)):
+            expect_error(lambda: L.inspect_tensor("activation", DLPackDevice(x, dev)), TypeError,
+                         "DLPackDevice", "__dlpack_device__() that returned " + repr(dev),
+                         "(device_type, device_id)")
+        L.inspect_tensor("activation", DLPackDevice(x, (1, 0)))  # a well-formed answer is read
+        for shape in ((2, 2), (6, 4), (24,), (4, 6, 1)):
+            expect_error(lambda: L.modify_tensor("fprop", "activation", x,
+                                                 out=np.empty(shape, np.float32)),
+                         ValueError, f"out has shape {shape}", "the tensor (4, 6)")
+        out = np.empty((4, 6), np.float32)
+        assert L.modify_tensor("fprop", "activation", x, out=out) is out
+
+
+def test_log_dir_may_be_any_file_system_path():
+    """log_dir takes what os.fsencode takes: a str holding bytes that are not UTF-8
+    (os.fsdecode's surrogates), or bytes."""
+    x = sample(seed=18)
+    base = tempfile.mkdtemp(prefix="dli-py-").encode()
+    for i, log_dir in enumerate((os.fsdecode(base + b"/bad\xff"), base + b"/raw\xfe")):
+        os.makedirs(log_dir)
+        dlinspect.initialize(config=stats_config(), log_dir=log_dir)
+        dlinspect.inspect_tensor("l", "activation", x)
+        dlinspect.step()
+        dlinspect.end_debug()
+        assert_stats(read_stats(os.fsdecode(log_dir)), "l", "activation", 0, x)
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

@@ -144,6 +144,10 @@ mine:
         c.ok(set(h.layers) == want - {"model"} - {f"model.layers.{i}" for i in k}, f"attach's layers: {sorted(h.layers)}")
         c.ok(m.layers[0].fc1.name == f"model.layers.{k[0]}.fc1", "module.name assigned")
         h.detach()
+        h = dt.attach(m, module_types=torch.nn.Linear)  # a single type as well as a tuple
+        c.ok(set(h.layers) == want - {"model"} - {f"model.layers.{i}" for i in k},
+             f"attach(module_types=torch.nn.Linear)'s layers: {sorted(h.layers)}")
+        h.detach()
         dlinspect.end_debug()
         infer = getattr(dlinspect, "infer_and_assign_layer_names", None)
         if infer is not None:  # the package's own (pure Python) naming agrees
