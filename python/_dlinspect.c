@@ -514,14 +514,18 @@ static int view_layout(struct view *v, int ndim, const int64_t *shape, const Py_
 	}
 	/* A view whose innermost dimension is contiguous (a column block, every k-th row) goes to
 	 * the core as it is: its statistics pass reads the rows in place (docs/statistics.md,
-	 * "Strided views"). Others are copied here, as before. */
+	 * "Strided views"). Others are copied here, as before. A broadcast (stride 0) is copied
+	 * too, whichever its dimension: the statistics are those of the tensor as it reads, as for
+	 * any layout (docs/python.md), where the core would refuse it. */
 	int inner = ndim - 1;
 	while (inner > 0 && shape[inner] == 1)
 		inner--;
-	bool whole = true;
-	for (int i = 0; i < ndim; i++)
+	bool whole = true, broadcast = false;
+	for (int i = 0; i < ndim; i++) {
 		whole = whole && st[i] % (int64_t)es == 0;
-	if (v->strided_ok && whole && st[inner] == (int64_t)es) {
+		broadcast = broadcast || (st[i] == 0 && shape[i] > 1);
+	}
+	if (v->strided_ok && whole && !broadcast && st[inner] == (int64_t)es) {
 		for (int i = 0; i < ndim; i++)
 			v->strides[i] = st[i] / (int64_t)es;
 		v->strided = true;

@@ -789,6 +789,25 @@ def test_log_dir_may_be_any_file_system_path():
         assert_stats(read_stats(os.fsdecode(log_dir)), "l", "activation", 0, x)
 
 
+def test_broadcast_views_are_read_as_they_read():
+    """A stride-0 dimension, outer or inner, is copied like any other layout: the statistics are
+    those of the tensor as it reads (each element as often as it appears), the same either way."""
+    col = np.arange(1, 5, dtype=np.float32)
+    outer = np.broadcast_to(col, (100, 4))            # strides (0, 4)
+    inner = np.broadcast_to(col[:, None], (4, 100))   # strides (4, 0)
+    with Run(stats_config(tensors=("activation", "gradient", "output"))) as r:
+        L = dlinspect.layer("l")
+        L.inspect_tensor("activation", outer)
+        L.inspect_tensor("gradient", inner)
+        L.inspect_tensor("output", np.broadcast_to(np.float32(2), (3, 5)))  # every stride 0
+        dlinspect.step()
+    got = r.stats()
+    assert_stats(got, "l", "activation", 0, np.ascontiguousarray(outer))
+    assert_stats(got, "l", "gradient", 0, np.ascontiguousarray(inner))
+    assert_stats(got, "l", "output", 0, np.full((3, 5), 2, np.float32))
+    assert got[("l_activation_l1_norm", 0)] == got[("l_gradient_l1_norm", 0)] == 1000
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

@@ -72,6 +72,37 @@ def hooks_of(m):
     return sum(len(x._forward_hooks) + len(x._forward_pre_hooks) + len(x._backward_hooks) for x in m.modules())
 
 
+def stats_cfg(tensors=("activation",), regex=".*", **more):
+    return {"s": {"enabled": True, "layers": {"layer_name_regex_pattern": regex},
+                  "transformer_engine": {"LogTensorStats": {
+                      "enabled": True, "tensors": list(tensors), "stats": ["max"], **more}}}}
+
+
+def logged(d):
+    from torch_common import stats
+    return [(n, it) for n, it, _ in stats(d)]
+
+
+def broadcast_gradient(c):
+    """(y.sum(0) * w).sum().backward() hands the gradient hook w.expand(y.shape), stride 0 on its
+    outer dimension: its statistics are those of the tensor as it reads."""
+    lin = torch.nn.Linear(4, 3)
+    w = torch.tensor([1.0, -2.0, 0.5])
+    d = tmpdir()
+    dlinspect.initialize(config=stats_cfg(("gradient",)), log_dir=d)
+    h = dt.attach(lin)
+    try:
+        (lin(torch.randn(5, 4)).sum(0) * w).sum().backward()
+        dt.step()
+    except Exception as e:
+        c.ok(False, f"a broadcast gradient: {e!r}")
+    h.detach()
+    dlinspect.end_debug()
+    from torch_common import stats
+    c.ok([(n, v) for n, _, v in stats(d)] == [("model_gradient_max", 1.0)],
+         f"a broadcast gradient: {stats(d)}")
+
+
 def main():
     c = Checker()
     torch.manual_seed(0)
@@ -155,6 +186,7 @@ mine:
             infer(m2)
             c.ok({getattr(x, "name", None) for x in m2.modules() if not isinstance(x, torch.nn.ModuleList)} == want,
                  "dlinspect.infer_and_assign_layer_names gives the same names")
+    broadcast_gradient(c)
     c.done()
 
 
