@@ -26,6 +26,10 @@ static struct dli_context *g_ctx;
 /* Bumped by every initialize and end_debug: a Layer made under another generation looks its
  * handle up again (or answers defaults when no context is open). */
 static uint64_t g_gen = 1;
+/* Bumped whenever a plan taken before may no longer hold: at initialize and end_debug, at a step
+ * back (initialize_training_step to an earlier iteration) and at a mode switch. dlinspect.torch's
+ * attached layers compare it at each model call (_plan_state) and plan again when it moved. */
+static uint64_t g_plans = 1;
 static PyObject *g_layers;     /* dict: layer name -> Layer, for the current context */
 static PyObject *g_tensor_ids; /* dict: tensor name -> id, for the current context */
 static PyObject *g_error;        /* dlinspect.Error */
@@ -1960,6 +1964,7 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	g_comm = comm;
 	comm = NULL;
 	g_gen++;
+	g_plans++;
 	PyDict_Clear(g_layers);
 	PyDict_Clear(g_tensor_ids);
 	ret = Py_None;
@@ -1979,6 +1984,7 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 		struct dli_context *ctx = g_ctx;
 		g_ctx = NULL;
 		g_gen++;
+		g_plans++;
 		PyDict_Clear(g_layers);
 		PyDict_Clear(g_tensor_ids);
 		Py_BEGIN_ALLOW_THREADS
@@ -1993,6 +1999,16 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 static PyObject *mod_generation(PyObject *m, PyObject *unused)
 {
 	return PyLong_FromUnsignedLongLong(g_gen);
+}
+
+/* _plan_state() -> (plans, iteration): g_plans, and the iteration (None when not initialized), in
+ * one call for dlinspect.torch's root hook. */
+static PyObject *mod_plan_state(PyObject *m, PyObject *unused)
+{
+	if (!g_ctx)
+		return Py_BuildValue("(KO)", (unsigned long long)g_plans, Py_None);
+	return Py_BuildValue("(KL)", (unsigned long long)g_plans,
+			     (long long)dli_iteration_get(g_ctx));
 }
 
 static PyObject *mod_initialized(PyObject *m, PyObject *unused)
@@ -2041,8 +2057,11 @@ static PyObject *mod_set_iteration(PyObject *m, PyObject *arg)
 		return NULL;
 	if (check_training_step(v))
 		return NULL;
-	if (g_ctx)
+	if (g_ctx) {
+		if (v < (long long)dli_iteration_get(g_ctx))
+			g_plans++; /* a plan's `next` may now lie beyond iterations to come again */
 		dli_iteration_set(g_ctx, v);
+	}
 	Py_RETURN_NONE;
 }
 
@@ -2059,6 +2078,8 @@ static PyObject *mod_set_mode(PyObject *m, PyObject *arg)
 		PyErr_Format(PyExc_ValueError, "mode must be 'train' or 'eval', not %R", arg);
 		return NULL;
 	}
+	if (mode != (int)dli_mode_get(g_ctx))
+		g_plans++;
 	dli_mode_set(g_ctx, mode);
 	Py_RETURN_NONE;
 }
@@ -2280,6 +2301,7 @@ static PyMethodDef module_methods[] = {
 	{"_destroy", mod_destroy, METH_NOARGS, NULL},
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},
 	{"_generation", mod_generation, METH_NOARGS, NULL},
+	{"_plan_state", mod_plan_state, METH_NOARGS, NULL},
 	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
 	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},
 	{"initialize_training_step", mod_set_iteration, METH_O,

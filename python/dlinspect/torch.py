@@ -37,6 +37,7 @@ import weakref
 import torch
 
 import dlinspect as _dli
+from dlinspect import _dlinspect as _c
 
 __all__ = ["attach", "emulate_fp8", "step", "set_mode", "layer_names", "Attachment", "fp8_scale",
            "fp8_quantize", "fp8_dequantize", "Fp8Quantizer", "E4M3", "E5M2"]
@@ -440,6 +441,7 @@ class Attachment:
         self.amax_compute_algo = amax_compute_algo
         self.margin = float(margin)
         self.iteration = _dli.iteration() if use_dlinspect else 0
+        self.plans = _c._plan_state()[0]
         self._layers = []
         self._roots = []
         all_names = layer_names(model)
@@ -459,7 +461,8 @@ class Attachment:
             if use_dlinspect:
                 for root in (model if isinstance(model, (list, tuple)) else [model]):
                     if isinstance(root, torch.nn.Module):
-                        self._roots.append(root.register_forward_pre_hook(self._sync))
+                        # First, before a layer's own hook when the root is a layer too.
+                        self._roots.append(root.register_forward_pre_hook(self._sync, prepend=True))
         except BaseException:
             self.detach()
             raise
@@ -470,15 +473,23 @@ class Attachment:
         return {l.name: l.module for l in self._layers}
 
     def _sync(self, module, args):
-        self.iteration = _dli.iteration()
+        self._follow(*_c._plan_state())
+
+    def _follow(self, plans, iteration):
+        """Takes dlinspect's iteration, and makes every layer plan again at its next call when a
+        plan taken before may no longer hold (initialize, end_debug, a step back, a mode switch).
+        Without a context the iteration stays, and the layers' plans answer the defaults."""
+        if plans != self.plans:
+            self.plans = plans
+            for lay in self._layers:
+                lay.next = 0
+        if iteration is not None:
+            self.iteration = iteration
 
     def step(self):
         """Ends the iteration: dlinspect.step() (or, for emulate_fp8 alone, the counter)."""
         if self.use_dlinspect:
-            _dli.step()
-            for a in _live:
-                if a.use_dlinspect:
-                    a.iteration = _dli.iteration()
+            step()
         else:
             self.iteration += 1
 
@@ -521,20 +532,22 @@ def emulate_fp8(model, fp8="delayed", module_types=(torch.nn.Linear,), names=Non
                       False)
 
 
+def _follow_all():
+    state = _c._plan_state()
+    for a in _live:
+        if a.use_dlinspect:
+            a._follow(*state)
+
+
 def set_mode(mode):
     """dlinspect.set_mode("train"|"eval"), and every attached layer asks for its plan again at its
     next call (a mode switch may change what the config selects: docs/config.md)."""
     _dli.set_mode(mode)
-    for a in _live:
-        if a.use_dlinspect:
-            for lay in a._layers:
-                lay.next = 0
+    _follow_all()
 
 
 def step():
-    """dlinspect.step(), and every attachment's iteration moves with it."""
+    """dlinspect.step(), and every attachment's iteration moves with it. Without a context it does
+    nothing, as dlinspect.step()."""
     _dli.step()
-    it = _dli.iteration()
-    for a in _live:
-        if a.use_dlinspect:
-            a.iteration = it
+    _follow_all()

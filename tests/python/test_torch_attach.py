@@ -103,6 +103,57 @@ def broadcast_gradient(c):
          f"a broadcast gradient: {stats(d)}")
 
 
+def across_end_debug(c):
+    """Attached hooks across end_debug() and a new initialize(): with no context they do nothing
+    and dlinspect.torch.step() is a no-op, as dlinspect.step(); after a new initialize() every
+    layer plans again. The model's root is the attached Linear itself, so its root hook must run
+    first."""
+    x = torch.randn(2, 4)
+    for first in (".*", "^nothing$"):
+        lin = torch.nn.Linear(4, 4)
+        dlinspect.initialize(config=stats_cfg(regex=first), log_dir=tmpdir())
+        h = dt.attach(lin)
+        lin(x)
+        dt.step()
+        dlinspect.end_debug()
+        try:
+            y = lin(x)
+            dt.step()
+            h.step()
+            c.ok(torch.equal(y, torch.nn.functional.linear(x, lin.weight, lin.bias)),
+                 "after end_debug: the output as without dlinspect")
+        except Exception as e:
+            c.ok(False, f"after end_debug, a forward and dlinspect.torch.step(): {e!r}")
+        d = tmpdir()
+        dlinspect.initialize(config=stats_cfg(), log_dir=d)
+        for _ in range(3):
+            lin(x)
+            dt.step()
+        h.detach()
+        dlinspect.end_debug()
+        want = [("model_activation_max", i) for i in range(3)]
+        c.ok(logged(d) == want, f"first config {first}: after a new initialize, logged {logged(d)}")
+
+
+def step_back(c):
+    """initialize_training_step() to an earlier iteration: every attached layer plans again."""
+    x = torch.randn(2, 4)
+    d = tmpdir()
+    lin = torch.nn.Linear(4, 4)
+    dlinspect.initialize(config=stats_cfg(start_step=0, end_step=1), log_dir=d)
+    h = dt.attach(lin)
+    for _ in range(4):
+        lin(x)
+        dt.step()
+    dlinspect.initialize_training_step(0)  # a restored checkpoint, an epoch run again
+    for _ in range(2):
+        lin(x)
+        dt.step()
+    h.detach()
+    dlinspect.end_debug()
+    c.ok([it for _, it in logged(d)] == [0, 1, 0, 1], f"a step back: logged {logged(d)}")
+
+
 def main():
     c = Checker()
     torch.manual_seed(0)
@@ -186,6 +237,8 @@ mine:
             infer(m2)
             c.ok({getattr(x, "name", None) for x in m2.modules() if not isinstance(x, torch.nn.ModuleList)} == want,
                  "dlinspect.infer_and_assign_layer_names gives the same names")
+    across_end_debug(c)
+    step_back(c)
     broadcast_gradient(c)
     c.done()
 
