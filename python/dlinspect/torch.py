@@ -30,6 +30,7 @@ Between two iterations the config schedules, a layer's hook compares two ints an
 layer handle's plan() says which iteration to ask again at. The model's root module reads
 dlinspect.iteration() once per forward (one C call per model call, not per layer).
 """
+import inspect
 import math
 import struct
 import weakref
@@ -184,6 +185,17 @@ class _Fp8Linear(torch.autograd.Function):
 _attached = weakref.WeakKeyDictionary()  # module -> its _Layer, while attached
 
 
+def _input_name(forward):
+    """The name by which forward's input may be passed (nn.Linear's `input`), or None."""
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return None
+    for p in params:
+        return p.name if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) else None
+    return None
+
+
 class _Layer:
     """One attached module: its dlinspect layer handle, its cached plan and its hooks."""
 
@@ -217,7 +229,8 @@ class _Layer:
                                    "by something else")
             module.forward = self._emulated_forward
         else:
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook))
+            self.input_name = _input_name(module.forward)
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post_hook))
         _attached[module] = self
 
@@ -243,15 +256,19 @@ class _Layer:
 
     # ---- hook mode ----
 
-    def _pre_hook(self, module, args):
+    def _pre_hook(self, module, args, kwargs):
         # The only work between scheduled iterations: these two compares.
         if self.att.iteration >= self.next:
             self._query()
         self.live = self.any
-        if not self.any or not args:
+        if not self.any:
+            return None
+        # The input, positional or by its name (lin(input=x)).
+        by_name = not args and self.input_name in kwargs
+        if not args and not by_name:
             return None
         lay, ins, mod = self.layer, self.inspect, self.modify
-        x = args[0]
+        x = kwargs[self.input_name] if by_name else args[0]
         if "activation" in ins:
             lay.inspect_tensor("activation", x.detach())
         w = getattr(module, "weight", None)
@@ -268,7 +285,9 @@ class _Layer:
             # (q, k and v projections read the same tensor).
             x = x.view_as(x)
             x.register_hook(self._dgrad_hook)
-            return (x,) + tuple(args[1:])
+            if by_name:
+                return args, {**kwargs, self.input_name: x}
+            return (x,) + tuple(args[1:]), kwargs
         return None
 
     def _post_hook(self, module, args, out):
@@ -322,11 +341,11 @@ class _Layer:
 
     # ---- FP8 emulation mode ----
 
-    def _emulated_forward(self, x):
+    def _emulated_forward(self, input):  # nn.Linear.forward's name: lin(input=x) works too
         if self.att.iteration >= self.next:
             self._query()
         m = self.module
-        return _Fp8Linear.apply(x, m.weight, m.bias, self)
+        return _Fp8Linear.apply(input, m.weight, m.bias, self)
 
     def _operands(self, t, hp, it, fp8, mod, ins, lay):
         """The two operands tensor t gives the GEMMs it feeds: a feature's modified copy, the FP8

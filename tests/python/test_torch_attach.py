@@ -1,6 +1,7 @@
 """attach/detach leave a model's outputs and gradients bit for bit as without dlinspect when no
 config selects anything (hook mode; with no config and with one that selects other layers), remove
 every hook, and name layers as nvdlfw_inspect's infer_and_assign_layer_names does."""
+import math
 import os
 import sys
 
@@ -154,6 +155,29 @@ def step_back(c):
     c.ok([it for _, it in logged(d)] == [0, 1, 0, 1], f"a step back: logged {logged(d)}")
 
 
+def keyword_input(c):
+    """lin(input=x): hook mode reads the input by its name; the FP8 emulation takes it too."""
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(8, 4)
+    for fp8 in (None, "current"):
+        d = tmpdir()
+        dlinspect.initialize(config=stats_cfg(("activation", "weight", "output", "dgrad")),
+                             log_dir=d)
+        h = dt.attach(lin, fp8=fp8)
+        x = torch.randn(3, 8, requires_grad=True)
+        lin(input=x).sum().backward()
+        dt.step()
+        h.detach()
+        dlinspect.end_debug()
+        names = sorted(n for n, _ in logged(d))
+        c.ok(names == ["model_activation_max", "model_dgrad_max", "model_output_max",
+                       "model_weight_max"], f"fp8={fp8}: lin(input=x) logged {names}")
+        from torch_common import stats
+        got = {n: v for n, _, v in stats(d)}
+        c.close(got.get("model_activation_max", math.nan), x.max().item(), 1e-7,
+                f"fp8={fp8}: lin(input=x)'s activation max")
+
+
 def main():
     c = Checker()
     torch.manual_seed(0)
@@ -239,6 +263,7 @@ mine:
                  "dlinspect.infer_and_assign_layer_names gives the same names")
     across_end_debug(c)
     step_back(c)
+    keyword_input(c)
     broadcast_gradient(c)
     c.done()
 
