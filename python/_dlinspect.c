@@ -328,7 +328,8 @@ static int check_iteration(PyObject *it)
 	return 0;
 }
 
-/* initialize(init_training_step=) and initialize_training_step() refuse the same steps. */
+/* initialize(init_training_step=), initialize_training_step() and log_tensor_stats(iteration=)
+ * refuse the same steps. */
 static int check_training_step(long long v)
 {
 	if (v < 0) {
@@ -1637,6 +1638,60 @@ done:
 	return ret;
 }
 
+/* nvdlfw_inspect's log_tensor_stats, the generic call that feeds the base namespace's
+ * LogTensorStats (docs/config.md, "Namespaces"): the statistics are logged at once, at
+ * `iteration` (None: the current one). There is no query to ask first: the feature itself says
+ * whether it selects the tensor. */
+static PyObject *do_log_tensor_stats(LayerObject *l, PyObject *tensor_name, PyObject *obj,
+				     PyObject *it, PyObject *stream)
+{
+	struct dli_layer *h;
+	if (!PyUnicode_Check(tensor_name)) {
+		PyErr_Format(PyExc_TypeError, "tensor_name must be a str, not %.100s",
+			     Py_TYPE(tensor_name)->tp_name);
+		return NULL;
+	}
+	const char *name = name_utf8(tensor_name, "tensor name");
+	if (!name || layer_handle(l, &h))
+		return NULL;
+	long long iteration = -1;
+	if (!is_none(it)) {
+		iteration = PyLong_AsLongLong(it);
+		if ((iteration == -1 && PyErr_Occurred()) || check_training_step(iteration))
+			return NULL;
+	}
+	if (!h)
+		Py_RETURN_NONE;
+	struct view v;
+	PyObject *ret = NULL;
+	if (view_get_ex(obj, &v, false, true, stream, "the tensor"))
+		goto out;
+	struct dli_log_tensor_stats_args a;
+	memset(&a, 0, sizeof a);
+	a.size = sizeof a;
+	a.tensor_name = name;
+	a.tensor = &v.t;
+	a.iteration = iteration;
+	a.strides = v.strided ? v.strides : NULL;
+	int rc;
+	if (big(&v.t)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_call(h, DLI_CALL_LOG_TENSOR_STATS, &a);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = dli_call(h, DLI_CALL_LOG_TENSOR_STATS, &a);
+	}
+	if (rc) {
+		raise_call_error("log_tensor_stats", rc);
+		goto out;
+	}
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	view_release(&v);
+	return ret;
+}
+
 /* ---- The *_enabled queries: Layer methods and module functions ---- */
 
 #define FASTCALL_ARGS PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames
@@ -1744,6 +1799,18 @@ static PyObject *layer_modify_raw(LayerObject *self, FASTCALL_ARGS)
 	return do_modify_tensor(self, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
 }
 
+/* nvdlfw_inspect's keywords; skip_reduction and reduction_group are taken and not used: each rank
+ * logs its own tensor (docs/python.md). */
+static PyObject *layer_log_tensor_stats(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"tensor_name", "tensor", "iteration", "skip_reduction",
+					    "reduction_group", "stream"};
+	PyObject *a[6];
+	if (parse_args("log_tensor_stats", names, 2, 6, args, nargs, kwnames, a))
+		return NULL;
+	return do_log_tensor_stats(self, a[0], a[1], a[2], a[5]);
+}
+
 /* _plan() -> (iteration, next, any, (fp8 x3), inspect mask, (modify masks x3), (postq x3)) */
 static PyObject *layer_plan_raw(LayerObject *self, PyObject *unused)
 {
@@ -1796,6 +1863,10 @@ static PyMethodDef layer_methods[] = {
 	{"inspect_tensor_postquantize", (PyCFunction)(void (*)(void))layer_postquantize,
 	 METH_FASTCALL | METH_KEYWORDS,
 	 "inspect_tensor_postquantize(gemm, tensor, quantized, iteration=None, stream=None)"},
+	{"log_tensor_stats", (PyCFunction)(void (*)(void))layer_log_tensor_stats,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "log_tensor_stats(tensor_name, tensor, iteration=None, skip_reduction=False, "
+	 "reduction_group=None, stream=None)"},
 	{"_modify", (PyCFunction)(void (*)(void))layer_modify_raw, METH_FASTCALL | METH_KEYWORDS,
 	 NULL},
 	{"_plan", (PyCFunction)layer_plan_raw, METH_NOARGS, NULL},
@@ -1881,6 +1952,18 @@ static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
 	}
 	LayerObject *l = layer_from(a[0]);
 	return l ? do_postquantize(l, gemm, a[2], a[3], a[4], a[5]) : NULL;
+}
+
+/* nvdlfw_inspect's debug_api.log_tensor_stats(layer_name, tensor_name=..., tensor=..., ...). */
+static PyObject *mod_log_tensor_stats(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "tensor_name", "tensor", "iteration",
+					    "skip_reduction", "reduction_group", "stream"};
+	PyObject *a[7];
+	if (parse_args("log_tensor_stats", names, 3, 7, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_log_tensor_stats(l, a[1], a[2], a[3], a[6]) : NULL;
 }
 
 /* A path argument, str or bytes, as os.fsencode encodes it (a str of any bytes the file system
@@ -2297,6 +2380,10 @@ static PyMethodDef module_methods[] = {
 	 METH_FASTCALL | METH_KEYWORDS,
 	 "inspect_tensor_postquantize(layer_name, gemm, tensor_name, tensor, iteration=None, "
 	 "stream=None)"},
+	{"log_tensor_stats", (PyCFunction)(void (*)(void))mod_log_tensor_stats,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "log_tensor_stats(layer_name, tensor_name, tensor, iteration=None, skip_reduction=False, "
+	 "reduction_group=None, stream=None)"},
 	{"_init", mod_init, METH_VARARGS, NULL},
 	{"_destroy", mod_destroy, METH_NOARGS, NULL},
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},

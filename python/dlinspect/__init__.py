@@ -28,6 +28,7 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
     inspect_tensor_postquantize_enabled,
     iteration,
     layer,
+    log_tensor_stats,
     modify_tensor_enabled,
     set_mode,
     step,
@@ -38,7 +39,7 @@ __all__ = [
     "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
     "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",
-    "iteration", "layer", "list_features", "log_message", "modify_tensor",
+    "iteration", "layer", "list_features", "log_message", "log_tensor_stats", "modify_tensor",
     "modify_tensor_enabled", "plugin_dirs", "set_mode", "step", "transformer_engine",
 ]
 

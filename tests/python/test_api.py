@@ -705,6 +705,7 @@ def test_names_holding_nul_are_refused():
             lambda: dlinspect.inspect_tensor_enabled("a\0b", "activation"),
             lambda: dlinspect.fp8_gemm_enabled("a\0b", "fprop"),
             lambda: dlinspect.modify_tensor("a\0b", "fprop", "activation", x),
+            lambda: dlinspect.log_tensor_stats("a\0b", tensor_name="t", tensor=x),
         ]:
             expect_error(call, ValueError, "layer name", "NUL")
         for call in [
@@ -712,6 +713,7 @@ def test_names_holding_nul_are_refused():
             lambda: L.inspect_tensor("activation\0junk", x),
             lambda: dlinspect.inspect_tensor_enabled("a", "activation\0junk"),
             lambda: L.modify_tensor_enabled("fprop", "activation\0junk"),
+            lambda: L.log_tensor_stats("activation\0junk", x),
             lambda: dlinspect.tensor_id("activation\0junk"),
         ]:
             expect_error(call, ValueError, "tensor name", "NUL")
@@ -806,6 +808,47 @@ def test_broadcast_views_are_read_as_they_read():
     assert_stats(got, "l", "gradient", 0, np.ascontiguousarray(inner))
     assert_stats(got, "l", "output", 0, np.full((3, 5), 2, np.float32))
     assert got[("l_activation_l1_norm", 0)] == got[("l_gradient_l1_norm", 0)] == 1000
+
+
+BASE_STATS = ["min", "max", "mean", "std", "l1_norm", "l2_norm"]
+
+
+def test_log_tensor_stats_feeds_the_base_namespace():
+    """nvdlfw_inspect's log_tensor_stats(layer_name, tensor_name=, tensor=): the base
+    LogTensorStats logs the tensor's statistics at once, one line each, at the current iteration or
+    at `iteration=`; a name it does not select logs nothing; TransformerEngine's LogTensorStats
+    takes nothing from it."""
+    cfg = {"base": {"enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
+                    "LogTensorStats": {"enabled": True, "tensors": ["tensor1", "relu_act"],
+                                       "stats": ["MIN", "max", "mean", "std", "l1_norm", "l2_norm"]}}}
+    cfg.update(stats_config(tensors=("activation",), regex="fc1$"))
+    x, y, z = sample(seed=19), sample(shape=(40, 90), seed=20), sample(shape=(7,), seed=21)
+    with Run(cfg) as r:
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="other", tensor=x)   # not selected
+        dlinspect.log_tensor_stats("model.fc2", tensor_name="tensor1", tensor=x)  # not selected
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="activation", tensor=x)  # TE's: no
+        dlinspect.step()
+        L = dlinspect.layer("model.fc1")
+        L.log_tensor_stats("relu_act", y[:, 10:50], skip_reduction=True)  # a strided view
+        dlinspect.log_tensor_stats(L, "tensor1", z, iteration=7, reduction_group=None)
+        expect_error(lambda: L.log_tensor_stats("tensor1", z, iteration=-1), ValueError,
+                     "must be >= 0")
+        expect_error(lambda: L.log_tensor_stats(tensor_name=3, tensor=z), TypeError,
+                     "tensor_name must be a str")
+        expect_error(lambda: dlinspect.log_tensor_stats("model.fc1", tensor=z), TypeError,
+                     "missing required argument 'tensor_name'")
+        dlinspect.step()
+    got = r.stats()
+    want = {}
+    for name, it, t in (("tensor1", 0, x), ("relu_act", 1, y[:, 10:50]), ("tensor1", 7, z)):
+        ref = reference(t)
+        for s in BASE_STATS:
+            want[(f"model.fc1_{name}_{s}", it)] = ref[s]
+    assert sorted(got) == sorted(want), sorted(got)
+    for key, r_ in want.items():
+        assert math.isclose(got[key], r_, rel_tol=2e-6, abs_tol=1e-6), (key, got[key], r_)
+    dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)  # no context: no-op
 
 
 def main():
