@@ -26,6 +26,10 @@ static struct dli_context *g_ctx;
 /* Bumped by every initialize and end_debug: a Layer made under another generation looks its
  * handle up again (or answers defaults when no context is open). */
 static uint64_t g_gen = 1;
+/* Bumped whenever a plan taken before may no longer hold: at initialize and end_debug, at a step
+ * back (initialize_training_step to an earlier iteration) and at a mode switch. dlinspect.torch's
+ * attached layers compare it at each model call (_plan_state) and plan again when it moved. */
+static uint64_t g_plans = 1;
 static PyObject *g_layers;     /* dict: layer name -> Layer, for the current context */
 static PyObject *g_tensor_ids; /* dict: tensor name -> id, for the current context */
 static PyObject *g_error;        /* dlinspect.Error */
@@ -152,6 +156,19 @@ static inline bool is_none(PyObject *o)
 
 /* ---- Names ---- */
 
+/* A name's UTF-8 text for the core, which ends a name at its first NUL: a name holding one is
+ * refused, or "a\0b" would be the layer "a". NULL with an exception set. */
+static const char *name_utf8(PyObject *name, const char *what)
+{
+	Py_ssize_t n;
+	const char *s = PyUnicode_AsUTF8AndSize(name, &n);
+	if (s && strlen(s) != (size_t)n) {
+		PyErr_Format(PyExc_ValueError, "%s %R holds a NUL character", what, name);
+		return NULL;
+	}
+	return s;
+}
+
 static int gemm_of(PyObject *name)
 {
 	for (int g = 0; g < DLI_GEMM_COUNT; g++)
@@ -186,7 +203,7 @@ static int tensor_of(PyObject *name)
 		return (int)PyLong_AsLong(v);
 	if (PyErr_Occurred())
 		return -2;
-	const char *s = PyUnicode_AsUTF8(name);
+	const char *s = name_utf8(name, "tensor name");
 	if (!s)
 		return -2;
 	int id = g_ctx ? dli_tensor_id(g_ctx, s) : dli_tensor_id(NULL, s);
@@ -218,7 +235,7 @@ static int layer_refresh(LayerObject *self)
 	self->gen = g_gen;
 	if (!g_ctx)
 		return 0;
-	const char *s = PyUnicode_AsUTF8(self->name);
+	const char *s = name_utf8(self->name, "layer name");
 	if (!s)
 		return -1;
 	struct dli_error err;
@@ -252,7 +269,7 @@ static LayerObject *layer_from(PyObject *obj)
 	PyObject *l = PyDict_GetItemWithError(g_layers, obj);
 	if (l)
 		return (LayerObject *)l;
-	if (PyErr_Occurred())
+	if (PyErr_Occurred() || !name_utf8(obj, "layer name"))
 		return NULL;
 	LayerObject *self = PyObject_New(LayerObject, &LayerType);
 	if (!self)
@@ -306,6 +323,17 @@ static int check_iteration(PyObject *it)
 			     "iteration=%lld, but dlinspect is at iteration %lld: dlinspect answers for its "
 			     "own iteration (dlinspect.step() advances it, initialize_training_step() sets it)",
 			     v, cur);
+		return -1;
+	}
+	return 0;
+}
+
+/* initialize(init_training_step=), initialize_training_step() and log_tensor_stats(iteration=)
+ * refuse the same steps. */
+static int check_training_step(long long v)
+{
+	if (v < 0) {
+		PyErr_Format(PyExc_ValueError, "the training step must be >= 0, not %lld", v);
 		return -1;
 	}
 	return 0;
@@ -491,14 +519,18 @@ static int view_layout(struct view *v, int ndim, const int64_t *shape, const Py_
 	}
 	/* A view whose innermost dimension is contiguous (a column block, every k-th row) goes to
 	 * the core as it is: its statistics pass reads the rows in place (docs/statistics.md,
-	 * "Strided views"). Others are copied here, as before. */
+	 * "Strided views"). Others are copied here, as before. A broadcast (stride 0) is copied
+	 * too, whichever its dimension: the statistics are those of the tensor as it reads, as for
+	 * any layout (docs/python.md), where the core would refuse it. */
 	int inner = ndim - 1;
 	while (inner > 0 && shape[inner] == 1)
 		inner--;
-	bool whole = true;
-	for (int i = 0; i < ndim; i++)
+	bool whole = true, broadcast = false;
+	for (int i = 0; i < ndim; i++) {
 		whole = whole && st[i] % (int64_t)es == 0;
-	if (v->strided_ok && whole && st[inner] == (int64_t)es) {
+		broadcast = broadcast || (st[i] == 0 && shape[i] > 1);
+	}
+	if (v->strided_ok && whole && !broadcast && st[inner] == (int64_t)es) {
 		for (int i = 0; i < ndim; i++)
 			v->strides[i] = st[i] / (int64_t)es;
 		v->strided = true;
@@ -573,6 +605,14 @@ static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool stride
 		PyObject *dev = PyObject_CallMethodNoArgs(obj, g_str_dlpack_device);
 		if (!dev)
 			return -1;
+		if (!PyTuple_Check(dev) || PyTuple_GET_SIZE(dev) != 2) {
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s, a %.100s, has a __dlpack_device__() that returned %R, "
+				     "not a tuple (device_type, device_id)",
+				     what, Py_TYPE(obj)->tp_name, dev);
+			Py_DECREF(dev);
+			return -1;
+		}
 		if (!PyArg_ParseTuple(dev, "ii", &dev_type, &dev_id)) {
 			Py_DECREF(dev);
 			return -1;
@@ -840,10 +880,16 @@ static int qview_get(PyObject *obj, struct qview *q, PyObject *stream, const cha
 			return rc;
 		}
 	}
-	if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
+	if (!PyTuple_Check(obj)) {
 		PyErr_Format(PyExc_TypeError,
 			     "dlinspect: %s must be a tuple (data, scale_inv[, format]), not %.100s", what,
 			     Py_TYPE(obj)->tp_name);
+		return -1;
+	}
+	if (PyTuple_GET_SIZE(obj) < 2 || PyTuple_GET_SIZE(obj) > 3) {
+		PyErr_Format(PyExc_TypeError,
+			     "dlinspect: %s must be a tuple (data, scale_inv[, format]) of 2 or 3 "
+			     "items, not %zd", what, PyTuple_GET_SIZE(obj));
 		return -1;
 	}
 	if (view_get(PyTuple_GET_ITEM(obj, 0), &q->data, false, stream, what))
@@ -1557,6 +1603,18 @@ static PyObject *do_modify_tensor(LayerObject *l, PyObject *gemm, PyObject *tens
 	if (view_get(in, &vi, false, stream, "the tensor") ||
 	    view_get(out, &vo, true, stream, "out"))
 		goto done;
+	bool same = vi.t.ndim == vo.t.ndim;
+	for (int i = 0; same && i < vi.t.ndim; i++)
+		same = vi.t.shape[i] == vo.t.shape[i];
+	if (!same) {
+		char a[160], b[160];
+		shape_text(&vo.t, a, sizeof a);
+		shape_text(&vi.t, b, sizeof b);
+		PyErr_Format(PyExc_ValueError,
+			     "dlinspect: out has shape %s and the tensor %s: out must have the tensor's "
+			     "shape", a, b);
+		goto done;
+	}
 	int rc;
 	if (big(&vi.t)) {
 		Py_BEGIN_ALLOW_THREADS
@@ -1577,6 +1635,60 @@ static PyObject *do_modify_tensor(LayerObject *l, PyObject *gemm, PyObject *tens
 done:
 	view_release(&vi);
 	view_release(&vo);
+	return ret;
+}
+
+/* nvdlfw_inspect's log_tensor_stats, the generic call that feeds the base namespace's
+ * LogTensorStats (docs/config.md, "Namespaces"): the statistics are logged at once, at
+ * `iteration` (None: the current one). There is no query to ask first: the feature itself says
+ * whether it selects the tensor. */
+static PyObject *do_log_tensor_stats(LayerObject *l, PyObject *tensor_name, PyObject *obj,
+				     PyObject *it, PyObject *stream)
+{
+	struct dli_layer *h;
+	if (!PyUnicode_Check(tensor_name)) {
+		PyErr_Format(PyExc_TypeError, "tensor_name must be a str, not %.100s",
+			     Py_TYPE(tensor_name)->tp_name);
+		return NULL;
+	}
+	const char *name = name_utf8(tensor_name, "tensor name");
+	if (!name || layer_handle(l, &h))
+		return NULL;
+	long long iteration = -1;
+	if (!is_none(it)) {
+		iteration = PyLong_AsLongLong(it);
+		if ((iteration == -1 && PyErr_Occurred()) || check_training_step(iteration))
+			return NULL;
+	}
+	if (!h)
+		Py_RETURN_NONE;
+	struct view v;
+	PyObject *ret = NULL;
+	if (view_get_ex(obj, &v, false, true, stream, "the tensor"))
+		goto out;
+	struct dli_log_tensor_stats_args a;
+	memset(&a, 0, sizeof a);
+	a.size = sizeof a;
+	a.tensor_name = name;
+	a.tensor = &v.t;
+	a.iteration = iteration;
+	a.strides = v.strided ? v.strides : NULL;
+	int rc;
+	if (big(&v.t)) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_call(h, DLI_CALL_LOG_TENSOR_STATS, &a);
+		Py_END_ALLOW_THREADS
+	} else {
+		rc = dli_call(h, DLI_CALL_LOG_TENSOR_STATS, &a);
+	}
+	if (rc) {
+		raise_call_error("log_tensor_stats", rc);
+		goto out;
+	}
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	view_release(&v);
 	return ret;
 }
 
@@ -1687,6 +1799,18 @@ static PyObject *layer_modify_raw(LayerObject *self, FASTCALL_ARGS)
 	return do_modify_tensor(self, a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7]);
 }
 
+/* nvdlfw_inspect's keywords; skip_reduction and reduction_group are taken and not used: each rank
+ * logs its own tensor (docs/python.md). */
+static PyObject *layer_log_tensor_stats(LayerObject *self, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"tensor_name", "tensor", "iteration", "skip_reduction",
+					    "reduction_group", "stream"};
+	PyObject *a[6];
+	if (parse_args("log_tensor_stats", names, 2, 6, args, nargs, kwnames, a))
+		return NULL;
+	return do_log_tensor_stats(self, a[0], a[1], a[2], a[5]);
+}
+
 /* _plan() -> (iteration, next, any, (fp8 x3), inspect mask, (modify masks x3), (postq x3)) */
 static PyObject *layer_plan_raw(LayerObject *self, PyObject *unused)
 {
@@ -1739,6 +1863,10 @@ static PyMethodDef layer_methods[] = {
 	{"inspect_tensor_postquantize", (PyCFunction)(void (*)(void))layer_postquantize,
 	 METH_FASTCALL | METH_KEYWORDS,
 	 "inspect_tensor_postquantize(gemm, tensor, quantized, iteration=None, stream=None)"},
+	{"log_tensor_stats", (PyCFunction)(void (*)(void))layer_log_tensor_stats,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "log_tensor_stats(tensor_name, tensor, iteration=None, skip_reduction=False, "
+	 "reduction_group=None, stream=None)"},
 	{"_modify", (PyCFunction)(void (*)(void))layer_modify_raw, METH_FASTCALL | METH_KEYWORDS,
 	 NULL},
 	{"_plan", (PyCFunction)layer_plan_raw, METH_NOARGS, NULL},
@@ -1826,30 +1954,55 @@ static PyObject *mod_postquantize(PyObject *m, FASTCALL_ARGS)
 	return l ? do_postquantize(l, gemm, a[2], a[3], a[4], a[5]) : NULL;
 }
 
+/* nvdlfw_inspect's debug_api.log_tensor_stats(layer_name, tensor_name=..., tensor=..., ...). */
+static PyObject *mod_log_tensor_stats(PyObject *m, FASTCALL_ARGS)
+{
+	static const char *const names[] = {"layer_name", "tensor_name", "tensor", "iteration",
+					    "skip_reduction", "reduction_group", "stream"};
+	PyObject *a[7];
+	if (parse_args("log_tensor_stats", names, 3, 7, args, nargs, kwnames, a))
+		return NULL;
+	LayerObject *l = layer_from(a[0]);
+	return l ? do_log_tensor_stats(l, a[1], a[2], a[3], a[6]) : NULL;
+}
+
+/* A path argument, str or bytes, as os.fsencode encodes it (a str of any bytes the file system
+ * holds): *bytes is new, or NULL for None. */
+static int fs_path(PyObject *obj, PyObject **bytes)
+{
+	*bytes = NULL;
+	return obj == Py_None || PyUnicode_FSConverter(obj, bytes) ? 0 : -1;
+}
+
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
  *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
-	const char *path, *yaml, *log_dir;
-	PyObject *dirs, *tnames, *comm_obj = Py_None;
+	const char *yaml;
+	PyObject *path_obj, *log_dir_obj, *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
 	int level;
-	if (!PyArg_ParseTuple(args, "zzzO!LOi|O", &path, &yaml, &log_dir, &PyList_Type, &dirs,
-			      &initial, &tnames, &level, &comm_obj))
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|O", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+			      &dirs, &initial, &tnames, &level, &comm_obj))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
 					 "first");
 		return NULL;
 	}
+	if (check_training_step(initial))
+		return NULL;
 	Py_ssize_t nd = PyList_GET_SIZE(dirs);
 	Py_ssize_t nt = tnames == Py_None ? 0 : PyList_Size(tnames);
 	if (nt < 0)
 		return NULL;
+	PyObject *path = NULL, *log_dir = NULL;
 	const char **dv = PyMem_Calloc((size_t)nd + 1, sizeof(char *));
 	const char **tv = PyMem_Calloc((size_t)nt + 1, sizeof(char *));
 	PyObject *ret = NULL;
 	void *comm = NULL;
+	if (fs_path(path_obj, &path) || fs_path(log_dir_obj, &log_dir))
+		goto out;
 	if (!dv || !tv) {
 		PyErr_NoMemory();
 		goto out;
@@ -1857,16 +2010,16 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	if (comm_obj != Py_None && dli_py_comm_new(comm_obj, &comm))
 		goto out;
 	for (Py_ssize_t i = 0; i < nd; i++)
-		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i))))
+		if (!(dv[i] = name_utf8(PyList_GET_ITEM(dirs, i), "plugin dir")))
 			goto out;
 	for (Py_ssize_t i = 0; i < nt; i++)
-		if (!(tv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(tnames, i))))
+		if (!(tv[i] = name_utf8(PyList_GET_ITEM(tnames, i), "tensor name")))
 			goto out;
 	struct dli_options o;
 	dli_options_init(&o);
-	o.config_path = path;
+	o.config_path = path ? PyBytes_AS_STRING(path) : NULL;
 	o.config_yaml = yaml;
-	o.log_dir = log_dir;
+	o.log_dir = log_dir ? PyBytes_AS_STRING(log_dir) : NULL;
 	o.plugin_dirs = dv;
 	o.n_plugin_dirs = (size_t)nd;
 	o.initial_iteration = initial;
@@ -1894,6 +2047,7 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	g_comm = comm;
 	comm = NULL;
 	g_gen++;
+	g_plans++;
 	PyDict_Clear(g_layers);
 	PyDict_Clear(g_tensor_ids);
 	ret = Py_None;
@@ -1902,6 +2056,8 @@ out:
 	dli_py_comm_free(comm);
 	PyMem_Free(dv);
 	PyMem_Free(tv);
+	Py_XDECREF(path);
+	Py_XDECREF(log_dir);
 	return ret;
 }
 
@@ -1911,6 +2067,7 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 		struct dli_context *ctx = g_ctx;
 		g_ctx = NULL;
 		g_gen++;
+		g_plans++;
 		PyDict_Clear(g_layers);
 		PyDict_Clear(g_tensor_ids);
 		Py_BEGIN_ALLOW_THREADS
@@ -1925,6 +2082,16 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 static PyObject *mod_generation(PyObject *m, PyObject *unused)
 {
 	return PyLong_FromUnsignedLongLong(g_gen);
+}
+
+/* _plan_state() -> (plans, iteration): g_plans, and the iteration (None when not initialized), in
+ * one call for dlinspect.torch's root hook. */
+static PyObject *mod_plan_state(PyObject *m, PyObject *unused)
+{
+	if (!g_ctx)
+		return Py_BuildValue("(KO)", (unsigned long long)g_plans, Py_None);
+	return Py_BuildValue("(KL)", (unsigned long long)g_plans,
+			     (long long)dli_iteration_get(g_ctx));
 }
 
 static PyObject *mod_initialized(PyObject *m, PyObject *unused)
@@ -1971,12 +2138,13 @@ static PyObject *mod_set_iteration(PyObject *m, PyObject *arg)
 	long long v = PyLong_AsLongLong(arg);
 	if (v == -1 && PyErr_Occurred())
 		return NULL;
-	if (v < 0) {
-		PyErr_Format(PyExc_ValueError, "the training step must be >= 0, not %lld", v);
+	if (check_training_step(v))
 		return NULL;
-	}
-	if (g_ctx)
+	if (g_ctx) {
+		if (v < (long long)dli_iteration_get(g_ctx))
+			g_plans++; /* a plan's `next` may now lie beyond iterations to come again */
 		dli_iteration_set(g_ctx, v);
+	}
 	Py_RETURN_NONE;
 }
 
@@ -1993,6 +2161,8 @@ static PyObject *mod_set_mode(PyObject *m, PyObject *arg)
 		PyErr_Format(PyExc_ValueError, "mode must be 'train' or 'eval', not %R", arg);
 		return NULL;
 	}
+	if (mode != (int)dli_mode_get(g_ctx))
+		g_plans++;
 	dli_mode_set(g_ctx, mode);
 	Py_RETURN_NONE;
 }
@@ -2054,7 +2224,7 @@ static PyObject *mod_modules(PyObject *m, PyObject *dirs)
 	if (!dv)
 		return PyErr_NoMemory();
 	for (Py_ssize_t i = 0; i < nd; i++)
-		if (!(dv[i] = PyUnicode_AsUTF8(PyList_GET_ITEM(dirs, i)))) {
+		if (!(dv[i] = name_utf8(PyList_GET_ITEM(dirs, i), "plugin dir"))) {
 			PyMem_Free(dv);
 			return NULL;
 		}
@@ -2210,10 +2380,15 @@ static PyMethodDef module_methods[] = {
 	 METH_FASTCALL | METH_KEYWORDS,
 	 "inspect_tensor_postquantize(layer_name, gemm, tensor_name, tensor, iteration=None, "
 	 "stream=None)"},
+	{"log_tensor_stats", (PyCFunction)(void (*)(void))mod_log_tensor_stats,
+	 METH_FASTCALL | METH_KEYWORDS,
+	 "log_tensor_stats(layer_name, tensor_name, tensor, iteration=None, skip_reduction=False, "
+	 "reduction_group=None, stream=None)"},
 	{"_init", mod_init, METH_VARARGS, NULL},
 	{"_destroy", mod_destroy, METH_NOARGS, NULL},
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},
 	{"_generation", mod_generation, METH_NOARGS, NULL},
+	{"_plan_state", mod_plan_state, METH_NOARGS, NULL},
 	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
 	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},
 	{"initialize_training_step", mod_set_iteration, METH_O,

@@ -28,6 +28,7 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
     inspect_tensor_postquantize_enabled,
     iteration,
     layer,
+    log_tensor_stats,
     modify_tensor_enabled,
     set_mode,
     step,
@@ -38,7 +39,7 @@ __all__ = [
     "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
     "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",
-    "iteration", "layer", "list_features", "log_message", "modify_tensor",
+    "iteration", "layer", "list_features", "log_message", "log_tensor_stats", "modify_tensor",
     "modify_tensor_enabled", "plugin_dirs", "set_mode", "step", "transformer_engine",
 ]
 
@@ -138,6 +139,9 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
         if config_file:
             raise ValueError("initialize(): pass config_file or config, not both")
         yaml_text = config if isinstance(config, str) else config_to_yaml(config)
+    if isinstance(tensor_names, (str, bytes)):
+        raise TypeError(f"initialize(): tensor_names must be a list of names, not a str: pass "
+                        f"tensor_names=[{tensor_names!r}]")
     if log_level is None:
         level = -1
     else:

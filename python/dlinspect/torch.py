@@ -30,6 +30,7 @@ Between two iterations the config schedules, a layer's hook compares two ints an
 layer handle's plan() says which iteration to ask again at. The model's root module reads
 dlinspect.iteration() once per forward (one C call per model call, not per layer).
 """
+import inspect
 import math
 import struct
 import weakref
@@ -37,6 +38,7 @@ import weakref
 import torch
 
 import dlinspect as _dli
+from dlinspect import _dlinspect as _c
 
 __all__ = ["attach", "emulate_fp8", "step", "set_mode", "layer_names", "Attachment", "fp8_scale",
            "fp8_quantize", "fp8_dequantize", "Fp8Quantizer", "E4M3", "E5M2"]
@@ -183,6 +185,17 @@ class _Fp8Linear(torch.autograd.Function):
 _attached = weakref.WeakKeyDictionary()  # module -> its _Layer, while attached
 
 
+def _input_name(forward):
+    """The name by which forward's input may be passed (nn.Linear's `input`), or None."""
+    try:
+        params = inspect.signature(forward).parameters.values()
+    except (TypeError, ValueError):  # no signature to read
+        return None
+    for p in params:
+        return p.name if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) else None
+    return None
+
+
 class _Layer:
     """One attached module: its dlinspect layer handle, its cached plan and its hooks."""
 
@@ -216,7 +229,8 @@ class _Layer:
                                    "by something else")
             module.forward = self._emulated_forward
         else:
-            self.handles.append(module.register_forward_pre_hook(self._pre_hook))
+            self.input_name = _input_name(module.forward)
+            self.handles.append(module.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post_hook))
         _attached[module] = self
 
@@ -242,15 +256,19 @@ class _Layer:
 
     # ---- hook mode ----
 
-    def _pre_hook(self, module, args):
+    def _pre_hook(self, module, args, kwargs):
         # The only work between scheduled iterations: these two compares.
         if self.att.iteration >= self.next:
             self._query()
         self.live = self.any
-        if not self.any or not args:
+        if not self.any:
+            return None
+        # The input, positional or by its name (lin(input=x)).
+        by_name = not args and self.input_name in kwargs
+        if not args and not by_name:
             return None
         lay, ins, mod = self.layer, self.inspect, self.modify
-        x = args[0]
+        x = kwargs[self.input_name] if by_name else args[0]
         if "activation" in ins:
             lay.inspect_tensor("activation", x.detach())
         w = getattr(module, "weight", None)
@@ -267,7 +285,9 @@ class _Layer:
             # (q, k and v projections read the same tensor).
             x = x.view_as(x)
             x.register_hook(self._dgrad_hook)
-            return (x,) + tuple(args[1:])
+            if by_name:
+                return args, {**kwargs, self.input_name: x}
+            return (x,) + tuple(args[1:]), kwargs
         return None
 
     def _post_hook(self, module, args, out):
@@ -321,11 +341,11 @@ class _Layer:
 
     # ---- FP8 emulation mode ----
 
-    def _emulated_forward(self, x):
+    def _emulated_forward(self, input):  # nn.Linear.forward's name: lin(input=x) works too
         if self.att.iteration >= self.next:
             self._query()
         m = self.module
-        return _Fp8Linear.apply(x, m.weight, m.bias, self)
+        return _Fp8Linear.apply(input, m.weight, m.bias, self)
 
     def _operands(self, t, hp, it, fp8, mod, ins, lay):
         """The two operands tensor t gives the GEMMs it feeds: a feature's modified copy, the FP8
@@ -440,11 +460,13 @@ class Attachment:
         self.amax_compute_algo = amax_compute_algo
         self.margin = float(margin)
         self.iteration = _dli.iteration() if use_dlinspect else 0
+        self.plans = _c._plan_state()[0]
         self._layers = []
         self._roots = []
         all_names = layer_names(model)
         if names is None:
-            chosen = {m: n for m, n in all_names.items() if isinstance(m, tuple(module_types))}
+            types = module_types if isinstance(module_types, type) else tuple(module_types)
+            chosen = {m: n for m, n in all_names.items() if isinstance(m, types)}
         else:
             chosen = {}
             for m, n in names.items():
@@ -458,7 +480,8 @@ class Attachment:
             if use_dlinspect:
                 for root in (model if isinstance(model, (list, tuple)) else [model]):
                     if isinstance(root, torch.nn.Module):
-                        self._roots.append(root.register_forward_pre_hook(self._sync))
+                        # First, before a layer's own hook when the root is a layer too.
+                        self._roots.append(root.register_forward_pre_hook(self._sync, prepend=True))
         except BaseException:
             self.detach()
             raise
@@ -469,15 +492,23 @@ class Attachment:
         return {l.name: l.module for l in self._layers}
 
     def _sync(self, module, args):
-        self.iteration = _dli.iteration()
+        self._follow(*_c._plan_state())
+
+    def _follow(self, plans, iteration):
+        """Takes dlinspect's iteration, and makes every layer plan again at its next call when a
+        plan taken before may no longer hold (initialize, end_debug, a step back, a mode switch).
+        Without a context the iteration stays, and the layers' plans answer the defaults."""
+        if plans != self.plans:
+            self.plans = plans
+            for lay in self._layers:
+                lay.next = 0
+        if iteration is not None:
+            self.iteration = iteration
 
     def step(self):
         """Ends the iteration: dlinspect.step() (or, for emulate_fp8 alone, the counter)."""
         if self.use_dlinspect:
-            _dli.step()
-            for a in _live:
-                if a.use_dlinspect:
-                    a.iteration = _dli.iteration()
+            step()
         else:
             self.iteration += 1
 
@@ -520,20 +551,22 @@ def emulate_fp8(model, fp8="delayed", module_types=(torch.nn.Linear,), names=Non
                       False)
 
 
+def _follow_all():
+    state = _c._plan_state()
+    for a in _live:
+        if a.use_dlinspect:
+            a._follow(*state)
+
+
 def set_mode(mode):
     """dlinspect.set_mode("train"|"eval"), and every attached layer asks for its plan again at its
     next call (a mode switch may change what the config selects: docs/config.md)."""
     _dli.set_mode(mode)
-    for a in _live:
-        if a.use_dlinspect:
-            for lay in a._layers:
-                lay.next = 0
+    _follow_all()
 
 
 def step():
-    """dlinspect.step(), and every attachment's iteration moves with it."""
+    """dlinspect.step(), and every attachment's iteration moves with it. Without a context it does
+    nothing, as dlinspect.step()."""
     _dli.step()
-    it = _dli.iteration()
-    for a in _live:
-        if a.use_dlinspect:
-            a.iteration = it
+    _follow_all()

@@ -683,6 +683,174 @@ def test_infer_and_assign_layer_names_duck_typed():
     assert root.name == "model" and leaf1.name == "model.encoder.fc1" and leaf2._debug_name == "model.head"
 
 
+def expect_error(call, exc, *words):
+    """call() raises exc, whose text holds every one of words."""
+    try:
+        call()
+    except exc as e:
+        assert all(w in str(e) for w in words), (words, str(e))
+    else:
+        raise AssertionError(f"no {exc.__name__}: {words}")
+
+
+def test_names_holding_nul_are_refused():
+    """The core ends a name at its first NUL: "a\0b" would be the layer "a", "activation\0x" the
+    tensor "activation". Every way a name enters C refuses it, as log_message does."""
+    x = sample(seed=16)
+    with Run(stats_config()) as r:
+        L = dlinspect.layer("a")
+        for call in [
+            lambda: dlinspect.layer("a\0b"),
+            lambda: dlinspect.inspect_tensor("a\0b", "activation", x),
+            lambda: dlinspect.inspect_tensor_enabled("a\0b", "activation"),
+            lambda: dlinspect.fp8_gemm_enabled("a\0b", "fprop"),
+            lambda: dlinspect.modify_tensor("a\0b", "fprop", "activation", x),
+            lambda: dlinspect.log_tensor_stats("a\0b", tensor_name="t", tensor=x),
+        ]:
+            expect_error(call, ValueError, "layer name", "NUL")
+        for call in [
+            lambda: L.inspect_tensor_enabled("activation\0junk"),
+            lambda: L.inspect_tensor("activation\0junk", x),
+            lambda: dlinspect.inspect_tensor_enabled("a", "activation\0junk"),
+            lambda: L.modify_tensor_enabled("fprop", "activation\0junk"),
+            lambda: L.log_tensor_stats("activation\0junk", x),
+            lambda: dlinspect.tensor_id("activation\0junk"),
+        ]:
+            expect_error(call, ValueError, "tensor name", "NUL")
+        expect_error(lambda: dlinspect.log_message("m", layer_name="a\0b"), ValueError, "null")
+        L.inspect_tensor("activation", x)
+        dlinspect.step()
+    assert sorted({k[0].split("_")[0] for k in r.stats()}) == ["a"], r.stats()
+    assert_stats(r.stats(), "a", "activation", 0, x)
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names=["q\0k"]), ValueError,
+                 "tensor name", "NUL")
+    assert not dlinspect.is_initialized()
+
+
+def test_initialize_refuses_what_its_parts_refuse():
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names="qkv"), TypeError,
+                 "tensor_names must be a list", "tensor_names=['qkv']")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=-5), ValueError,
+                 "the training step must be >= 0, not -5")
+    assert not dlinspect.is_initialized()
+    with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
+        expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
+                     "the training step must be >= 0, not -5")
+        assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
+
+
+class DLPackDevice:
+    """A DLPack producer whose __dlpack_device__ answers `device`."""
+
+    def __init__(self, arr, device):
+        self.arr, self.device = arr, device
+
+    def __dlpack_device__(self):
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, **kw):
+        return self.arr.__dlpack__()
+
+
+def test_argument_error_messages_say_what_is_wrong():
+    x = sample(shape=(4, 6), seed=17)
+    cfg = stats_config()
+    cfg.update(fc1_fp8_config())
+    with Run(cfg):
+        L = dlinspect.layer("model.fc1")
+        q = x.astype(ml_dtypes.float8_e4m3fn)
+        expect_error(lambda: L.inspect_tensor("activation", x, rowwise=(q,)), TypeError,
+                     "rowwise_quantized_tensor must be a tuple (data, scale_inv[, format]) of 2 "
+                     "or 3 items, not 1")
+        for dev in ("cpu", (1,)):
+            expect_error(lambda: L.inspect_tensor("activation", DLPackDevice(x, dev)), TypeError,
+                         "DLPackDevice", "__dlpack_device__() that returned " + repr(dev),
+                         "(device_type, device_id)")
+        L.inspect_tensor("activation", DLPackDevice(x, (1, 0)))  # a well-formed answer is read
+        for shape in ((2, 2), (6, 4), (24,), (4, 6, 1)):
+            expect_error(lambda: L.modify_tensor("fprop", "activation", x,
+                                                 out=np.empty(shape, np.float32)),
+                         ValueError, f"out has shape {shape}", "the tensor (4, 6)")
+        out = np.empty((4, 6), np.float32)
+        assert L.modify_tensor("fprop", "activation", x, out=out) is out
+
+
+def test_log_dir_may_be_any_file_system_path():
+    """log_dir takes what os.fsencode takes: a str holding bytes that are not UTF-8
+    (os.fsdecode's surrogates), or bytes."""
+    x = sample(seed=18)
+    base = tempfile.mkdtemp(prefix="dli-py-").encode()
+    for i, log_dir in enumerate((os.fsdecode(base + b"/bad\xff"), base + b"/raw\xfe")):
+        os.makedirs(log_dir)
+        dlinspect.initialize(config=stats_config(), log_dir=log_dir)
+        dlinspect.inspect_tensor("l", "activation", x)
+        dlinspect.step()
+        dlinspect.end_debug()
+        assert_stats(read_stats(os.fsdecode(log_dir)), "l", "activation", 0, x)
+
+
+def test_broadcast_views_are_read_as_they_read():
+    """A stride-0 dimension, outer or inner, is copied like any other layout: the statistics are
+    those of the tensor as it reads (each element as often as it appears), the same either way."""
+    col = np.arange(1, 5, dtype=np.float32)
+    outer = np.broadcast_to(col, (100, 4))            # strides (0, 4)
+    inner = np.broadcast_to(col[:, None], (4, 100))   # strides (4, 0)
+    with Run(stats_config(tensors=("activation", "gradient", "output"))) as r:
+        L = dlinspect.layer("l")
+        L.inspect_tensor("activation", outer)
+        L.inspect_tensor("gradient", inner)
+        L.inspect_tensor("output", np.broadcast_to(np.float32(2), (3, 5)))  # every stride 0
+        dlinspect.step()
+    got = r.stats()
+    assert_stats(got, "l", "activation", 0, np.ascontiguousarray(outer))
+    assert_stats(got, "l", "gradient", 0, np.ascontiguousarray(inner))
+    assert_stats(got, "l", "output", 0, np.full((3, 5), 2, np.float32))
+    assert got[("l_activation_l1_norm", 0)] == got[("l_gradient_l1_norm", 0)] == 1000
+
+
+BASE_STATS = ["min", "max", "mean", "std", "l1_norm", "l2_norm"]
+
+
+def test_log_tensor_stats_feeds_the_base_namespace():
+    """nvdlfw_inspect's log_tensor_stats(layer_name, tensor_name=, tensor=): the base
+    LogTensorStats logs the tensor's statistics at once, one line each, at the current iteration or
+    at `iteration=`; a name it does not select logs nothing; TransformerEngine's LogTensorStats
+    takes nothing from it."""
+    cfg = {"base": {"enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
+                    "LogTensorStats": {"enabled": True, "tensors": ["tensor1", "relu_act"],
+                                       "stats": ["MIN", "max", "mean", "std", "l1_norm", "l2_norm"]}}}
+    cfg.update(stats_config(tensors=("activation",), regex="fc1$"))
+    x, y, z = sample(seed=19), sample(shape=(40, 90), seed=20), sample(shape=(7,), seed=21)
+    with Run(cfg) as r:
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="other", tensor=x)   # not selected
+        dlinspect.log_tensor_stats("model.fc2", tensor_name="tensor1", tensor=x)  # not selected
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="activation", tensor=x)  # TE's: no
+        dlinspect.step()
+        L = dlinspect.layer("model.fc1")
+        L.log_tensor_stats("relu_act", y[:, 10:50], skip_reduction=True)  # a strided view
+        dlinspect.log_tensor_stats(L, "tensor1", z, iteration=7, reduction_group=None)
+        expect_error(lambda: L.log_tensor_stats("tensor1", z, iteration=-1), ValueError,
+                     "must be >= 0")
+        expect_error(lambda: L.log_tensor_stats(tensor_name=3, tensor=z), TypeError,
+                     "tensor_name must be a str")
+        expect_error(lambda: dlinspect.log_tensor_stats("model.fc1", tensor=z), TypeError,
+                     "missing required argument 'tensor_name'")
+        dlinspect.step()
+    got = r.stats()
+    want = {}
+    for name, it, t in (("tensor1", 0, x), ("relu_act", 1, y[:, 10:50]), ("tensor1", 7, z)):
+        ref = reference(t)
+        for s in BASE_STATS:
+            want[(f"model.fc1_{name}_{s}", it)] = ref[s]
+    assert sorted(got) == sorted(want), sorted(got)
+    for key, r_ in want.items():
+        assert math.isclose(got[key], r_, rel_tol=2e-6, abs_tol=1e-6), (key, got[key], r_)
+    dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)  # no context: no-op
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

@@ -1,6 +1,7 @@
 """attach/detach leave a model's outputs and gradients bit for bit as without dlinspect when no
 config selects anything (hook mode; with no config and with one that selects other layers), remove
 every hook, and name layers as nvdlfw_inspect's infer_and_assign_layer_names does."""
+import math
 import os
 import sys
 
@@ -70,6 +71,111 @@ def same(a, b):
 
 def hooks_of(m):
     return sum(len(x._forward_hooks) + len(x._forward_pre_hooks) + len(x._backward_hooks) for x in m.modules())
+
+
+def stats_cfg(tensors=("activation",), regex=".*", **more):
+    return {"s": {"enabled": True, "layers": {"layer_name_regex_pattern": regex},
+                  "transformer_engine": {"LogTensorStats": {
+                      "enabled": True, "tensors": list(tensors), "stats": ["max"], **more}}}}
+
+
+def logged(d):
+    from torch_common import stats
+    return [(n, it) for n, it, _ in stats(d)]
+
+
+def broadcast_gradient(c):
+    """(y.sum(0) * w).sum().backward() hands the gradient hook w.expand(y.shape), stride 0 on its
+    outer dimension: its statistics are those of the tensor as it reads."""
+    lin = torch.nn.Linear(4, 3)
+    w = torch.tensor([1.0, -2.0, 0.5])
+    d = tmpdir()
+    dlinspect.initialize(config=stats_cfg(("gradient",)), log_dir=d)
+    h = dt.attach(lin)
+    try:
+        (lin(torch.randn(5, 4)).sum(0) * w).sum().backward()
+        dt.step()
+    except Exception as e:
+        c.ok(False, f"a broadcast gradient: {e!r}")
+    h.detach()
+    dlinspect.end_debug()
+    from torch_common import stats
+    c.ok([(n, v) for n, _, v in stats(d)] == [("model_gradient_max", 1.0)],
+         f"a broadcast gradient: {stats(d)}")
+
+
+def across_end_debug(c):
+    """Attached hooks across end_debug() and a new initialize(): with no context they do nothing
+    and dlinspect.torch.step() is a no-op, as dlinspect.step(); after a new initialize() every
+    layer plans again. The model's root is the attached Linear itself, so its root hook must run
+    first."""
+    x = torch.randn(2, 4)
+    for first in (".*", "^nothing$"):
+        lin = torch.nn.Linear(4, 4)
+        dlinspect.initialize(config=stats_cfg(regex=first), log_dir=tmpdir())
+        h = dt.attach(lin)
+        lin(x)
+        dt.step()
+        dlinspect.end_debug()
+        try:
+            y = lin(x)
+            dt.step()
+            h.step()
+            c.ok(torch.equal(y, torch.nn.functional.linear(x, lin.weight, lin.bias)),
+                 "after end_debug: the output as without dlinspect")
+        except Exception as e:
+            c.ok(False, f"after end_debug, a forward and dlinspect.torch.step(): {e!r}")
+        d = tmpdir()
+        dlinspect.initialize(config=stats_cfg(), log_dir=d)
+        for _ in range(3):
+            lin(x)
+            dt.step()
+        h.detach()
+        dlinspect.end_debug()
+        want = [("model_activation_max", i) for i in range(3)]
+        c.ok(logged(d) == want, f"first config {first}: after a new initialize, logged {logged(d)}")
+
+
+def step_back(c):
+    """initialize_training_step() to an earlier iteration: every attached layer plans again."""
+    x = torch.randn(2, 4)
+    d = tmpdir()
+    lin = torch.nn.Linear(4, 4)
+    dlinspect.initialize(config=stats_cfg(start_step=0, end_step=1), log_dir=d)
+    h = dt.attach(lin)
+    for _ in range(4):
+        lin(x)
+        dt.step()
+    dlinspect.initialize_training_step(0)  # a restored checkpoint, an epoch run again
+    for _ in range(2):
+        lin(x)
+        dt.step()
+    h.detach()
+    dlinspect.end_debug()
+    c.ok([it for _, it in logged(d)] == [0, 1, 0, 1], f"a step back: logged {logged(d)}")
+
+
+def keyword_input(c):
+    """lin(input=x): hook mode reads the input by its name; the FP8 emulation takes it too."""
+    torch.manual_seed(3)
+    lin = torch.nn.Linear(8, 4)
+    for fp8 in (None, "current"):
+        d = tmpdir()
+        dlinspect.initialize(config=stats_cfg(("activation", "weight", "output", "dgrad")),
+                             log_dir=d)
+        h = dt.attach(lin, fp8=fp8)
+        x = torch.randn(3, 8, requires_grad=True)
+        lin(input=x).sum().backward()
+        dt.step()
+        h.detach()
+        dlinspect.end_debug()
+        names = sorted(n for n, _ in logged(d))
+        c.ok(names == ["model_activation_max", "model_dgrad_max", "model_output_max",
+                       "model_weight_max"], f"fp8={fp8}: lin(input=x) logged {names}")
+        from torch_common import stats
+        got = {n: v for n, _, v in stats(d)}
+        c.close(got.get("model_activation_max", math.nan), x.max().item(), 1e-7,
+                f"fp8={fp8}: lin(input=x)'s activation max")
 
 
 def main():
@@ -144,6 +250,10 @@ mine:
         c.ok(set(h.layers) == want - {"model"} - {f"model.layers.{i}" for i in k}, f"attach's layers: {sorted(h.layers)}")
         c.ok(m.layers[0].fc1.name == f"model.layers.{k[0]}.fc1", "module.name assigned")
         h.detach()
+        h = dt.attach(m, module_types=torch.nn.Linear)  # a single type as well as a tuple
+        c.ok(set(h.layers) == want - {"model"} - {f"model.layers.{i}" for i in k},
+             f"attach(module_types=torch.nn.Linear)'s layers: {sorted(h.layers)}")
+        h.detach()
         dlinspect.end_debug()
         infer = getattr(dlinspect, "infer_and_assign_layer_names", None)
         if infer is not None:  # the package's own (pure Python) naming agrees
@@ -151,6 +261,10 @@ mine:
             infer(m2)
             c.ok({getattr(x, "name", None) for x in m2.modules() if not isinstance(x, torch.nn.ModuleList)} == want,
                  "dlinspect.infer_and_assign_layer_names gives the same names")
+    across_end_debug(c)
+    step_back(c)
+    keyword_input(c)
+    broadcast_gradient(c)
     c.done()
 
 
