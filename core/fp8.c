@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -39,6 +41,34 @@ static int64_t checked_numel(const struct dli_tensor *t)
 	return n && !t->data ? -EINVAL : n;
 }
 
+/* f32 to f16 or bf16 bits, round to nearest even as the hosts' own casts (torch's .to()) round:
+ * beyond the format's largest finite value, ties included, to infinity; NaN stays a quiet NaN. */
+static uint16_t half_of(float f, enum dli_dtype dtype)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	uint32_t a = u & 0x7fffffffu;
+	uint16_t sign = (uint16_t)(u >> 16 & 0x8000u);
+	if (dtype == DLI_DTYPE_BF16) {
+		if (a > 0x7f800000u)
+			return (uint16_t)(u >> 16 | 0x40u);
+		return (uint16_t)((u + 0x7fffu + (u >> 16 & 1u)) >> 16);
+	}
+	if (a > 0x7f800000u)
+		return sign | 0x7e00u | (uint16_t)(a >> 13 & 0x3ffu);
+	if (a >= 0x477ff000u) /* 65520, halfway past 65504: even is infinity */
+		return sign | 0x7c00u;
+	if (a >= 0x38800000u) /* 2^-14, the smallest normal */
+		return sign | (uint16_t)((a + 0xfffu + (a >> 13 & 1u) - 0x38000000u) >> 13);
+	/* subnormal: a multiple of 2^-24, the scaling exact; 2^-14 rounds up to the normal's bits */
+	return sign | (uint16_t)nearbyintf(fabsf(f) * 0x1p24f);
+}
+
+static bool half_dtype(enum dli_dtype dtype)
+{
+	return dtype == DLI_DTYPE_F16 || dtype == DLI_DTYPE_BF16;
+}
+
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 		 float scale)
 {
@@ -56,23 +86,32 @@ int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_d
 		return -EINVAL;
 	if (out->dtype == format)
 		return dli_cpu_fp8_quantize(in->data, in->dtype, n, format, scale, NULL, out->data);
-	if (out->dtype != DLI_DTYPE_F32)
+	if (out->dtype != DLI_DTYPE_F32 && !half_dtype(out->dtype))
 		return -EINVAL;
-	/* Fake quantization: codes for a chunk at a time, then decoded through a table. */
+	/* Fake quantization: codes for a chunk at a time, then decoded through a table as
+	 * TransformerEngine dequantizes, decode(code) * scale_inv in f32 with scale_inv = 1 / scale
+	 * in f32 (then rounded to f16 or bf16, the dtype its dequantize writes). */
+	const float scale_inv = 1.0f / scale;
 	float table[256];
-	for (int c = 0; c < 256; c++)
-		table[c] = dli_fp8_decode((uint8_t)c, format) / scale;
+	uint16_t half_table[256];
+	for (int c = 0; c < 256; c++) {
+		table[c] = dli_fp8_decode((uint8_t)c, format) * scale_inv;
+		half_table[c] = half_of(table[c], out->dtype);
+	}
 	size_t elem = dli_dtype_size(in->dtype);
 	uint8_t codes[CHUNK];
-	float *dst = out->data;
 	for (int64_t i = 0; i < n; i += CHUNK) {
 		int64_t m = n - i < CHUNK ? n - i : CHUNK;
 		int r = dli_cpu_fp8_quantize((const char *)in->data + (size_t)i * elem, in->dtype, m,
 					     format, scale, NULL, codes);
 		if (r)
 			return r;
-		for (int64_t k = 0; k < m; k++)
-			dst[i + k] = table[codes[k]];
+		if (out->dtype == DLI_DTYPE_F32)
+			for (int64_t k = 0; k < m; k++)
+				((float *)out->data)[i + k] = table[codes[k]];
+		else
+			for (int64_t k = 0; k < m; k++)
+				((uint16_t *)out->data)[i + k] = half_table[codes[k]];
 	}
 	return 0;
 }
@@ -145,20 +184,32 @@ int dli_block_fake_quant(const struct dli_tensor *in, struct dli_tensor *out,
 	if (in->device.type != DLI_DEVICE_CPU || out->device.type != DLI_DEVICE_CPU)
 		return -ENOTSUP;
 	if (!high_precision(in->dtype) || !in->contiguous || !out->contiguous ||
-	    out->dtype != DLI_DTYPE_F32)
+	    (out->dtype != DLI_DTYPE_F32 && !half_dtype(out->dtype)))
 		return -EINVAL;
 	int64_t n = checked_numel(in);
 	if (n < 0 || n != checked_numel(out))
 		return -EINVAL;
 	int64_t cols = in->ndim > 0 ? in->shape[in->ndim - 1] : 1;
 	int64_t rows = cols ? n / cols : 0;
+	/* f16 and bf16 out: the f32 values first, then rounded (the kernels write f32) */
+	float *dst = out->dtype == DLI_DTYPE_F32 ? out->data : malloc((size_t)n * sizeof(float) + 1);
+	if (!dst)
+		return -ENOMEM;
+	int r;
 	if (spec->recipe == DLI_BLOCK_NVFP4 || spec->recipe == DLI_BLOCK_NVFP4_2D)
-		return dli_nvfp4_spec_fake_quant(in->data, in->dtype, rows, cols, spec, out->data);
-	if (spec->recipe != DLI_BLOCK_MXFP8)
-		return dli_cpu_fp8b_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
-						  spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
-						  spec->columnwise != 0, spec->pow2_scales != 0,
-						  NULL, out->data);
-	return dli_cpu_mx_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
-					spec->columnwise != 0, NULL, out->data);
+		r = dli_nvfp4_spec_fake_quant(in->data, in->dtype, rows, cols, spec, dst);
+	else if (spec->recipe != DLI_BLOCK_MXFP8)
+		r = dli_cpu_fp8b_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
+					       spec->recipe == DLI_BLOCK_FP8_2D ? 2 : 1,
+					       spec->columnwise != 0, spec->pow2_scales != 0, NULL,
+					       dst);
+	else
+		r = dli_cpu_mx_fake_quantize(in->data, in->dtype, rows, cols, spec->format,
+					     spec->columnwise != 0, NULL, dst);
+	if (dst != out->data) {
+		for (int64_t i = 0; i < n && !r; i++)
+			((uint16_t *)out->data)[i] = half_of(dst[i], out->dtype);
+		free(dst);
+	}
+	return r;
 }

@@ -88,6 +88,15 @@ static inline bool dli_feature_cast_input(const struct dli_tensor *in)
 		in->dtype == DLI_DTYPE_BF16);
 }
 
+/* Whether the host's casts write `out`'s dtype as dequantized values: f32, or f16 / bf16 (their
+ * f32 values rounded, as the host's own dequantize writes its input's dtype) from ABI 1.6 on. */
+static inline bool dli_feature_dequant_out(const struct dli_host *host, const struct dli_tensor *out)
+{
+	return out->dtype == DLI_DTYPE_F32 ||
+	       ((out->dtype == DLI_DTYPE_F16 || out->dtype == DLI_DTYPE_BF16) &&
+		(host->abi_major > 1 || host->abi_minor >= 6));
+}
+
 /* Per-tensor current scaling (docs/statistics.md), the cast of FakeQuant and PerTensorScaling:
  * scale = fp8_max / amax(in) / 2^margin, out = cast(in * scale) (FP8 codes, or for an f32 `out`
  * the dequantized values). *scale gets the scale. 0 or the host's error. */

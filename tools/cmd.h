@@ -2,6 +2,8 @@
 #ifndef DLI_TOOLS_CMD_H
 #define DLI_TOOLS_CMD_H
 
+#include <stdbool.h>
+
 int dli_cmd_check(int argc, char **argv);
 int dli_cmd_plugins(int argc, char **argv);
 int dli_cmd_bench(int argc, char **argv);
@@ -9,6 +11,11 @@ int dli_cmd_bench(int argc, char **argv);
 int dli_cmd_doctor(int argc, char **argv);
 int dli_cmd_stats(int argc, char **argv);
 int dli_cmd_compare(int argc, char **argv);
+
+/* A command-line number, written in decimal as `--rtol 1e-3` is: optional sign, digits with an
+ * optional point, an optional exponent; nothing before or after it (strtod alone also takes
+ * leading blanks, hex, "inf" and "nan"). false when v is not one, or is out of double's range. */
+bool dli_cmd_decimal(const char *v, double *out);
 
 /* `dlinspect bench stats` (tools/bench-stats.c); argv[0] is "stats". */
 int dli_bench_stats(int argc, char **argv);

@@ -739,7 +739,8 @@ static void print_text_report(struct tag **sorted, size_t n, const struct reader
 	for (int s = 0; s < 2; s++) {
 		printf("%c: ", s == RUN_A ? 'A' : 'B');
 		print_text(r[s].path);
-		printf(" (%zu values, %zu tags)\n", r[s].values, n_tags[s]);
+		printf(" (%zu value%s, %zu tag%s)\n", r[s].values, r[s].values == 1 ? "" : "s",
+		       n_tags[s], n_tags[s] == 1 ? "" : "s");
 	}
 	printf("tolerance: |a-b| <= max(atol %g, rtol %g * max(|a|, |b|))%s\n", o->atol, o->rtol,
 	       o->strict ? "; --strict: iterations and tags of one run only count" : "");
@@ -943,10 +944,7 @@ static void print_json_report(struct tag **sorted, size_t n, const struct reader
 
 static int parse_number(const char *opt, const char *v, double *out)
 {
-	char *end;
-	errno = 0;
-	*out = strtod(v, &end);
-	if (!*v || *end || errno || !isfinite(*out) || *out < 0) {
+	if (!dli_cmd_decimal(v, out) || *out < 0) {
 		report("%s '%s': expected a finite number >= 0", opt, v);
 		return 2;
 	}

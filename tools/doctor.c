@@ -72,9 +72,7 @@ int dli_cmd_doctor(int argc, char **argv)
 				return 2;
 			}
 		} else if (!strcmp(argv[i], "--timeout") && i + 1 < argc) {
-			char *end;
-			timeout = strtod(argv[++i], &end);
-			if (*end || !(timeout > 0) || isinf(timeout)) {
+			if (!dli_cmd_decimal(argv[++i], &timeout) || !(timeout > 0)) {
 				fprintf(stderr, "dlinspect doctor: --timeout '%s': expected a positive "
 						"number of seconds\n", argv[i]);
 				return 2;

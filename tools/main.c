@@ -1,5 +1,8 @@
 /* `dlinspect`: validate configs, list plugins, run benchmarks. */
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dlinspect/version.h>
@@ -36,6 +39,33 @@ static const char usage[] =
 	"\n"
 	"Environment: DLINSPECT_PLUGIN_PATH (':'-separated plugin dirs searched before the\n"
 	"installed ones), DLINSPECT_LOG_LEVEL (error, warning, info, debug).\n";
+
+bool dli_cmd_decimal(const char *v, double *out)
+{
+	const char *p = v + (*v == '+' || *v == '-');
+	size_t digits = strspn(p, "0123456789");
+	p += digits;
+	if (*p == '.') {
+		size_t frac = strspn(p + 1, "0123456789");
+		digits += frac;
+		p += 1 + frac;
+	}
+	if (!digits)
+		return false;
+	if (*p == 'e' || *p == 'E') {
+		p += 1 + (p[1] == '+' || p[1] == '-');
+		size_t exp = strspn(p, "0123456789");
+		if (!exp)
+			return false;
+		p += exp;
+	}
+	if (*p)
+		return false;
+	errno = 0;
+	*out = strtod(v, NULL);
+	/* ERANGE on underflow too; a tiny value read as 0 or subnormal is still that value */
+	return isfinite(*out) && !(errno == ERANGE && fabs(*out) > 1);
+}
 
 int main(int argc, char **argv)
 {

@@ -135,7 +135,7 @@ static int parse_stats(const char *list, struct options *o)
 /* Returns 0, or the exit status of a usage error (already reported). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
-	const char *stats = NULL;
+	bool stats_given = false;
 	bool margin_set = false;
 	o->fp8 = -1;
 	o->as_dtype = -1;
@@ -155,7 +155,11 @@ static int parse_args(int argc, char **argv, struct options *o)
 		} else if (!strcmp(a, "--tensor") && has_value) {
 			o->tensors[o->n_tensors++] = argv[++i];
 		} else if (!strcmp(a, "--stats") && has_value) {
-			stats = argv[++i];
+			/* each --stats adds its names to those before */
+			int r = parse_stats(argv[++i], o);
+			if (r)
+				return r;
+			stats_given = true;
 		} else if ((!strcmp(a, "--fp8") || !strcmp(a, "--dtype")) && has_value) {
 			const char *v = argv[++i];
 			bool fp8 = !strcmp(a, "--fp8");
@@ -168,10 +172,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			*(fp8 ? &o->fp8 : &o->as_dtype) = d;
 		} else if (!strcmp(a, "--margin") && has_value) {
 			const char *v = argv[++i];
-			char *end;
-			errno = 0;
-			o->margin = strtod(v, &end);
-			if (!*v || *end || errno || !isfinite(o->margin)) {
+			if (!dli_cmd_decimal(v, &o->margin)) {
 				report("--margin '%s': expected a number", v);
 				return 2;
 			}
@@ -206,10 +207,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 		report("--margin needs --fp8 e4m3|e5m2");
 		return 2;
 	}
-	if (stats) {
-		int r = parse_stats(stats, o);
-		if (r)
-			return r;
+	if (stats_given) {
 		for (size_t k = 0; k < o->n_stats; k++) {
 			if (is_fp8_stat(o->stats[k]) && o->fp8 < 0) {
 				report("'%s' is a what-if FP8 statistic: add --fp8 e4m3|e5m2",

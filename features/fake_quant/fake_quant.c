@@ -241,9 +241,12 @@ static int dli_fq_modify_tensor(const struct dli_feature_call *c, enum dli_gemm 
 	if (!in || !out)
 		return dli_feature_fail(self->host, c->ctx, -EINVAL, "FakeQuant: %s is NULL",
 					!in ? "in" : "out");
-	if (out->dtype != DLI_DTYPE_F32)
+	if (!dli_feature_dequant_out(self->host, out))
 		return dli_feature_fail(self->host, c->ctx, -EINVAL,
-					"FakeQuant writes the dequantized values: out must be f32");
+					"FakeQuant writes the dequantized values: out must be f32, "
+					"f16 or bf16%s", out->dtype == DLI_DTYPE_F16 ||
+					out->dtype == DLI_DTYPE_BF16 ? " (f32 only: this host "
+					"is older than ABI 1.6)" : "");
 	if (!dli_feature_cast_input(in))
 		return dli_feature_fail(self->host, c->ctx, -ENOTSUP,
 					"FakeQuant reads contiguous f32, f16 or bf16 in host memory");

@@ -79,10 +79,13 @@ static int dli_pts_modify_tensor(const struct dli_feature_call *c, enum dli_gemm
 			return dli_feature_fail(self->host, c->ctx, -EINVAL,
 						"PerTensorScaling: FP8 codes out need the quantizer's "
 						"scale_inv_out, which receives 1 / scale");
-	} else if (out->dtype != DLI_DTYPE_F32) {
+	} else if (!dli_feature_dequant_out(self->host, out)) {
 		return dli_feature_fail(self->host, c->ctx, -EINVAL,
-					"PerTensorScaling: out must be f32 (the dequantized values) "
-					"or the format's FP8 codes");
+					"PerTensorScaling: out must be f32, f16 or bf16 (the "
+					"dequantized values%s) or the format's FP8 codes",
+					out->dtype == DLI_DTYPE_F16 || out->dtype == DLI_DTYPE_BF16
+						? "; f32 only: this host is older than ABI 1.6"
+						: "");
 	}
 	if ((r = dli_feature_current_cast(self->host, in, out, format, self->margin, &scale)))
 		return r;

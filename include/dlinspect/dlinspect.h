@@ -366,7 +366,9 @@ const char *dli_last_error(const struct dli_context *ctx);
 /* Casts `in` (f32, f16 or bf16, contiguous, in host memory) with `scale` to `format`
  * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, host memory, allocated by the
  * caller) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
- * dequantized values decode(code) / scale (fake quantization). Both tensors are borrowed. Returns
+ * dequantized values decode(code) / scale (fake quantization); f16 or bf16 (DLI_ABI_MINOR 6 on):
+ * those values rounded to nearest even, as the host's own dequantize writes its input's dtype.
+ * Both tensors are borrowed. Returns
  * 0, or -EINVAL for mismatched sizes, dtypes or a scale that is not finite and > 0, -ENOTSUP for
  * device memory. */
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
@@ -379,8 +381,9 @@ float dli_fp8_current_scale(float amax, enum dli_dtype format, double margin);
 /* Block-scaled fake quantization (docs/block-scaling.md), what the host table's block_fake_quant
  * gives features, for hosts that emulate a block-scaled recipe: out = dequant(quant(in)) under
  * `spec` (MXFP8, or FP8 block scaling in 1 x 128 / 128 x 128 blocks), `in` viewed as rows x cols
- * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 of the same element count, both
- * contiguous host memory (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
+ * (cols its last dimension). `in` f32, f16 or bf16, `out` f32 (DLI_ABI_MINOR 6 on also f16 or bf16: the
+ * f32 values rounded to nearest even) of the same element count, both contiguous host memory
+ * (borrowed). 0, -EINVAL, -ENOTSUP for device memory, -ENOMEM. Since
  * DLINSPECT_1.2. Since 1.3 also NVFP4 (DLI_BLOCK_NVFP4: 1 x 16 blocks, 16 x 1 with `columnwise`;
  * DLI_BLOCK_NVFP4_2D: 16 x 16 tiles) with the recipe's stochastic rounding and random Hadamard
  * transform (the spec's 1.3 members); -EINVAL for the transform with 16 x 16 tiles or a length

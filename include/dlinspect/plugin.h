@@ -246,7 +246,8 @@ struct dli_host {
 	 * Modules built before DLI_ABI_MINOR was raised to 1 say 1.0 but may use these: every host
 	 * that shipped them fills them in. */
 
-	/* FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features). */
+	/* FP8 casts, as dli_fp8_cast in dlinspect.h (for modify_tensor features): out f16 or bf16
+	 * from a host of ABI 1.6 on (abi_minor), f32 before. */
 	int (*fp8_cast)(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 			float scale);
 
@@ -304,7 +305,8 @@ struct dli_host {
 	int (*stats_add_block)(struct dli_stats_acc *acc, const struct dli_tensor *t,
 			       const struct dli_block_spec *spec);
 	/* out = dequant(quant(in)) under `spec` (for modify_tensor features): in f32, f16 or bf16,
-	 * out f32 of the same element count, both contiguous host memory (borrowed). 0, -EINVAL,
+	 * out f32 (f16 or bf16 too from a host of ABI 1.6 on: the f32 values rounded to nearest
+	 * even) of the same element count, both contiguous host memory (borrowed). 0, -EINVAL,
 	 * -ENOTSUP for device memory. dli_block_fake_quant (dlinspect.h): NVFP4 and its recipe
 	 * options from ABI 1.3. */
 	int (*block_fake_quant)(const struct dli_tensor *in, struct dli_tensor *out,

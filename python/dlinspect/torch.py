@@ -84,7 +84,9 @@ def fp8_quantize(x, scale, dtype):
 
 
 def fp8_dequantize(codes, scale):
-    return codes.float() / scale
+    """codes times scale_inv = 1 / scale, both float32, as TransformerEngine dequantizes (and
+    dlinspect's FakeQuant and PerTensorScaling write)."""
+    return codes.float() * torch.tensor(scale, dtype=torch.float32).reciprocal()
 
 
 class Fp8Quantizer:
@@ -364,9 +366,10 @@ class _Layer:
         for g, use in ((g0, use0), (g1, use1)):
             op = None
             if t in mod[g]:
+                # the copy comes in hp's dtype (bf16 for a bf16 model); the GEMMs run in float32
                 op = lay.modify_tensor(g, t, hp, quantizer=self.metas[t].quantizer())
-                if op is None:  # no feature modifies it now after all: the unmodified high precision
-                    op = hp.float()
+                # None: no feature modifies it now after all: the unmodified high precision
+                op = hp.float() if op is None else op.float()
             ops.append(op if op is not None else dq if use else hp.float())
         if t in ins:
             lay.inspect_tensor(t, hp, rowwise=q if use0 else None, columnwise=q if use1 else None)

@@ -487,6 +487,9 @@ def test_usage(tmp):
     expect_error([a, a, a], ["two runs at a time"], "three runs")
     expect_error([a, a, "--rtol", "-1"], ["--rtol '-1': expected a finite number >= 0"], "negative rtol")
     expect_error([a, a, "--rtol", "1e999"], ["--rtol '1e999': expected a finite number >= 0"], "huge rtol")
+    for v in ("0x10", " 1", "1 ", "inf", "nan", "1e", "."):
+        expect_error([a, a, "--atol", v], ["--atol '%s': expected a finite number >= 0" % v],
+                     "--atol %r: decimal only" % v)
     expect_error([a, a, "--rank", "99999999999"], ["--rank '99999999999': expected an integer from 0 to 999999999"], "huge rank")
     expect_error([a, a, "--atol", "x"], ["--atol 'x'"], "bad atol")
     expect_error([a, a, "--rank"], ["missing value for '--rank'"], "rank without value")

@@ -501,10 +501,12 @@ def test_fp8_gemm_and_fake_quant_modify():
         assert L.modify_tensor_enabled("dgrad", "activation") is False
         y = L.modify_tensor("fprop", "activation", x)
         assert isinstance(y, np.ndarray) and y.shape == x.shape and y.dtype == x.dtype
-        # Reference: current scaling, round to E4M3 with ml_dtypes, back to f32.
+        # Reference: current scaling, round to E4M3 with ml_dtypes, back to f32 as
+        # TransformerEngine dequantizes (codes times scale_inv = 1 / scale, both f32).
         scale = np.float32(448.0) / np.abs(x).max()
-        ref = ((x * scale).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) / scale)
-        assert np.allclose(y, ref, rtol=1e-6, atol=0), np.abs(y - ref).max()
+        ref = ((x * scale).astype(ml_dtypes.float8_e4m3fn).astype(np.float32) *
+               (np.float32(1) / scale))
+        assert np.array_equal(y, ref), np.abs(y - ref).max()
         out = np.empty_like(x)
         assert dlinspect.modify_tensor("model.fc1", "fprop", "activation", x, out=out) is out
         assert np.array_equal(out, y)
@@ -516,6 +518,35 @@ def test_fp8_gemm_and_fake_quant_modify():
             assert "contiguous" in str(e)
         else:
             raise AssertionError("a strided out was accepted")
+
+
+def test_fake_quant_and_pts_write_the_inputs_half_dtype():
+    """f16 and bf16 tensors get their modified copy in their own dtype, as TransformerEngine's
+    dequantize() writes it: the f32 dequantized values (the same call with an f32 out) rounded
+    to nearest even, by numpy (f16) and ml_dtypes (bf16)."""
+    x = sample(shape=(48, 64), seed=21)
+    x.ravel()[5] = 70000.0  # beyond f16's range: f16 input saturates to inf, a NaN-free amax
+    for fmt in ("FP8E4M3", "FP8E5M2", "MXFP8E4M3", "FP8BLOCKE4M3", "NVFP4", None):
+        feature = ({"PerTensorScaling": {"enabled": True, "gemms": ["fprop"],
+                                         "tensors": ["activation"]}} if fmt is None else
+                   {"FakeQuant": {"enabled": True, "gemms": ["fprop"], "tensors": ["activation"],
+                                  "quant_format": fmt}})
+        cfg = {"m": {"enabled": True, "layers": {"layer_name_regex_pattern": ".*"},
+                     "transformer_engine": feature}}
+        for half in (np.float16, ml_dtypes.bfloat16):
+            with np.errstate(over="ignore"):
+                xh = x.astype(half)
+            with Run(cfg):
+                L = dlinspect.layer("l")
+                as_f32 = L.modify_tensor("fprop", "activation", xh,
+                                         out=np.empty(x.shape, np.float32))
+                y = L.modify_tensor("fprop", "activation", xh)
+            what = "%s %s" % (fmt or "PerTensorScaling", np.dtype(half).name)
+            assert y.dtype == xh.dtype and y.shape == x.shape, what
+            ref = as_f32.astype(half)
+            same = (y.view(np.uint16) == ref.view(np.uint16)) | (np.isnan(as_f32))
+            assert same.all(), (what, np.flatnonzero(~same)[:5])
+            assert np.isnan(y.astype(np.float32)).sum() == np.isnan(as_f32).sum(), what
 
 
 class TEFloat8Tensor:

@@ -27,7 +27,7 @@ def scale_of(amax, fmt):
 def qdq(x, s, fmt):
     fmax = torch.finfo(fmt).max
     codes = torch.clamp(x.float() * s, -fmax, fmax).to(fmt)
-    return codes, codes.float() / s
+    return codes, codes.float() * torch.tensor(s, dtype=torch.float32).reciprocal()
 
 
 def amax(x):
@@ -157,6 +157,25 @@ def main():
     res, w, b, _ = run(cfg, "delayed", n)
     check_gemms(c, "FakeQuant wgrad activation", res, w, b, delayed_scales(res, w), hp=("wgrad",),
                 modified={("wgrad", "activation"): lambda x: qdq(x, scale_of(amax(x), E5), E5)[1]})
+
+    # A bf16 model: PerTensorScaling's copy of the activation comes in bf16 (the dtype
+    # TransformerEngine's dequantize writes: the float32 values rounded), and the GEMM runs in
+    # float32 on it as on the others.
+    dlinspect.initialize(config=cfg_pts, log_dir=tmpdir())
+    torch.manual_seed(5)
+    lin = torch.nn.Linear(5, 4).to(torch.bfloat16)
+    h = dt.attach(lin, fp8="current")
+    x = steps_data(1)[0][0].to(torch.bfloat16).requires_grad_()
+    y = lin(x)
+    y.float().sum().backward()
+    h.detach()
+    dlinspect.end_debug()
+    w, b = lin.weight.detach(), lin.bias.detach()
+    xq = qdq(x.detach(), scale_of(amax(x), E4), E4)[1].to(torch.bfloat16).float()
+    ref = F.linear(xq, qdq(w, scale_of(amax(w), E4), E4)[1], b.float())
+    c.ok(y.dtype == torch.bfloat16 and torch.equal(y.detach(), ref.to(torch.bfloat16)),
+         "bf16 model: PerTensorScaling's bf16 copy in the float32 GEMM")
+    c.ok(x.grad is not None and x.grad.dtype == torch.bfloat16, "bf16 model: backward runs")
 
     # An evaluation pass (dlinspect.torch.set_mode): PerTensorScaling does not act without
     # in_eval, even within an iteration whose plan the layer already holds.

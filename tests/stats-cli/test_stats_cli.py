@@ -677,7 +677,15 @@ def run_all(tmp):
     for m in ("127", "-1e6"):
         expect_error(P("valid.npy"), ["--margin %s: expected a number in [-126, 126]" % m],
                      "--fp8", "e4m3", "--margin", m, rc_want=2, prefix=False)
+    for m in ("0x1", " 1", "1 ", "nan"):
+        expect_error(P("valid.npy"), ["--margin '%s': expected a number" % m], "--fp8", "e4m3",
+                     "--margin", m, rc_want=2, prefix=False)
     rc, lines, err = stats_json(P("normal.npy"), "--fp8", "e4m3", "--margin", "126")
+    # --stats given twice: both lists, in their order (each name once)
+    rc, lines, err = stats_json(P("normal.npy"), "--stats", "min,max", "--stats", "mean,min")
+    check(rc == 0 and len(lines) == 1 and
+          list(lines[0]["stats"]) == ["min", "max", "mean"],
+          "--stats twice: exit %d, %r, %s" % (rc, lines, err))
     check(rc == 0 and len(lines) == 1, "--margin 126 (the range's end): exit %d, %s" % (rc, err))
 
     # ---- fuzz: every truncation and flipped bytes of small valid files ----

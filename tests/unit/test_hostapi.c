@@ -346,7 +346,7 @@ static void test_modify_failures_are_said(void)
 	CHECK_STR(dli_last_error(ctx), "");
 	uint16_t bad[2] = {0, 0};
 	float x[2] = {1, 2};
-	struct dli_tensor in = tensor(x, DLI_DTYPE_F32, 2), out = tensor(bad, DLI_DTYPE_BF16, 2);
+	struct dli_tensor in = tensor(x, DLI_DTYPE_F32, 2), out = tensor(bad, DLI_DTYPE_F8E4M3, 2);
 	CHECK(stderr_capture_begin("stderr.txt"));
 	dli_step(ctx);
 	dli_step(ctx); /* iteration 2 */
@@ -356,10 +356,10 @@ static void test_modify_failures_are_said(void)
 	const char *want = "dli_modify_tensor failed on layer 'model.layers.3.fc2', gemm fprop, "
 			   "tensor 'weight', iteration 2: feature FakeQuant (section 'fq', <string>:";
 	CHECK_CONTAINS(dli_last_error(ctx), want);
-	CHECK_CONTAINS(dli_last_error(ctx), "in: f32[2] cpu:0, out: bf16[2] cpu:0");
+	CHECK_CONTAINS(dli_last_error(ctx), "in: f32[2] cpu:0, out: f8e4m3[2] cpu:0");
 	/* The feature's own reason (host fail_reason). */
 	CHECK_CONTAINS(dli_last_error(ctx), "refused: Invalid argument (-22): FakeQuant writes the "
-					    "dequantized values: out must be f32; in: ");
+					    "dequantized values: out must be f32, f16 or bf16; in: ");
 	/* Thread-local: another thread's last error is its own. */
 	pthread_t th;
 	void *other = NULL;
