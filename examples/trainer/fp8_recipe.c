@@ -44,7 +44,7 @@ float dlt_fp8_decode(uint8_t code, enum dli_dtype format)
 static void build_table(struct dlt_fp8_meta *m)
 {
 	for (int c = 0; c < 256; c++)
-		m->table[c] = dlt_fp8_decode((uint8_t)c, m->format) / m->scale;
+		m->table[c] = dlt_fp8_decode((uint8_t)c, m->format) * (1.0f / m->scale);
 }
 
 int dlt_fp8_meta_init(struct dlt_fp8_meta *m, const struct dlt_recipe *r, enum dli_dtype format)
