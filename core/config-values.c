@@ -197,8 +197,6 @@ static bool yaml11_int(const char *t, int64_t *out)
 	return true;
 }
 
-/* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
- * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
 /* YAML 1.1's base-60 integer (`1:30`, PyYAML's [-+]?[1-9][0-9_]*(:[0-5]?[0-9])+) as PyYAML reads it
  * (90): true when `t` is one that fits in 64 bits. dlinspect refuses the form, since nobody
  * writes a step that way, but names the number PyYAML would have read. */
@@ -230,6 +228,8 @@ static bool sexagesimal(const char *t, int64_t *out)
 	return true;
 }
 
+/* An integer, in any YAML 1.1 form PyYAML reads (see yaml11_int), or a float with no fraction
+ * ("1e3", "100.0"): configs write steps that way, and the peers turn them into ints. */
 int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out)
 {
 	if (dli_cfg_want_scalar(rs, n, "an integer"))
