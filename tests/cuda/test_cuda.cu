@@ -47,11 +47,16 @@ static uint16_t half_bits(float f)
 	return b;
 }
 
+/* What fill() multiplies the f32 and bf16 samples by: 1, or a power of two far from it. */
+static float fill_gain = 1.0f;
+
 /* n elements of dtype into buf. */
 static void fill(void *buf, enum dli_dtype dt, size_t n, bool specials)
 {
 	for (size_t i = 0; i < n; i++) {
 		float f = sample(specials);
+		if (dt == DLI_DTYPE_F32 || dt == DLI_DTYPE_BF16)
+			f *= fill_gain;
 		uint32_t bits;
 		memcpy(&bits, &f, 4);
 		switch (dt) {
@@ -414,6 +419,16 @@ static dli_stats_record cpu_record(const void *data, enum dli_dtype dt, int64_t 
 	return r;
 }
 
+/* The labels' word on the data: specials, and fill_gain when it is not 1. */
+static const char *data_note(bool specials)
+{
+	static char note[64];
+	int n = snprintf(note, sizeof note, "%s", specials ? " with NaN/inf" : "");
+	if (fill_gain != 1.0f)
+		snprintf(note + n, sizeof note - (size_t)n, " x 2^%d", ilogbf(fill_gain));
+	return note;
+}
+
 static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int offset)
 {
 	char label[160];
@@ -428,7 +443,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 	dli_tensor t = device_tensor(dev + offset * es, dt, n, 0);
 
 	snprintf(label, sizeof label, "%s n=%lld%s offset=%d stats", dtype_str(dt), (long long)n,
-		 specials ? " with NaN/inf" : "", offset);
+		 data_note(specials), offset);
 	where_label = label;
 	dli_stats_record g = cuda_record(t, NULL), c = cpu_record(hx, dt, n, NULL);
 	compare_stats(g, c);
@@ -445,7 +460,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 				if (!(specs[k].scale > 0.0f) || isinf(specs[k].scale))
 					continue;
 				snprintf(label, sizeof label, "%s n=%lld%s offset=%d fp8 %s %s",
-					 dtype_str(dt), (long long)n, specials ? " with NaN/inf" : "",
+					 dtype_str(dt), (long long)n, data_note(specials),
 					 offset, dtype_str(f), k ? "given scale" : "current scaling");
 				g = cuda_record(t, &specs[k]);
 				c = cpu_record(hx, dt, n, &specs[k]);
@@ -483,7 +498,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 			qt.scale_inv = dsi;
 			qt.scale_inv_count = 1;
 			snprintf(label, sizeof label, "%s n=%lld%s offset=%d quantized %s", dtype_str(dt),
-				 (long long)n, specials ? " with NaN/inf" : "", offset, dtype_str(f));
+				 (long long)n, data_note(specials), offset, dtype_str(f));
 			char err[256] = "";
 			void *acc = be->acc_create(0, err);
 			CHECK(acc != NULL);
@@ -710,5 +725,16 @@ int main(int argc, char **argv)
 			if (n > 16 && n < (1 << 24))
 				test_against_cpu(dt, n, true, 1); /* a head before the 16-byte boundary */
 		}
+	/* Magnitudes whose float squares overflow (2^60) or flush to zero (2^-80): the passes must
+	 * sum them in double, as the CPU kernels do, not report an infinite or zero l2_norm, std
+	 * or x_sq. */
+	for (float gain : {0x1p60f, 0x1p-80f})
+		for (enum dli_dtype dt : {DLI_DTYPE_F32, DLI_DTYPE_BF16}) {
+			fill_gain = gain;
+			test_against_cpu(dt, 65537, false, 0);
+			test_against_cpu(dt, 65537, true, 1);
+			test_against_cpu(dt, 7, false, 0);
+		}
+	fill_gain = 1.0f;
 	return check_exit();
 }
