@@ -606,6 +606,36 @@ static void test_add_does_not_wait(void)
 	free(host);
 }
 
+/* More than 2^31 elements (2 GiB of FP8 codes), some past 2^31 in the vector loop and some in the
+ * scalar tail: the index arithmetic must be 64-bit. Every code is 1.0 but two, so the sums are
+ * exact and a wrapped or short pass shows. Skipped where the device has less than 3 GiB free. */
+static void test_big_tensor(void)
+{
+	where_label = "2^31 + 2^20 + 3 f8e4m3 elements";
+	const size_t n = ((size_t)1 << 31) + ((size_t)1 << 20) + 3;
+	size_t free_bytes = 0, total = 0;
+	if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess || free_bytes < n + ((size_t)1 << 30)) {
+		printf("the check of more than 2^31 elements is skipped: %zu MiB free\n",
+		       free_bytes >> 20);
+		return;
+	}
+	uint8_t *dev;
+	CUDA_OK(cudaMalloc(&dev, n));
+	CUDA_OK(cudaMemset(dev, 0x38, n)); /* 1.0 */
+	const uint8_t neg = 0xb8, big = 0x7e; /* -1.0, 448 */
+	CUDA_OK(cudaMemcpy(dev + ((size_t)1 << 31) + 5, &neg, 1, cudaMemcpyHostToDevice));
+	CUDA_OK(cudaMemcpy(dev + n - 1, &big, 1, cudaMemcpyHostToDevice));
+	dli_stats_record r = cuda_record(device_tensor(dev, DLI_DTYPE_F8E4M3, (int64_t)n, 0), NULL);
+	CHECK_EQ_U("count", r.count, n);
+	CHECK_EQ_U("zero_count", r.zero_count, 0);
+	CHECK_EQ_U("nan_count", r.nan_count, 0);
+	CHECK_CLOSE("min", r.min, -1.0, 0);
+	CHECK_CLOSE("max", r.max, 448.0, 0);
+	CHECK_CLOSE("sum", r.sum, (double)(n - 2) - 1.0 + 448.0, 0);
+	CHECK_CLOSE("sum_abs", r.sum_abs, (double)(n - 2) + 1.0 + 448.0, 0);
+	cudaFree(dev);
+}
+
 /* Bad input is refused with a negative errno, never a crash or a wrong record. */
 static void test_refusals(void)
 {
@@ -721,6 +751,7 @@ int main(int argc, char **argv)
 	test_encode_bits<DLI_DTYPE_F8E5M2>();
 	test_refusals();
 	test_add_does_not_wait();
+	test_big_tensor();
 
 	const int64_t sizes[] = {0, 1, 7, 15, 17, 255, 257, 1023, 1025, 65535, 65537,
 				 (1 << 20) - 1, (1 << 20) + 1, (1 << 24) + 5};
