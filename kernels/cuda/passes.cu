@@ -115,6 +115,12 @@ __device__ __forceinline__ void tile(tacc &a, double *tot, const float (&v)[K], 
 		tmax = fmaxf(tmax, v[i]);
 		tamin = fminf(tamin, fabsf(v[i]));
 	}
+	/* A tile whose largest finite magnitude is past 2^50, or below 2^-50 (and nonzero), would
+	 * overflow or flush the float squares below (d * d, x * x): std and l2_norm would read inf
+	 * or 0 where the CPU kernels, which redo such blocks in double, give the value. It is summed
+	 * in double, straight into the thread's totals. */
+	const float tamax = fmaxf(-tmin, tmax);
+	const bool wide = (tamax > 0x1p50f && tamax <= FLT_MAX) || (tamax > 0.0f && tamax < 0x1p-50f);
 	/* The minimum nonzero |x|; a tile with a zero is rescanned (and its zeros counted). */
 	float mnz = tamin;
 	if (tamin == 0.0f) {
@@ -177,17 +183,40 @@ __device__ __forceinline__ void tile(tacc &a, double *tot, const float (&v)[K], 
 		a.min = fminf(a.min, tmin);
 		a.max = fmaxf(a.max, tmax);
 		a.minnz = fminf(a.minnz, mnz);
-		/* Chan's formula in float for the group; the approximate divisions only touch the
-		 * correction term, at float rounding level. */
-		if (a.g_n == 0.0f) {
-			a.g_m2 = tm2;
+		if (wide) {
+			double ds = 0.0, da = 0.0, dm2 = 0.0;
+#pragma unroll
+			for (int i = 0; i < K; i++) {
+				ds += v[i];
+				da += fabs((double)v[i]);
+			}
+			const double dm = ds / K;
+#pragma unroll
+			for (int i = 0; i < K; i++) {
+				const double d = v[i] - dm;
+				dm2 += d * d;
+			}
+			double cnt = tot[T_CNT * pass_threads], mean = tot[T_MEAN * pass_threads],
+			       m2 = tot[T_M2 * pass_threads];
+			chan_merge(cnt, mean, m2, (double)K, dm, dm2);
+			tot[T_CNT * pass_threads] = cnt;
+			tot[T_MEAN * pass_threads] = mean;
+			tot[T_M2 * pass_threads] = m2;
+			tot[T_SUM * pass_threads] += ds;
+			tot[T_SUM_ABS * pass_threads] += da;
 		} else {
-			const float d = tmean - __fdividef(a.g_sum, a.g_n);
-			a.g_m2 += tm2 + d * d * __fdividef(a.g_n * (float)K, a.g_n + (float)K);
+			/* Chan's formula in float for the group; the approximate divisions only touch
+			 * the correction term, at float rounding level. */
+			if (a.g_n == 0.0f) {
+				a.g_m2 = tm2;
+			} else {
+				const float d = tmean - __fdividef(a.g_sum, a.g_n);
+				a.g_m2 += tm2 + d * d * __fdividef(a.g_n * (float)K, a.g_n + (float)K);
+			}
+			a.g_sum += ts;
+			a.g_abs += tabs;
+			a.g_n += (float)K;
 		}
-		a.g_sum += ts;
-		a.g_abs += tabs;
-		a.g_n += (float)K;
 	}
 
 	if (MODE != MODE_STATS) {
@@ -216,9 +245,9 @@ __device__ __forceinline__ void tile(tacc &a, double *tot, const float (&v)[K], 
 			}
 		}
 		/* All terms are >= 0, so a finite total means every term was. A NaN or infinite x
-		 * (left out of the comparison, as on the CPU) or a float overflow sends the tile
-		 * to a per-element redo in double. */
-		if (te + tq + td + tx <= FLT_MAX) {
+		 * (left out of the comparison, as on the CPU), a float overflow or a wide tile
+		 * (above) sends the tile to a per-element redo in double. */
+		if (!wide && te + tq + td + tx <= FLT_MAX) {
 			a.g_err += te;
 			a.g_dq += tq;
 			a.g_dot += td;
@@ -352,10 +381,21 @@ __global__ void __launch_bounds__(pass_threads, 4) quantized_pass(const pass_par
 			return;
 		}
 		const float dq = qv * si, e = x - dq;
-		ge = fmaf(e, e, ge);
-		gq = fmaf(dq, dq, gq);
-		gd = fmaf(x, dq, gd);
-		gx = fmaf(x, x, gx);
+		/* Magnitudes whose float squares would overflow or flush (as in tile()) go straight
+		 * into the double totals. */
+		const float m = fmaxf(fabsf(x), fabsf(dq));
+		if (m > 0x1p50f || (m > 0.0f && m < 0x1p-50f)) {
+			const double dd = dq, de = (double)x - dd;
+			t.err_sq += de * de;
+			t.dq_sq += dd * dd;
+			t.dot += (double)x * dd;
+			t.x_sq += (double)x * x;
+		} else {
+			ge = fmaf(e, e, ge);
+			gq = fmaf(dq, dq, gq);
+			gd = fmaf(x, dq, gd);
+			gx = fmaf(x, x, gx);
+		}
 		under += x != 0.0f && qv == 0.0f;
 		over += fabsf(x) > limit;
 	};

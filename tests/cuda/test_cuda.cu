@@ -47,11 +47,16 @@ static uint16_t half_bits(float f)
 	return b;
 }
 
+/* What fill() multiplies the f32 and bf16 samples by: 1, or a power of two far from it. */
+static float fill_gain = 1.0f;
+
 /* n elements of dtype into buf. */
 static void fill(void *buf, enum dli_dtype dt, size_t n, bool specials)
 {
 	for (size_t i = 0; i < n; i++) {
 		float f = sample(specials);
+		if (dt == DLI_DTYPE_F32 || dt == DLI_DTYPE_BF16)
+			f *= fill_gain;
 		uint32_t bits;
 		memcpy(&bits, &f, 4);
 		switch (dt) {
@@ -414,6 +419,16 @@ static dli_stats_record cpu_record(const void *data, enum dli_dtype dt, int64_t 
 	return r;
 }
 
+/* The labels' word on the data: specials, and fill_gain when it is not 1. */
+static const char *data_note(bool specials)
+{
+	static char note[64];
+	int n = snprintf(note, sizeof note, "%s", specials ? " with NaN/inf" : "");
+	if (fill_gain != 1.0f)
+		snprintf(note + n, sizeof note - (size_t)n, " x 2^%d", ilogbf(fill_gain));
+	return note;
+}
+
 static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int offset)
 {
 	char label[160];
@@ -428,7 +443,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 	dli_tensor t = device_tensor(dev + offset * es, dt, n, 0);
 
 	snprintf(label, sizeof label, "%s n=%lld%s offset=%d stats", dtype_str(dt), (long long)n,
-		 specials ? " with NaN/inf" : "", offset);
+		 data_note(specials), offset);
 	where_label = label;
 	dli_stats_record g = cuda_record(t, NULL), c = cpu_record(hx, dt, n, NULL);
 	compare_stats(g, c);
@@ -445,7 +460,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 				if (!(specs[k].scale > 0.0f) || isinf(specs[k].scale))
 					continue;
 				snprintf(label, sizeof label, "%s n=%lld%s offset=%d fp8 %s %s",
-					 dtype_str(dt), (long long)n, specials ? " with NaN/inf" : "",
+					 dtype_str(dt), (long long)n, data_note(specials),
 					 offset, dtype_str(f), k ? "given scale" : "current scaling");
 				g = cuda_record(t, &specs[k]);
 				c = cpu_record(hx, dt, n, &specs[k]);
@@ -483,7 +498,7 @@ static void test_against_cpu(enum dli_dtype dt, int64_t n, bool specials, int of
 			qt.scale_inv = dsi;
 			qt.scale_inv_count = 1;
 			snprintf(label, sizeof label, "%s n=%lld%s offset=%d quantized %s", dtype_str(dt),
-				 (long long)n, specials ? " with NaN/inf" : "", offset, dtype_str(f));
+				 (long long)n, data_note(specials), offset, dtype_str(f));
 			char err[256] = "";
 			void *acc = be->acc_create(0, err);
 			CHECK(acc != NULL);
@@ -542,11 +557,20 @@ static void test_add_does_not_wait(void)
 	CHECK(acc != NULL);
 	if (!acc)
 		return;
-	gate g;
-	CUDA_OK(cudaLaunchHostFunc(a, hold, &g));
 	dli_fp8_spec cur = {DLI_DTYPE_F8E4M3, 1.0f, 1, 0.0};
 	dli_tensor ta = device_tensor(dev, DLI_DTYPE_F32, n, a);
 	dli_tensor tb = device_tensor(dev, DLI_DTYPE_F32, n / 2, b);
+	dli_stats_record r, c, c2;
+	/* The first launch of a kernel loads it (CUDA's lazy loading, the default since 12.2), which
+	 * may synchronize the context, and so wait for the held stream below: a deadlock until the
+	 * hold times out. The kernels these adds use are loaded here, before the hold. */
+	CHECK_INT(be->add(acc, &ta, &cur), 0);
+	CHECK_INT(be->add(acc, &tb, NULL), 0);
+	CHECK_INT(be->read(acc, &r, sizeof r), 0);
+	be->reset(acc);
+
+	gate g;
+	CUDA_OK(cudaLaunchHostFunc(a, hold, &g));
 	/* Two adds on the held stream and one on another, which must queue behind them. */
 	CHECK_INT(be->add(acc, &ta, &cur), 0);
 	CHECK_INT(be->add(acc, &ta, NULL), 0);
@@ -556,7 +580,6 @@ static void test_add_does_not_wait(void)
 	CHECK(!g.timed_out.load());
 	g.open.store(1);
 
-	dli_stats_record r, c, c2;
 	CHECK_INT(be->read(acc, &r, sizeof r), 0);
 	CHECK(!g.timed_out.load());
 	c = cpu_record(host, DLI_DTYPE_F32, n, &cur);
@@ -581,6 +604,36 @@ static void test_add_does_not_wait(void)
 	cudaStreamDestroy(b);
 	cudaFree(dev);
 	free(host);
+}
+
+/* More than 2^31 elements (2 GiB of FP8 codes), some past 2^31 in the vector loop and some in the
+ * scalar tail: the index arithmetic must be 64-bit. Every code is 1.0 but two, so the sums are
+ * exact and a wrapped or short pass shows. Skipped where the device has less than 3 GiB free. */
+static void test_big_tensor(void)
+{
+	where_label = "2^31 + 2^20 + 3 f8e4m3 elements";
+	const size_t n = ((size_t)1 << 31) + ((size_t)1 << 20) + 3;
+	size_t free_bytes = 0, total = 0;
+	if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess || free_bytes < n + ((size_t)1 << 30)) {
+		printf("the check of more than 2^31 elements is skipped: %zu MiB free\n",
+		       free_bytes >> 20);
+		return;
+	}
+	uint8_t *dev;
+	CUDA_OK(cudaMalloc(&dev, n));
+	CUDA_OK(cudaMemset(dev, 0x38, n)); /* 1.0 */
+	const uint8_t neg = 0xb8, big = 0x7e; /* -1.0, 448 */
+	CUDA_OK(cudaMemcpy(dev + ((size_t)1 << 31) + 5, &neg, 1, cudaMemcpyHostToDevice));
+	CUDA_OK(cudaMemcpy(dev + n - 1, &big, 1, cudaMemcpyHostToDevice));
+	dli_stats_record r = cuda_record(device_tensor(dev, DLI_DTYPE_F8E4M3, (int64_t)n, 0), NULL);
+	CHECK_EQ_U("count", r.count, n);
+	CHECK_EQ_U("zero_count", r.zero_count, 0);
+	CHECK_EQ_U("nan_count", r.nan_count, 0);
+	CHECK_CLOSE("min", r.min, -1.0, 0);
+	CHECK_CLOSE("max", r.max, 448.0, 0);
+	CHECK_CLOSE("sum", r.sum, (double)(n - 2) - 1.0 + 448.0, 0);
+	CHECK_CLOSE("sum_abs", r.sum_abs, (double)(n - 2) + 1.0 + 448.0, 0);
+	cudaFree(dev);
 }
 
 /* Bad input is refused with a negative errno, never a crash or a wrong record. */
@@ -698,6 +751,7 @@ int main(int argc, char **argv)
 	test_encode_bits<DLI_DTYPE_F8E5M2>();
 	test_refusals();
 	test_add_does_not_wait();
+	test_big_tensor();
 
 	const int64_t sizes[] = {0, 1, 7, 15, 17, 255, 257, 1023, 1025, 65535, 65537,
 				 (1 << 20) - 1, (1 << 20) + 1, (1 << 24) + 5};
@@ -710,5 +764,16 @@ int main(int argc, char **argv)
 			if (n > 16 && n < (1 << 24))
 				test_against_cpu(dt, n, true, 1); /* a head before the 16-byte boundary */
 		}
+	/* Magnitudes whose float squares overflow (2^60) or flush to zero (2^-80): the passes must
+	 * sum them in double, as the CPU kernels do, not report an infinite or zero l2_norm, std
+	 * or x_sq. */
+	for (float gain : {0x1p60f, 0x1p-80f})
+		for (enum dli_dtype dt : {DLI_DTYPE_F32, DLI_DTYPE_BF16}) {
+			fill_gain = gain;
+			test_against_cpu(dt, 65537, false, 0);
+			test_against_cpu(dt, 65537, true, 1);
+			test_against_cpu(dt, 7, false, 0);
+		}
+	fill_gain = 1.0f;
 	return check_exit();
 }
