@@ -656,7 +656,8 @@ static void test_threads(void)
 	tb->ops->destroy(log);
 }
 
-/* Tags are escaped as the file logger escapes names: a newline in a layer name stays "\\n". */
+/* Tags are escaped as the file logger escapes names: a newline in a layer name stays "\\n", a byte
+ * that is not UTF-8 becomes "\\xNN". */
 static void test_tag_escaped(void)
 {
 	char dir[4200];
@@ -668,11 +669,16 @@ static void test_tag_escaped(void)
 	p = (struct tb_params){.dir = dir};
 	log = tb_open(&p);
 	CHECK_INT(tb->ops->log_scalar(log, "a\nb\t\\_activation_max", 1, 1.0), 0);
+	/* Not UTF-8 (a C host's name): TensorBoard's protobuf would refuse the tag, and with it the
+	 * whole file; escaped, it decodes. Well-formed UTF-8 passes unchanged. */
+	CHECK_INT(tb->ops->log_scalar(log, "bad\xff\xe5\xb1_\xc3\xa9_activation_max", 2, 2.0), 0);
 	CHECK_INT(tb->ops->flush(log), 0);
 	if (read_only_file(dir, &f, NULL)) {
-		CHECK_INT(f.n, 2);
-		if (f.n == 2)
+		CHECK_INT(f.n, 3);
+		if (f.n == 3) {
 			check_scalar(f.events[1], "a\\nb\\t\\\\_activation_max", 1, 1.0);
+			check_scalar(f.events[2], "bad\\xff\\xe5\\xb1_\xc3\xa9_activation_max", 2, 2.0);
+		}
 		tb_file_free(&f);
 	}
 	tb->ops->destroy(log);
