@@ -135,6 +135,58 @@ static void test_escape_cut_whole(void)
 	CHECK_INT(dli_escape_needed("\xc3\xa9\xf0\x9f\x98"), 1);
 }
 
+/* The whole of `file` under the log dir, NUL-terminated (free it); NULL when unreadable. */
+static char *read_log(const char *file)
+{
+	FILE *f = open_log(file);
+	char *buf = NULL;
+	size_t n = 0, cap = 0, got;
+	if (!f)
+		return NULL;
+	do {
+		if (n + 4096 + 1 > cap) {
+			char *b = realloc(buf, cap = n + 4096 + 1);
+			if (!b)
+				break;
+			buf = b;
+		}
+		got = fread(buf + n, 1, 4096, f);
+		n += got;
+	} while (got > 0);
+	fclose(f);
+	if (buf)
+		buf[n] = '\0';
+	return buf;
+}
+
+/* A message longer than the core's line buffer (a host's log_message of a long text) reaches the
+ * message log whole, as nvdlfw_inspect's logger writes it; it used to be cut at 2047 bytes without
+ * a word. The terminal gets its start, marked with "...". */
+static void test_long_message_whole(void)
+{
+	static char text[6001];
+	memset(text, 'x', 5997);
+	memcpy(text + 5997, "END", 4);
+	struct dli_context *ctx = open_yaml("s: {enabled: false}\n", NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr-long.txt"));
+	dli_log(ctx, DLI_LOG_ERROR, "%s", text);
+	stderr_capture_end();
+	dli_destroy(ctx);
+
+	char *log = read_log(MESSAGE_LOG), *err = read_log("stderr-long.txt");
+	char want[6100];
+	snprintf(want, sizeof want, " - ERROR - %s\n", text);
+	CHECK(log && strstr(log, want));
+	CHECK(err && !strncmp(err, "dlinspect: error: xxx", 21));
+	CHECK(err && strlen(err) > 4096 && strlen(err) < 4200);
+	CHECK(err && strstr(err, "x...\n"));
+	free(log);
+	free(err);
+}
+
 /* A zeroed options struct (size 0) would copy no field: refused, saying how to fill it. */
 static void test_zeroed_options_refused(void)
 {
@@ -404,6 +456,7 @@ int main(void)
 	test_names_cannot_forge_log_lines();
 	test_invalid_utf8_escaped();
 	test_escape_cut_whole();
+	test_long_message_whole();
 	test_zeroed_options_refused();
 	test_full_disk_whole_lines();
 	remove_log_dir();
