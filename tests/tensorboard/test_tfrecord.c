@@ -419,11 +419,12 @@ static void test_params(void)
  * the logger writes again once the obstacle is gone. */
 /* A log dir an earlier run wrote to: by default the event files other processes left in the
  * logger's directory are removed at start (TensorBoard would show their steps next to this run's),
- * its own process's and other files are kept; overwrite: false keeps them all; timestamp: true
+ * even one with this host name and pid made before this process started; its own process's and
+ * other files are kept; overwrite: false keeps them all; timestamp: true
  * writes into a run directory of its own, named by $NVDLFW_INSPECT_LOG_TIMESTAMP. */
 static void test_reuse(void)
 {
-	char log_dir[4096], dir[4200], old[4400], mine[4800], other[4400], path[4400];
+	char log_dir[4096], dir[4200], old[4400], mine[4800], stale[4800], other[4400], path[4400];
 	struct dli_error err;
 	void *log;
 	FILE *fp;
@@ -437,11 +438,16 @@ static void test_reuse(void)
 		char host[256] = "localhost";
 		if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
 			strcpy(host, "localhost");
-		snprintf(mine, sizeof(mine), "%s/events.out.tfevents.1700000000.%s.%ld.7", dir, host,
+		/* This process's (another context's): its host and pid, made after it started. */
+		snprintf(mine, sizeof(mine), "%s/events.out.tfevents.%010lld.%s.%ld.7", dir,
+			 (long long)time(NULL), host, (long)getpid());
+		/* An earlier run's with the same host name and pid, as a re-run in a container gets:
+		 * made before this process started, so not this process's. */
+		snprintf(stale, sizeof(stale), "%s/events.out.tfevents.1700000000.%s.%ld.0", dir, host,
 			 (long)getpid());
 	}
-	const char *made[] = {old, mine, other};
-	for (int i = 0; i < 3; i++) {
+	const char *made[] = {old, mine, other, stale};
+	for (int i = 0; i < 4; i++) {
 		fp = fopen(made[i], "w");
 		CHECK(fp != NULL);
 		if (fp)
@@ -454,7 +460,7 @@ static void test_reuse(void)
 	log = tb_open(&p);
 	tb->ops->destroy(log);
 	unsetenv("DLINSPECT_LOG_OVERWRITE");
-	CHECK(exists(old) && exists(mine) && exists(other));
+	CHECK(exists(old) && exists(mine) && exists(other) && exists(stale));
 
 	/* NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0 keeps them too. */
 	setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "0", 1);
@@ -464,9 +470,10 @@ static void test_reuse(void)
 	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
 	CHECK(exists(old));
 
-	/* The default: the earlier run's file goes, this process's and the other file stay. */
+	/* The default: the earlier runs' files go, this process's and the other file stay. */
 	log = tb_open(&p);
 	CHECK(!exists(old));
+	CHECK(!exists(stale));
 	CHECK(exists(mine) && exists(other));
 	CHECK_INT(tb->ops->log_scalar(log, "a", 1, 1.0), 0);
 	tb->ops->destroy(log);
