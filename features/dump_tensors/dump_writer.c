@@ -626,6 +626,20 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	t->bytes = bytes;
 	t->scale = scale;
 	pthread_mutex_lock(&w->mu);
+	/* Keys are made from host tensor names, which may themselves look like a made key ("x.1" is
+	 * also the second call of "x"): one key twice would make a header that safetensors refuses,
+	 * and the whole file unreadable. Checked here, where the list is final, under the lock. */
+	for (struct dli_dump_blob *b = l->head; b; b = b->next) {
+		if (strcmp(b->key, key))
+			continue;
+		w->held -= bytes;
+		pthread_cond_broadcast(&w->space);
+		pthread_mutex_unlock(&w->mu);
+		free(t->data);
+		free(t->key);
+		free(t);
+		return -EEXIST;
+	}
 	*l->tail = t;
 	l->tail = &t->next;
 	pthread_mutex_unlock(&w->mu);
