@@ -7,6 +7,7 @@ a cached handle (``layer(name)``, the fast path), ``step()`` at the end of each 
 through DLPack or the buffer protocol. numpy and torch are optional. See docs/python.md.
 """
 
+import atexit
 import json
 import logging as _logging
 import math
@@ -186,7 +187,9 @@ def _communicator(comm):
 
 
 def end_debug():
-    """Logs a pending step's statistics, closes the loggers and frees the context. Safe to call
+    """Writes what the loggers and DumpTensors still hold, closes the loggers and frees the
+    context (statistics of an iteration that step() did not end are not logged: they are logged at
+    step(), as TransformerEngine's are). Called at exit when a script did not. Safe to call
     twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
     answer defaults until the next initialize(), then find their layer again."""
     _c._destroy()
@@ -194,6 +197,18 @@ def end_debug():
 
 def is_initialized():
     return _c._initialized()
+
+
+def _end_debug_at_exit():
+    """A script that ends without end_debug() (TransformerEngine's and nvdlfw_inspect's docs never
+    call it) still gets what the context holds written: the dumps queued for the writer thread,
+    the TensorBoard records a flush_secs holds back, the lines of a last log_tensor_stats. Without
+    this they die with the process, the last dump as a .tmp file."""
+    if _c._initialized():
+        _c._destroy()
+
+
+atexit.register(_end_debug_at_exit)
 
 
 _logged_once = set()
