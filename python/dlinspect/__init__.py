@@ -215,7 +215,8 @@ _logged_once = set()
 
 
 def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None):
-    """Writes a line to the message log (file logger: nvdlfw_inspect_logs/). level: "ERROR",
+    """Writes a line to the message log (file logger: nvdlfw_inspect_logs/), prefixed with
+    "LAYER={layer_name}: " when a layer is named, as nvdlfw_inspect writes it. level: "ERROR",
     "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
     TransformerEngine passes), a message is written once per (message, layer, args) and context."""
     if extra_cachable_args is not None:
@@ -233,7 +234,8 @@ def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None
             raise ValueError(f"level must be ERROR, WARNING, INFO or DEBUG, not {level!r}") from None
     if isinstance(layer_name, Layer):
         layer_name = layer_name.name
-    _c._log(lv, f"{layer_name}: {message}" if layer_name else str(message))
+    # nvdlfw_inspect's prefix, so that a grep or parser written for its message log finds it.
+    _c._log(lv, f"LAYER={layer_name}: {message}" if layer_name else str(message))
 
 
 def _modules():

@@ -465,7 +465,8 @@ def test_eval_mode_and_messages():
         dlinspect.step()
     assert_stats(r.stats(), "l", "activation", 0, x)
     with open(os.path.join(r.dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")) as f:
-        assert "l: hello from python" in f.read()
+        # nvdlfw_inspect's layout: "{asctime} - INFO - LAYER={layer_name}: {message}"
+        assert re.search(r"^\S+ \S+ - INFO - LAYER=l: hello from python$", f.read(), re.M)
 
 
 def test_features_listed():
