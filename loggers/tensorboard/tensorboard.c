@@ -444,8 +444,16 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 		base = log_dir;
 		dir += 9;
 	}
+	/* A relative `dir` is anchored at the working directory now: the file is made at the first
+	 * write, and a host that changes directory meanwhile must not move it (the core gives the
+	 * log dir absolute for the same reason). */
+	char *cwd = NULL;
+	if (!base[0] && dir[0] != '/' && (cwd = getcwd(NULL, 0)))
+		base = cwd;
 	/* With a timestamp, each run is a directory of its own: TensorBoard lists them side by side. */
-	rc = asprintf(&self->dir, "%s%s%s%s", base, dir, env.stamp[0] ? "/" : "", env.stamp);
+	rc = asprintf(&self->dir, "%s%s%s%s%s", base, cwd ? "/" : "", dir, env.stamp[0] ? "/" : "",
+		      env.stamp);
+	free(cwd);
 	if (rc >= 0 && args->world_size > 1) {
 		char *rank_dir;
 		rc = asprintf(&rank_dir, "%s/globalrank-%d", self->dir, args->rank);

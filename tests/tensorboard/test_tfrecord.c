@@ -506,6 +506,35 @@ static void test_reuse(void)
 		tb_file_free(&f);
 }
 
+/* A relative `dir` is under the working directory of create, not of the first write: a host that
+ * changes directory in between must not find its event file somewhere else. */
+static void test_relative_dir(void)
+{
+	char first[4200], second[4200], path[4300], *old = getcwd(NULL, 0);
+	struct tb_file f;
+
+	snprintf(first, sizeof(first), "%s/cwd-a", tmp);
+	snprintf(second, sizeof(second), "%s/cwd-b", tmp);
+	CHECK_INT(dli_make_dirs(first), 0);
+	CHECK_INT(dli_make_dirs(second), 0);
+	CHECK(old && chdir(first) == 0);
+	struct tb_params p = {.dir = "rel"};
+	void *log = tb_open(&p);
+	CHECK(chdir(second) == 0);
+	CHECK_INT(tb->ops->log_scalar(log, "x", 1, 1.0), 0);
+	CHECK_INT(tb->ops->flush(log), 0);
+	tb->ops->destroy(log);
+	snprintf(path, sizeof(path), "%s/rel", first);
+	if (read_only_file(path, &f, NULL)) {
+		CHECK_INT(f.n, 2);
+		tb_file_free(&f);
+	}
+	snprintf(path, sizeof(path), "%s/rel", second);
+	CHECK(!exists(path));
+	CHECK(old && chdir(old) == 0);
+	free(old);
+}
+
 static void test_bad_dir(void)
 {
 	char plain[4096], dir[4096];
@@ -720,6 +749,7 @@ int main(void)
 	test_params();
 	test_reuse();
 	test_bad_dir();
+	test_relative_dir();
 	test_disk_full();
 	test_removed_file();
 	test_tag_escaped();

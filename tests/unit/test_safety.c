@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -185,6 +186,50 @@ static void test_long_message_whole(void)
 	CHECK(err && strstr(err, "x...\n"));
 	free(log);
 	free(err);
+}
+
+/* A relative log dir is the one under the working directory at dli_init, as nvdlfw_inspect's files
+ * are: files made later (the first statistic, the message log's first line after it) must not land
+ * under another directory because the host changed its own meanwhile. */
+static void test_relative_log_dir_anchored(void)
+{
+	char base[] = "/tmp/dli-test-cwd-XXXXXX", first[64], second[64], path[256], *old;
+	if (!mkdtemp(base) || !(old = getcwd(NULL, 0))) {
+		CHECK(false);
+		return;
+	}
+	snprintf(first, sizeof first, "%s/a", base);
+	snprintf(second, sizeof second, "%s/b", base);
+	CHECK_INT(mkdir(first, 0755), 0);
+	CHECK_INT(mkdir(second, 0755), 0);
+	CHECK_INT(chdir(first), 0);
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_yaml = "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+			"  transformer_engine:\n"
+			"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+	o.log_dir = "logs";
+	struct dli_context *ctx = NULL;
+	struct dli_error err;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	CHECK_INT(chdir(second), 0);
+	if (ctx) {
+		float x[2] = {1, 2};
+		struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2);
+		struct dli_layer *l = layer(ctx, "l");
+		if (l)
+			CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+		dli_destroy(ctx);
+	}
+	struct stat st;
+	snprintf(path, sizeof path, "%s/logs/" STATS_LOG, first);
+	CHECK(stat(path, &st) == 0);
+	snprintf(path, sizeof path, "%s/logs", second);
+	CHECK(stat(path, &st) != 0);
+	CHECK_INT(chdir(old), 0);
+	free(old);
+	nftw(base, dli_test_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A zeroed options struct (size 0) would copy no field: refused, saying how to fill it. */
@@ -457,6 +502,7 @@ int main(void)
 	test_invalid_utf8_escaped();
 	test_escape_cut_whole();
 	test_long_message_whole();
+	test_relative_log_dir_anchored();
 	test_zeroed_options_refused();
 	test_full_disk_whole_lines();
 	remove_log_dir();
