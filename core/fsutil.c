@@ -10,8 +10,6 @@
 
 #include "fsutil-private.h"
 
-/* A component that already exists as a directory is fine, whatever mkdir says about it (EEXIST,
- * or EROFS/EACCES on a read-only parent). */
 char *dli_abs_path(const char *path)
 {
 	char *cwd, *out;
@@ -26,6 +24,8 @@ char *dli_abs_path(const char *path)
 	return out;
 }
 
+/* A component that already exists as a directory is fine, whatever mkdir says about it (EEXIST,
+ * or EROFS/EACCES on a read-only parent). */
 int dli_make_dirs(const char *path)
 {
 	char *copy = strdup(path);
