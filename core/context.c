@@ -15,6 +15,7 @@
 #include "diagnose-private.h"
 #include "dispatch-private.h"
 #include "error-private.h"
+#include "fsutil-private.h"
 #include "host-private.h"
 #include "instances-private.h"
 #include "layers-private.h"
@@ -444,7 +445,10 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 			"CRITICAL): using INFO, as nvdlfw_inspect does",
 			nv_level);
 	const char *log_dir = o->log_dir ? o->log_dir : getenv("DLINSPECT_LOG_DIR");
-	if (!(ctx->log_dir = strdup(log_dir && log_dir[0] ? log_dir : "."))) {
+	/* Absolute from here on, as nvdlfw_inspect's log files are (Python's FileHandler takes the
+	 * absolute path at initialize): files opened later (at the first line, the first dump) must
+	 * not land somewhere else because the host changed its working directory meanwhile. */
+	if (!(ctx->log_dir = dli_abs_path(log_dir && log_dir[0] ? log_dir : "."))) {
 		r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
 		goto fail;
 	}

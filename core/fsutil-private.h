@@ -8,6 +8,12 @@
  * when a component is a file. The host table's make_dirs. */
 int dli_make_dirs(const char *path);
 
+/* `path` made absolute against the working directory now (an absolute one is copied; "." is the
+ * working directory itself), so that a later chdir of the host does not move what is written
+ * there. Owned by the caller; NULL when out of memory. A working directory that cannot be read
+ * (removed) leaves the path as it is. */
+char *dli_abs_path(const char *path);
+
 /* fopen(path, "rb") that cannot hang: a FIFO or a socket, whose open or read waits for a writer,
  * is refused with -ENXIO and a directory with -EISDIR, before anything is read. 0 and *out, or a
  * negative errno (dli_file_error says what it means). */

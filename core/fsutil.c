@@ -10,6 +10,20 @@
 
 #include "fsutil-private.h"
 
+char *dli_abs_path(const char *path)
+{
+	char *cwd, *out;
+
+	if (path[0] == '/' || !(cwd = getcwd(NULL, 0)))
+		return strdup(path);
+	if (!strcmp(path, ".")) /* the common default: no "/." in every path written */
+		return cwd;
+	if (asprintf(&out, "%s/%s", cwd, path) < 0)
+		out = NULL;
+	free(cwd);
+	return out;
+}
+
 /* A component that already exists as a directory is fine, whatever mkdir says about it (EEXIST,
  * or EROFS/EACCES on a read-only parent). */
 int dli_make_dirs(const char *path)

@@ -3,6 +3,7 @@
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "context-private.h"
@@ -17,8 +18,10 @@ const char *const dli_log_level_names[4] = {"error", "warning", "info", "debug"}
 void dli_stderr_line(const char *what, const char *text)
 {
 	char line[4096];
-	dli_escape(line, sizeof line, text);
-	fprintf(stderr, "dlinspect: %s%s%s\n", what ? what : "", what ? ": " : "", line);
+	size_t n = dli_escape(line, sizeof line, text);
+	/* The terminal gets the start of a very long text; the message log has all of it. */
+	fprintf(stderr, "dlinspect: %s%s%s%s\n", what ? what : "", what ? ": " : "", line,
+		n >= sizeof line ? "..." : "");
 }
 
 void dli_log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, const char *fmt,
@@ -26,8 +29,17 @@ void dli_log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, c
 {
 	if (!ctx || !fmt || (int)level < 0 || (int)level > ctx->log_level)
 		return;
-	char text[2048];
-	vsnprintf(text, sizeof text, fmt, ap);
+	/* Most messages fit the stack buffer; a longer one (a host's log_message of a long text) is
+	 * formatted again on the heap rather than cut without a word. */
+	char buf[2048], *text = buf, *heap = NULL;
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(buf, sizeof buf, fmt, ap);
+	if (n >= (int)sizeof buf && (heap = malloc((size_t)n + 1))) {
+		vsnprintf(heap, (size_t)n + 1, fmt, again);
+		text = heap;
+	}
+	va_end(again);
 	size_t taken = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		const struct dli_logger_ops *ops = ctx->loggers[i].desc->ops;
@@ -39,6 +51,7 @@ void dli_log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, c
 	/* Errors always reach the terminal too; other messages only when no logger took them. */
 	if (!quiet && (level == DLI_LOG_ERROR || (!taken && level <= DLI_LOG_WARNING)))
 		dli_stderr_line(dli_log_level_names[level], text);
+	free(heap);
 }
 
 void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt, ...)

@@ -188,7 +188,12 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		reason = DLI_DUMP_WARN_FULL;
 		if (r == -ENOBUFS)
 			why = "the step's copies fill queue_mib (raise it)";
-		else if (r)
+		else if (r == -EEXIST) {
+			why = "another tensor's call took that key in this file (a tensor named like "
+			      "'{t}.{k}' or '{t}.{gemm}' clashes with the keys of tensor '{t}'): "
+			      "rename the tensor";
+			reason = DLI_DUMP_WARN_INVALID;
+		} else if (r)
 			why = strerror(-r);
 	}
 	if (why)

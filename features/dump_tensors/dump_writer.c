@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../../core/escape-private.h"
+
 #define DUMP_DIR "nvdlfw_inspect_tensor_dumps"
 
 /* One file to write: everything copied, so that it outlives the layer that queued it. */
@@ -90,23 +92,6 @@ static void sb_printf(struct sbuf *b, const char *fmt, ...)
 	sb_put(b, tmp, n < 0 ? 0 : (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
 }
 
-/* The length of the valid UTF-8 sequence at s (1-4), or 0 when it is not one. */
-static size_t utf8_len(const unsigned char *s)
-{
-	if (s[0] < 0x80)
-		return 1;
-	size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : (s[0] & 0xf0) == 0xe0 ? 3
-		 : s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
-	for (size_t i = 1; i < n; i++)
-		if ((s[i] & 0xc0) != 0x80)
-			return 0;
-	/* Overlong forms, UTF-16 surrogates and code points above U+10FFFF. */
-	if ((n == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (n == 3 && s[0] == 0xed && s[1] >= 0xa0) ||
-	    (n == 4 && s[0] == 0xf0 && s[1] < 0x90) || (n == 4 && s[0] == 0xf4 && s[1] >= 0x90))
-		return 0;
-	return n;
-}
-
 /* A JSON string: the JSON parser of the safetensors package takes UTF-8 only, so a byte that is not
  * part of valid UTF-8 (a C host's layer names are bytes) becomes U+FFFD. */
 static void sb_json(struct sbuf *b, const char *s)
@@ -114,7 +99,7 @@ static void sb_json(struct sbuf *b, const char *s)
 	const unsigned char *u = (const unsigned char *)s;
 	sb_put(b, "\"", 1);
 	while (*u) {
-		size_t n = utf8_len(u);
+		size_t n = *u < 0x80 ? 1 : dli_utf8_len(u);
 		if (n == 0) {
 			sb_put(b, "\xef\xbf\xbd", 3);
 			u++;
@@ -626,6 +611,20 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	t->bytes = bytes;
 	t->scale = scale;
 	pthread_mutex_lock(&w->mu);
+	/* Keys are made from host tensor names, which may themselves look like a made key ("x.1" is
+	 * also the second call of "x"): one key twice would make a header that safetensors refuses,
+	 * and the whole file unreadable. Checked here, where the list is final, under the lock. */
+	for (struct dli_dump_blob *b = l->head; b; b = b->next) {
+		if (strcmp(b->key, key))
+			continue;
+		w->held -= bytes;
+		pthread_cond_broadcast(&w->space);
+		pthread_mutex_unlock(&w->mu);
+		free(t->data);
+		free(t->key);
+		free(t);
+		return -EEXIST;
+	}
 	*l->tail = t;
 	l->tail = &t->next;
 	pthread_mutex_unlock(&w->mu);

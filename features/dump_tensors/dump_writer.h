@@ -67,7 +67,8 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 
 /* Copies `bytes` of `data` into a new blob appended to the layer, after reserving them in the
  * budget: waits while the writer frees space; -ENOBUFS when the step's own copies fill the budget
- * (nothing queued that could free it); -ENOMEM. `key` is copied; `tensor` is the host's. */
+ * (nothing queued that could free it); -EEXIST when the layer's file already holds `key`; -ENOMEM.
+ * `key` is copied; `tensor` is the host's. */
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale);

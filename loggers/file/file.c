@@ -192,10 +192,26 @@ static int dli_file_log_open(struct dli_file_log *log)
 
 /* Writes the buffered lines. A write that stops part way (disk full, file size limit) is cut back to
  * the last whole line it wrote, so the file never ends in half a line, as the TensorBoard logger
- * never ends in half a record. */
+ * never ends in half a record. A file removed underneath (the log dir deleted by hand or a cleanup
+ * job) would take every later line with it without an error: it is made again, with its
+ * directories, and -ENOENT is returned once the lines are in, so the loss is said, as the
+ * TensorBoard logger says it. */
 static int dli_file_log_drain(struct dli_file_log *log)
 {
 	size_t done = 0;
+	struct stat now;
+	int removed = 0;
+
+	if (log->fd >= 0 && fstat(log->fd, &now) == 0 && now.st_nlink == 0) {
+		close(log->fd);
+		log->fd = -1;
+		removed = -ENOENT;
+	}
+	if (log->fd < 0) {
+		int rc = dli_file_log_open(log);
+		if (rc < 0)
+			return dli_file_log_fail(log, rc);
+	}
 
 	while (done < log->len) {
 		ssize_t w = write(log->fd, log->buf + done, log->len - done);
@@ -215,7 +231,7 @@ static int dli_file_log_drain(struct dli_file_log *log)
 		done += (size_t)w;
 	}
 	log->len = 0;
-	return 0;
+	return removed;
 }
 
 /* Adds "{timestamp} - {level} - {text escaped}{suffix}\n" to the buffer, timestamped like Python

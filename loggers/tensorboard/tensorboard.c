@@ -272,6 +272,55 @@ static void dli_tb_destroy(void *instance)
 	free(self);
 }
 
+/* When this process started, in seconds since the epoch (Linux: /proc/self/stat's start time after
+ * boot, plus /proc/stat's boot time); -1 when it cannot be told. */
+static long long dli_tb_process_start(void)
+{
+	char buf[1024];
+	long long btime = -1, start_ticks = -1;
+	long hz = sysconf(_SC_CLK_TCK);
+	FILE *f = fopen("/proc/stat", "r");
+
+	while (f && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "btime %lld", &btime) == 1)
+			break;
+	if (f)
+		fclose(f);
+	f = fopen("/proc/self/stat", "r");
+	if (f && fgets(buf, sizeof(buf), f)) {
+		/* The command name (field 2) may hold spaces and parentheses: count after its last ')'. */
+		char *p = strrchr(buf, ')');
+		for (int field = 2; p && field < 22; field++)
+			p = strchr(p + 1, ' ');
+		if (p)
+			start_ticks = strtoll(p + 1, NULL, 10);
+	}
+	if (f)
+		fclose(f);
+	if (btime < 0 || start_ticks < 0 || hz <= 0)
+		return -1;
+	return btime + start_ticks / hz;
+}
+
+/* Whether event file `name` is one this process wrote (another context of it, which may write here
+ * too): it carries this host and pid, and was made after this process started. The pid alone is not
+ * enough: in a container a re-run often gets the same host name and the same pid as the run before
+ * it, whose files would then be kept and each step shown twice. */
+static bool dli_tb_own_file(const char *name, const char *own, long long started)
+{
+	char *end;
+	long long made;
+
+	if (!strstr(name, own))
+		return false;
+	errno = 0;
+	made = strtoll(name + 20, &end, 10);
+	if (started < 0 || errno || end == name + 20 || *end != '.')
+		return true; /* cannot tell: keep it, as before */
+	/* A file's name has the time it was made, whole seconds; allow for the boot time's rounding. */
+	return made >= started - 2;
+}
+
 /* TensorBoard merges every event file of a directory into one run: the files an earlier run left
  * there would show each of its steps next to this run's. Removed: regular files named like event
  * files, in this directory only, except this process's own (other contexts of this process may
@@ -290,9 +339,11 @@ static void dli_tb_remove_earlier_runs(const struct dli_logger_create_args *args
 		if (*c == '/')
 			*c = '_';
 	snprintf(own, sizeof(own), ".%s.%ld.", host, (long)getpid());
+	long long started = dli_tb_process_start();
 	while ((e = readdir(d))) {
 		struct stat st;
-		if (strncmp(e->d_name, "events.out.tfevents.", 20) || strstr(e->d_name, own) ||
+		if (strncmp(e->d_name, "events.out.tfevents.", 20) ||
+		    dli_tb_own_file(e->d_name, own, started) ||
 		    fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
 		    !S_ISREG(st.st_mode))
 			continue;
@@ -393,8 +444,16 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 		base = log_dir;
 		dir += 9;
 	}
+	/* A relative `dir` is anchored at the working directory now: the file is made at the first
+	 * write, and a host that changes directory meanwhile must not move it (the core gives the
+	 * log dir absolute for the same reason). */
+	char *cwd = NULL;
+	if (!base[0] && dir[0] != '/' && (cwd = getcwd(NULL, 0)))
+		base = cwd;
 	/* With a timestamp, each run is a directory of its own: TensorBoard lists them side by side. */
-	rc = asprintf(&self->dir, "%s%s%s%s", base, dir, env.stamp[0] ? "/" : "", env.stamp);
+	rc = asprintf(&self->dir, "%s%s%s%s%s", base, cwd ? "/" : "", dir, env.stamp[0] ? "/" : "",
+		      env.stamp);
+	free(cwd);
 	if (rc >= 0 && args->world_size > 1) {
 		char *rank_dir;
 		rc = asprintf(&rank_dir, "%s/globalrank-%d", self->dir, args->rank);

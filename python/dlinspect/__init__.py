@@ -7,6 +7,7 @@ a cached handle (``layer(name)``, the fast path), ``step()`` at the end of each 
 through DLPack or the buffer protocol. numpy and torch are optional. See docs/python.md.
 """
 
+import atexit
 import json
 import logging as _logging
 import math
@@ -186,7 +187,9 @@ def _communicator(comm):
 
 
 def end_debug():
-    """Logs a pending step's statistics, closes the loggers and frees the context. Safe to call
+    """Writes what the loggers and DumpTensors still hold, closes the loggers and frees the
+    context (statistics of an iteration that step() did not end are not logged: they are logged at
+    step(), as TransformerEngine's are). Called at exit when a script did not. Safe to call
     twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
     answer defaults until the next initialize(), then find their layer again."""
     _c._destroy()
@@ -196,11 +199,24 @@ def is_initialized():
     return _c._initialized()
 
 
+def _end_debug_at_exit():
+    """A script that ends without end_debug() (TransformerEngine's and nvdlfw_inspect's docs never
+    call it) still gets what the context holds written: the dumps queued for the writer thread,
+    the TensorBoard records a flush_secs holds back, the lines of a last log_tensor_stats. Without
+    this they die with the process, the last dump as a .tmp file."""
+    if _c._initialized():
+        _c._destroy()
+
+
+atexit.register(_end_debug_at_exit)
+
+
 _logged_once = set()
 
 
 def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None):
-    """Writes a line to the message log (file logger: nvdlfw_inspect_logs/). level: "ERROR",
+    """Writes a line to the message log (file logger: nvdlfw_inspect_logs/), prefixed with
+    "LAYER={layer_name}: " when a layer is named, as nvdlfw_inspect writes it. level: "ERROR",
     "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
     TransformerEngine passes), a message is written once per (message, layer, args) and context."""
     if extra_cachable_args is not None:
@@ -218,7 +234,8 @@ def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None
             raise ValueError(f"level must be ERROR, WARNING, INFO or DEBUG, not {level!r}") from None
     if isinstance(layer_name, Layer):
         layer_name = layer_name.name
-    _c._log(lv, f"{layer_name}: {message}" if layer_name else str(message))
+    # nvdlfw_inspect's prefix, so that a grep or parser written for its message log finds it.
+    _c._log(lv, f"LAYER={layer_name}: {message}" if layer_name else str(message))
 
 
 def _modules():

@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|diskfull|queue|threads|nodir|reload OUT
+ *   dump_driver basic|diskfull|queue|threads|nodir|reload|clash OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -285,6 +285,40 @@ static int run_diskfull(void)
 	return 0;
 }
 
+/* ---- clash: a host tensor named "activation.1", whose keys are those of activation's second
+ * call: the later one is refused, and the file stays readable (one key twice would not be) ---- */
+
+static int run_clash(void)
+{
+	static const char yaml[] = "dump:\n"
+				   "  enabled: true\n"
+				   "  layers: {layer_name_regex_pattern: '.*'}\n"
+				   "  transformer_engine:\n"
+				   "    DumpTensors:\n"
+				   "      enabled: true\n"
+				   "      tensors: [activation, activation.1]\n"
+				   "      high_precision_tensor: true\n";
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct dli_layer *l = layer(ctx, "model.fc1");
+	int own = dli_tensor_id(ctx, "activation.1");
+	int64_t n = 16;
+	printf("rc tensor-id %d\n", own < 0 ? own : 0);
+	for (int call = 0; call < 3; call++) {
+		float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+		struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+		int tensor = call < 2 ? DLI_TENSOR_ACTIVATION : own;
+		printf("rc inspect %d\n", dli_inspect_tensor(l, tensor, &t, NULL, NULL));
+		if (call < 2)
+			expect("model.fc1", 0,
+			       call ? "activation.1.high_precision" : "activation.high_precision",
+			       "F32", 1, &n, x, (size_t)n * 4);
+		free(x);
+	}
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
 
 static int run_nodir(void)
@@ -435,7 +469,7 @@ static int run_threads(void)
 int main(int argc, char **argv)
 {
 	if (argc != 3) {
-		fprintf(stderr, "usage: %s basic|diskfull|queue|threads|nodir|reload OUT\n", argv[0]);
+		fprintf(stderr, "usage: %s basic|diskfull|queue|threads|nodir|reload|clash OUT\n", argv[0]);
 		return 2;
 	}
 	out_dir = argv[2];
@@ -455,6 +489,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "threads")  ? run_threads()
 		: !strcmp(argv[1], "nodir")    ? run_nodir()
 		: !strcmp(argv[1], "reload")   ? run_reload()
+		: !strcmp(argv[1], "clash")    ? run_clash()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

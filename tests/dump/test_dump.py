@@ -326,6 +326,22 @@ def test_reload(scratch):
                               "model.fc1_iter_000002.safetensors"], "reload: %s" % sorted(by_file))
 
 
+def test_clash(scratch):
+    """A host tensor named "activation.1" would give the key of activation's second call a second
+    time, and safetensors refuses a header with a key twice: the later one is refused, said once,
+    and the file holds both calls of activation."""
+    out, rcs, manifest, stderr = run_driver("clash", scratch)
+    check(rcs == [["tensor-id", "0"], ["inspect", "0"], ["inspect", "0"], ["inspect", "-17"],
+                  ["step", "0"]], "clash: results %s (the third call refused, -EEXIST)" % rcs)
+    by_file, dump_dir = check_files("clash", out, manifest, 0, 1)
+    check(sorted(by_file) == ["model.fc1_iter_000000.safetensors"], "clash: %s" % sorted(by_file))
+    log = message_log(out)
+    check(len(re.findall(r"DumpTensors: layer 'model\.fc1', tensor 'activation\.1', iteration 0: "
+                         r"'activation\.1\.high_precision' \(64 bytes\) was not dumped: another "
+                         r"tensor's call took that key in this file", log)) == 1,
+          "clash: the refusal must be said once:\n" + log[-3000:])
+
+
 def main():
     scratch = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="dli-dump-")
     try:
@@ -335,6 +351,7 @@ def main():
         test_threads(scratch)
         test_nodir(scratch)
         test_reload(scratch)
+        test_clash(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)

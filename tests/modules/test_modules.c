@@ -617,6 +617,50 @@ static void test_file_cut_line(const char *tmp)
 	free(buf);
 }
 
+/* The log dir removed while the run writes (by hand, by a cleanup job): the open files are gone
+ * with it, and writing on into them would lose every later line without an error. The next flush
+ * makes them again, with their directories, writes its lines there and says the loss once
+ * (-ENOENT); later flushes succeed. Messages too. */
+static void test_file_removed(const char *tmp)
+{
+	char dir[4096], path[4200], *lines[4], *buf;
+	size_t n;
+	void *log;
+
+	snprintf(dir, sizeof(dir), "%s/removed", tmp);
+	log = logger_create(dir);
+	CHECK_INT(file_logger->ops->log_scalar(log, "before", 1, 1.0), 0);
+	CHECK_INT(file_logger->ops->log_text(log, DLI_LOG_INFO, "before"), 0);
+	CHECK_INT(file_logger->ops->flush(log), 0);
+	const char *files[] = {STATS_FILE, MESSAGES_FILE};
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", dir, files[i]);
+		CHECK_INT(unlink(path), 0);
+		*strrchr(path, '/') = '\0';
+		CHECK_INT(rmdir(path), 0);
+	}
+	CHECK_INT(rmdir(dir), 0);
+
+	CHECK_INT(file_logger->ops->log_scalar(log, "after", 2, 2.0), 0);
+	CHECK_INT(file_logger->ops->flush(log), -ENOENT);
+	CHECK_INT(file_logger->ops->log_text(log, DLI_LOG_ERROR, "after"), -ENOENT);
+	CHECK_INT(file_logger->ops->log_scalar(log, "later", 3, 3.0), 0);
+	CHECK_INT(file_logger->ops->flush(log), 0);
+	file_logger->ops->destroy(log);
+	buf = read_lines(dir, STATS_FILE, lines, 4, &n);
+	CHECK_INT(n, 2);
+	if (n == 2) {
+		check_scalar_line(lines[0], "after", "000002", 2.0);
+		check_scalar_line(lines[1], "later", "000003", 3.0);
+	}
+	free(buf);
+	buf = read_lines(dir, MESSAGES_FILE, lines, 4, &n);
+	CHECK_INT(n, 1);
+	if (n == 1)
+		CHECK(strstr(lines[0], " - ERROR - after") != NULL);
+	free(buf);
+}
+
 /* A log dir under a regular file cannot be made. At create that is refused at once (the run would
  * log nothing); when the obstacle appears later, calls fail with an errno, keep failing, and the
  * instance stays usable. */
@@ -840,6 +884,7 @@ static void test_file_logger(void)
 	test_file_cut_line(tmp);
 	test_file_reuse(tmp);
 	test_file_bad_dir(tmp);
+	test_file_removed(tmp);
 	test_file_disk_full(tmp);
 	test_file_symlink(tmp);
 	test_file_escapes(tmp);

@@ -8,6 +8,7 @@ import gc
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import traceback
@@ -464,7 +465,8 @@ def test_eval_mode_and_messages():
         dlinspect.step()
     assert_stats(r.stats(), "l", "activation", 0, x)
     with open(os.path.join(r.dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")) as f:
-        assert "l: hello from python" in f.read()
+        # nvdlfw_inspect's layout: "{asctime} - INFO - LAYER={layer_name}: {message}"
+        assert re.search(r"^\S+ \S+ - INFO - LAYER=l: hello from python$", f.read(), re.M)
 
 
 def test_features_listed():
@@ -880,6 +882,44 @@ def test_log_tensor_stats_feeds_the_base_namespace():
     for key, r_ in want.items():
         assert math.isclose(got[key], r_, rel_tol=2e-6, abs_tol=1e-6), (key, got[key], r_)
     dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)  # no context: no-op
+
+
+def test_exit_without_end_debug_writes_everything():
+    """A script that ends without end_debug(), as TransformerEngine's docs leave it: what the
+    context still held is written at exit (an atexit hook), not lost with the process: the lines of
+    a log_tensor_stats after the last step, the TensorBoard records that flush_secs holds back, and
+    every queued dump, whole (no .tmp left)."""
+    log_dir = tempfile.mkdtemp(prefix="dli-py-exit-")
+    script = (
+        "import numpy as np, dlinspect, sys\n"
+        "dlinspect.initialize(config=sys.argv[2], log_dir=sys.argv[1])\n"
+        "x = np.arange(1, 1 + (1 << 20), dtype=np.float32)\n"
+        "for it in range(2):\n"
+        "    for l in range(3):\n"
+        "        dlinspect.inspect_tensor(f'L{l}', 'activation', x)\n"
+        "    dlinspect.step()\n"
+        "dlinspect.log_tensor_stats('L0', 'mine', x)\n"  # logged at once, at iteration 2
+    )
+    cfg = ("loggers: {file: {}, tensorboard: {flush_secs: 100000}}\n"
+           "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+           "  transformer_engine:\n"
+           "    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n"
+           "    DumpTensors: {enabled: true, tensors: [activation], high_precision_tensor: true,\n"
+           "                  start_step: 0, end_step: 1}\n"
+           "  LogTensorStats: {enabled: true, tensors: [mine], stats: [max]}\n")
+    r = subprocess.run([sys.executable, "-c", script, log_dir, cfg], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+    assert r.returncode == 0, r.stderr
+    got = read_stats(log_dir)
+    assert got.get(("L0_mine_max", 2)) == float(1 << 20), sorted(got)
+    tb = os.path.join(log_dir, "tensorboard")
+    events = os.listdir(tb) if os.path.isdir(tb) else []
+    assert len(events) == 1, events
+    with open(os.path.join(tb, events[0]), "rb") as f:
+        assert b"L2_activation_max" in f.read()
+    dumps = os.path.join(log_dir, "nvdlfw_inspect_tensor_dumps", "rank_0")
+    want = sorted(f"L{l}_iter_{i:06d}.safetensors" for l in range(3) for i in range(2))
+    assert sorted(os.listdir(dumps)) == want, os.listdir(dumps)
 
 
 def main():

@@ -419,11 +419,12 @@ static void test_params(void)
  * the logger writes again once the obstacle is gone. */
 /* A log dir an earlier run wrote to: by default the event files other processes left in the
  * logger's directory are removed at start (TensorBoard would show their steps next to this run's),
- * its own process's and other files are kept; overwrite: false keeps them all; timestamp: true
+ * even one with this host name and pid made before this process started; its own process's and
+ * other files are kept; overwrite: false keeps them all; timestamp: true
  * writes into a run directory of its own, named by $NVDLFW_INSPECT_LOG_TIMESTAMP. */
 static void test_reuse(void)
 {
-	char log_dir[4096], dir[4200], old[4400], mine[4800], other[4400], path[4400];
+	char log_dir[4096], dir[4200], old[4400], mine[4800], stale[4800], other[4400], path[4400];
 	struct dli_error err;
 	void *log;
 	FILE *fp;
@@ -437,11 +438,16 @@ static void test_reuse(void)
 		char host[256] = "localhost";
 		if (gethostname(host, sizeof(host) - 1) != 0 || !host[0])
 			strcpy(host, "localhost");
-		snprintf(mine, sizeof(mine), "%s/events.out.tfevents.1700000000.%s.%ld.7", dir, host,
+		/* This process's (another context's): its host and pid, made after it started. */
+		snprintf(mine, sizeof(mine), "%s/events.out.tfevents.%010lld.%s.%ld.7", dir,
+			 (long long)time(NULL), host, (long)getpid());
+		/* An earlier run's with the same host name and pid, as a re-run in a container gets:
+		 * made before this process started, so not this process's. */
+		snprintf(stale, sizeof(stale), "%s/events.out.tfevents.1700000000.%s.%ld.0", dir, host,
 			 (long)getpid());
 	}
-	const char *made[] = {old, mine, other};
-	for (int i = 0; i < 3; i++) {
+	const char *made[] = {old, mine, other, stale};
+	for (int i = 0; i < 4; i++) {
 		fp = fopen(made[i], "w");
 		CHECK(fp != NULL);
 		if (fp)
@@ -454,7 +460,7 @@ static void test_reuse(void)
 	log = tb_open(&p);
 	tb->ops->destroy(log);
 	unsetenv("DLINSPECT_LOG_OVERWRITE");
-	CHECK(exists(old) && exists(mine) && exists(other));
+	CHECK(exists(old) && exists(mine) && exists(other) && exists(stale));
 
 	/* NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE=0 keeps them too. */
 	setenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE", "0", 1);
@@ -464,9 +470,10 @@ static void test_reuse(void)
 	unsetenv("NVDLFW_INSPECT_ENABLE_LOG_OVERWRITE");
 	CHECK(exists(old));
 
-	/* The default: the earlier run's file goes, this process's and the other file stay. */
+	/* The default: the earlier runs' files go, this process's and the other file stay. */
 	log = tb_open(&p);
 	CHECK(!exists(old));
+	CHECK(!exists(stale));
 	CHECK(exists(mine) && exists(other));
 	CHECK_INT(tb->ops->log_scalar(log, "a", 1, 1.0), 0);
 	tb->ops->destroy(log);
@@ -497,6 +504,35 @@ static void test_reuse(void)
 	/* ... and the run before it is still there, in the parent. */
 	if (read_only_file(dir, &f, NULL))
 		tb_file_free(&f);
+}
+
+/* A relative `dir` is under the working directory of create, not of the first write: a host that
+ * changes directory in between must not find its event file somewhere else. */
+static void test_relative_dir(void)
+{
+	char first[4200], second[4200], path[4300], *old = getcwd(NULL, 0);
+	struct tb_file f;
+
+	snprintf(first, sizeof(first), "%s/cwd-a", tmp);
+	snprintf(second, sizeof(second), "%s/cwd-b", tmp);
+	CHECK_INT(dli_make_dirs(first), 0);
+	CHECK_INT(dli_make_dirs(second), 0);
+	CHECK(old && chdir(first) == 0);
+	struct tb_params p = {.dir = "rel"};
+	void *log = tb_open(&p);
+	CHECK(chdir(second) == 0);
+	CHECK_INT(tb->ops->log_scalar(log, "x", 1, 1.0), 0);
+	CHECK_INT(tb->ops->flush(log), 0);
+	tb->ops->destroy(log);
+	snprintf(path, sizeof(path), "%s/rel", first);
+	if (read_only_file(path, &f, NULL)) {
+		CHECK_INT(f.n, 2);
+		tb_file_free(&f);
+	}
+	snprintf(path, sizeof(path), "%s/rel", second);
+	CHECK(!exists(path));
+	CHECK(old && chdir(old) == 0);
+	free(old);
 }
 
 static void test_bad_dir(void)
@@ -656,7 +692,8 @@ static void test_threads(void)
 	tb->ops->destroy(log);
 }
 
-/* Tags are escaped as the file logger escapes names: a newline in a layer name stays "\\n". */
+/* Tags are escaped as the file logger escapes names: a newline in a layer name stays "\\n", a byte
+ * that is not UTF-8 becomes "\\xNN". */
 static void test_tag_escaped(void)
 {
 	char dir[4200];
@@ -668,11 +705,16 @@ static void test_tag_escaped(void)
 	p = (struct tb_params){.dir = dir};
 	log = tb_open(&p);
 	CHECK_INT(tb->ops->log_scalar(log, "a\nb\t\\_activation_max", 1, 1.0), 0);
+	/* Not UTF-8 (a C host's name): TensorBoard's protobuf would refuse the tag, and with it the
+	 * whole file; escaped, it decodes. Well-formed UTF-8 passes unchanged. */
+	CHECK_INT(tb->ops->log_scalar(log, "bad\xff\xe5\xb1_\xc3\xa9_activation_max", 2, 2.0), 0);
 	CHECK_INT(tb->ops->flush(log), 0);
 	if (read_only_file(dir, &f, NULL)) {
-		CHECK_INT(f.n, 2);
-		if (f.n == 2)
+		CHECK_INT(f.n, 3);
+		if (f.n == 3) {
 			check_scalar(f.events[1], "a\\nb\\t\\\\_activation_max", 1, 1.0);
+			check_scalar(f.events[2], "bad\\xff\\xe5\\xb1_\xc3\xa9_activation_max", 2, 2.0);
+		}
 		tb_file_free(&f);
 	}
 	tb->ops->destroy(log);
@@ -707,6 +749,7 @@ int main(void)
 	test_params();
 	test_reuse();
 	test_bad_dir();
+	test_relative_dir();
 	test_disk_full();
 	test_removed_file();
 	test_tag_escaped();

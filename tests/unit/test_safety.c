@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 
 #include "check.h"
 #include "dli-test.h"
+#include "escape-private.h"
 
 /* Lines of `file` under the log dir. */
 static int line_count(const char *file)
@@ -75,6 +77,159 @@ static void test_names_cannot_forge_log_lines(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "b \t"), 0);
 	CHECK_INT(count_lines("stderr.txt", want), 1);
 	CHECK_INT(line_count("stderr.txt"), 1);
+}
+
+/* Bytes that are not well-formed UTF-8 (a C host's name: Python's names always are) are escaped as
+ * \xNN in the statistics log, so the file decodes as UTF-8 for a Python log parser, as they are in
+ * TensorBoard tags, where protobuf refuses the whole event file over one such tag. Well-formed
+ * characters (2 to 4 bytes) pass unchanged; overlong forms, surrogates and code points above
+ * U+10FFFF are not well-formed (RFC 3629). */
+static void test_invalid_utf8_escaped(void)
+{
+	static const char name[] = "bad\xff\xfe \xe5\xb1 \xc3\xa9\xe5\xb1\x82\xf0\x9f\x98\x80 "
+				   "\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80";
+	static const char escaped[] = "bad\\xff\\xfe \\xe5\\xb1 \xc3\xa9\xe5\xb1\x82\xf0\x9f\x98\x80 "
+				      "\\xc0\\xaf \\xed\\xa0\\x80 \\xf4\\x90\\x80\\x80";
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '^bad'}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, name);
+	CHECK(l != NULL);
+	float x[2] = {1, 2};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2);
+	if (l)
+		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	dli_step(ctx);
+	dli_destroy(ctx);
+
+	char want[512];
+	snprintf(want, sizeof want, "INFO - %s_activation_max \t\t\t\t iteration=000000 \t\t\t\t "
+				    "value=2\n", escaped);
+	CHECK_INT(count_lines(STATS_LOG, want), 1);
+	CHECK_INT(count_lines(STATS_LOG, "\xff"), 0);
+}
+
+/* A text cut to a buffer (the stderr line, `dlinspect check`) ends before a character or an escape
+ * that does not fit whole: never half a UTF-8 character, never half an escape. The returned length
+ * is the whole text's, as snprintf's. */
+static void test_escape_cut_whole(void)
+{
+	char buf[8];
+	memset(buf, 'z', sizeof buf);
+	CHECK_INT((int)dli_escape(buf, 6, "ab\xe5\xb1\x82"), 5);
+	CHECK_STR(buf, "ab\xe5\xb1\x82");
+	CHECK_INT((int)dli_escape(buf, 5, "ab\xe5\xb1\x82" "c"), 6);
+	CHECK_STR(buf, "ab");
+	CHECK_INT((int)dli_escape(buf, 5, "abc\nd"), 6);
+	CHECK_STR(buf, "abc");
+	CHECK_INT((int)dli_escape(buf, 8, "ab\x01" "c"), 7);
+	CHECK_STR(buf, "ab\\x01c");
+	CHECK_INT((int)dli_escape(buf, 6, "ab\x01" "c"), 7);
+	CHECK_STR(buf, "ab");
+	CHECK_INT((int)dli_escape(NULL, 0, "\xff"), 4);
+	CHECK_INT(dli_escape_needed("\xc3\xa9\xf0\x9f\x98\x80"), 0);
+	CHECK_INT(dli_escape_needed("\xc3\xa9\xf0\x9f\x98"), 1);
+}
+
+/* The whole of `file` under the log dir, NUL-terminated (free it); NULL when unreadable. */
+static char *read_log(const char *file)
+{
+	FILE *f = open_log(file);
+	char *buf = NULL;
+	size_t n = 0, cap = 0, got;
+	if (!f)
+		return NULL;
+	do {
+		if (n + 4096 + 1 > cap) {
+			char *b = realloc(buf, cap = n + 4096 + 1);
+			if (!b)
+				break;
+			buf = b;
+		}
+		got = fread(buf + n, 1, 4096, f);
+		n += got;
+	} while (got > 0);
+	fclose(f);
+	if (buf)
+		buf[n] = '\0';
+	return buf;
+}
+
+/* A message longer than the core's line buffer (a host's log_message of a long text) reaches the
+ * message log whole, as nvdlfw_inspect's logger writes it; it used to be cut at 2047 bytes without
+ * a word. The terminal gets its start, marked with "...". */
+static void test_long_message_whole(void)
+{
+	static char text[6001];
+	memset(text, 'x', 5997);
+	memcpy(text + 5997, "END", 4);
+	struct dli_context *ctx = open_yaml("s: {enabled: false}\n", NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr-long.txt"));
+	dli_log(ctx, DLI_LOG_ERROR, "%s", text);
+	stderr_capture_end();
+	dli_destroy(ctx);
+
+	char *log = read_log(MESSAGE_LOG), *err = read_log("stderr-long.txt");
+	char want[6100];
+	snprintf(want, sizeof want, " - ERROR - %s\n", text);
+	CHECK(log && strstr(log, want));
+	CHECK(err && !strncmp(err, "dlinspect: error: xxx", 21));
+	CHECK(err && strlen(err) > 4096 && strlen(err) < 4200);
+	CHECK(err && strstr(err, "x...\n"));
+	free(log);
+	free(err);
+}
+
+/* A relative log dir is the one under the working directory at dli_init, as nvdlfw_inspect's files
+ * are: files made later (the first statistic, the message log's first line after it) must not land
+ * under another directory because the host changed its own meanwhile. */
+static void test_relative_log_dir_anchored(void)
+{
+	char base[] = "/tmp/dli-test-cwd-XXXXXX", first[64], second[64], path[256], *old;
+	if (!mkdtemp(base) || !(old = getcwd(NULL, 0))) {
+		CHECK(false);
+		return;
+	}
+	snprintf(first, sizeof first, "%s/a", base);
+	snprintf(second, sizeof second, "%s/b", base);
+	CHECK_INT(mkdir(first, 0755), 0);
+	CHECK_INT(mkdir(second, 0755), 0);
+	CHECK_INT(chdir(first), 0);
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_yaml = "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
+			"  transformer_engine:\n"
+			"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+	o.log_dir = "logs";
+	struct dli_context *ctx = NULL;
+	struct dli_error err;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	CHECK_INT(chdir(second), 0);
+	if (ctx) {
+		float x[2] = {1, 2};
+		struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 2);
+		struct dli_layer *l = layer(ctx, "l");
+		if (l)
+			CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+		dli_destroy(ctx);
+	}
+	struct stat st;
+	snprintf(path, sizeof path, "%s/logs/" STATS_LOG, first);
+	CHECK(stat(path, &st) == 0);
+	snprintf(path, sizeof path, "%s/logs", second);
+	CHECK(stat(path, &st) != 0);
+	CHECK_INT(chdir(old), 0);
+	free(old);
+	nftw(base, dli_test_rm_entry, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 /* A zeroed options struct (size 0) would copy no field: refused, saying how to fill it. */
@@ -344,6 +499,10 @@ int main(void)
 	test_null_tensors_not_modified();
 	test_last_iteration();
 	test_names_cannot_forge_log_lines();
+	test_invalid_utf8_escaped();
+	test_escape_cut_whole();
+	test_long_message_whole();
+	test_relative_log_dir_anchored();
 	test_zeroed_options_refused();
 	test_full_disk_whole_lines();
 	remove_log_dir();
