@@ -1,6 +1,7 @@
 /* What the bundled loggers share: how a run treats the logs an earlier run left in the same log dir
  * (overwrite them, or keep them and add a timestamp to this run's names), decided by the logger's own
- * params, then DLINSPECT_* and then nvdlfw_inspect's environment variables (docs/logging.md). */
+ * params, then DLINSPECT_* and then nvdlfw_inspect's environment variables (docs/logging.md); and
+ * the check that refuses a directory they could never write. */
 #ifndef DLI_LOGGERS_LOG_ENV_H
 #define DLI_LOGGERS_LOG_ENV_H
 
@@ -11,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <dlinspect/plugin.h>
 
@@ -125,6 +128,54 @@ static inline int dli_log_env_get(const struct dli_value *overwrite, const struc
 					 &env->timestamp, err);
 	if (rc == 0 && env->timestamp)
 		rc = dli_log_env_stamp(env->stamp, sizeof(env->stamp), err);
+	return rc;
+}
+
+/* A logger's directory is created on the first line or event written, but one that can never be
+ * created or written is refused at create (dli_init), rather than at the first statistic hours
+ * later: its nearest existing ancestor must be a directory this process may create entries in.
+ * `what` names it in the message ("log dir"). */
+static inline int dli_log_check_dir(const char *what, const char *log_dir, struct dli_error *err)
+{
+	char *path = strdup(log_dir);
+	struct stat st;
+	int rc = 0;
+
+	if (!path)
+		return -ENOMEM;
+	for (;;) {
+		if (stat(path, &st) == 0)
+			break;
+		char *slash = strrchr(path, '/');
+		if ((errno != ENOENT && errno != ENOTDIR) || !slash) {
+			if (errno == ENOENT) /* a relative first component: its parent is "." */
+				strcpy(path, ".");
+			else {
+				rc = -errno;
+				snprintf(err->message, sizeof(err->message),
+					 "%s '%s': cannot look at '%s': %s", what, log_dir, path,
+					 strerror(errno));
+				goto out;
+			}
+			continue;
+		}
+		if (slash == path)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		rc = -ENOTDIR;
+		snprintf(err->message, sizeof(err->message),
+			 "%s '%s': '%s' is not a directory", what, log_dir, path);
+	} else if (access(path, W_OK | X_OK) != 0) {
+		rc = -errno;
+		snprintf(err->message, sizeof(err->message),
+			 "%s '%s': cannot create files in '%s': %s", what, log_dir, path,
+			 strerror(errno));
+	}
+out:
+	free(path);
 	return rc;
 }
 

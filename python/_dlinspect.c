@@ -34,6 +34,7 @@ static PyObject *g_layers;     /* dict: layer name -> Layer, for the current con
 static PyObject *g_tensor_ids; /* dict: tensor name -> id, for the current context */
 static PyObject *g_error;        /* dlinspect.Error */
 static PyObject *g_config_error; /* dlinspect.ConfigError(Error) */
+static PyObject *g_stop_requested; /* dlinspect.StopRequested(Error) */
 /* The Python communicator of the current context (pycomm.c), or NULL. */
 static void *g_comm;
 
@@ -47,11 +48,12 @@ static PyObject *g_str_dlpack, *g_str_dlpack_device, *g_str_array_interface, *g_
 
 /* ---- Errors ---- */
 
-/* Raises dlinspect.Error (or ConfigError when a config file or text is involved) from `err`. */
+/* Raises dlinspect.Error from `err`: ConfigError when a config file or text is involved,
+ * StopRequested for -ECANCELED (a feature asked the host to stop). */
 static PyObject *raise_dli_error(const struct dli_error *err, int rc)
 {
 	bool config = err->file[0] != '\0';
-	PyObject *type = config ? g_config_error : g_error;
+	PyObject *type = config ? g_config_error : rc == -ECANCELED ? g_stop_requested : g_error;
 	const char *msg = err->message[0] ? err->message : strerror(-rc);
 	PyObject *exc = PyObject_CallFunction(type, "s", msg);
 	if (!exc)
@@ -2115,10 +2117,13 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 	rc = dli_step(g_ctx);
 	Py_END_ALLOW_THREADS
 	if (rc) {
+		/* A stop a feature asked for (DetectNonFinite's on_detect: stop) must stop a Python
+		 * loop as it stops a C one: a warning is shown once and then never again. The step
+		 * is taken all the same. */
+		if (rc == -EOVERFLOW || rc == -ECANCELED)
+			return raise_call_error("step", rc);
 		/* Training goes on: a logger that could not write said so in the message log and on
 		 * stderr already; the step is still taken (docs/logging.md). */
-		if (rc == -EOVERFLOW)
-			return raise_call_error("step", rc);
 		if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "dlinspect.step(): %s",
 				     *dli_last_error(g_ctx) ? dli_last_error(g_ctx) : strerror(-rc)))
 			return NULL;
@@ -2453,10 +2458,20 @@ PyMODINIT_FUNC PyInit__dlinspect(void)
 		g_error, NULL);
 	if (!g_config_error)
 		goto fail;
+	g_stop_requested = PyErr_NewExceptionWithDoc(
+		"dlinspect.StopRequested",
+		"step() after a feature asked the training to stop (DetectNonFinite's on_detect: stop "
+		"or abort_after_batch_num); .message names the reason. The step was taken: a loop "
+		"that catches it may go on, and every later step() raises it again.",
+		g_error, NULL);
+	if (!g_stop_requested)
+		goto fail;
 	Py_INCREF(g_error);
 	Py_INCREF(g_config_error);
+	Py_INCREF(g_stop_requested);
 	Py_INCREF(&LayerType);
 	if (PyModule_AddObject(m, "Error", g_error) || PyModule_AddObject(m, "ConfigError", g_config_error) ||
+	    PyModule_AddObject(m, "StopRequested", g_stop_requested) ||
 	    PyModule_AddObject(m, "Layer", (PyObject *)&LayerType) ||
 	    PyModule_AddObject(m, "NEVER", PyLong_FromLongLong(DLI_NEVER)) ||
 	    PyModule_AddFunctions(m, dli_py_comm_methods))

@@ -28,6 +28,8 @@ struct dnf_call {
 
 /* What every instance of one context shares: the frame must hold the last calls of the whole
  * model, whichever config block (section, tensors_struct entry) selected them. */
+enum { DNF_SPARE = 8 };
+
 struct dnf_monitor {
 	struct dli_context *ctx;
 	struct dnf_monitor *next;
@@ -39,6 +41,11 @@ struct dnf_monitor {
 	uint64_t order;
 	bool reported;           /* the first non-finite call was reported */
 	uint64_t nonfinite;      /* calls holding NaN/Inf, in all */
+	/* Accumulators between calls, reset: making one per call would cost a CUDA tensor's call a
+	 * device allocation and a cudaFree, which waits for the whole device. One per call running
+	 * at once (threads), at most DNF_SPARE kept. */
+	struct dli_stats_acc *spare[DNF_SPARE];
+	size_t n_spare;
 };
 
 static pthread_mutex_t dnf_monitors_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -101,6 +108,8 @@ static void dnf_monitor_put(struct dnf_monitor *m, const struct dli_host *host)
 				  "DetectNonFinite: %" PRIu64 " inspected calls held NaN or Inf in this "
 				  "run (the first is reported above)",
 				  m->nonfinite);
+		for (size_t i = 0; i < m->n_spare; i++)
+			host->stats_acc_destroy(m->spare[i]);
 		pthread_mutex_destroy(&m->lock);
 		free(m->ring);
 		free(m);
@@ -278,15 +287,26 @@ static int dnf_inspect_tensor(const struct dli_feature_call *c, int tensor,
 
 	if (!hp)
 		return -EINVAL;
-	/* Its own accumulator per call: calls on other threads must not mix into this one's values.
-	 * The pass is the statistics pass (kernels/), abs-min from its least nonzero magnitude and
-	 * zero count. */
-	struct dli_stats_acc *acc = host->stats_acc_create(c->ctx);
-	if (!acc)
+	/* An accumulator of its own while the call runs: calls on other threads must not mix into
+	 * this one's values. The pass is the statistics pass (kernels/), abs-min from its least
+	 * nonzero magnitude and zero count. */
+	struct dli_stats_acc *acc = NULL;
+	pthread_mutex_lock(&m->lock);
+	if (m->n_spare)
+		acc = m->spare[--m->n_spare];
+	pthread_mutex_unlock(&m->lock);
+	if (!acc && !(acc = host->stats_acc_create(c->ctx)))
 		return -ENOMEM;
 	int r = host->stats_add(acc, hp, NULL);
 	if (!r)
 		r = host->stats_acc_read_sized(acc, &rec, sizeof(rec));
+	host->stats_acc_reset(acc);
+	pthread_mutex_lock(&m->lock);
+	if (m->n_spare < DNF_SPARE) {
+		m->spare[m->n_spare++] = acc;
+		acc = NULL;
+	}
+	pthread_mutex_unlock(&m->lock);
 	host->stats_acc_destroy(acc);
 	if (r)
 		return r;

@@ -150,8 +150,10 @@ void dli_options_init_sized(struct dli_options *options, size_t size);
  * on failure a negative errno is returned, *out is NULL and *err (if non-NULL) says why. */
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err);
 
-/* Finishes a pending step's logging, flushes and closes loggers, unloads modules, frees the context
- * and every layer handle. Accepts NULL. */
+/* Writes what the loggers and dumps still hold of the steps dli_step ended, flushes and closes
+ * loggers, unloads modules, frees the context and every layer handle. Statistics gathered since the
+ * last dli_step (an iteration no dli_step ended) are not logged, as TransformerEngine logs them only
+ * at its step. Accepts NULL. */
 void dli_destroy(struct dli_context *ctx);
 
 /* Returns in *out the handle for the layer called `name` (borrowed: valid until dli_destroy; the

@@ -71,53 +71,6 @@ static int dli_file_refuse_path(const char *path, struct dli_error *err)
 	return -EINVAL;
 }
 
-/* The log dir is created on the first line written, but a dir that can never be created or written
- * is refused now, at dli_init, rather than at the first statistic hours later: its nearest existing
- * ancestor must be a directory this process may create entries in. */
-static int dli_file_check_dir(const char *log_dir, struct dli_error *err)
-{
-	char *path = strdup(log_dir);
-	struct stat st;
-	int rc = 0;
-
-	if (!path)
-		return -ENOMEM;
-	for (;;) {
-		if (stat(path, &st) == 0)
-			break;
-		char *slash = strrchr(path, '/');
-		if ((errno != ENOENT && errno != ENOTDIR) || !slash) {
-			if (errno == ENOENT) /* a relative first component: its parent is "." */
-				strcpy(path, ".");
-			else {
-				rc = -errno;
-				snprintf(err->message, sizeof(err->message),
-					 "log dir '%s': cannot look at '%s': %s", log_dir, path,
-					 strerror(errno));
-				goto out;
-			}
-			continue;
-		}
-		if (slash == path)
-			slash[1] = '\0';
-		else
-			*slash = '\0';
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		rc = -ENOTDIR;
-		snprintf(err->message, sizeof(err->message),
-			 "log dir '%s': '%s' is not a directory", log_dir, path);
-	} else if (access(path, W_OK | X_OK) != 0) {
-		rc = -errno;
-		snprintf(err->message, sizeof(err->message),
-			 "log dir '%s': cannot create files in '%s': %s", log_dir, path,
-			 strerror(errno));
-	}
-out:
-	free(path);
-	return rc;
-}
-
 /* nvdlfw_inspect's names: nvdlfw_inspect[_{timestamp}]_globalrank-{rank}.log. With `overwrite`, what
  * an earlier run left there is emptied now, as nvdlfw_inspect does at initialize: a re-run must not
  * show each statistic twice. A file that is not there stays absent until the first write; one that
@@ -335,7 +288,7 @@ static int dli_file_create(const struct dli_logger_create_args *args, void **ins
 		return rc;
 	}
 	self->stats.fd = self->messages.fd = -1;
-	rc = dli_file_check_dir(log_dir, err);
+	rc = dli_log_check_dir("log dir", log_dir, err);
 	if (rc == 0)
 		rc = dli_file_log_init(&self->stats, args->host, log_dir, "nvdlfw_inspect_statistics_logs",
 			       args->rank, &env, err);

@@ -465,6 +465,11 @@ static int dli_tb_create(const struct dli_logger_create_args *args, void **insta
 		dli_tb_destroy(self);
 		return -ENOMEM;
 	}
+	/* As the file logger's log dir: a directory that can never be written is refused now. */
+	if (listed && (rc = dli_log_check_dir("dir", self->dir, err)) < 0) {
+		dli_tb_destroy(self);
+		return rc;
+	}
 	if (env.overwrite && listed)
 		dli_tb_remove_earlier_runs(args, self->dir);
 	*instance = self;

@@ -20,6 +20,7 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
     ConfigError,
     Error,
     Layer,
+    StopRequested,
     fp8_gemm_enabled,
     get_mode,
     initialize_training_step,
@@ -36,7 +37,7 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "end_debug",
+    "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "StopRequested", "end_debug",
     "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
     "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",

@@ -570,6 +570,9 @@ def set_mode(mode):
 
 def step():
     """dlinspect.step(), and every attachment's iteration moves with it. Without a context it does
-    nothing, as dlinspect.step()."""
-    _dli.step()
-    _follow_all()
+    nothing, as dlinspect.step(). The attachments follow even when it raises StopRequested (the
+    step was taken)."""
+    try:
+        _dli.step()
+    finally:
+        _follow_all()

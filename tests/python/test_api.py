@@ -4,6 +4,7 @@ protocol, numpy's array interface for ml_dtypes), non-contiguous input, wrong dt
 kept after a call, config errors with file:line:column, initialize from a file, a YAML string and
 a dict, end_debug twice, the handle and by-name call sets and their schedules."""
 import array
+import errno
 import gc
 import math
 import os
@@ -920,6 +921,34 @@ def test_exit_without_end_debug_writes_everything():
     dumps = os.path.join(log_dir, "nvdlfw_inspect_tensor_dumps", "rank_0")
     want = sorted(f"L{l}_iter_{i:06d}.safetensors" for l in range(3) for i in range(2))
     assert sorted(os.listdir(dumps)) == want, os.listdir(dumps)
+
+
+def test_a_stop_asked_for_raises_at_step():
+    """DetectNonFinite's on_detect: stop makes step() raise StopRequested (a dlinspect.Error)
+    naming the layer, after taking the step, and every later step() too; on_detect: continue and a
+    clean run raise nothing."""
+    def cfg(on_detect):
+        return {"nan": {"enabled": True, "layers": {"layer_name_regex_pattern": ".*"},
+                        "DetectNonFinite": {"enabled": True, "tensors": ["activation"],
+                                            "on_detect": on_detect}}}
+    bad = np.array([1.0, np.nan, 2.0], np.float32)
+    with Run(cfg("stop")):
+        dlinspect.inspect_tensor("model.fc2", "activation", np.ones(3, np.float32))
+        dlinspect.step()  # clean: nothing raised
+        dlinspect.inspect_tensor("model.fc2", "activation", bad)
+        for it in (2, 3):
+            try:
+                dlinspect.step()
+                raise AssertionError("step() after a NaN with on_detect: stop did not raise")
+            except dlinspect.StopRequested as e:
+                assert isinstance(e, dlinspect.Error)
+                assert "model.fc2" in str(e) and "activation" in str(e), str(e)
+                assert e.code == -errno.ECANCELED, e.code
+            assert dlinspect.iteration() == it, dlinspect.iteration()
+    with Run(cfg("continue")):
+        dlinspect.inspect_tensor("model.fc2", "activation", bad)
+        dlinspect.step()
+        assert dlinspect.iteration() == 1
 
 
 def main():

@@ -547,7 +547,20 @@ static void test_bad_dir(void)
 		fclose(fp);
 	snprintf(dir, sizeof(dir), "%s/plain/tensorboard", tmp);
 	struct tb_params p = {.dir = dir};
-	void *log = tb_open(&p);
+	/* A dir that can never be made is refused at create, naming it and the file in its way. */
+	struct dli_error err;
+	void *log;
+	char want[8400];
+	CHECK_INT(tb_create(&p, &log, &err), -ENOTDIR);
+	snprintf(want, sizeof(want), "dir '%s': '%s' is not a directory", dir, plain);
+	CHECK_CONTAINS(err.message, want);
+	/* One that becomes so after create: each flush fails, and writing resumes once it is gone. */
+	CHECK_INT(unlink(plain), 0);
+	log = tb_open(&p);
+	fp = fopen(plain, "w");
+	CHECK(fp != NULL);
+	if (fp)
+		fclose(fp);
 	CHECK_INT(tb->ops->log_scalar(log, "x", 1, 1.0), 0);
 	CHECK_INT(tb->ops->flush(log), -ENOTDIR);
 	CHECK_INT(tb->ops->log_scalar(log, "x", 2, 2.0), 0);

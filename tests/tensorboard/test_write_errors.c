@@ -20,12 +20,12 @@
 
 static char tmp[] = "/tmp/dli-test-tb-errors-XXXXXX";
 
-static struct dli_context *open_run(const char *log_dir, const char *tb_params, int buckets)
+/* dli_init of a run logging to the file logger and TensorBoard: the context, or NULL and *err. */
+static struct dli_context *try_run(const char *log_dir, const char *tb_params, int buckets,
+				   struct dli_error *err)
 {
 	struct dli_options o;
 	struct dli_context *ctx = NULL;
-	struct dli_error err;
-	struct dli_layer *l;
 	char yaml[1024];
 
 	snprintf(yaml, sizeof(yaml),
@@ -39,7 +39,16 @@ static struct dli_context *open_run(const char *log_dir, const char *tb_params, 
 	dli_options_init(&o);
 	o.config_yaml = yaml;
 	o.log_dir = log_dir;
-	if (dli_init(&o, &ctx, &err) != 0) {
+	return dli_init(&o, &ctx, err) == 0 ? ctx : NULL;
+}
+
+static struct dli_context *open_run(const char *log_dir, const char *tb_params, int buckets)
+{
+	struct dli_error err;
+	struct dli_layer *l;
+	struct dli_context *ctx = try_run(log_dir, tb_params, buckets, &err);
+
+	if (!ctx) {
 		fprintf(stderr, "dli_init: %s\n", err.message);
 		CHECK(!"dli_init succeeds");
 		return NULL;
@@ -111,10 +120,12 @@ static int check_event_files(const char *dir, int64_t *first)
 	return steps;
 }
 
-/* `dir` under a regular file: mkdir fails with ENOTDIR at every step end. */
+/* `dir` under a regular file: refused at dli_init. Put under one after dli_init: mkdir fails with
+ * ENOTDIR at every step end. */
 static void test_unwritable_dir(void)
 {
-	char log_dir[4096], plain[4096], params[4200];
+	char log_dir[4096], plain[4096], params[4200], want[8400];
+	struct dli_error err;
 
 	snprintf(log_dir, sizeof(log_dir), "%s/unwritable", tmp);
 	snprintf(plain, sizeof(plain), "%s/plain", tmp);
@@ -122,9 +133,21 @@ static void test_unwritable_dir(void)
 	if (fp)
 		fclose(fp);
 	snprintf(params, sizeof(params), "{dir: '%s/tb'}", plain);
+	CHECK(try_run(log_dir, params, 4, &err) == NULL);
+	CHECK_INT(err.code, -ENOTDIR);
+	snprintf(want, sizeof(want),
+		 "loggers.tensorboard: could not create the logger: dir '%s/tb': '%s' is not a "
+		 "directory",
+		 plain, plain);
+	CHECK_CONTAINS(err.message, want);
+	CHECK_INT(unlink(plain), 0);
 	struct dli_context *ctx = open_run(log_dir, params, 4);
 	if (!ctx)
 		return;
+	fp = fopen(plain, "w");
+	CHECK(fp != NULL);
+	if (fp)
+		fclose(fp);
 	for (int i = 0; i < 5; i++)
 		CHECK_INT(dli_step(ctx), -ENOTDIR);
 	dli_destroy(ctx);
