@@ -10,7 +10,11 @@
  *   group and rank, and log that step's statistics per rank under names marked _rank<r>;
  * - a config reload at the end of the first step (core/reload.c): the new instances' accumulators
  *   take the old ones' reduction keys while those still exist, and the second step is reduced
- *   as before (destroying an accumulator removes it from the reduction).
+ *   as before (destroying an accumulator removes it from the reduction);
+ * - a tensor only rank 0 feeds (the others attach the layer and feed its activation): rank 0 logs
+ *   each step's values alone, equal to the single context's, and the others log none of it (as
+ *   TransformerEngine's buffers that were not fed): the merged record a rank reads back at a
+ *   step does not stay in its accumulator and come back, merged again, at the next step.
  * argv: <dir of exact_logger.so> */
 #include <errno.h>
 #include <math.h>
@@ -209,6 +213,7 @@ static pthread_barrier_t reload_barrier;
 struct rank_args {
 	int rank;
 	bool pooled, leaves, reload;
+	bool grad_rank0_only; /* the gradient comes from rank 0 alone */
 	const char *dir;
 	int rc;
 };
@@ -244,7 +249,7 @@ static void *run_rank(void *p)
 		for (int rk = a->pooled ? 0 : a->rank; rk < (a->pooled ? N_RANKS : a->rank + 1); rk++)
 			for (int mb = 0; mb < 2 && !a->rc; mb++) {
 				a->rc = feed(ctx, DLI_TENSOR_ACTIVATION, it, rk, mb);
-				if (!a->rc)
+				if (!a->rc && (!a->grad_rank0_only || rk == 0))
 					a->rc = feed(ctx, DLI_TENSOR_GRADIENT, it, rk, mb);
 			}
 		if (!a->rc && !a->pooled)
@@ -337,7 +342,7 @@ static bool exact_stat(const char *name)
 	return false;
 }
 
-static void run_all(const char *dir, bool leaves, bool reload)
+static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_only)
 {
 	if (reload) {
 		char path[4300];
@@ -355,7 +360,7 @@ static void run_all(const char *dir, bool leaves, bool reload)
 	}
 	for (int r = 0; r < N_RANKS; r++) {
 		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1,
-					  .reload = reload};
+					  .reload = reload, .grad_rank0_only = grad_rank0_only};
 		pthread_create(&th[r], NULL, run_rank, &a[r]);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
@@ -365,9 +370,11 @@ static void run_all(const char *dir, bool leaves, bool reload)
 }
 
 /* Reads each rank's log in `dir` and compares every value of the single context's log `ref` with
- * it: bit-identical across ranks, equal to the single context's. The count compared. */
+ * it: bit-identical across ranks, equal to the single context's. With `only0`, a name holding
+ * `only0` is rank 0's alone: the other ranks must not log it. The count compared. */
 static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
-		      struct line (*got)[LOG_CAP], size_t *n_got, char (*msgs)[MSGS_SIZE])
+		      struct line (*got)[LOG_CAP], size_t *n_got, char (*msgs)[MSGS_SIZE],
+		      const char *only0)
 {
 	for (int r = 0; r < N_RANKS; r++)
 		n_got[r] = read_log(dir, r, got[r], LOG_CAP, msgs[r], MSGS_SIZE);
@@ -375,6 +382,11 @@ static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
 	for (size_t i = 0; i < n_ref; i++) {
 		for (int r = 0; r < N_RANKS; r++) {
 			const struct line *l = find(got[r], n_got[r], ref[i].name, ref[i].it);
+			if (r > 0 && only0 && strstr(ref[i].name, only0)) {
+				CHECK(!l, "rank %d logs %s at iteration %ld, which it never fed", r,
+				      ref[i].name, ref[i].it);
+				continue;
+			}
 			CHECK(l, "rank %d lacks %s at iteration %ld", r, ref[i].name, ref[i].it);
 			if (!l)
 				continue;
@@ -417,10 +429,15 @@ int main(int argc, char **argv)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
 	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
+	char dir_pooled0[4200], dir_only0[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
 	snprintf(dir_pooled, sizeof dir_pooled, "%s/pooled", log_root);
 	snprintf(dir_fault, sizeof dir_fault, "%s/fault", log_root);
 	snprintf(dir_reload, sizeof dir_reload, "%s/reload", log_root);
+	snprintf(dir_pooled0, sizeof dir_pooled0, "%s/pooled0", log_root);
+	snprintf(dir_only0, sizeof dir_only0, "%s/only0", log_root);
+	mkdir(dir_pooled0, 0755);
+	mkdir(dir_only0, 0755);
 	mkdir(dir_reload, 0755);
 	mkdir(dir_ranks, 0755);
 	mkdir(dir_pooled, 0755);
@@ -435,8 +452,8 @@ int main(int argc, char **argv)
 	static char msgs[N_RANKS][MSGS_SIZE];
 	size_t n_ref = read_log(dir_pooled, 0, ref, LOG_CAP, NULL, 0), n_got[N_RANKS];
 
-	run_all(dir_ranks, false, false);
-	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs);
+	run_all(dir_ranks, false, false, false);
+	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs, NULL);
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
 	CHECK(find(ref, n_ref, "fc1_activation_histogram", 0) &&
 		      find(ref, n_ref, "fc1_gradient_histogram", 1),
@@ -451,9 +468,9 @@ int main(int argc, char **argv)
 
 	/* A reload at the end of the first step: the second is still reduced, no key refused. */
 	pthread_barrier_init(&reload_barrier, NULL, N_RANKS);
-	run_all(dir_reload, false, true);
+	run_all(dir_reload, false, true, false);
 	pthread_barrier_destroy(&reload_barrier);
-	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs) == compared,
+	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs, NULL) == compared,
 	      "after the reload, not every value was compared");
 	for (int r = 0; r < N_RANKS; r++) {
 		CHECK(strstr(msgs[r], "reloaded at the end of iteration 0"),
@@ -464,8 +481,19 @@ int main(int argc, char **argv)
 		      "rank %d: no reduction after the reload: %s", r, msgs[r]);
 	}
 
+	/* The gradient on rank 0 only, two steps: each step's values are that step's pieces. */
+	struct rank_args pooled0 = {.rank = 0, .pooled = true, .dir = dir_pooled0,
+				    .grad_rank0_only = true};
+	run_rank(&pooled0);
+	CHECK(pooled0.rc == 0, "pooled run (gradient of rank 0 only) failed");
+	n_ref = read_log(dir_pooled0, 0, ref, LOG_CAP, NULL, 0);
+	CHECK(find(ref, n_ref, "fc1_gradient_l1_norm", 1), "the single context logged no gradient");
+	run_all(dir_only0, false, false, true);
+	CHECK(compare(dir_only0, ref, n_ref, got, n_got, msgs, "_gradient_") >= n_ref,
+	      "not every value of the gradient-on-rank-0 run was compared");
+
 	/* Rank 2 never ends the second step. */
-	run_all(dir_fault, true, false);
+	run_all(dir_fault, true, false, false);
 	for (int r = 0; r < N_RANKS - 1; r++) {
 		n_got[r] = read_log(dir_fault, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
 		CHECK(strstr(msgs[r], "statistics of iteration 1 were not reduced across group [0-2]") &&
