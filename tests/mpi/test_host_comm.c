@@ -14,7 +14,9 @@
  * - a tensor only rank 0 feeds (the others attach the layer and feed its activation): rank 0 logs
  *   each step's values alone, equal to the single context's, and the others log none of it (as
  *   TransformerEngine's buffers that were not fed): the merged record a rank reads back at a
- *   step does not stay in its accumulator and come back, merged again, at the next step.
+ *   step does not stay in its accumulator and come back, merged again, at the next step;
+ * - one config read by each rank through another path (absolute, with "./", a copy elsewhere):
+ *   the reduction keys are the same, and the values the single context's.
  * argv: <dir of exact_logger.so> */
 #include <errno.h>
 #include <math.h>
@@ -214,6 +216,7 @@ struct rank_args {
 	int rank;
 	bool pooled, leaves, reload;
 	bool grad_rank0_only; /* the gradient comes from rank 0 alone */
+	bool copies;          /* each rank reads the config through a path of its own */
 	const char *dir;
 	int rc;
 };
@@ -225,9 +228,11 @@ static void *run_rank(void *p)
 	struct dli_options o;
 	dli_options_init(&o);
 	char cfg_path[4300];
-	if (a->reload) {
-		/* One file for every rank (the reduction keys name it): run_all wrote it. */
-		snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", a->dir);
+	if (a->reload || a->copies) {
+		/* run_all wrote the file, and a copy in copy/ */
+		static const char *const paths[N_RANKS] = {"%s/config.yaml", "%s/./config.yaml",
+							   "%s/copy/config.yaml"};
+		snprintf(cfg_path, sizeof cfg_path, a->copies ? paths[a->rank] : paths[0], a->dir);
 		o.config_path = cfg_path;
 	} else {
 		o.config_yaml = config;
@@ -342,11 +347,13 @@ static bool exact_stat(const char *name)
 	return false;
 }
 
-static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_only)
+static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_only, bool copies)
 {
-	if (reload) {
+	for (int k = 0; k < (copies ? 2 : reload ? 1 : 0); k++) {
 		char path[4300];
-		snprintf(path, sizeof path, "%s/config.yaml", dir);
+		snprintf(path, sizeof path, k ? "%s/copy" : "%s", dir);
+		mkdir(path, 0755);
+		strcat(path, "/config.yaml");
 		FILE *f = fopen(path, "w");
 		CHECK(f && fputs(config, f) >= 0 && !fclose(f), "cannot write %s", path);
 	}
@@ -360,7 +367,8 @@ static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_o
 	}
 	for (int r = 0; r < N_RANKS; r++) {
 		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1,
-					  .reload = reload, .grad_rank0_only = grad_rank0_only};
+					  .reload = reload, .grad_rank0_only = grad_rank0_only,
+					  .copies = copies};
 		pthread_create(&th[r], NULL, run_rank, &a[r]);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
@@ -429,13 +437,15 @@ int main(int argc, char **argv)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
 	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
-	char dir_pooled0[4200], dir_only0[4200];
+	char dir_pooled0[4200], dir_only0[4200], dir_copies[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
 	snprintf(dir_pooled, sizeof dir_pooled, "%s/pooled", log_root);
 	snprintf(dir_fault, sizeof dir_fault, "%s/fault", log_root);
 	snprintf(dir_reload, sizeof dir_reload, "%s/reload", log_root);
 	snprintf(dir_pooled0, sizeof dir_pooled0, "%s/pooled0", log_root);
 	snprintf(dir_only0, sizeof dir_only0, "%s/only0", log_root);
+	snprintf(dir_copies, sizeof dir_copies, "%s/copies", log_root);
+	mkdir(dir_copies, 0755);
 	mkdir(dir_pooled0, 0755);
 	mkdir(dir_only0, 0755);
 	mkdir(dir_reload, 0755);
@@ -452,7 +462,7 @@ int main(int argc, char **argv)
 	static char msgs[N_RANKS][MSGS_SIZE];
 	size_t n_ref = read_log(dir_pooled, 0, ref, LOG_CAP, NULL, 0), n_got[N_RANKS];
 
-	run_all(dir_ranks, false, false, false);
+	run_all(dir_ranks, false, false, false, false);
 	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs, NULL);
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
 	CHECK(find(ref, n_ref, "fc1_activation_histogram", 0) &&
@@ -468,7 +478,7 @@ int main(int argc, char **argv)
 
 	/* A reload at the end of the first step: the second is still reduced, no key refused. */
 	pthread_barrier_init(&reload_barrier, NULL, N_RANKS);
-	run_all(dir_reload, false, true, false);
+	run_all(dir_reload, false, true, false, false);
 	pthread_barrier_destroy(&reload_barrier);
 	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs, NULL) == compared,
 	      "after the reload, not every value was compared");
@@ -481,6 +491,11 @@ int main(int argc, char **argv)
 		      "rank %d: no reduction after the reload: %s", r, msgs[r]);
 	}
 
+	/* One config through three paths: the same keys, so reduced as with one text. */
+	run_all(dir_copies, false, false, false, true);
+	CHECK(compare(dir_copies, ref, n_ref, got, n_got, msgs, NULL) == compared,
+	      "with the config at other paths, not every value was compared");
+
 	/* The gradient on rank 0 only, two steps: each step's values are that step's pieces. */
 	struct rank_args pooled0 = {.rank = 0, .pooled = true, .dir = dir_pooled0,
 				    .grad_rank0_only = true};
@@ -488,12 +503,12 @@ int main(int argc, char **argv)
 	CHECK(pooled0.rc == 0, "pooled run (gradient of rank 0 only) failed");
 	n_ref = read_log(dir_pooled0, 0, ref, LOG_CAP, NULL, 0);
 	CHECK(find(ref, n_ref, "fc1_gradient_l1_norm", 1), "the single context logged no gradient");
-	run_all(dir_only0, false, false, true);
+	run_all(dir_only0, false, false, true, false);
 	CHECK(compare(dir_only0, ref, n_ref, got, n_got, msgs, "_gradient_") >= n_ref,
 	      "not every value of the gradient-on-rank-0 run was compared");
 
 	/* Rank 2 never ends the second step. */
-	run_all(dir_fault, true, false, false);
+	run_all(dir_fault, true, false, false, false);
 	for (int r = 0; r < N_RANKS - 1; r++) {
 		n_got[r] = read_log(dir_fault, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
 		CHECK(strstr(msgs[r], "statistics of iteration 1 were not reduced across group [0-2]") &&
