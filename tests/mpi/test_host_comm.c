@@ -2,8 +2,9 @@
  * "ranks" are threads of this process, each with its own context, and the communicator is a
  * shared board in memory. Checks, through the exact logger (tests/mpi/exact_logger.c):
  * - every rank logs the same bits for LogTensorStats of activations and gradients sharded
- *   unevenly (rank 1's activation shard empty), two microbatches a step, and for
- *   LogNvfp4TensorStats of the activations;
+ *   unevenly (rank 1's activation shard empty: it logs the reduced values all the same, its
+ *   max_blockwise_dynamic_range too), two microbatches a step, and for LogNvfp4TensorStats of
+ *   the activations;
  * - those equal a single context fed the same pieces in rank order (exact for min, max, amax and
  *   the counts, 1e-12 relative for the rest: only the order of the merges differs);
  * - weights with tensor_parallel_size 1 stay per rank;
@@ -165,7 +166,7 @@ static const char *config =
 	"      enabled: true\n"
 	"      tensors: [activation, gradient, weight]\n"
 	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "
-	"nan_count, inf_count, 'zero%', histogram]\n"
+	"nan_count, inf_count, 'zero%', histogram, max_blockwise_dynamic_range]\n"
 	"      freq: 1\n"
 	"    LogNvfp4TensorStats:\n"
 	"      enabled: true\n"
@@ -480,8 +481,8 @@ int main(int argc, char **argv)
 	const struct line *w0 = find(got[0], n_got[0], "fc1_weight_mean", 0),
 			  *w2 = find(got[2], n_got[2], "fc1_weight_mean", 0);
 	CHECK(w0 && w2 && strcmp(w0->hex, w2->hex) != 0, "weights were reduced across ranks");
-	CHECK(strstr(msgs[0], "reduced across group [0-2]: 3 records, 2 collective(s)") &&
-		      strstr(msgs[0], "reduced across group [0-2]: 3 records, 1 collective(s)"),
+	CHECK(strstr(msgs[0], "reduced across group [0-2]: 5 records, 2 collective(s)") &&
+		      strstr(msgs[0], "reduced across group [0-2]: 5 records, 1 collective(s)"),
 	      "no DEBUG lines counting the collectives: %s", msgs[0]);
 
 	/* A reload at the end of the first step: the second is still reduced, no key refused. */
@@ -495,7 +496,7 @@ int main(int argc, char **argv)
 		      "rank %d: the config was not reloaded: %s", r, msgs[r]);
 		CHECK(!strstr(msgs[r], "same reduction key"),
 		      "rank %d: the reload's accumulators were refused their keys: %s", r, msgs[r]);
-		CHECK(strstr(msgs[r], "reduced across group [0-2]: 3 records, 1 collective(s)"),
+		CHECK(strstr(msgs[r], "reduced across group [0-2]: 5 records, 1 collective(s)"),
 		      "rank %d: no reduction after the reload: %s", r, msgs[r]);
 	}
 
