@@ -70,8 +70,10 @@ static inline void dli_reduce_share(const struct dli_host *host, struct dli_cont
 		int rank = host->rank(ctx), first = rank - rank % rc->tp_size;
 		if (!rc->weight_tp || rc->tp_size == 1)
 			return;
+		/* Checked on every rank, not only where the last group runs past the world: the
+		 * other ranks would reduce in groups that the last ranks never join. */
 		if (rc->tp_size > (int)(sizeof ranks / sizeof ranks[0]) ||
-		    first + rc->tp_size > host->world_size(ctx)) {
+		    host->world_size(ctx) % rc->tp_size != 0) {
 			host->log(ctx, DLI_LOG_ERROR,
 				  "%s: tensor_parallel_size %d does not divide the world of %d ranks "
 				  "into groups; the weight statistics of layer '%s' stay per rank",

@@ -18,7 +18,8 @@
  *   TransformerEngine's buffers that were not fed): the merged record a rank reads back at a
  *   step does not stay in its accumulator and come back, merged again, at the next step;
  * - one config read by each rank through another path (absolute, with "./", a copy elsewhere):
- *   the reduction keys are the same, and the values the single context's.
+ *   the reduction keys are the same, and the values the single context's;
+ * - tensor_parallel_size 2 in a world of 3: an error on every rank, weights per rank.
  * argv: <dir of exact_logger.so> */
 #include <errno.h>
 #include <math.h>
@@ -156,22 +157,26 @@ static const struct dli_comm_ops loop_ops = {
 
 /* ---- The ranks ---- */
 
-static const char *config =
-	"loggers: {exact: {}}\n"
-	"stats:\n"
-	"  enabled: true\n"
-	"  layers: {layer_name_regex_pattern: '^fc1$'}\n"
-	"  transformer_engine:\n"
-	"    LogTensorStats:\n"
-	"      enabled: true\n"
-	"      tensors: [activation, gradient, weight]\n"
-	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "
-	"nan_count, inf_count, 'zero%', histogram, max_blockwise_dynamic_range]\n"
+#define CONFIG_HEAD                                                                                \
+	"loggers: {exact: {}}\n"                                                                   \
+	"stats:\n"                                                                                 \
+	"  enabled: true\n"                                                                        \
+	"  layers: {layer_name_regex_pattern: '^fc1$'}\n"                                          \
+	"  transformer_engine:\n"                                                                  \
+	"    LogTensorStats:\n"                                                                    \
+	"      enabled: true\n"                                                                    \
+	"      tensors: [activation, gradient, weight]\n"                                          \
+	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "      \
+	"nan_count, inf_count, 'zero%', histogram, max_blockwise_dynamic_range]\n"                  \
 	"      freq: 1\n"
-	"    LogNvfp4TensorStats:\n"
-	"      enabled: true\n"
-	"      tensors: [activation]\n"
-	"      stats: [underflows%, mse]\n";
+#define CONFIG_TAIL                                                                                \
+	"    LogNvfp4TensorStats:\n"                                                               \
+	"      enabled: true\n"                                                                    \
+	"      tensors: [activation]\n"                                                            \
+	"      stats: [underflows%, mse]\n"
+static const char *config = CONFIG_HEAD CONFIG_TAIL;
+/* Tensor-parallel groups of 2 do not divide a world of 3 ranks. */
+static const char *config_tp2 = CONFIG_HEAD "      tensor_parallel_size: 2\n" CONFIG_TAIL;
 
 static char log_root[4096];
 
@@ -223,6 +228,7 @@ struct rank_args {
 	bool pooled, leaves, reload;
 	bool grad_rank0_only; /* the gradient comes from rank 0 alone */
 	bool copies;          /* each rank reads the config through a path of its own */
+	const char *yaml;     /* the config text (NULL: config) */
 	const char *dir;
 	int rc;
 };
@@ -241,7 +247,7 @@ static void *run_rank(void *p)
 		snprintf(cfg_path, sizeof cfg_path, a->copies ? paths[a->rank] : paths[0], a->dir);
 		o.config_path = cfg_path;
 	} else {
-		o.config_yaml = config;
+		o.config_yaml = a->yaml ? a->yaml : config;
 	}
 	o.log_dir = a->dir;
 	if (!a->pooled) {
@@ -353,8 +359,11 @@ static bool exact_stat(const char *name)
 	return false;
 }
 
-static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_only, bool copies)
+/* Runs N_RANKS ranks in `dir`, each with `how`'s settings (its rank and dir set here; leaves: the
+ * last rank leaves). */
+static void run_all(const char *dir, struct rank_args how)
 {
+	bool copies = how.copies, reload = how.reload;
 	for (int k = 0; k < (copies ? 2 : reload ? 1 : 0); k++) {
 		char path[4300];
 		snprintf(path, sizeof path, k ? "%s/copy" : "%s", dir);
@@ -372,9 +381,10 @@ static void run_all(const char *dir, bool leaves, bool reload, bool grad_rank0_o
 		memset(rounds[p].in, 0, sizeof rounds[p].in);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
-		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1,
-					  .reload = reload, .grad_rank0_only = grad_rank0_only,
-					  .copies = copies};
+		a[r] = how;
+		a[r].rank = r;
+		a[r].dir = dir;
+		a[r].leaves = how.leaves && r == N_RANKS - 1;
 		pthread_create(&th[r], NULL, run_rank, &a[r]);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
@@ -443,7 +453,7 @@ int main(int argc, char **argv)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
 	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
-	char dir_pooled0[4200], dir_only0[4200], dir_copies[4200];
+	char dir_pooled0[4200], dir_only0[4200], dir_copies[4200], dir_tp2[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
 	snprintf(dir_pooled, sizeof dir_pooled, "%s/pooled", log_root);
 	snprintf(dir_fault, sizeof dir_fault, "%s/fault", log_root);
@@ -451,6 +461,8 @@ int main(int argc, char **argv)
 	snprintf(dir_pooled0, sizeof dir_pooled0, "%s/pooled0", log_root);
 	snprintf(dir_only0, sizeof dir_only0, "%s/only0", log_root);
 	snprintf(dir_copies, sizeof dir_copies, "%s/copies", log_root);
+	snprintf(dir_tp2, sizeof dir_tp2, "%s/tp2", log_root);
+	mkdir(dir_tp2, 0755);
 	mkdir(dir_copies, 0755);
 	mkdir(dir_pooled0, 0755);
 	mkdir(dir_only0, 0755);
@@ -468,7 +480,7 @@ int main(int argc, char **argv)
 	static char msgs[N_RANKS][MSGS_SIZE];
 	size_t n_ref = read_log(dir_pooled, 0, ref, LOG_CAP, NULL, 0), n_got[N_RANKS];
 
-	run_all(dir_ranks, false, false, false, false);
+	run_all(dir_ranks, (struct rank_args){0});
 	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs, NULL);
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
 	CHECK(find(ref, n_ref, "fc1_activation_nvfp4_underflows%", 0) &&
@@ -487,7 +499,7 @@ int main(int argc, char **argv)
 
 	/* A reload at the end of the first step: the second is still reduced, no key refused. */
 	pthread_barrier_init(&reload_barrier, NULL, N_RANKS);
-	run_all(dir_reload, false, true, false, false);
+	run_all(dir_reload, (struct rank_args){.reload = true});
 	pthread_barrier_destroy(&reload_barrier);
 	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs, NULL) == compared,
 	      "after the reload, not every value was compared");
@@ -501,7 +513,7 @@ int main(int argc, char **argv)
 	}
 
 	/* One config through three paths: the same keys, so reduced as with one text. */
-	run_all(dir_copies, false, false, false, true);
+	run_all(dir_copies, (struct rank_args){.copies = true});
 	CHECK(compare(dir_copies, ref, n_ref, got, n_got, msgs, NULL) == compared,
 	      "with the config at other paths, not every value was compared");
 
@@ -512,12 +524,30 @@ int main(int argc, char **argv)
 	CHECK(pooled0.rc == 0, "pooled run (gradient of rank 0 only) failed");
 	n_ref = read_log(dir_pooled0, 0, ref, LOG_CAP, NULL, 0);
 	CHECK(find(ref, n_ref, "fc1_gradient_l1_norm", 1), "the single context logged no gradient");
-	run_all(dir_only0, false, false, true, false);
+	run_all(dir_only0, (struct rank_args){.grad_rank0_only = true});
 	CHECK(compare(dir_only0, ref, n_ref, got, n_got, msgs, "_gradient_") >= n_ref,
 	      "not every value of the gradient-on-rank-0 run was compared");
 
+	/* tensor_parallel_size 2 in a world of 3: every rank says so and keeps its weight statistics
+	 * per rank (not ranks 0 and 1 reduced together and rank 2 alone). */
+	run_all(dir_tp2, (struct rank_args){.yaml = config_tp2});
+	for (int r = 0; r < N_RANKS; r++) {
+		n_got[r] = read_log(dir_tp2, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
+		CHECK(strstr(msgs[r], "tensor_parallel_size 2 does not divide the world of 3 ranks"),
+		      "rank %d: no error about tensor_parallel_size: %s", r, msgs[r]);
+		const struct line *w = find(got[r], n_got[r], "fc1_weight_l1_norm", 0);
+		double want = 0;
+		float v[64];
+		piece(DLI_TENSOR_WEIGHT, 0, r, 0, v, piece_size(DLI_TENSOR_WEIGHT, r, 0));
+		for (int64_t i = 0; i < piece_size(DLI_TENSOR_WEIGHT, r, 0); i++)
+			want += fabs(v[i]);
+		CHECK(w && fabs(strtod(w->hex, NULL) - want) <= 1e-12 * want,
+		      "rank %d: fc1_weight_l1_norm is %s, its own weight's %.17g", r,
+		      w ? w->hex : "missing", want);
+	}
+
 	/* Rank 2 never ends the second step. */
-	run_all(dir_fault, true, false, false, false);
+	run_all(dir_fault, (struct rank_args){.leaves = true});
 	for (int r = 0; r < N_RANKS - 1; r++) {
 		n_got[r] = read_log(dir_fault, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
 		CHECK(strstr(msgs[r], "statistics of iteration 1 were not reduced across group [0-2]") &&
