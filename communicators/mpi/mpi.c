@@ -101,11 +101,28 @@ static void *finalize_thread(void *arg)
 	return NULL;
 }
 
+static void free_state(struct dli_mpi *c)
+{
+	for (size_t i = 0; i < c->n_stale_bufs; i++)
+		free(c->stale_bufs[i]);
+	free(c->stale_bufs);
+	free(c->stale);
+	free(c);
+}
+
 static void dli_mpi_close(void *comm)
 {
 	struct dli_mpi *c = comm;
 	if (!c)
 		return;
+	/* A host that finalized MPI before dli_destroy took our communicator and requests with it;
+	 * any MPI call now (but these queries) aborts the process. */
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (finalized) {
+		free_state(c);
+		return;
+	}
 	/* Requests a missing rank never answered: cancelled receives, sends let go. */
 	for (size_t i = 0; i < c->n_stale; i++)
 		if (c->stale[i] != MPI_REQUEST_NULL)
@@ -132,11 +149,7 @@ static void dli_mpi_close(void *comm)
 				c->rank, c->timeout_s);
 		}
 	}
-	for (size_t i = 0; i < c->n_stale_bufs; i++)
-		free(c->stale_bufs[i]);
-	free(c->stale_bufs);
-	free(c->stale);
-	free(c);
+	free_state(c);
 }
 
 static int dli_mpi_rank(void *comm)
@@ -224,6 +237,14 @@ static int dli_mpi_allgather(void *comm, void *group, const void *send, size_t b
 	if (g->broken) {
 		snprintf(err->message, sizeof err->message,
 			 "the group timed out or failed before: no further collectives on it");
+		return -EPIPE;
+	}
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (finalized) {
+		snprintf(err->message, sizeof err->message,
+			 "MPI was finalized (by the host) before this collective: call dli_destroy "
+			 "before MPI_Finalize");
 		return -EPIPE;
 	}
 	if (bytes > (size_t)INT32_MAX) {

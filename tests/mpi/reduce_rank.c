@@ -6,10 +6,13 @@
  * The rank comes from Open MPI's environment; the core's communicator (DLINSPECT_COMMUNICATOR=mpi)
  * must agree with it. Shard sizes are uneven, and rank 2 holds an empty shard of every activation.
  *
- * argv: <config> <dir> [fault | die | pooled P | hostinit]. With `fault`, the last rank leaves after
+ * argv: <config> <dir> [fault | die | pooled P | hostinit | hostfinal]. With `fault`, the last rank leaves after
  * the first step without ending the second: the others must time out naming it, and log that step
  * per rank. With `die`, the last rank kills itself (SIGKILL) at the second step instead. With `hostinit`, this program initializes MPI itself before dli_init and finalizes it after
- * dli_destroy: the communicator must neither initialize it again nor finalize it. */
+ * dli_destroy: the communicator must neither initialize it again nor finalize it. With
+ * `hostfinal`, this program initializes MPI and finalizes it before dli_destroy (as a host whose
+ * own MPI teardown runs first): dli_destroy must not call MPI after that, which aborts the
+ * process. */
 #include <errno.h>
 #include <signal.h>
 #include <math.h>
@@ -103,7 +106,8 @@ int main(int argc, char **argv)
 	 * from the same pieces (so the same kernel blocks) as the ranks'. */
 	int pooled = argc > 4 && !strcmp(argv[3], "pooled") ? atoi(argv[4]) : 0;
 	int rank = env_int("OMPI_COMM_WORLD_RANK", 0), size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-	bool hostinit = argc > 3 && !strcmp(argv[3], "hostinit");
+	bool hostfinal = argc > 3 && !strcmp(argv[3], "hostfinal");
+	bool hostinit = hostfinal || (argc > 3 && !strcmp(argv[3], "hostinit"));
 #ifdef DLI_TEST_MPI
 	if (hostinit && MPI_Init(&argc, &argv) != MPI_SUCCESS) {
 		fprintf(stderr, "rank %d: MPI_Init failed\n", rank);
@@ -154,9 +158,13 @@ int main(int argc, char **argv)
 	}
 	if (r)
 		fprintf(stderr, "rank %d: failed: %s\n", rank, strerror(-r));
+#ifdef DLI_TEST_MPI
+	if (hostfinal)
+		MPI_Finalize();
+#endif
 	dli_destroy(ctx);
 #ifdef DLI_TEST_MPI
-	if (hostinit) {
+	if (hostinit && !hostfinal) {
 		int finalized = 1;
 		MPI_Finalized(&finalized);
 		if (finalized) {

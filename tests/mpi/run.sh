@@ -5,11 +5,12 @@
 # Skips (77) without mpirun or the mpi module.
 # argv: <reduce_rank> <dir of exact_logger.so> <dir of mpi.so> [case...]; cases: 1 2 3 4 fault
 # die (the last of 4 ranks is killed by SIGKILL at the second step; mpirun --enable-recovery lets
-# the others run on), hostinit (2 ranks of a host that initializes and finalizes MPI itself)
+# the others run on), hostinit (2 ranks of a host that initializes and finalizes MPI itself),
+# hostfinal (the same, finalizing MPI before dli_destroy)
 set -u
 prog=$1 exact_dir=$2 comm_dir=$3
 shift 3
-cases=${*:-1 2 3 4 fault die hostinit}
+cases=${*:-1 2 3 4 fault die hostinit hostfinal}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
 [ -f "$comm_dir/mpi.so" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
 py=$("$DLI_PYENV" numpy) || { echo "FAIL: no Python environment with numpy (tests/pyenv.sh)"; exit 1; }
@@ -31,6 +32,7 @@ for c in $cases; do
 	[ "$c" = fault ] && np=4 mode=fault
 	[ "$c" = die ] && np=4 mode=fault
 	[ "$c" = hostinit ] && np=2
+	[ "$c" = hostfinal ] && np=2
 	[ "$np" = 4 ] && tp=2
 	dir=$work/$c
 	mkdir -p "$dir"
@@ -69,6 +71,7 @@ YAML
 	recovery=
 	[ "$c" = die ] && recovery=--enable-recovery
 	[ "$c" = hostinit ] && extra=hostinit
+	[ "$c" = hostfinal ] && extra=hostfinal
 	# A fault run's collectives wait 3 s for the rank that left; the others have no reason to.
 	timeout=60
 	[ "$mode" = fault ] && timeout=3
