@@ -86,7 +86,8 @@ static void finalize_now(void)
 	} else {
 		pthread_t th;
 		struct timespec until;
-		double limit = finalize_limit_s < 1 ? 1 : finalize_limit_s > 1e9 ? 1e9 : finalize_limit_s;
+		double limit = finalize_limit_s < 1 ? 1 : finalize_limit_s;
+		limit = limit > 1e9 ? 1e9 : limit; /* a time_t's worth */
 		clock_gettime(CLOCK_REALTIME, &until);
 		until.tv_sec += (time_t)limit;
 		if (pthread_create(&th, NULL, finalize_thread, NULL) != 0) {
