@@ -203,9 +203,10 @@ def _communicator(comm):
 
 
 def end_debug():
-    """Logs a pending step's statistics, closes the loggers and frees the context. Safe to call
-    twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
-    answer defaults until the next initialize(), then find their layer again."""
+    """Flushes and closes the loggers and frees the context; statistics of a step that step()
+    did not end are not logged (as nvdlfw_inspect's end_debug). Safe to call twice, or without
+    initialize(); initialize() may follow. Layer handles stay usable: they answer defaults until
+    the next initialize(), then find their layer again."""
     _c._destroy()
 
 
