@@ -33,6 +33,7 @@ DLI_MODULE_NAMESPACE("communicators");
 static bool owns_mpi;          /* MPI_Init was this module's: MPI_Finalize at exit is too */
 static bool failed_collective; /* a gather timed out or failed: a rank may never finalize */
 static double finalize_limit_s = 1; /* the last collective's time limit */
+static int world_rank;              /* for the message of a finalize that does not return */
 /* Buffers of timed-out gathers (a late message may still land in them), freed once MPI is
  * finalized. */
 static void **graveyard;
@@ -94,9 +95,9 @@ static void finalize_now(void)
 			MPI_Finalize();
 		} else if (pthread_timedjoin_np(th, NULL, &until) != 0) {
 			pthread_detach(th);
-			fprintf(stderr, "dlinspect: MPI_Finalize did not return within %g s (a rank "
-					"that did not come may be gone): going on without it\n",
-				finalize_limit_s);
+			fprintf(stderr, "dlinspect: rank %d: MPI_Finalize did not return within %g s "
+					"(a rank that did not come may be gone): going on without it\n",
+				world_rank, finalize_limit_s);
 			return; /* the buffers may still be written */
 		}
 	}
@@ -156,6 +157,7 @@ static int dli_mpi_open(void **out, struct dli_error *err)
 	MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(c->world, &c->rank);
 	MPI_Comm_size(c->world, &c->size);
+	world_rank = c->rank;
 	*out = c;
 	return 0;
 }
