@@ -112,6 +112,8 @@ int dli_step(struct dli_context *ctx)
 				dli_nvtx_pop();
 		}
 	}
+	if (ctx->reduce)
+		dli_reduce_step_end(ctx);
 	pthread_mutex_unlock(&ctx->layers_lock);
 	if (!ctx->stepped) {
 		dli_report_silent_noops(ctx);

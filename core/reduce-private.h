@@ -20,6 +20,9 @@ int dli_reduce_open(struct dli_context *ctx, const struct dli_options *options,
 void dli_reduce_announce(struct dli_context *ctx);
 /* Reduces the shared accumulators whose schedule selects `iteration`; dli_step, before step_end. */
 void dli_reduce_step(struct dli_context *ctx, int64_t iteration);
+/* Empties the accumulators dli_reduce_step filled with their group's merge; dli_step, after every
+ * step_end read them. Accepts a context without a communicator. */
+void dli_reduce_step_end(struct dli_context *ctx);
 /* Closes the communicator; after every accumulator is gone. Accepts a context without one. */
 void dli_reduce_close(struct dli_context *ctx);
 

@@ -53,6 +53,7 @@ struct dli_share {
 	size_t group;
 	int scope;
 	unsigned generation; /* dli_reduce.generation when it was shared */
+	bool filled;         /* this step's merge was put into acc: emptied after step_end */
 };
 
 struct dli_group {
@@ -648,6 +649,7 @@ static void reduce_group(struct dli_context *ctx, struct dli_reduce *red, size_t
 		}
 		dli_stats_acc_replace(act[i]->acc, &merged, hist[i] ? sum : NULL);
 		act[i]->scope = DLI_SCOPE_GROUP;
+		act[i]->filled = true;
 	}
 	free(sum);
 	free(cur);
@@ -716,6 +718,24 @@ void dli_reduce_step(struct dli_context *ctx, int64_t iteration)
 	red->steps += any;
 	free(order);
 	free(act);
+	pthread_mutex_unlock(&red->lock);
+}
+
+void dli_reduce_step_end(struct dli_context *ctx)
+{
+	struct dli_reduce *red = ctx->reduce;
+	if (!red)
+		return;
+	/* The merge is the group's whole tensor for this step's step_end to read. A feature resets
+	 * what it logged, but a rank that fed nothing this step logs nothing and so resets nothing:
+	 * the merge would stay and be sent again, and merged again, at the next reduced step. */
+	pthread_mutex_lock(&red->lock);
+	for (size_t i = 0; i < red->n_shares; i++) {
+		if (!red->shares[i]->filled)
+			continue;
+		dli_stats_acc_reset(red->shares[i]->acc);
+		red->shares[i]->filled = false;
+	}
 	pthread_mutex_unlock(&red->lock);
 }
 

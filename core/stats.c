@@ -509,6 +509,11 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 			return refuse(acc, "a quantized tensor (%lld elements) and its high-precision "
 					   "tensor (%lld) differ in size", (long long)n, (long long)n_hp);
 	}
+	/* An empty tensor gives no statistics, its quantizer's scale_inv included: an empty
+	 * microbatch or rank's shard must not move the scale_inv range of the others' (nor log a
+	 * step of its own), as TransformerEngine skips an empty tensor. */
+	if (n == 0)
+		return 0;
 	struct dli_stats_record rec;
 	int r = dli_cpu_fp8_compare_quantized(hp ? hp->data : NULL, hp ? hp->dtype : DLI_DTYPE_F32,
 					      qt->data, qt->dtype, q->scale_inv, q->scale_inv_count,

@@ -32,7 +32,7 @@ struct dli_reduce_conf {
 	bool skip;       /* skip_reduction */
 	bool weight_tp;  /* weight_tensor_tp_group_reduce */
 	int tp_size;     /* tensor_parallel_size */
-	char *where;     /* the block's "path:line:column", in every key */
+	char *where;     /* the block's "path:line:column"; its "line:column" is in every key */
 };
 
 /* Reads the keys from params[first ..]; 0 or -ENOMEM. */
@@ -70,8 +70,10 @@ static inline void dli_reduce_share(const struct dli_host *host, struct dli_cont
 		int rank = host->rank(ctx), first = rank - rank % rc->tp_size;
 		if (!rc->weight_tp || rc->tp_size == 1)
 			return;
+		/* Checked on every rank, not only where the last group runs past the world: the
+		 * other ranks would reduce in groups that the last ranks never join. */
 		if (rc->tp_size > (int)(sizeof ranks / sizeof ranks[0]) ||
-		    first + rc->tp_size > host->world_size(ctx)) {
+		    host->world_size(ctx) % rc->tp_size != 0) {
 			host->log(ctx, DLI_LOG_ERROR,
 				  "%s: tensor_parallel_size %d does not divide the world of %d ranks "
 				  "into groups; the weight statistics of layer '%s' stay per rank",
@@ -83,7 +85,15 @@ static inline void dli_reduce_share(const struct dli_host *host, struct dli_cont
 	}
 	const char *tname = host->tensor_name(ctx, tensor);
 	char key[1024];
-	snprintf(key, sizeof key, "%s|%s|%s|%s", rc->where, layer, tname ? tname : "?", role);
+	/* The block by its line and column, not its file's path: the same config read from a copy,
+	 * or through another spelling of the path (relative, absolute), must give every rank the
+	 * same keys, or nothing would merge while every rank logged its own shard as reduced. */
+	const char *place = rc->where + strlen(rc->where);
+	for (int colons = 0; place > rc->where && colons < 2;)
+		colons += *--place == ':';
+	if (*place == ':')
+		place++;
+	snprintf(key, sizeof key, "%s|%s|%s|%s", place, layer, tname ? tname : "?", role);
 	struct dli_stats_share share = {
 		.size = sizeof share, .key = key, .schedule = schedule,
 		.ranks = n ? ranks : NULL, .n_ranks = n};

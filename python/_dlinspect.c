@@ -1983,9 +1983,11 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	const char *yaml;
 	PyObject *path_obj, *log_dir_obj, *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
-	int level;
-	if (!PyArg_ParseTuple(args, "OzOO!LOi|O", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
-			      &dirs, &initial, &tnames, &level, &comm_obj))
+	int level, rank = 0, world_size = 0;
+	/* rank, world_size: the host's (torch.distributed's) when no communicator object gives
+	 * them (dlinspect/__init__.py); 0, 0: not said. */
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oii", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -2026,6 +2028,8 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	o.n_plugin_dirs = (size_t)nd;
 	o.initial_iteration = initial;
 	o.log_level = level;
+	o.rank = rank;
+	o.world_size = world_size;
 	if (tnames != Py_None) {
 		o.tensor_names = tv;
 		o.n_tensor_names = (size_t)nt;

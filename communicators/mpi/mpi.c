@@ -7,8 +7,12 @@
  * did not come are the missing ranks. Messages of one group carry one tag on a duplicate of
  * MPI_COMM_WORLD, so the host's own traffic never matches them, and MPI's non-overtaking order
  * keeps successive gathers of a group apart. After a time-out the group is broken: its buffers
- * stay with the communicator (a late message may still land in them) until close, which then gives
- * MPI_Finalize the time limit and no more. */
+ * stay allocated (a late message may still land in them) until MPI is finalized.
+ *
+ * When MPI_Init was this module's, MPI_Finalize runs at process exit, not at close: MPI_Finalize
+ * waits for every rank to finalize, so at close it would hold a dli_init that failed on one rank
+ * (a config error) until the others ended their job, and MPI cannot be initialized twice, so no
+ * context could follow a dli_destroy in the same process (Python's end_debug, then initialize). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
@@ -24,10 +28,19 @@
 
 DLI_MODULE_NAMESPACE("communicators");
 
+/* Process-wide: MPI outlives the contexts. All touched on the host's thread that runs dli_init,
+ * dli_step and dli_destroy, and at exit. */
+static bool owns_mpi;          /* MPI_Init was this module's: MPI_Finalize at exit is too */
+static bool failed_collective; /* a gather timed out or failed: a rank may never finalize */
+static double finalize_limit_s = 1; /* the last collective's time limit */
+static int world_rank;              /* for the message of a finalize that does not return */
+/* Buffers of timed-out gathers (a late message may still land in them), freed once MPI is
+ * finalized. */
+static void **graveyard;
+static size_t n_graveyard;
+
 struct dli_mpi {
 	MPI_Comm world;
-	bool we_init; /* MPI_Init was ours: MPI_Finalize is too */
-	double timeout_s; /* the last collective's time limit: how long a finalize may take */
 	int rank, size;
 	/* Left over from timed-out gathers: requests still open and the buffers they use. */
 	MPI_Request *stale;
@@ -50,6 +63,62 @@ static int mpi_error(struct dli_error *err, int code, const char *what)
 	MPI_Error_string(code, text, &len);
 	snprintf(err->message, sizeof err->message, "%s failed: %s", what, text);
 	return -EIO;
+}
+
+static void *finalize_thread(void *arg)
+{
+	(void)arg;
+	MPI_Finalize();
+	return NULL;
+}
+
+/* At exit. After a time-out, MPI_Finalize may wait forever for a rank that died (its runtime
+ * fences every process), while a rank that left cleanly is finalizing too and then it returns
+ * (and not finalizing can hang the launcher). So after a failed collective it runs in a thread of
+ * its own for at most the time limit; then this process goes on without it. */
+static void finalize_now(void)
+{
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (finalized)
+		return; /* the host did */
+	if (!failed_collective) {
+		MPI_Finalize();
+	} else {
+		pthread_t th;
+		struct timespec until;
+		double limit = finalize_limit_s < 1 ? 1 : finalize_limit_s;
+		limit = limit > 1e9 ? 1e9 : limit; /* a time_t's worth */
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_sec += (time_t)limit;
+		if (pthread_create(&th, NULL, finalize_thread, NULL) != 0) {
+			MPI_Finalize();
+		} else if (pthread_timedjoin_np(th, NULL, &until) != 0) {
+			pthread_detach(th);
+			fprintf(stderr, "dlinspect: rank %d: MPI_Finalize did not return within %g s "
+					"(a rank that did not come may be gone): going on without it\n",
+				world_rank, finalize_limit_s);
+			return; /* the buffers may still be written */
+		}
+	}
+	for (size_t i = 0; i < n_graveyard; i++)
+		free(graveyard[i]);
+	free(graveyard);
+	graveyard = NULL;
+	n_graveyard = 0;
+}
+
+/* Registers finalize_now for process exit, once, and keeps this module loaded until then (an
+ * atexit handler of a shared object runs when it is unloaded, and dli_destroy unloads modules). */
+static void finalize_at_exit(void)
+{
+	if (owns_mpi)
+		return;
+	owns_mpi = true;
+	Dl_info self;
+	if (dladdr(&owns_mpi, &self) && self.dli_fname)
+		(void)dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+	atexit(finalize_now);
 }
 
 static int dli_mpi_open(void **out, struct dli_error *err)
@@ -77,28 +146,26 @@ static int dli_mpi_open(void **out, struct dli_error *err)
 			free(c);
 			return mpi_error(err, r, "MPI_Init");
 		}
-		c->we_init = true;
+		finalize_at_exit();
 	}
 	MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 	int r = MPI_Comm_dup(MPI_COMM_WORLD, &c->world);
 	if (r != MPI_SUCCESS) {
-		if (c->we_init)
-			MPI_Finalize();
-		free(c);
+		free(c); /* MPI stays up: finalized at exit when it was ours */
 		return mpi_error(err, r, "MPI_Comm_dup");
 	}
 	MPI_Comm_set_errhandler(c->world, MPI_ERRORS_RETURN);
 	MPI_Comm_rank(c->world, &c->rank);
 	MPI_Comm_size(c->world, &c->size);
+	world_rank = c->rank;
 	*out = c;
 	return 0;
 }
 
-static void *finalize_thread(void *arg)
+static void free_state(struct dli_mpi *c)
 {
-	(void)arg;
-	MPI_Finalize();
-	return NULL;
+	free(c->stale);
+	free(c);
 }
 
 static void dli_mpi_close(void *comm)
@@ -106,37 +173,29 @@ static void dli_mpi_close(void *comm)
 	struct dli_mpi *c = comm;
 	if (!c)
 		return;
-	/* Requests a missing rank never answered: cancelled receives, sends let go. */
-	for (size_t i = 0; i < c->n_stale; i++)
-		if (c->stale[i] != MPI_REQUEST_NULL)
-			MPI_Request_free(&c->stale[i]);
-	if (!c->n_stale_bufs)
-		MPI_Comm_free(&c->world);
-	/* After a time-out, MPI_Finalize may wait forever for a rank that died (its runtime fences
-	 * every process), while a rank that left cleanly is finalizing too and then it returns (and
-	 * not finalizing can hang the launcher). So it runs in a thread of its own for at most the
-	 * time limit; then this process goes on without it. */
-	if (c->we_init && !c->n_stale_bufs) {
-		MPI_Finalize();
-	} else if (c->we_init) {
-		pthread_t th;
-		struct timespec until;
-		clock_gettime(CLOCK_REALTIME, &until);
-		until.tv_sec += (time_t)(c->timeout_s < 1 ? 1 : c->timeout_s);
-		if (pthread_create(&th, NULL, finalize_thread, NULL) != 0)
-			MPI_Finalize();
-		else if (pthread_timedjoin_np(th, NULL, &until) != 0) {
-			pthread_detach(th);
-			fprintf(stderr, "dlinspect: rank %d: MPI_Finalize did not return within %g s "
-					"(a rank that did not come may be gone): going on without it\n",
-				c->rank, c->timeout_s);
-		}
+	/* A host that finalized MPI before dli_destroy took our communicator and requests with it;
+	 * any MPI call now (but these queries) aborts the process. */
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (!finalized) {
+		/* Requests a missing rank never answered: cancelled receives, sends let go. */
+		for (size_t i = 0; i < c->n_stale; i++)
+			if (c->stale[i] != MPI_REQUEST_NULL)
+				MPI_Request_free(&c->stale[i]);
+		if (!c->n_stale_bufs)
+			MPI_Comm_free(&c->world);
 	}
-	for (size_t i = 0; i < c->n_stale_bufs; i++)
-		free(c->stale_bufs[i]);
+	/* Their buffers stay until MPI is finalized (at exit, when MPI_Init was ours; else they
+	 * stay reachable, and the host's MPI_Finalize ends their use). */
+	void **v = c->n_stale_bufs ? realloc(graveyard, (n_graveyard + c->n_stale_bufs) * sizeof *v)
+				   : NULL;
+	if (v) {
+		graveyard = v;
+		for (size_t i = 0; i < c->n_stale_bufs; i++)
+			graveyard[n_graveyard++] = c->stale_bufs[i];
+	}
 	free(c->stale_bufs);
-	free(c->stale);
-	free(c);
+	free_state(c);
 }
 
 static int dli_mpi_rank(void *comm)
@@ -220,10 +279,18 @@ static int dli_mpi_allgather(void *comm, void *group, const void *send, size_t b
 {
 	struct dli_mpi *c = comm;
 	struct dli_mpi_group *g = group;
-	c->timeout_s = timeout_s;
+	finalize_limit_s = timeout_s;
 	if (g->broken) {
 		snprintf(err->message, sizeof err->message,
 			 "the group timed out or failed before: no further collectives on it");
+		return -EPIPE;
+	}
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (finalized) {
+		snprintf(err->message, sizeof err->message,
+			 "MPI was finalized (by the host) before this collective: call dli_destroy "
+			 "before MPI_Finalize");
 		return -EPIPE;
 	}
 	if (bytes > (size_t)INT32_MAX) {
@@ -292,6 +359,7 @@ static int dli_mpi_allgather(void *comm, void *group, const void *send, size_t b
 				 "%zu of %zu members sent nothing within %g s", n_missing, n,
 				 timeout_s);
 		g->broken = true;
+		failed_collective = true;
 		keep_stale(c, reqs, 2 * n, sbuf, rbuf);
 		free(reqs);
 		return rc;

@@ -18,7 +18,10 @@ static const struct dli_sf_recipe dli_lns_recipe = {
 	.log_prefix = "nvfp4_",
 	.stats = DLI_SF_STAT_BIT(DLI_STAT_UNDERFLOWS_PCT) | DLI_SF_STAT_BIT(DLI_STAT_MSE)};
 
-enum { DLI_LNS_STATS };
+enum { DLI_LNS_STATS, DLI_LNS_REDUCE };
+
+/* The one accumulator's role in its reduction key (feature-reduce.h). */
+static const char *const dli_lns_roles[DLI_SF_MAX_SLOTS] = {"nvfp4"};
 
 static int dli_lns_create(const struct dli_feature_create_args *args, void **instance,
 			  struct dli_error *err)
@@ -43,6 +46,10 @@ static int dli_lns_create(const struct dli_feature_create_args *args, void **ins
 			 "no statistic to log: give 'stats' ([underflows%%, mse])");
 		r = -EINVAL;
 	}
+	/* Across ranks as TransformerEngine reduces this feature's buffers, with the keys of the
+	 * other statistics features (docs/distributed.md). */
+	if (!r)
+		r = dli_sf_reduce_read(self, p, DLI_LNS_REDUCE, args->where, dli_lns_roles);
 	if (r) {
 		dli_sf_destroy(self);
 		return r;
@@ -110,6 +117,7 @@ static const struct dli_param_desc dli_lns_params[] = {
 				  "high-precision tensor (16 x 16 tiles for weights, 1 x 16 blocks "
 				  "otherwise); logged as nvfp4_<stat>",
 			   .choices = dli_lns_names},
+	DLI_REDUCE_PARAMS, /* from DLI_LNS_REDUCE on */
 };
 
 static const struct dli_feature_desc dli_lns_feature = {

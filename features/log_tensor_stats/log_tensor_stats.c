@@ -144,8 +144,10 @@ static int add_blockwise(const struct dli_feature_call *c, struct dli_sf_tensor 
 	if (!r && both && !(r = host->block_dynamic_range(hp, self->blocks[slot].block_size, 1,
 							   true, &w)))
 		v = isnan(v) || isnan(w) ? NAN : (w > v ? w : v);
+	/* An empty tensor has no blocks, but it was fed: the slot logs what the other ranks' shards
+	 * give it, as slot 0 does (a rank's own empty step logs nothing either way). */
 	if (r == -ENODATA)
-		return 0; /* an empty tensor has no blocks */
+		return dli_sf_added(t, slot, 0);
 	if (r == -ENOTSUP) {
 		if (!atomic_exchange(&t->warned, true))
 			host->log(c->ctx, DLI_LOG_WARNING,

@@ -151,10 +151,27 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
             level = _LEVELS[str(log_level).upper()]
         except KeyError:
             raise ValueError(f"log_level must be one of error, warning, info, debug, not {log_level!r}") from None
+    communicator = _communicator(comm)
+    rank, world_size = (0, 0) if communicator is not None else _host_rank()
     _c._init(os.fspath(config_file) if config_file else None, yaml_text,
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              int(init_training_step), None if tensor_names is None else [str(t) for t in tensor_names],
-             level, _communicator(comm))
+             level, communicator, rank, world_size)
+
+
+def _host_rank():
+    """(rank, world size) of torch.distributed when the host imported and initialized it, else
+    (0, 0): without a communicator object, the core still names its log files by rank
+    (nvdlfw_inspect_globalrank-<rank>.log, as nvdlfw_inspect does from torch.distributed), so that
+    the ranks of a job do not all write rank 0's files. A communicator module
+    (DLINSPECT_COMMUNICATOR) that says otherwise is refused by the core."""
+    dist = sys.modules.get("torch.distributed")
+    try:
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # a torch without a default group: the ranks are not known
+        pass
+    return 0, 0
 
 
 def _communicator(comm):

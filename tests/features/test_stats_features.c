@@ -653,10 +653,21 @@ static void test_fp8_quantized(void)
 		.scale_inv_count = 1,
 	};
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &th, NULL, &qt), 0); /* colwise */
+	/* An empty microbatch (its quantizer's scale_inv another): it adds nothing, the scale_inv
+	 * range included, as an empty tensor gives no statistics (TransformerEngine skips it). */
+	float other_inv = 1.0f;
+	struct dli_tensor th0 = f32(hp, 0);
+	struct dli_quantized_tensor q0 = qt;
+	q0.data.shape[0] = 0;
+	q0.scale_inv = &other_inv;
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &th0, &q0, NULL), 0);
 	for (int i = 0; i < 3; i++) /* no quantized weight: warned once, nothing logged */
 		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_WEIGHT, &th, NULL, NULL), 0);
 	dli_step(ctx);
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_WEIGHT, &th, NULL, NULL), 0);
+	/* A step of empty tensors only logs nothing. */
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &th0, &q0, NULL), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, NULL, &q0, NULL), 0);
 	dli_step(ctx);
 	dli_destroy(ctx);
 	read_stats();

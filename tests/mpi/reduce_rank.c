@@ -6,10 +6,16 @@
  * The rank comes from Open MPI's environment; the core's communicator (DLINSPECT_COMMUNICATOR=mpi)
  * must agree with it. Shard sizes are uneven, and rank 2 holds an empty shard of every activation.
  *
- * argv: <config> <dir> [fault | die | pooled P | hostinit]. With `fault`, the last rank leaves after
+ * argv: <config> <dir> [fault | die | pooled P | hostinit | hostfinal | reinit | badinit]. With `fault`, the last rank leaves after
  * the first step without ending the second: the others must time out naming it, and log that step
  * per rank. With `die`, the last rank kills itself (SIGKILL) at the second step instead. With `hostinit`, this program initializes MPI itself before dli_init and finalizes it after
- * dli_destroy: the communicator must neither initialize it again nor finalize it. */
+ * dli_destroy: the communicator must neither initialize it again nor finalize it. With
+ * `hostfinal`, this program initializes MPI and finalizes it before dli_destroy (as a host whose
+ * own MPI teardown runs first): dli_destroy must not call MPI after that, which aborts the
+ * process. With `reinit`, each rank makes a second context after dli_destroy (in <dir>/again, one
+ * step of the gradient): the communicator must open again (MPI cannot be initialized twice). With
+ * `badinit`, the last rank's dli_init fails (its log dir cannot be made) and must return at once,
+ * not wait in MPI_Finalize for the other ranks, which wait for its marker file before they end. */
 #include <errno.h>
 #include <signal.h>
 #include <math.h>
@@ -17,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
 
@@ -103,7 +111,8 @@ int main(int argc, char **argv)
 	 * from the same pieces (so the same kernel blocks) as the ranks'. */
 	int pooled = argc > 4 && !strcmp(argv[3], "pooled") ? atoi(argv[4]) : 0;
 	int rank = env_int("OMPI_COMM_WORLD_RANK", 0), size = env_int("OMPI_COMM_WORLD_SIZE", 1);
-	bool hostinit = argc > 3 && !strcmp(argv[3], "hostinit");
+	bool hostfinal = argc > 3 && !strcmp(argv[3], "hostfinal");
+	bool hostinit = hostfinal || (argc > 3 && !strcmp(argv[3], "hostinit"));
 #ifdef DLI_TEST_MPI
 	if (hostinit && MPI_Init(&argc, &argv) != MPI_SUCCESS) {
 		fprintf(stderr, "rank %d: MPI_Init failed\n", rank);
@@ -123,7 +132,38 @@ int main(int argc, char **argv)
 	o.world_size = size;
 	struct dli_context *ctx;
 	struct dli_error err;
+	bool reinit = argc > 3 && !strcmp(argv[3], "reinit");
+	bool badinit = argc > 3 && !strcmp(argv[3], "badinit");
+	char marker[4200], bad_dir[4200];
+	snprintf(marker, sizeof marker, "%s/badinit-returned", argv[2]);
+	if (badinit && rank == size - 1) {
+		/* Under the config file, which is no directory: the loggers cannot open. */
+		snprintf(bad_dir, sizeof bad_dir, "%s/logs", argv[1]);
+		o.log_dir = bad_dir;
+		int rb = dli_init(&o, &ctx, &err);
+		FILE *f = fopen(marker, "w");
+		if (!f || fclose(f))
+			fprintf(stderr, "rank %d: cannot write %s\n", rank, marker);
+		if (rb == 0) {
+			fprintf(stderr, "rank %d: dli_init with log dir %s succeeded\n", rank, bad_dir);
+			dli_destroy(ctx);
+			return 1;
+		}
+		return 0;
+	}
 	int r = dli_init(&o, &ctx, &err);
+	if (!r && badinit) {
+		/* 30 s for the other rank's dli_init to come back: it fails at once when it does not
+		 * wait for this rank to finalize MPI, which this rank does only after. */
+		for (int i = 0; i < 300 && access(marker, F_OK) != 0; i++)
+			usleep(100000);
+		bool back = access(marker, F_OK) == 0;
+		if (!back)
+			fprintf(stderr, "rank %d: rank %d's failed dli_init did not return\n", rank,
+				size - 1);
+		dli_destroy(ctx);
+		return back ? 0 : 1;
+	}
 	if (r) {
 		fprintf(stderr, "rank %d: dli_init: %s\n", rank, err.message);
 		return 1;
@@ -154,9 +194,28 @@ int main(int argc, char **argv)
 	}
 	if (r)
 		fprintf(stderr, "rank %d: failed: %s\n", rank, strerror(-r));
-	dli_destroy(ctx);
 #ifdef DLI_TEST_MPI
-	if (hostinit) {
+	if (hostfinal)
+		MPI_Finalize();
+#endif
+	dli_destroy(ctx);
+	if (reinit && !r) {
+		char again[4300];
+		snprintf(again, sizeof again, "%s/again", argv[2]);
+		mkdir(again, 0755);
+		o.log_dir = again;
+		o.initial_iteration = 2;
+		if ((r = dli_init(&o, &ctx, &err))) {
+			fprintf(stderr, "rank %d: dli_init after dli_destroy: %s\n", rank, err.message);
+			return 1;
+		}
+		r = feed(ctx, again, "fc1", "gradient", 2, rank, 0);
+		if (!r)
+			r = dli_step(ctx);
+		dli_destroy(ctx);
+	}
+#ifdef DLI_TEST_MPI
+	if (hostinit && !hostfinal) {
 		int finalized = 1;
 		MPI_Finalized(&finalized);
 		if (finalized) {

@@ -5,11 +5,13 @@
 # Skips (77) without mpirun or the mpi module.
 # argv: <reduce_rank> <dir of exact_logger.so> <dir of mpi.so> [case...]; cases: 1 2 3 4 fault
 # die (the last of 4 ranks is killed by SIGKILL at the second step; mpirun --enable-recovery lets
-# the others run on), hostinit (2 ranks of a host that initializes and finalizes MPI itself)
+# the others run on), hostinit (2 ranks of a host that initializes and finalizes MPI itself),
+# hostfinal (the same, finalizing MPI before dli_destroy), reinit (2 ranks, a second context after
+# dli_destroy, reduced too), badinit (2 ranks, rank 1's dli_init fails and must return at once)
 set -u
 prog=$1 exact_dir=$2 comm_dir=$3
 shift 3
-cases=${*:-1 2 3 4 fault die hostinit}
+cases=${*:-1 2 3 4 fault die hostinit hostfinal reinit badinit}
 command -v mpirun >/dev/null 2>&1 || { echo "SKIP: no mpirun (Debian: openmpi-bin)"; exit 77; }
 [ -f "$comm_dir/mpi.so" ] || { echo "SKIP: the mpi module was not built"; exit 77; }
 py=$("$DLI_PYENV" numpy) || { echo "FAIL: no Python environment with numpy (tests/pyenv.sh)"; exit 1; }
@@ -31,6 +33,9 @@ for c in $cases; do
 	[ "$c" = fault ] && np=4 mode=fault
 	[ "$c" = die ] && np=4 mode=fault
 	[ "$c" = hostinit ] && np=2
+	[ "$c" = hostfinal ] && np=2
+	[ "$c" = reinit ] && np=2
+	[ "$c" = badinit ] && np=2
 	[ "$np" = 4 ] && tp=2
 	dir=$work/$c
 	mkdir -p "$dir"
@@ -69,6 +74,9 @@ YAML
 	recovery=
 	[ "$c" = die ] && recovery=--enable-recovery
 	[ "$c" = hostinit ] && extra=hostinit
+	[ "$c" = hostfinal ] && extra=hostfinal
+	[ "$c" = reinit ] && extra=reinit
+	[ "$c" = badinit ] && extra=badinit
 	# A fault run's collectives wait 3 s for the rank that left; the others have no reason to.
 	timeout=60
 	[ "$mode" = fault ] && timeout=3
@@ -82,6 +90,17 @@ YAML
 		echo "mpirun failed:"; cat "$dir/mpirun.log"; status=1; continue
 	fi
 	[ $rc = 124 ] && { echo "mpirun hung (killed after 120 s)"; cat "$dir/mpirun.log"; status=1; continue; }
+	# badinit logs no statistics: that every rank exited 0 is the test.
+	[ "$c" = badinit ] && { echo "rank 1's failed dli_init returned at once"; continue; }
+	if [ "$c" = reinit ]; then
+		for r in 0 1; do
+			grep -q "statistics of iteration 2 reduced across group \[0, 1\]" \
+				"$dir/again/exact-rank$r.txt" ||
+				{ echo "rank $r: the second context did not reduce:"; cat "$dir/mpirun.log"; status=1; }
+		done
+		[ "$(grep '^S' "$dir/again/exact-rank0.txt")" = "$(grep '^S' "$dir/again/exact-rank1.txt")" ] ||
+			{ echo "the second context's values differ between the ranks"; status=1; }
+	fi
 	# The single-process computation over the concatenated tensors, for the 1e-12 comparison.
 	mkdir -p "$dir/pooled"
 	if ! env -u DLINSPECT_COMMUNICATOR "$prog" "$dir/config.yaml" "$dir/pooled" pooled "$np" \

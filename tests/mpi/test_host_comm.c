@@ -2,7 +2,9 @@
  * "ranks" are threads of this process, each with its own context, and the communicator is a
  * shared board in memory. Checks, through the exact logger (tests/mpi/exact_logger.c):
  * - every rank logs the same bits for LogTensorStats of activations and gradients sharded
- *   unevenly (rank 1's activation shard empty), two microbatches a step;
+ *   unevenly (rank 1's activation shard empty: it logs the reduced values all the same, its
+ *   max_blockwise_dynamic_range too), two microbatches a step, and for LogNvfp4TensorStats of
+ *   the activations;
  * - those equal a single context fed the same pieces in rank order (exact for min, max, amax and
  *   the counts, 1e-12 relative for the rest: only the order of the merges differs);
  * - weights with tensor_parallel_size 1 stay per rank;
@@ -10,7 +12,14 @@
  *   group and rank, and log that step's statistics per rank under names marked _rank<r>;
  * - a config reload at the end of the first step (core/reload.c): the new instances' accumulators
  *   take the old ones' reduction keys while those still exist, and the second step is reduced
- *   as before (destroying an accumulator removes it from the reduction).
+ *   as before (destroying an accumulator removes it from the reduction);
+ * - a tensor only rank 0 feeds (the others attach the layer and feed its activation): rank 0 logs
+ *   each step's values alone, equal to the single context's, and the others log none of it (as
+ *   TransformerEngine's buffers that were not fed): the merged record a rank reads back at a
+ *   step does not stay in its accumulator and come back, merged again, at the next step;
+ * - one config read by each rank through another path (absolute, with "./", a copy elsewhere):
+ *   the reduction keys are the same, and the values the single context's;
+ * - tensor_parallel_size 2 in a world of 3: an error on every rank, weights per rank.
  * argv: <dir of exact_logger.so> */
 #include <errno.h>
 #include <math.h>
@@ -148,18 +157,26 @@ static const struct dli_comm_ops loop_ops = {
 
 /* ---- The ranks ---- */
 
-static const char *config =
-	"loggers: {exact: {}}\n"
-	"stats:\n"
-	"  enabled: true\n"
-	"  layers: {layer_name_regex_pattern: '^fc1$'}\n"
-	"  transformer_engine:\n"
-	"    LogTensorStats:\n"
-	"      enabled: true\n"
-	"      tensors: [activation, gradient, weight]\n"
-	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "
-	"nan_count, inf_count, 'zero%', histogram]\n"
-	"      freq: 1\n";
+#define CONFIG_HEAD                                                                                \
+	"loggers: {exact: {}}\n"                                                                   \
+	"stats:\n"                                                                                 \
+	"  enabled: true\n"                                                                        \
+	"  layers: {layer_name_regex_pattern: '^fc1$'}\n"                                          \
+	"  transformer_engine:\n"                                                                  \
+	"    LogTensorStats:\n"                                                                    \
+	"      enabled: true\n"                                                                    \
+	"      tensors: [activation, gradient, weight]\n"                                          \
+	"      stats: [min, max, mean, std, var, l1_norm, l2_norm, cur_amax, dynamic_range, "      \
+	"nan_count, inf_count, 'zero%', histogram, max_blockwise_dynamic_range]\n"                  \
+	"      freq: 1\n"
+#define CONFIG_TAIL                                                                                \
+	"    LogNvfp4TensorStats:\n"                                                               \
+	"      enabled: true\n"                                                                    \
+	"      tensors: [activation]\n"                                                            \
+	"      stats: [underflows%, mse]\n"
+static const char *config = CONFIG_HEAD CONFIG_TAIL;
+/* Tensor-parallel groups of 2 do not divide a world of 3 ranks. */
+static const char *config_tp2 = CONFIG_HEAD "      tensor_parallel_size: 2\n" CONFIG_TAIL;
 
 static char log_root[4096];
 
@@ -209,6 +226,9 @@ static pthread_barrier_t reload_barrier;
 struct rank_args {
 	int rank;
 	bool pooled, leaves, reload;
+	bool grad_rank0_only; /* the gradient comes from rank 0 alone */
+	bool copies;          /* each rank reads the config through a path of its own */
+	const char *yaml;     /* the config text (NULL: config) */
 	const char *dir;
 	int rc;
 };
@@ -220,12 +240,14 @@ static void *run_rank(void *p)
 	struct dli_options o;
 	dli_options_init(&o);
 	char cfg_path[4300];
-	if (a->reload) {
-		/* One file for every rank (the reduction keys name it): run_all wrote it. */
-		snprintf(cfg_path, sizeof cfg_path, "%s/config.yaml", a->dir);
+	if (a->reload || a->copies) {
+		/* run_all wrote the file, and a copy in copy/ */
+		static const char *const paths[N_RANKS] = {"%s/config.yaml", "%s/./config.yaml",
+							   "%s/copy/config.yaml"};
+		snprintf(cfg_path, sizeof cfg_path, a->copies ? paths[a->rank] : paths[0], a->dir);
 		o.config_path = cfg_path;
 	} else {
-		o.config_yaml = config;
+		o.config_yaml = a->yaml ? a->yaml : config;
 	}
 	o.log_dir = a->dir;
 	if (!a->pooled) {
@@ -244,7 +266,7 @@ static void *run_rank(void *p)
 		for (int rk = a->pooled ? 0 : a->rank; rk < (a->pooled ? N_RANKS : a->rank + 1); rk++)
 			for (int mb = 0; mb < 2 && !a->rc; mb++) {
 				a->rc = feed(ctx, DLI_TENSOR_ACTIVATION, it, rk, mb);
-				if (!a->rc)
+				if (!a->rc && (!a->grad_rank0_only || rk == 0))
 					a->rc = feed(ctx, DLI_TENSOR_GRADIENT, it, rk, mb);
 			}
 		if (!a->rc && !a->pooled)
@@ -337,11 +359,16 @@ static bool exact_stat(const char *name)
 	return false;
 }
 
-static void run_all(const char *dir, bool leaves, bool reload)
+/* Runs N_RANKS ranks in `dir`, each with `how`'s settings (its rank and dir set here; leaves: the
+ * last rank leaves). */
+static void run_all(const char *dir, struct rank_args how)
 {
-	if (reload) {
+	bool copies = how.copies, reload = how.reload;
+	for (int k = 0; k < (copies ? 2 : reload ? 1 : 0); k++) {
 		char path[4300];
-		snprintf(path, sizeof path, "%s/config.yaml", dir);
+		snprintf(path, sizeof path, k ? "%s/copy" : "%s", dir);
+		mkdir(path, 0755);
+		strcat(path, "/config.yaml");
 		FILE *f = fopen(path, "w");
 		CHECK(f && fputs(config, f) >= 0 && !fclose(f), "cannot write %s", path);
 	}
@@ -354,8 +381,10 @@ static void run_all(const char *dir, bool leaves, bool reload)
 		memset(rounds[p].in, 0, sizeof rounds[p].in);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
-		a[r] = (struct rank_args){.rank = r, .dir = dir, .leaves = leaves && r == N_RANKS - 1,
-					  .reload = reload};
+		a[r] = how;
+		a[r].rank = r;
+		a[r].dir = dir;
+		a[r].leaves = how.leaves && r == N_RANKS - 1;
 		pthread_create(&th[r], NULL, run_rank, &a[r]);
 	}
 	for (int r = 0; r < N_RANKS; r++) {
@@ -365,9 +394,11 @@ static void run_all(const char *dir, bool leaves, bool reload)
 }
 
 /* Reads each rank's log in `dir` and compares every value of the single context's log `ref` with
- * it: bit-identical across ranks, equal to the single context's. The count compared. */
+ * it: bit-identical across ranks, equal to the single context's. With `only0`, a name holding
+ * `only0` is rank 0's alone: the other ranks must not log it. The count compared. */
 static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
-		      struct line (*got)[LOG_CAP], size_t *n_got, char (*msgs)[MSGS_SIZE])
+		      struct line (*got)[LOG_CAP], size_t *n_got, char (*msgs)[MSGS_SIZE],
+		      const char *only0)
 {
 	for (int r = 0; r < N_RANKS; r++)
 		n_got[r] = read_log(dir, r, got[r], LOG_CAP, msgs[r], MSGS_SIZE);
@@ -375,6 +406,11 @@ static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
 	for (size_t i = 0; i < n_ref; i++) {
 		for (int r = 0; r < N_RANKS; r++) {
 			const struct line *l = find(got[r], n_got[r], ref[i].name, ref[i].it);
+			if (r > 0 && only0 && strstr(ref[i].name, only0)) {
+				CHECK(!l, "rank %d logs %s at iteration %ld, which it never fed", r,
+				      ref[i].name, ref[i].it);
+				continue;
+			}
 			CHECK(l, "rank %d lacks %s at iteration %ld", r, ref[i].name, ref[i].it);
 			if (!l)
 				continue;
@@ -417,10 +453,19 @@ int main(int argc, char **argv)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
 	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
+	char dir_pooled0[4200], dir_only0[4200], dir_copies[4200], dir_tp2[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
 	snprintf(dir_pooled, sizeof dir_pooled, "%s/pooled", log_root);
 	snprintf(dir_fault, sizeof dir_fault, "%s/fault", log_root);
 	snprintf(dir_reload, sizeof dir_reload, "%s/reload", log_root);
+	snprintf(dir_pooled0, sizeof dir_pooled0, "%s/pooled0", log_root);
+	snprintf(dir_only0, sizeof dir_only0, "%s/only0", log_root);
+	snprintf(dir_copies, sizeof dir_copies, "%s/copies", log_root);
+	snprintf(dir_tp2, sizeof dir_tp2, "%s/tp2", log_root);
+	mkdir(dir_tp2, 0755);
+	mkdir(dir_copies, 0755);
+	mkdir(dir_pooled0, 0755);
+	mkdir(dir_only0, 0755);
 	mkdir(dir_reload, 0755);
 	mkdir(dir_ranks, 0755);
 	mkdir(dir_pooled, 0755);
@@ -435,9 +480,12 @@ int main(int argc, char **argv)
 	static char msgs[N_RANKS][MSGS_SIZE];
 	size_t n_ref = read_log(dir_pooled, 0, ref, LOG_CAP, NULL, 0), n_got[N_RANKS];
 
-	run_all(dir_ranks, false, false);
-	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs);
+	run_all(dir_ranks, (struct rank_args){0});
+	size_t compared = compare(dir_ranks, ref, n_ref, got, n_got, msgs, NULL);
 	CHECK(n_ref >= 2 * 2 * 12, "the single context logged %zu values", n_ref);
+	CHECK(find(ref, n_ref, "fc1_activation_nvfp4_underflows%", 0) &&
+		      find(ref, n_ref, "fc1_activation_nvfp4_mse", 1),
+	      "the single context logged no NVFP4 statistics");
 	CHECK(find(ref, n_ref, "fc1_activation_histogram", 0) &&
 		      find(ref, n_ref, "fc1_gradient_histogram", 1),
 	      "the single context logged no histograms");
@@ -445,27 +493,61 @@ int main(int argc, char **argv)
 	const struct line *w0 = find(got[0], n_got[0], "fc1_weight_mean", 0),
 			  *w2 = find(got[2], n_got[2], "fc1_weight_mean", 0);
 	CHECK(w0 && w2 && strcmp(w0->hex, w2->hex) != 0, "weights were reduced across ranks");
-	CHECK(strstr(msgs[0], "reduced across group [0-2]: 2 records, 2 collective(s)") &&
-		      strstr(msgs[0], "reduced across group [0-2]: 2 records, 1 collective(s)"),
+	CHECK(strstr(msgs[0], "reduced across group [0-2]: 5 records, 2 collective(s)") &&
+		      strstr(msgs[0], "reduced across group [0-2]: 5 records, 1 collective(s)"),
 	      "no DEBUG lines counting the collectives: %s", msgs[0]);
 
 	/* A reload at the end of the first step: the second is still reduced, no key refused. */
 	pthread_barrier_init(&reload_barrier, NULL, N_RANKS);
-	run_all(dir_reload, false, true);
+	run_all(dir_reload, (struct rank_args){.reload = true});
 	pthread_barrier_destroy(&reload_barrier);
-	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs) == compared,
+	CHECK(compare(dir_reload, ref, n_ref, got, n_got, msgs, NULL) == compared,
 	      "after the reload, not every value was compared");
 	for (int r = 0; r < N_RANKS; r++) {
 		CHECK(strstr(msgs[r], "reloaded at the end of iteration 0"),
 		      "rank %d: the config was not reloaded: %s", r, msgs[r]);
 		CHECK(!strstr(msgs[r], "same reduction key"),
 		      "rank %d: the reload's accumulators were refused their keys: %s", r, msgs[r]);
-		CHECK(strstr(msgs[r], "reduced across group [0-2]: 2 records, 1 collective(s)"),
+		CHECK(strstr(msgs[r], "reduced across group [0-2]: 5 records, 1 collective(s)"),
 		      "rank %d: no reduction after the reload: %s", r, msgs[r]);
 	}
 
+	/* One config through three paths: the same keys, so reduced as with one text. */
+	run_all(dir_copies, (struct rank_args){.copies = true});
+	CHECK(compare(dir_copies, ref, n_ref, got, n_got, msgs, NULL) == compared,
+	      "with the config at other paths, not every value was compared");
+
+	/* The gradient on rank 0 only, two steps: each step's values are that step's pieces. */
+	struct rank_args pooled0 = {.rank = 0, .pooled = true, .dir = dir_pooled0,
+				    .grad_rank0_only = true};
+	run_rank(&pooled0);
+	CHECK(pooled0.rc == 0, "pooled run (gradient of rank 0 only) failed");
+	n_ref = read_log(dir_pooled0, 0, ref, LOG_CAP, NULL, 0);
+	CHECK(find(ref, n_ref, "fc1_gradient_l1_norm", 1), "the single context logged no gradient");
+	run_all(dir_only0, (struct rank_args){.grad_rank0_only = true});
+	CHECK(compare(dir_only0, ref, n_ref, got, n_got, msgs, "_gradient_") >= n_ref,
+	      "not every value of the gradient-on-rank-0 run was compared");
+
+	/* tensor_parallel_size 2 in a world of 3: every rank says so and keeps its weight statistics
+	 * per rank (not ranks 0 and 1 reduced together and rank 2 alone). */
+	run_all(dir_tp2, (struct rank_args){.yaml = config_tp2});
+	for (int r = 0; r < N_RANKS; r++) {
+		n_got[r] = read_log(dir_tp2, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
+		CHECK(strstr(msgs[r], "tensor_parallel_size 2 does not divide the world of 3 ranks"),
+		      "rank %d: no error about tensor_parallel_size: %s", r, msgs[r]);
+		const struct line *w = find(got[r], n_got[r], "fc1_weight_l1_norm", 0);
+		double want = 0;
+		float v[64];
+		piece(DLI_TENSOR_WEIGHT, 0, r, 0, v, piece_size(DLI_TENSOR_WEIGHT, r, 0));
+		for (int64_t i = 0; i < piece_size(DLI_TENSOR_WEIGHT, r, 0); i++)
+			want += fabs(v[i]);
+		CHECK(w && fabs(strtod(w->hex, NULL) - want) <= 1e-12 * want,
+		      "rank %d: fc1_weight_l1_norm is %s, its own weight's %.17g", r,
+		      w ? w->hex : "missing", want);
+	}
+
 	/* Rank 2 never ends the second step. */
-	run_all(dir_fault, true, false);
+	run_all(dir_fault, (struct rank_args){.leaves = true});
 	for (int r = 0; r < N_RANKS - 1; r++) {
 		n_got[r] = read_log(dir_fault, r, got[r], LOG_CAP, msgs[r], sizeof msgs[r]);
 		CHECK(strstr(msgs[r], "statistics of iteration 1 were not reduced across group [0-2]") &&

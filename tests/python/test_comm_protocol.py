@@ -186,6 +186,28 @@ def main():
     del os.environ["DLINSPECT_COMMUNICATOR"]
     check(not dlinspect.is_initialized(), "a refused initialize left a context")
 
+    # Without a communicator (comm=False) in a job whose host initialized torch.distributed:
+    # the log files are named by torch's rank, as nvdlfw_inspect's, not all rank 0's. A stand-in
+    # torch.distributed says rank 3 of 4.
+    import types
+    fake = types.ModuleType("torch.distributed")
+    fake.is_available = lambda: True
+    fake.is_initialized = lambda: True
+    fake.get_rank = lambda group=None: 3
+    fake.get_world_size = lambda group=None: 4
+    sys.modules["torch.distributed"] = fake
+    try:
+        d = tempfile.mkdtemp()
+        dlinspect.initialize(config=CONFIG, log_dir=d, feature_dirs=[EXACT_DIR], comm=False)
+        dlinspect.inspect_tensor("fc1", "activation", np.ones(8, np.float32))
+        dlinspect.step()
+        dlinspect.end_debug()
+        check(os.path.exists(os.path.join(d, "exact-rank3.txt")) and
+              not os.path.exists(os.path.join(d, "exact-rank0.txt")),
+              f"comm=False under torch.distributed rank 3: files {sorted(os.listdir(d))}")
+    finally:
+        del sys.modules["torch.distributed"]
+
     if failures:
         print(f"{len(failures)} failure(s)")
         sys.exit(1)
