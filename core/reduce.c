@@ -146,12 +146,16 @@ static int reduce_new(struct dli_context *ctx, const struct dli_comm_ops *ops, v
 	const char *t = getenv("DLINSPECT_COMM_TIMEOUT");
 	if (t && *t) {
 		char *end;
+		/* Decimal only: strtod would also take hex ("0x10"), "inf" and leading blanks. */
+		bool decimal = strspn(t, "0123456789.eE+-") == strlen(t);
 		double v = strtod(t, &end);
-		if (*end || !(v > 0) || isinf(v))
+		if (!decimal || *end || !(v > 0) || isinf(v))
 			return dli_error_set(err, -EINVAL, NULL,
 					     "DLINSPECT_COMM_TIMEOUT='%s': expected a positive number of "
 					     "seconds", t);
-		red->timeout_s = v;
+		/* Longer than any run, and within what a time_t deadline and Python's timedelta (the
+		 * torch communicator) hold: 1e300 would overflow both. */
+		red->timeout_s = v < 1e9 ? v : 1e9;
 	}
 	if (red->size < 1 || red->rank < 0 || red->rank >= red->size)
 		return dli_error_set(err, -EINVAL, NULL,

@@ -431,6 +431,33 @@ static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
 	return compared;
 }
 
+/* DLINSPECT_COMM_TIMEOUT takes a positive decimal number of seconds, nothing else strtod reads. */
+static void test_timeout_refused(void)
+{
+	static const char *const bad[] = {"0x10", "inf", " 5", "5s", "-1", "0", "nan"};
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		struct loop_comm comm = {.rank = 0};
+		struct dli_options o;
+		struct dli_context *ctx = NULL;
+		struct dli_error err;
+		char want[128];
+		dli_options_init(&o);
+		o.config_yaml = config;
+		o.log_dir = log_root;
+		o.comm_ops = &loop_ops;
+		o.comm = &comm;
+		setenv("DLINSPECT_COMM_TIMEOUT", bad[i], 1);
+		int r = dli_init(&o, &ctx, &err);
+		snprintf(want, sizeof want,
+			 "DLINSPECT_COMM_TIMEOUT='%s': expected a positive number of seconds", bad[i]);
+		CHECK(r == -EINVAL && strstr(err.message, want), "DLINSPECT_COMM_TIMEOUT='%s': %d %s",
+		      bad[i], r, r ? err.message : "accepted");
+		if (!r)
+			dli_destroy(ctx);
+	}
+	setenv("DLINSPECT_COMM_TIMEOUT", "0.5", 1);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -452,6 +479,7 @@ int main(int argc, char **argv)
 	for (int p = 0; p < 2; p++)
 		for (int i = 0; i < N_RANKS; i++)
 			rounds[p].buf[i] = malloc(MAX_BYTES);
+	test_timeout_refused();
 	char dir_ranks[4200], dir_pooled[4200], dir_fault[4200], dir_reload[4200];
 	char dir_pooled0[4200], dir_only0[4200], dir_copies[4200], dir_tp2[4200];
 	snprintf(dir_ranks, sizeof dir_ranks, "%s/ranks", log_root);
