@@ -419,6 +419,18 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		int r = tagged_plain(b, ev, (const char *)ev->data.scalar.tag, &plain);
 		if (r)
 			return r;
+		/* A double-quoted "\0" (or "\x00") puts a NUL inside a scalar. Every name and value
+		 * is a C string from here on, so "fc1\0x" would silently read as "fc1": an
+		 * exact_layer_names entry would select fc1, "freq\0x" would set freq. */
+		const char *nul = memchr(ev->data.scalar.value, '\0', ev->data.scalar.length);
+		if (nul) {
+			struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+					      (int)ev->start_mark.column + 1};
+			return dli_error_set(b->err, -EINVAL, &w,
+					     "a NUL character (\\0) after '%.200s' in a double-quoted string: "
+					     "names and values cannot hold one",
+					     (const char *)ev->data.scalar.value);
+		}
 		n = node_new(b, DLI_NODE_SCALAR, ev->start_mark);
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;
