@@ -366,13 +366,14 @@ const char *dli_last_error(const struct dli_context *ctx);
  * NaN; -0 stays -0. */
 
 /* Casts `in` (f32, f16 or bf16, contiguous, in host memory) with `scale` to `format`
- * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, host memory, allocated by the
- * caller) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
+ * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, contiguous host memory,
+ * allocated by the caller, written densely) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
  * dequantized values decode(code) / scale (fake quantization); f16 or bf16 (DLI_ABI_MINOR 6 on):
  * those values rounded to nearest even, as the host's own dequantize writes its input's dtype.
  * Both tensors are borrowed. Returns
- * 0, or -EINVAL for mismatched sizes, dtypes or a scale that is not finite and > 0, -ENOTSUP for
- * device memory. */
+ * 0, or -EINVAL for mismatched sizes, dtypes, a layout that is not contiguous or a scale that is
+ * not finite and > 0, -ENOTSUP for device memory. A feature that returns the code of a refused
+ * cast (or of the host table's tensor_amax) gets the reason in the failing call's dli_last_error. */
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 		 float scale);
 
