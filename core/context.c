@@ -64,7 +64,14 @@ void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 {
 	if (!ctx)
 		return;
-	ctx->iteration = iteration < 0 ? 0 : iteration;
+	/* Refused, not clamped: a jump to 0 would silently restart every schedule. */
+	if (iteration < 0) {
+		dli_log(ctx, DLI_LOG_ERROR,
+			"dli_iteration_set(%lld): an iteration is >= 0; the iteration stays %lld",
+			(long long)iteration, (long long)ctx->iteration);
+		return;
+	}
+	ctx->iteration = iteration;
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_forget(ctx->layer_list[i]);
@@ -396,6 +403,11 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 				     "0 <= rank < world_size (a world_size of 0 or 1 leaves the rank "
 				     "unbounded)",
 				     o->rank, o->world_size);
+	if (o->initial_iteration < 0)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.initial_iteration is %lld: expected an iteration "
+				     ">= 0",
+				     (long long)o->initial_iteration);
 	if (o->log_level < -1 || o->log_level > DLI_LOG_DEBUG)
 		return dli_error_set(err, -EINVAL, NULL,
 				     "dli_init: options.log_level is %d: expected -1 (from the environment) "
@@ -409,7 +421,7 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	ctx->serial = atomic_fetch_add(&serials, 1) + 1;
 	ctx->rank = o->rank;
 	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
-	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;
+	ctx->iteration = o->initial_iteration;
 	ctx->n_tensors = DLI_TENSOR_STANDARD_COUNT;
 	ctx->log_level = DLI_LOG_INFO;
 	pthread_mutex_init(&ctx->layers_lock, NULL);

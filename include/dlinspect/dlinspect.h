@@ -108,7 +108,7 @@ struct dli_options {
 	size_t n_extensions;
 	int rank;       /* global rank of this process (file names, logger `ranks`); >= 0 */
 	int world_size; /* 0 or 1: one process (the rank is not bounded); else rank < world_size */
-	int64_t initial_iteration;
+	int64_t initial_iteration; /* >= 0 */
 	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO; others refused */
 	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
 	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
@@ -307,8 +307,9 @@ int dli_step(struct dli_context *ctx);
  * -ENOENT when the context has no config file (no config, or YAML text). */
 int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
-/* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
- * threading rule as dli_step. */
+/* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. A negative
+ * iteration is refused: an error in the message log, and the iteration stays. Same threading rule
+ * as dli_step. */
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
 
 /* ---- Evaluation passes (docs/config.md, "Evaluation passes") ----

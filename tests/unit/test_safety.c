@@ -429,6 +429,34 @@ static void test_last_iteration(void)
 	dli_destroy(ctx);
 }
 
+/* A negative iteration is refused, not clamped to 0 (which would restart every schedule): at
+ * dli_init with an error, at dli_iteration_set with a message and the iteration unchanged. */
+static void test_negative_iteration(void)
+{
+	struct dli_options o;
+	struct dli_error err;
+	struct dli_context *ctx = NULL;
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.initial_iteration = -1;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_STR(err.message, "dli_init: options.initial_iteration is -1: expected an iteration >= 0");
+	ctx = open_yaml("s: {enabled: false}\n", NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	dli_iteration_set(ctx, 7);
+	dli_iteration_set(ctx, -3);
+	CHECK_INT(dli_iteration_get(ctx), 7);
+	dli_iteration_set(ctx, INT64_MIN);
+	CHECK_INT(dli_iteration_get(ctx), 7);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_iteration_set(-3): an iteration is >= 0; the "
+					   "iteration stays 7"),
+		  1);
+	dli_destroy(ctx);
+}
+
 /* A full disk (a file size limit in a child, SIGXFSZ ignored so writes fail with EFBIG): the
  * statistics log keeps only whole lines and ends on a newline, dli_step returns the error, and the
  * message log says it once, however many steps fail after. */
@@ -498,6 +526,7 @@ int main(void)
 	test_null_everywhere();
 	test_null_tensors_not_modified();
 	test_last_iteration();
+	test_negative_iteration();
 	test_names_cannot_forge_log_lines();
 	test_invalid_utf8_escaped();
 	test_escape_cut_whole();
