@@ -391,7 +391,7 @@ int dli_loader_load_all_each(struct dli_loader *loader,
 /* The -ENOENT message: what was looked for, where, and the nearest name seen. */
 static int not_found(const struct dli_loader *loader, const char *entry, const char *name,
 		     const struct dli_candidates *c, const struct dli_strings *ns_seen,
-		     struct dli_error *err)
+		     const char *skipped, const char *skipped_kind, struct dli_error *err)
 {
 	char dirs[640] = "";
 	size_t off = 0;
@@ -414,9 +414,14 @@ static int not_found(const struct dli_loader *loader, const char *entry, const c
 		dli_suggest_text(mean, sizeof mean, name, words, n_words);
 		free(words);
 	}
+	/* A file of the module's name that is no module file says why the name was not taken. */
+	char note[320] = "";
+	if (skipped)
+		snprintf(note, sizeof note, " (%.200s is %s, which is never loaded)", skipped,
+			 skipped_kind);
 	return dli_error_set(err, -ENOENT, NULL,
-			     "extension '%s' not found: no module %s.so and no module of namespace "
-			     "'%s' in %s%s%s", entry, name, name,
+			     "extension '%s' not found: no module %s.so%s and no module of namespace "
+			     "'%s' in %s%s%s", entry, name, note, name,
 			     loader->n_dirs ? "the plugin dirs " : "an empty plugin path", dirs, mean);
 }
 
@@ -446,17 +451,23 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	}
 
 	int rc = 0;
+	char *skipped = NULL; /* the first x.so that is there but is no regular file */
+	const char *skipped_kind = NULL;
 	for (size_t d = 0; d < loader->n_dirs; d++) {
 		char *path = dli_path_join(loader->dirs[d], name, ".so");
 		if (!path) {
+			free(skipped);
 			free(name);
 			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading '%s'", entry);
 		}
 		bool found = dli_is_regular(path);
 		if (found)
 			rc = load_file(loader, path, NULL, NULL, NULL, err);
+		else if (!skipped && (skipped_kind = dli_irregular_kind(path)))
+			skipped = path, path = NULL;
 		free(path);
 		if (found) {
+			free(skipped);
 			free(name);
 			return rc;
 		}
@@ -497,9 +508,10 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 			matched++;
 	}
 	if (rc == 0 && matched == 0)
-		rc = not_found(loader, entry, name, &c, &ns_seen, err);
+		rc = not_found(loader, entry, name, &c, &ns_seen, skipped, skipped_kind, err);
 	dli_strings_finish(&ns_seen);
 	dli_candidates_finish(&c);
+	free(skipped);
 	free(name);
 	return rc;
 }
