@@ -768,6 +768,11 @@ def test_initialize_refuses_what_its_parts_refuse():
                  "tensor_names must be a list", "tensor_names=['qkv']")
     expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=-5), ValueError,
                  "the training step must be >= 0, not -5")
+    # Neither truncated (1.5 -> 1) nor converted (1 -> "1"), as initialize_training_step refuses.
+    expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=1.5), TypeError,
+                 "init_training_step must be an integer, not float")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names=["qkv", 1]), TypeError,
+                 "tensor_names[1] must be a str, not int")
     assert not dlinspect.is_initialized()
     with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
         expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
