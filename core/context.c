@@ -260,8 +260,10 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	} else if (cfg->has_extensions) {
 		for (size_t i = 0; i < cfg->n_extensions; i++) {
 			const struct dli_config_entry *e = &cfg->extensions[i];
+			char clip[DLI_CLIP_NAME + 4];
 			if ((r = dli_loader_load(ctx->loader, e->name, err)))
-				return dli_error_prefix(err, &e->where, "extensions: '%s': ", e->name);
+				return dli_error_prefix(err, &e->where, "extensions: '%s': ",
+							dli_clip_name(clip, sizeof clip, e->name));
 		}
 	} else if ((r = dli_loader_load_all(ctx->loader, err))) {
 		return r;

@@ -419,9 +419,12 @@ static int not_found(const struct dli_loader *loader, const char *entry, const c
 	if (skipped)
 		snprintf(note, sizeof note, " (%.200s is %s, which is never loaded)", skipped,
 			 skipped_kind);
+	char centry[DLI_CLIP_NAME + 4], cname[DLI_CLIP_NAME + 4];
+	dli_clip_name(centry, sizeof centry, entry);
+	dli_clip_name(cname, sizeof cname, name);
 	return dli_error_set(err, -ENOENT, NULL,
 			     "extension '%s' not found: no module %s.so%s and no module of namespace "
-			     "'%s' in %s%s%s", entry, name, note, name,
+			     "'%s' in %s%s%s", centry, cname, note, cname,
 			     loader->n_dirs ? "the plugin dirs " : "an empty plugin path", dirs, mean);
 }
 
