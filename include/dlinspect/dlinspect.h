@@ -271,7 +271,8 @@ struct dli_log_tensor_stats_args {
 	uint32_t size;           /* sizeof(struct dli_log_tensor_stats_args) */
 	const char *tensor_name; /* as in the config's `tensors:` (any name the host likes) */
 	const struct dli_tensor *tensor;
-	int64_t iteration;       /* the step to log at; -1: the context's current iteration */
+	int64_t iteration;       /* the step to log at; -1: the context's current iteration (other
+	                          * negative values: -EINVAL) */
 	/* ABI 1.3: tensor->ndim strides in elements for a strided view of `tensor`, or NULL for a
 	 * contiguous tensor; read as dli_inspect_tensor_strided reads them (what is read in place,
 	 * what is copied, what is refused). Borrowed for the call. A host built against older
