@@ -478,8 +478,10 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	if ((r = dli_config_create(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config,
 				   err)))
 		goto fail;
-	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err)))
+	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err))) {
+		dli_error_prefix(err, NULL, "dli_init: options.plugin_dirs: ");
 		goto fail;
+	}
 	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
 		goto fail;
 	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);

@@ -601,6 +601,14 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 {
 	if (!extra)
 		n_extra = 0; /* as for the options' other lists: NULL is none, whatever the count */
+	/* An entry that names no dir is the caller's mistake, refused as a NULL or empty tensor
+	 * name is, not skipped without a word (and "" is not taken for the working directory). */
+	for (size_t i = 0; i < n_extra; i++)
+		if (!extra[i] || !extra[i][0])
+			return dli_error_set(err, -EINVAL, NULL,
+					     "plugin dir %zu of %zu is %s: name a directory ('.' for "
+					     "the working directory)",
+					     i + 1, n_extra, extra[i] ? "empty" : "NULL");
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
 	/* Run from the build tree with no DLINSPECT_PLUGIN_PATH, as `meson devenv` would set it:
 	 * the tree's own modules, before the install dir (which may hold another version's). */
@@ -617,8 +625,7 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	size_t c = 0;
 	for (size_t i = 0; i < n_extra; i++)
-		if (extra[i] && extra[i][0])
-			dirs[c++] = strdup(extra[i]);
+		dirs[c++] = strdup(extra[i]);
 	for (const char *p = list; *p;) {
 		const char *end = strchr(p, ':');
 		size_t len = end ? (size_t)(end - p) : strlen(p);

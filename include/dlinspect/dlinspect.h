@@ -102,7 +102,8 @@ struct dli_options {
 	const char *config_path; /* YAML file; NULL = $DLINSPECT_CONFIG, and if unset, no config */
 	const char *config_yaml; /* YAML text instead of a file (wins over config_path) */
 	const char *log_dir; /* NULL = $DLINSPECT_LOG_DIR, and if unset "." */
-	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir */
+	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir;
+					 * a NULL or empty entry is refused */
 	size_t n_plugin_dirs;           /* ignored when plugin_dirs is NULL */
 	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
 	size_t n_extensions;

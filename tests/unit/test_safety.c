@@ -260,6 +260,21 @@ static void test_zeroed_options_refused(void)
 	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
 	CHECK(ctx == NULL);
 	CHECK_CONTAINS(err.message, "dli_init: options.tensor_names[1] is NULL");
+	/* A plugin dir that names no dir is refused as well, not skipped. */
+	static const char *const dirs[] = {".", NULL};
+	static const char *const empty_dir[] = {""};
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.plugin_dirs = dirs;
+	o.n_plugin_dirs = 2;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_STR(err.message, "dli_init: options.plugin_dirs: plugin dir 2 of 2 is NULL: name a "
+			       "directory ('.' for the working directory)");
+	o.plugin_dirs = empty_dir;
+	o.n_plugin_dirs = 1;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK_CONTAINS(err.message, "plugin dir 1 of 1 is empty");
 	/* A NULL list with a count is no list, as for extensions (the count was read through). */
 	dli_options_init(&o);
 	o.config_yaml = "s: {enabled: false}\n";
