@@ -387,6 +387,19 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 				     "dli_options_init(&options) (or set size = sizeof(struct "
 				     "dli_options)) before setting fields");
 	}
+	/* Every version's struct holds at least 1.0's members (up to log_level): a smaller size is
+	 * no version's, and copying it would run on defaults as a size of 0 would. */
+	const size_t first = offsetof(struct dli_options, log_level) + sizeof options->log_level;
+	if (options && options->size < first) {
+		if (err)
+			memset(err, 0, sizeof *err);
+		*out = NULL;
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.size is %u, smaller than any version's struct "
+				     "dli_options (%zu bytes at least): initialize the options with "
+				     "dli_options_init(&options)",
+				     (unsigned)options->size, first);
+	}
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
 	if (options) {
 		size_t n = options->size < sizeof defaults ? options->size : sizeof defaults;

@@ -96,7 +96,8 @@ struct dli_error {
 
 /* Options for dli_init. Fill with dli_options_init() first, then set what you need: fields added in
  * later versions keep their defaults for callers built against older headers. A zeroed struct
- * (size 0) is refused by dli_init with -EINVAL rather than read as "no field set". */
+ * (size 0), or a size smaller than any version's struct, is refused by dli_init with -EINVAL
+ * rather than read as "no field set". */
 struct dli_options {
 	uint32_t size; /* sizeof(struct dli_options); set by dli_options_init */
 	const char *config_path; /* YAML file; NULL = $DLINSPECT_CONFIG, and if unset, no config */

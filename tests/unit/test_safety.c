@@ -247,6 +247,14 @@ static void test_zeroed_options_refused(void)
 				    "dli_options_init(&options) (or set size = sizeof(struct "
 				    "dli_options))");
 	CHECK_INT(dli_init(&o, &ctx, NULL), -EINVAL);
+	/* A size no version had (garbage, or a byte count from the wrong struct) is refused as 0 is:
+	 * copying 3 bytes would run without the config above. */
+	o.size = 3;
+	ctx = (struct dli_context *)&o;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "dli_init: options.size is 3, smaller than any version's struct "
+				    "dli_options (");
 	/* NULL options are the defaults, as before. */
 	CHECK_INT(dli_init(NULL, &ctx, &err), 0);
 	CHECK(ctx != NULL);
