@@ -427,7 +427,7 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 			struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
 					      (int)ev->start_mark.column + 1};
 			return dli_error_set(b->err, -EINVAL, &w,
-					     "a NUL character (\\0) after '%.200s' in a double-quoted string: "
+					     "a NUL character (U+0000) after '%.200s' in a double-quoted string: "
 					     "names and values cannot hold one",
 					     (const char *)ev->data.scalar.value);
 		}
