@@ -149,14 +149,21 @@ static int parser_error(struct builder *b)
 				     p->problem ? p->problem : "unreadable input",
 				     (unsigned)p->problem_value);
 	}
+	/* YAML ends an implicit key at 1024 characters; libyaml (as PyYAML) then says only that the
+	 * ':' after it is unexpected, which reads as a syntax error in a line that has none. */
+	const char *hint = "";
+	if (p->problem && p->problem_mark.column > 1024 &&
+	    (!strcmp(p->problem, "mapping values are not allowed in this context") ||
+	     !strcmp(p->problem, "could not find expected ':'")))
+		hint = " (a key longer than 1024 characters? YAML allows no longer implicit key)";
 	/* The context's mark says where the construct began: often far from where libyaml gave up. */
 	if (p->context)
 		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s started at line %d, "
-							  "column %d",
+							  "column %d%s",
 				     p->problem, p->context, (int)p->context_mark.line + 1,
-				     (int)p->context_mark.column + 1);
-	return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s",
-			     p->problem ? p->problem : "unreadable input");
+				     (int)p->context_mark.column + 1, hint);
+	return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s%s",
+			     p->problem ? p->problem : "unreadable input", hint);
 }
 
 static int next_event(struct builder *b, yaml_event_t *ev)
