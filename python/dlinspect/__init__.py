@@ -83,14 +83,19 @@ def _json_default(o):
 _NONFINITE = {"\0nan\0": ".nan", "\0inf\0": ".inf", "\0-inf\0": "-.inf"}
 
 
-def _yaml_scalars(o):
+def _yaml_scalars(o, inside=()):
     # YAML spells the non-finite floats .nan, .inf; json would write NaN, Infinity.
     if isinstance(o, float) and not math.isfinite(o):
         return "\0nan\0" if math.isnan(o) else ("\0inf\0" if o > 0 else "\0-inf\0")
-    if isinstance(o, dict):
-        return {str(k): _yaml_scalars(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_yaml_scalars(v) for v in o]
+    if isinstance(o, (dict, list, tuple)):
+        # A dict inside itself has no text: say so, not "maximum recursion depth exceeded".
+        if id(o) in inside:
+            raise ValueError(f"dlinspect: the config holds a {type(o).__name__} inside itself, "
+                             f"which has no YAML text")
+        inside = inside + (id(o),)
+        if isinstance(o, dict):
+            return {str(k): _yaml_scalars(v, inside) for k, v in o.items()}
+        return [_yaml_scalars(v, inside) for v in o]
     return o
 
 

@@ -773,6 +773,10 @@ def test_initialize_refuses_what_its_parts_refuse():
                  "init_training_step must be an integer, not float")
     expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names=["qkv", 1]), TypeError,
                  "tensor_names[1] must be a str, not int")
+    loop = {"s": {"enabled": True}}
+    loop["s"]["layers"] = loop
+    expect_error(lambda: dlinspect.initialize(log_dir=d, config=loop), ValueError,
+                 "the config holds a dict inside itself, which has no YAML text")
     assert not dlinspect.is_initialized()
     with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
         expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
