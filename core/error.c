@@ -65,13 +65,27 @@ int dli_error_prefix(struct dli_error *err, const struct dli_where *where, const
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
+	/* A message that starts with a position in the same file already (a module's parameter,
+	 * "config.yaml:4:77: ranks: ...") is more precise than ours: that position leads, once. */
+	const char *rest = old;
+	struct dli_where inner;
+	if (where && where->file) {
+		size_t fl = strlen(where->file);
+		int line, column, n = 0;
+		if (!strncmp(old, where->file, fl) &&
+		    sscanf(old + fl, ":%d:%d: %n", &line, &column, &n) == 2 && n > 0) {
+			inner = (struct dli_where){where->file, line, column};
+			where = &inner;
+			rest = old + fl + n;
+		}
+	}
 	where_record(err, where);
 	size_t off = 0;
 	if (where && where->file)
 		append(err->message, sizeof err->message, &off, "%s:%d:%d: ", where->file, where->line,
 		       where->column);
 	append(err->message, sizeof err->message, &off, "%s", text);
-	append(err->message, sizeof err->message, &off, "%s", old);
+	append(err->message, sizeof err->message, &off, "%s", rest);
 	return err->code;
 }
 
