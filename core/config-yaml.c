@@ -149,14 +149,21 @@ static int parser_error(struct builder *b)
 				     p->problem ? p->problem : "unreadable input",
 				     (unsigned)p->problem_value);
 	}
+	/* YAML ends an implicit key at 1024 characters; libyaml (as PyYAML) then says only that the
+	 * ':' after it is unexpected, which reads as a syntax error in a line that has none. */
+	const char *hint = "";
+	if (p->problem && p->problem_mark.column > 1024 &&
+	    (!strcmp(p->problem, "mapping values are not allowed in this context") ||
+	     !strcmp(p->problem, "could not find expected ':'")))
+		hint = " (a key longer than 1024 characters? YAML allows no longer implicit key)";
 	/* The context's mark says where the construct began: often far from where libyaml gave up. */
 	if (p->context)
 		return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s %s started at line %d, "
-							  "column %d",
+							  "column %d%s",
 				     p->problem, p->context, (int)p->context_mark.line + 1,
-				     (int)p->context_mark.column + 1);
-	return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s",
-			     p->problem ? p->problem : "unreadable input");
+				     (int)p->context_mark.column + 1, hint);
+	return dli_error_set(b->err, -EINVAL, &w, "invalid YAML: %s%s",
+			     p->problem ? p->problem : "unreadable input", hint);
 }
 
 static int next_event(struct builder *b, yaml_event_t *ev)
@@ -419,6 +426,18 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		int r = tagged_plain(b, ev, (const char *)ev->data.scalar.tag, &plain);
 		if (r)
 			return r;
+		/* A double-quoted "\0" (or "\x00") puts a NUL inside a scalar. Every name and value
+		 * is a C string from here on, so "fc1\0x" would silently read as "fc1": an
+		 * exact_layer_names entry would select fc1, "freq\0x" would set freq. */
+		const char *nul = memchr(ev->data.scalar.value, '\0', ev->data.scalar.length);
+		if (nul) {
+			struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
+					      (int)ev->start_mark.column + 1};
+			return dli_error_set(b->err, -EINVAL, &w,
+					     "a NUL character (U+0000) after '%.200s' in a double-quoted string: "
+					     "names and values cannot hold one",
+					     (const char *)ev->data.scalar.value);
+		}
 		n = node_new(b, DLI_NODE_SCALAR, ev->start_mark);
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))
 			return -ENOMEM;

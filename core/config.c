@@ -222,9 +222,10 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 				struct dli_node at = *v;
 				if (!strchr(v->text, '\n'))
 					at.where.column += (int)off + !v->plain; /* skip a quote */
+				char clip[DLI_CLIP_NAME + 4];
 				return dli_cfg_fail(rs, &at,
 						    "bad regular expression '%s': %s at offset %zu",
-						    v->text, msg, off);
+						    dli_clip_name(clip, sizeof clip, v->text), msg, off);
 			}
 			/* as the peers' re.search: every name; probably a placeholder left empty */
 			if (!v->text[0] &&

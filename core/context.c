@@ -64,7 +64,14 @@ void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 {
 	if (!ctx)
 		return;
-	ctx->iteration = iteration < 0 ? 0 : iteration;
+	/* Refused, not clamped: a jump to 0 would silently restart every schedule. */
+	if (iteration < 0) {
+		dli_log(ctx, DLI_LOG_ERROR,
+			"dli_iteration_set(%lld): an iteration is >= 0; the iteration stays %lld",
+			(long long)iteration, (long long)ctx->iteration);
+		return;
+	}
+	ctx->iteration = iteration;
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_forget(ctx->layer_list[i]);
@@ -253,8 +260,10 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	} else if (cfg->has_extensions) {
 		for (size_t i = 0; i < cfg->n_extensions; i++) {
 			const struct dli_config_entry *e = &cfg->extensions[i];
+			char clip[DLI_CLIP_NAME + 4];
 			if ((r = dli_loader_load(ctx->loader, e->name, err)))
-				return dli_error_prefix(err, &e->where, "extensions: '%s': ", e->name);
+				return dli_error_prefix(err, &e->where, "extensions: '%s': ",
+							dli_clip_name(clip, sizeof clip, e->name));
 		}
 	} else if ((r = dli_loader_load_all(ctx->loader, err))) {
 		return r;
@@ -378,6 +387,19 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 				     "dli_options_init(&options) (or set size = sizeof(struct "
 				     "dli_options)) before setting fields");
 	}
+	/* Every version's struct holds at least 1.0's members (up to log_level): a smaller size is
+	 * no version's, and copying it would run on defaults as a size of 0 would. */
+	const size_t first = offsetof(struct dli_options, log_level) + sizeof options->log_level;
+	if (options && options->size < first) {
+		if (err)
+			memset(err, 0, sizeof *err);
+		*out = NULL;
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.size is %u, smaller than any version's struct "
+				     "dli_options (%zu bytes at least): initialize the options with "
+				     "dli_options_init(&options)",
+				     (unsigned)options->size, first);
+	}
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
 	if (options) {
 		size_t n = options->size < sizeof defaults ? options->size : sizeof defaults;
@@ -396,6 +418,11 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 				     "0 <= rank < world_size (a world_size of 0 or 1 leaves the rank "
 				     "unbounded)",
 				     o->rank, o->world_size);
+	if (o->initial_iteration < 0)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.initial_iteration is %lld: expected an iteration "
+				     ">= 0",
+				     (long long)o->initial_iteration);
 	if (o->log_level < -1 || o->log_level > DLI_LOG_DEBUG)
 		return dli_error_set(err, -EINVAL, NULL,
 				     "dli_init: options.log_level is %d: expected -1 (from the environment) "
@@ -409,7 +436,7 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	ctx->serial = atomic_fetch_add(&serials, 1) + 1;
 	ctx->rank = o->rank;
 	ctx->world_size = o->world_size > 0 ? o->world_size : 1;
-	ctx->iteration = o->initial_iteration > 0 ? o->initial_iteration : 0;
+	ctx->iteration = o->initial_iteration;
 	ctx->n_tensors = DLI_TENSOR_STANDARD_COUNT;
 	ctx->log_level = DLI_LOG_INFO;
 	pthread_mutex_init(&ctx->layers_lock, NULL);
@@ -464,8 +491,10 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	if ((r = dli_config_create(o->config_yaml ? NULL : path, o->config_yaml, &ctx->config,
 				   err)))
 		goto fail;
-	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err)))
+	if ((r = dli_search_dirs(o->plugin_dirs, o->n_plugin_dirs, &dirs, &n_dirs, err))) {
+		dli_error_prefix(err, NULL, "dli_init: options.plugin_dirs: ");
 		goto fail;
+	}
 	if ((r = dli_loader_create(&ctx->host, (const char *const *)dirs, n_dirs, &ctx->loader, err)))
 		goto fail;
 	dli_loader_allow_paths(ctx->loader, o->allow_module_paths);

@@ -8,6 +8,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "error-private.h" /* dli_clip_name */
+
 struct dli_binding;
 
 /* Reports a failed dli_modify_tensor (`b` NULL when no feature modifies at this iteration):
@@ -19,11 +21,6 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 /* "bf16[4x8] cuda:0 non-contiguous", or "NULL". */
 void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t);
 
-/* A name as an error message quotes it: itself up to DLI_CLIP_NAME bytes, else its head and tail
- * around "...", cut between UTF-8 characters, so that a long layer name, tensor name or config
- * path leaves room for the reason after it. Returns buf. */
-#define DLI_CLIP_NAME 160
-const char *dli_clip_name(char *buf, size_t size, const char *name);
 
 /* Stores `text` as this thread's dli_last_error for `ctx`. */
 void dli_last_error_set(const struct dli_context *ctx, const char *text);

@@ -22,31 +22,6 @@ static _Thread_local struct {
 	char text[2048];
 } last_error;
 
-/* The length of s's first `n` bytes, shortened so as not to end inside a UTF-8 character. */
-static size_t utf8_head(const char *s, size_t n)
-{
-	while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
-		n--;
-	return n;
-}
-
-const char *dli_clip_name(char *buf, size_t size, const char *name)
-{
-	size_t len = name ? strlen(name) : 0;
-	if (!name)
-		snprintf(buf, size, "?");
-	else if (len <= DLI_CLIP_NAME || size < 16)
-		snprintf(buf, size, "%s", name);
-	else {
-		size_t keep = (size - 4 < DLI_CLIP_NAME ? size - 4 : DLI_CLIP_NAME) / 2;
-		size_t head = utf8_head(name, keep), tail = len - keep;
-		while (tail < len && ((unsigned char)name[tail] & 0xc0) == 0x80)
-			tail++;
-		snprintf(buf, size, "%.*s...%s", (int)head, name, name + tail);
-	}
-	return buf;
-}
-
 void dli_last_error_set(const struct dli_context *ctx, const char *text)
 {
 	last_error.serial = ctx->serial;

@@ -776,7 +776,9 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 				void *a = cv.active ? dli_call_view_args(&cv, b->instance->target
 									       ->feature->desc->flags)
 						    : args;
-				r = a ? b->ops->call(&b->call, name, a) : -ENOMEM;
+				/* NULL from the view is its copy failing; the host's own NULL args
+				 * go to the feature, which says what it needs (-EINVAL). */
+				r = a || !cv.active ? b->ops->call(&b->call, name, a) : -ENOMEM;
 				if (nvtx)
 					dli_nvtx_pop();
 				break;

@@ -32,4 +32,10 @@ const char *dli_suggest(const char *word, const char *const *candidates, size_t 
 const char *dli_suggest_text(char *buf, size_t size, const char *word, const char *const *candidates,
 			     size_t n);
 
+/* A name as an error message quotes it: itself up to DLI_CLIP_NAME bytes, else its head and tail
+ * around "...", cut between UTF-8 characters, so that a long layer name, tensor name, config
+ * value or path leaves room for the reason after it. Returns buf. */
+#define DLI_CLIP_NAME 160
+const char *dli_clip_name(char *buf, size_t size, const char *name);
+
 #endif

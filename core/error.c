@@ -65,13 +65,27 @@ int dli_error_prefix(struct dli_error *err, const struct dli_where *where, const
 	va_start(ap, fmt);
 	vsnprintf(text, sizeof text, fmt, ap);
 	va_end(ap);
+	/* A message that starts with a position in the same file already (a module's parameter,
+	 * "config.yaml:4:77: ranks: ...") is more precise than ours: that position leads, once. */
+	const char *rest = old;
+	struct dli_where inner;
+	if (where && where->file) {
+		size_t fl = strlen(where->file);
+		int line, column, n = 0;
+		if (!strncmp(old, where->file, fl) &&
+		    sscanf(old + fl, ":%d:%d: %n", &line, &column, &n) == 2 && n > 0) {
+			inner = (struct dli_where){where->file, line, column};
+			where = &inner;
+			rest = old + fl + n;
+		}
+	}
 	where_record(err, where);
 	size_t off = 0;
 	if (where && where->file)
 		append(err->message, sizeof err->message, &off, "%s:%d:%d: ", where->file, where->line,
 		       where->column);
 	append(err->message, sizeof err->message, &off, "%s", text);
-	append(err->message, sizeof err->message, &off, "%s", old);
+	append(err->message, sizeof err->message, &off, "%s", rest);
 	return err->code;
 }
 
@@ -128,5 +142,30 @@ const char *dli_suggest_text(char *buf, size_t size, const char *word, const cha
 		snprintf(buf, size, " (did you mean '%s'?)", s);
 	else if (size)
 		buf[0] = '\0';
+	return buf;
+}
+
+/* The length of s's first `n` bytes, shortened so as not to end inside a UTF-8 character. */
+static size_t utf8_head(const char *s, size_t n)
+{
+	while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80)
+		n--;
+	return n;
+}
+
+const char *dli_clip_name(char *buf, size_t size, const char *name)
+{
+	size_t len = name ? strlen(name) : 0;
+	if (!name)
+		snprintf(buf, size, "?");
+	else if (len <= DLI_CLIP_NAME || size < 16)
+		snprintf(buf, size, "%s", name);
+	else {
+		size_t keep = (size - 4 < DLI_CLIP_NAME ? size - 4 : DLI_CLIP_NAME) / 2;
+		size_t head = utf8_head(name, keep), tail = len - keep;
+		while (tail < len && ((unsigned char)name[tail] & 0xc0) == 0x80)
+			tail++;
+		snprintf(buf, size, "%.*s...%s", (int)head, name, name + tail);
+	}
 	return buf;
 }

@@ -38,6 +38,9 @@ struct dli_elf_info {
 bool dli_is_module_file(const char *file);
 /* stat, not lstat: a symlink to a module is a module, a directory or fifo called x.so is not. */
 bool dli_is_regular(const char *path);
+/* For a path that is there but is no regular file, what it is ("a directory", "a dangling
+ * symbolic link or a loop of links"); NULL when nothing is there or it is a regular file. */
+const char *dli_irregular_kind(const char *path);
 /* Reads `path` as data, never loading it: 0 (info filled; info->elf false for anything that is not
  * an ELF object of this machine's class), or a negative errno when it cannot be read. */
 int dli_elf_inspect(const char *path, struct dli_elf_info *info);

@@ -31,6 +31,24 @@ bool dli_is_regular(const char *path)
 	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+const char *dli_irregular_kind(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) != 0)
+		return NULL;
+	if (stat(path, &st) != 0)
+		return "a dangling symbolic link or a loop of links";
+	if (S_ISREG(st.st_mode))
+		return NULL;
+	return S_ISDIR(st.st_mode)   ? "a directory"
+	       : S_ISFIFO(st.st_mode) ? "a FIFO"
+	       : S_ISCHR(st.st_mode)  ? "a character device"
+	       : S_ISBLK(st.st_mode)  ? "a block device"
+	       : S_ISSOCK(st.st_mode) ? "a socket"
+				      : "not a regular file";
+}
+
 #if UINTPTR_MAX > 0xffffffffu
 #define DLI_ELFCLASS ELFCLASS64
 typedef Elf64_Ehdr dli_elf_ehdr;

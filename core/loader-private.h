@@ -44,7 +44,8 @@ const char *dli_loader_path(const struct dli_loader *loader, size_t i);
 const char *const *dli_loader_dirs(const struct dli_loader *loader, size_t *n);
 
 /* The plugin search path: `extra` dirs, then $DLINSPECT_PLUGIN_PATH (':'-separated), then the
- * install dir. *out is an array of owned strings; free with dli_search_dirs_free. */
+ * install dir. *out is an array of owned strings; free with dli_search_dirs_free. A NULL or empty
+ * entry of `extra` is -EINVAL; empty ones of the variable are skipped. */
 int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_t *n,
 		    struct dli_error *err);
 void dli_search_dirs_free(char **dirs, size_t n);

@@ -391,7 +391,7 @@ int dli_loader_load_all_each(struct dli_loader *loader,
 /* The -ENOENT message: what was looked for, where, and the nearest name seen. */
 static int not_found(const struct dli_loader *loader, const char *entry, const char *name,
 		     const struct dli_candidates *c, const struct dli_strings *ns_seen,
-		     struct dli_error *err)
+		     const char *skipped, const char *skipped_kind, struct dli_error *err)
 {
 	char dirs[640] = "";
 	size_t off = 0;
@@ -414,9 +414,17 @@ static int not_found(const struct dli_loader *loader, const char *entry, const c
 		dli_suggest_text(mean, sizeof mean, name, words, n_words);
 		free(words);
 	}
+	/* A file of the module's name that is no module file says why the name was not taken. */
+	char note[320] = "";
+	if (skipped)
+		snprintf(note, sizeof note, " (%.200s is %s, which is never loaded)", skipped,
+			 skipped_kind);
+	char centry[DLI_CLIP_NAME + 4], cname[DLI_CLIP_NAME + 4];
+	dli_clip_name(centry, sizeof centry, entry);
+	dli_clip_name(cname, sizeof cname, name);
 	return dli_error_set(err, -ENOENT, NULL,
-			     "extension '%s' not found: no module %s.so and no module of namespace "
-			     "'%s' in %s%s%s", entry, name, name,
+			     "extension '%s' not found: no module %s.so%s and no module of namespace "
+			     "'%s' in %s%s%s", centry, cname, note, cname,
 			     loader->n_dirs ? "the plugin dirs " : "an empty plugin path", dirs, mean);
 }
 
@@ -446,17 +454,23 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 	}
 
 	int rc = 0;
+	char *skipped = NULL; /* the first x.so that is there but is no regular file */
+	const char *skipped_kind = NULL;
 	for (size_t d = 0; d < loader->n_dirs; d++) {
 		char *path = dli_path_join(loader->dirs[d], name, ".so");
 		if (!path) {
+			free(skipped);
 			free(name);
 			return dli_error_set(err, -ENOMEM, NULL, "out of memory loading '%s'", entry);
 		}
 		bool found = dli_is_regular(path);
 		if (found)
 			rc = load_file(loader, path, NULL, NULL, NULL, err);
+		else if (!skipped && (skipped_kind = dli_irregular_kind(path)))
+			skipped = path, path = NULL;
 		free(path);
 		if (found) {
+			free(skipped);
 			free(name);
 			return rc;
 		}
@@ -497,9 +511,10 @@ int dli_loader_load(struct dli_loader *loader, const char *entry, struct dli_err
 			matched++;
 	}
 	if (rc == 0 && matched == 0)
-		rc = not_found(loader, entry, name, &c, &ns_seen, err);
+		rc = not_found(loader, entry, name, &c, &ns_seen, skipped, skipped_kind, err);
 	dli_strings_finish(&ns_seen);
 	dli_candidates_finish(&c);
+	free(skipped);
 	free(name);
 	return rc;
 }
@@ -586,6 +601,14 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 {
 	if (!extra)
 		n_extra = 0; /* as for the options' other lists: NULL is none, whatever the count */
+	/* An entry that names no dir is the caller's mistake, refused as a NULL or empty tensor
+	 * name is, not skipped without a word (and "" is not taken for the working directory). */
+	for (size_t i = 0; i < n_extra; i++)
+		if (!extra[i] || !extra[i][0])
+			return dli_error_set(err, -EINVAL, NULL,
+					     "plugin dir %zu of %zu is %s: name a directory ('.' for "
+					     "the working directory)",
+					     i + 1, n_extra, extra[i] ? "empty" : "NULL");
 	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
 	/* Run from the build tree with no DLINSPECT_PLUGIN_PATH, as `meson devenv` would set it:
 	 * the tree's own modules, before the install dir (which may hold another version's). */
@@ -602,8 +625,7 @@ int dli_search_dirs(const char *const *extra, size_t n_extra, char ***out, size_
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
 	size_t c = 0;
 	for (size_t i = 0; i < n_extra; i++)
-		if (extra[i] && extra[i][0])
-			dirs[c++] = strdup(extra[i]);
+		dirs[c++] = strdup(extra[i]);
 	for (const char *p = list; *p;) {
 		const char *end = strchr(p, ':');
 		size_t len = end ? (size_t)(end - p) : strlen(p);

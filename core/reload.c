@@ -162,9 +162,11 @@ static int load_new_modules(struct dli_context *ctx, struct dli_config *cfg, str
 		return 0;
 	for (size_t i = 0; i < cfg->n_extensions; i++) {
 		const struct dli_config_entry *e = &cfg->extensions[i];
+		char clip[DLI_CLIP_NAME + 4];
 		int r = dli_loader_load(ctx->loader, e->name, err);
 		if (r)
-			return dli_error_prefix(err, &e->where, "extensions: '%s': ", e->name);
+			return dli_error_prefix(err, &e->where, "extensions: '%s': ",
+						dli_clip_name(clip, sizeof clip, e->name));
 	}
 	return 0;
 }

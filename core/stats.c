@@ -247,15 +247,11 @@ void dli_stats_acc_destroy(struct dli_stats_acc *acc)
 _Thread_local char dli_stats_refusal[384];
 
 /* Says once per accumulator why a tensor was refused, and every time to the failing call's
- * dli_last_error (dli_stats_refusal); returns -EINVAL. */
-static int refuse(struct dli_stats_acc *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
+ * dli_last_error (dli_stats_refusal); returns rc. */
+static int vrefuse(struct dli_stats_acc *acc, int rc, const char *fmt, va_list ap)
 {
 	char text[sizeof dli_stats_refusal];
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(text, sizeof text, fmt, ap);
-	va_end(ap);
 	memcpy(dli_stats_refusal, text, sizeof text);
 	if (!atomic_exchange(&acc->warned, true)) {
 		char site[256];
@@ -264,7 +260,30 @@ static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
 			"statistics%s: %s; the tensor is skipped (further refusals for this tensor are "
 			"not reported)", site, text);
 	}
-	return -EINVAL;
+	return rc;
+}
+
+/* vrefuse with -EINVAL: a tensor the host described wrongly. */
+static int refuse(struct dli_stats_acc *acc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int refuse(struct dli_stats_acc *acc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vrefuse(acc, -EINVAL, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
+/* vrefuse with -ENOTSUP: a valid tensor this pass cannot read. */
+static int unsupported(struct dli_stats_acc *acc, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+static int unsupported(struct dli_stats_acc *acc, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int r = vrefuse(acc, -ENOTSUP, fmt, ap);
+	va_end(ap);
+	return r;
 }
 
 /* Element count of a host tensor the CPU kernels can read, or a negative errno. `fp8_pass` limits
@@ -495,9 +514,18 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 		return refuse(acc, "a quantized tensor has dtype %s: expected f8e4m3 or f8e5m2",
 			      dtype_name(qt->dtype));
 	if (!q->scale_inv || q->scale_inv_count < 1)
-		return refuse(acc, "a quantized tensor has no scale_inv");
+		return refuse(acc, "a quantized tensor has no scale_inv (scale_inv %s, scale_inv_count "
+				   "%lld)",
+			      q->scale_inv ? "set" : "NULL", (long long)q->scale_inv_count);
 	if (qt->device.type == DLI_DEVICE_CUDA)
 		return add_device(acc, NULL, NULL, hp, q);
+	/* Which of several scale_invs (block scaling) dequantizes an element depends on the
+	 * recipe's layout; the kernel takes only their range then, and refuses to compare. */
+	if (hp && q->scale_inv_count != 1)
+		return unsupported(acc, "comparing with a quantized tensor needs per-tensor scaling (1 "
+					"scale_inv, not %lld); a block-scaled host passes its copies "
+					"to dli_inspect_tensor_block",
+				   (long long)q->scale_inv_count);
 	int64_t n = host_tensor_numel(acc, qt, false);
 	if (n < 0)
 		return (int)n;

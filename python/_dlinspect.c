@@ -600,6 +600,10 @@ static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool stride
 	memset(v, 0, sizeof *v);
 	v->strided_ok = strided_ok;
 	v->t.device.type = DLI_DEVICE_CPU;
+	/* Why __dlpack__ refused obj, when the other ways are tried after it: said if they fail too
+	 * (a torch sparse tensor has no buffer either, and "must support DLPack" alone would be
+	 * wrong about it). */
+	PyObject *dl_refused = NULL;
 	PyObject *dl = PyObject_GetAttr(obj, g_str_dlpack);
 	if (dl) {
 		Py_DECREF(dl);
@@ -672,6 +676,12 @@ static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool stride
 			 * BufferError: the array interface below still reads them. */
 			if (!PyErr_ExceptionMatches(PyExc_BufferError))
 				return -1;
+			PyObject *et, *ev, *etb;
+			PyErr_Fetch(&et, &ev, &etb);
+			dl_refused = ev ? PyObject_Str(ev) : NULL;
+			Py_XDECREF(et);
+			Py_XDECREF(ev);
+			Py_XDECREF(etb);
 			PyErr_Clear();
 			goto no_dlpack;
 		}
@@ -740,6 +750,7 @@ static int view_get_ex(PyObject *obj, struct view *v, bool writable, bool stride
 no_dlpack:
 	if (PyObject_GetBuffer(obj, &v->buf,
 			       writable ? PyBUF_RECORDS : PyBUF_RECORDS_RO) == 0) {
+		Py_XDECREF(dl_refused);
 		v->has_buf = true;
 		int dt = dtype_from_format(v->buf.format, v->buf.itemsize, what);
 		if (dt < 0)
@@ -762,17 +773,26 @@ no_dlpack:
 		Py_XDECREF(ai);
 		PyErr_Clear();
 		if (buf_err_type && !PyErr_GivenExceptionMatches(buf_err_type, PyExc_TypeError)) {
+			Py_XDECREF(dl_refused);
 			PyErr_Restore(buf_err_type, buf_err, buf_tb);
 			return -1;
 		}
 		Py_XDECREF(buf_err_type);
 		Py_XDECREF(buf_err);
 		Py_XDECREF(buf_tb);
-		PyErr_Format(PyExc_TypeError,
-			     "dlinspect: %s must support DLPack (__dlpack__) or the buffer protocol, "
-			     "not %.100s", what, Py_TYPE(obj)->tp_name);
+		if (dl_refused)
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s, a %.100s, cannot be read: its __dlpack__() refused "
+				     "it (%.200S), and it has no buffer protocol",
+				     what, Py_TYPE(obj)->tp_name, dl_refused);
+		else
+			PyErr_Format(PyExc_TypeError,
+				     "dlinspect: %s must support DLPack (__dlpack__) or the buffer "
+				     "protocol, not %.100s", what, Py_TYPE(obj)->tp_name);
+		Py_XDECREF(dl_refused);
 		return -1;
 	}
+	Py_XDECREF(dl_refused);
 	Py_XDECREF(buf_err_type);
 	Py_XDECREF(buf_err);
 	Py_XDECREF(buf_tb);

@@ -350,6 +350,15 @@ static const char *excerpt(const char *s, char *buf, size_t size)
 
 /* Whether [p, end) is a number as the file logger writes one: %.9g (digits, a point, an
  * exponent), nan, inf or -inf. */
+/* Whether the digits of p..end before any exponent hold one that is not 0. */
+static bool nonzero_mantissa(const char *p, const char *end)
+{
+	for (; p < end && *p != 'e' && *p != 'E'; p++)
+		if (*p >= '1' && *p <= '9')
+			return true;
+	return false;
+}
+
 static bool logger_number(const char *p, const char *end)
 {
 	if (*p == '-' || *p == '+')
@@ -444,11 +453,13 @@ static int parse_line(struct reader *r, char *line, char **tag, size_t *tag_len,
 	 * "nan(...)" are not, and a number beyond double's range is not a value it wrote. */
 	errno = 0;
 	*v = strtod(p, &end);
-	if (end == p || *p == ' ' || *p == '\t' || !logger_number(p, end) ||
-	    (errno == ERANGE && isinf(*v))) {
-		what = errno == ERANGE && isinf(*v) && end != p
-			       ? "a number within double's range after 'value='"
-			       : "a number after 'value=' (or nan, inf, -inf)";
+	/* Past the range at either end: 1e999 would read as inf, 1e-400 as 0 (a subnormal, which
+	 * %.9g writes, reads back as itself). */
+	bool out_of_range = errno == ERANGE && end != p &&
+			    (isinf(*v) || (*v == 0 && nonzero_mantissa(p, end)));
+	if (end == p || *p == ' ' || *p == '\t' || !logger_number(p, end) || out_of_range) {
+		what = out_of_range ? "a number within double's range after 'value='"
+				    : "a number after 'value=' (or nan, inf, -inf)";
 		goto bad;
 	}
 	p = end;

@@ -736,6 +736,20 @@ static int json_skip(struct json *j)
 	}
 }
 
+/* An object's key and the ':' after it; *out as json_string gives it, NULL on failure. */
+static int json_key(struct json *j, char **out, size_t *len)
+{
+	int r = json_string(j, out, len);
+	if (r)
+		return r;
+	if (!json_eat(j, ':')) {
+		free(*out);
+		*out = NULL;
+		return json_fail(j, "expected ':'");
+	}
+	return 0;
+}
+
 /* [u, u, ...] of non-negative integers into out[0..max); *count is how many. */
 static int json_uint_array(struct json *j, const char *what, uint64_t *out, int max, int *count)
 {
@@ -816,12 +830,8 @@ static int st_info(struct json *j, struct dli_tf_tensor *t, uint64_t *offsets)
 	if (!json_eat(j, '}')) {
 		do {
 			char *key;
-			if ((r = json_string(j, &key, NULL)))
+			if ((r = json_key(j, &key, NULL)))
 				return r;
-			if (!json_eat(j, ':')) {
-				free(key);
-				return json_fail(j, "expected ':'");
-			}
 			bool *seen = NULL;
 			if (!strcmp(key, "dtype"))
 				seen = &seen_dtype;
@@ -881,6 +891,38 @@ static int st_info(struct json *j, struct dli_tf_tensor *t, uint64_t *offsets)
 	return 0;
 }
 
+/* __metadata__: null, or an object whose values are strings, as the reference implementation
+ * reads it (a map of string to string); a number or a nested object there is a malformed file. */
+static int st_metadata(struct json *j)
+{
+	json_ws(j);
+	if (j->n - j->i >= 4 && !memcmp(j->s + j->i, "null", 4)) {
+		j->i += 4;
+		return 0;
+	}
+	if (!json_eat(j, '{'))
+		return json_fail(j, "__metadata__ must be an object (or null)");
+	if (json_eat(j, '}'))
+		return 0;
+	int r;
+	do {
+		char *key;
+		if ((r = json_key(j, &key, NULL)))
+			return r;
+		json_ws(j);
+		if (j->i >= j->n || j->s[j->i] != '"') {
+			/* The key is UTF-8 (json_string checked it); cut so the message stays short. */
+			r = json_fail(j, "__metadata__ value of '%.64s' must be a string", key);
+			free(key);
+			return r;
+		}
+		free(key);
+		if ((r = json_string(j, NULL, NULL)))
+			return r;
+	} while (json_eat(j, ','));
+	return json_eat(j, '}') ? 0 : json_fail(j, "expected ',' or '}'");
+}
+
 static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *err)
 {
 	const unsigned char *b = tf->map;
@@ -924,13 +966,8 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 		do {
 			char *name;
 			size_t len;
-			if ((r = json_string(&j, &name, &len)))
+			if ((r = json_key(&j, &name, &len)))
 				goto out;
-			if (!json_eat(&j, ':')) {
-				free(name);
-				r = json_fail(&j, "expected ':'");
-				goto out;
-			}
 			if (!strcmp(name, "__metadata__")) {
 				free(name);
 				if (seen_meta) {
@@ -938,12 +975,7 @@ static int st_read(struct dli_tensorfile *tf, int as_dtype, struct dli_error *er
 					goto out;
 				}
 				seen_meta = true;
-				json_ws(&j);
-				if (j.i >= j.n || j.s[j.i] != '{') {
-					r = json_fail(&j, "__metadata__ must be an object");
-					goto out;
-				}
-				if ((r = json_skip(&j)))
+				if ((r = st_metadata(&j)))
 					goto out;
 				continue;
 			}

@@ -63,6 +63,9 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 	if (!a || a->size < offsetof(struct dli_log_tensor_stats_args, strides) ||
 	    !a->tensor_name || !a->tensor)
 		return -EINVAL;
+	/* -1 is "now"; another negative step is a host's mistake, not step 0 or now. */
+	if (a->iteration < -1)
+		return -EINVAL;
 	if (!dli_blts_selects(self, a->tensor_name))
 		return 0;
 	int64_t iteration = a->iteration >= 0 ? a->iteration : host->iteration(c->ctx);

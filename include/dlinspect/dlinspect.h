@@ -96,19 +96,21 @@ struct dli_error {
 
 /* Options for dli_init. Fill with dli_options_init() first, then set what you need: fields added in
  * later versions keep their defaults for callers built against older headers. A zeroed struct
- * (size 0) is refused by dli_init with -EINVAL rather than read as "no field set". */
+ * (size 0), or a size smaller than any version's struct, is refused by dli_init with -EINVAL
+ * rather than read as "no field set". */
 struct dli_options {
 	uint32_t size; /* sizeof(struct dli_options); set by dli_options_init */
 	const char *config_path; /* YAML file; NULL = $DLINSPECT_CONFIG, and if unset, no config */
 	const char *config_yaml; /* YAML text instead of a file (wins over config_path) */
 	const char *log_dir; /* NULL = $DLINSPECT_LOG_DIR, and if unset "." */
-	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir */
+	const char *const *plugin_dirs; /* searched before $DLINSPECT_PLUGIN_PATH and the install dir;
+					 * a NULL or empty entry is refused */
 	size_t n_plugin_dirs;           /* ignored when plugin_dirs is NULL */
 	const char *const *extensions; /* when non-NULL, replaces the config's `extensions` list */
 	size_t n_extensions;
 	int rank;       /* global rank of this process (file names, logger `ranks`); >= 0 */
 	int world_size; /* 0 or 1: one process (the rank is not bounded); else rank < world_size */
-	int64_t initial_iteration;
+	int64_t initial_iteration; /* >= 0 */
 	int log_level; /* enum dli_log_level; -1 = $DLINSPECT_LOG_LEVEL, and if unset INFO; others refused */
 	/* The host's own tensor names, besides the standard ones (borrowed for dli_init). When
 	 * non-NULL (n may be 0), a config naming any other tensor in a TransformerEngine-style
@@ -271,7 +273,8 @@ struct dli_log_tensor_stats_args {
 	uint32_t size;           /* sizeof(struct dli_log_tensor_stats_args) */
 	const char *tensor_name; /* as in the config's `tensors:` (any name the host likes) */
 	const struct dli_tensor *tensor;
-	int64_t iteration;       /* the step to log at; -1: the context's current iteration */
+	int64_t iteration;       /* the step to log at; -1: the context's current iteration (other
+	                          * negative values: -EINVAL) */
 	/* ABI 1.3: tensor->ndim strides in elements for a strided view of `tensor`, or NULL for a
 	 * contiguous tensor; read as dli_inspect_tensor_strided reads them (what is read in place,
 	 * what is copied, what is refused). Borrowed for the call. A host built against older
@@ -307,8 +310,9 @@ int dli_step(struct dli_context *ctx);
  * -ENOENT when the context has no config file (no config, or YAML text). */
 int dli_config_reload(struct dli_context *ctx);
 int64_t dli_iteration_get(const struct dli_context *ctx);
-/* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. Same
- * threading rule as dli_step. */
+/* Jumps to `iteration` (e.g. resuming from a checkpoint); cached answers are dropped. A negative
+ * iteration is refused: an error in the message log, and the iteration stays. Same threading rule
+ * as dli_step. */
 void dli_iteration_set(struct dli_context *ctx, int64_t iteration);
 
 /* ---- Evaluation passes (docs/config.md, "Evaluation passes") ----
@@ -366,13 +370,14 @@ const char *dli_last_error(const struct dli_context *ctx);
  * NaN; -0 stays -0. */
 
 /* Casts `in` (f32, f16 or bf16, contiguous, in host memory) with `scale` to `format`
- * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, host memory, allocated by the
- * caller) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
+ * (DLI_DTYPE_F8E4M3 or DLI_DTYPE_F8E5M2). `out` (same element count, contiguous host memory,
+ * allocated by the caller, written densely) receives the FP8 codes when its dtype is `format`, or, when it is DLI_DTYPE_F32, the
  * dequantized values decode(code) / scale (fake quantization); f16 or bf16 (DLI_ABI_MINOR 6 on):
  * those values rounded to nearest even, as the host's own dequantize writes its input's dtype.
  * Both tensors are borrowed. Returns
- * 0, or -EINVAL for mismatched sizes, dtypes or a scale that is not finite and > 0, -ENOTSUP for
- * device memory. */
+ * 0, or -EINVAL for mismatched sizes, dtypes, a layout that is not contiguous or a scale that is
+ * not finite and > 0, -ENOTSUP for device memory. A feature that returns the code of a refused
+ * cast (or of the host table's tensor_amax) gets the reason in the failing call's dli_last_error. */
 int dli_fp8_cast(const struct dli_tensor *in, struct dli_tensor *out, enum dli_dtype format,
 		 float scale);
 

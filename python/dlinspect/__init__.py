@@ -11,6 +11,7 @@ import atexit
 import json
 import logging as _logging
 import math
+import operator
 import os
 import sys
 
@@ -82,14 +83,19 @@ def _json_default(o):
 _NONFINITE = {"\0nan\0": ".nan", "\0inf\0": ".inf", "\0-inf\0": "-.inf"}
 
 
-def _yaml_scalars(o):
+def _yaml_scalars(o, inside=()):
     # YAML spells the non-finite floats .nan, .inf; json would write NaN, Infinity.
     if isinstance(o, float) and not math.isfinite(o):
         return "\0nan\0" if math.isnan(o) else ("\0inf\0" if o > 0 else "\0-inf\0")
-    if isinstance(o, dict):
-        return {str(k): _yaml_scalars(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_yaml_scalars(v) for v in o]
+    if isinstance(o, (dict, list, tuple)):
+        # A dict inside itself has no text: say so, not "maximum recursion depth exceeded".
+        if id(o) in inside:
+            raise ValueError(f"dlinspect: the config holds a {type(o).__name__} inside itself, "
+                             f"which has no YAML text")
+        inside = inside + (id(o),)
+        if isinstance(o, dict):
+            return {str(k): _yaml_scalars(v, inside) for k, v in o.items()}
+        return [_yaml_scalars(v, inside) for v in o]
     return o
 
 
@@ -144,6 +150,19 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     if isinstance(tensor_names, (str, bytes)):
         raise TypeError(f"initialize(): tensor_names must be a list of names, not a str: pass "
                         f"tensor_names=[{tensor_names!r}]")
+    if tensor_names is not None:
+        tensor_names = list(tensor_names)
+        for i, t in enumerate(tensor_names):
+            # str(1) would declare a tensor "1" that no call of the host names.
+            if not isinstance(t, str):
+                raise TypeError(f"initialize(): tensor_names[{i}] must be a str, not "
+                                f"{type(t).__name__}")
+    # int(1.5) would start at step 1 without a word; numpy integers pass (operator.index).
+    try:
+        step = operator.index(init_training_step)
+    except TypeError:
+        raise TypeError(f"initialize(): init_training_step must be an integer, not "
+                        f"{type(init_training_step).__name__}") from None
     if log_level is None:
         level = -1
     else:
@@ -155,7 +174,7 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     rank, world_size = (0, 0) if communicator is not None else _host_rank()
     _c._init(os.fspath(config_file) if config_file else None, yaml_text,
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
-             int(init_training_step), None if tensor_names is None else [str(t) for t in tensor_names],
+             step, tensor_names,
              level, communicator, rank, world_size)
 
 

@@ -121,6 +121,8 @@ static void set_option(const char *name, struct dli_options *o)
 		o->rank = 4, o->world_size = 4;
 	else if (!strcmp(name, "log-level-out-of-range"))
 		o->log_level = 99;
+	else if (!strcmp(name, "negative-initial-iteration"))
+		o->initial_iteration = -5;
 }
 
 /* What `dlinspect check` answers for the entry: dli_context_create without loggers, then the layer. */

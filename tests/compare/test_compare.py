@@ -439,6 +439,9 @@ def test_malformed(tmp):
          "a number after 'value='", None),
         (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=-1e999",
          "expected a number within double's range after 'value=', found '-1e999'", None),
+        # ... nor past it at the small end (read as 0, 1e-400 would agree with a logged 0).
+        (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t value=1e-400",
+         "expected a number within double's range after 'value=', found '1e-400'", None),
         (head + "t_max \t\t\t\t iteration=000003 \t\t\t\t", "'value=' after the iteration", None),
         (head + "t_max \t\t\t\t iteration=000003", "a tab after the iteration", None),
         (head + " \t\t\t\t iteration=000003 \t\t\t\t value=1", "a tag (layer_tensor_stat)", None),

@@ -130,6 +130,12 @@ static void test_seed_perf(void)
 	/* Step 0: the host calls both APIs; step 1: inspect_tensor only. */
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, &qt, NULL), 0);
 	CHECK_INT(call_base(l, "activation", &t), 0);
+	/* Bad args: NULL is the host's mistake (-EINVAL), not an allocation failure (-ENOMEM); a
+	 * step below -1 ("now") is refused, not logged now. Neither logs a line. */
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, NULL), -EINVAL);
+	struct dli_log_tensor_stats_args bad = {.size = sizeof bad, .tensor_name = "activation",
+						.tensor = &t, .iteration = -5};
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &bad), -EINVAL);
 	CHECK_INT(dli_step(ctx), 0);
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, &qt, NULL), 0);
 	CHECK_INT(dli_step(ctx), 0);

@@ -687,6 +687,39 @@ static void test_fp8_quantized(void)
 		  1);
 }
 
+/* A host's quantized copy it described wrongly: refused with what is wrong, as the CUDA backend
+ * says it, never a bare "Operation not supported" or a count left unsaid. */
+static void test_fp8_quantized_refused(void)
+{
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: proj}\n"
+		"  transformer_engine:\n"
+		"    LogFp8TensorStats: {enabled: true, tensors: [activation], stats: [mse]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "proj");
+	float hp[4] = {1, 2, 3, 4}, scale_inv[2] = {1, 1};
+	uint8_t q[4] = {0};
+	struct dli_tensor th = f32(hp, 4);
+	struct dli_quantized_tensor qt = {
+		.data = {.data = q, .dtype = DLI_DTYPE_F8E4M3, .ndim = 1, .shape = {4},
+			 .contiguous = true},
+		.scale_inv = scale_inv,
+		.scale_inv_count = 2,
+	};
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &th, &qt, NULL), -ENOTSUP);
+	CHECK_CONTAINS(dli_last_error(ctx), "Operation not supported (-95): comparing with a "
+					    "quantized tensor needs per-tensor scaling (1 scale_inv, "
+					    "not 2)");
+	qt.scale_inv_count = -1;
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &th, &qt, NULL), -EINVAL);
+	CHECK_CONTAINS(dli_last_error(ctx), "a quantized tensor has no scale_inv (scale_inv set, "
+					    "scale_inv_count -1)");
+	dli_destroy(ctx);
+}
+
 /* ---- The seed form ---- */
 
 static void test_seed_form(void)
@@ -932,6 +965,7 @@ int main(void)
 	test_fp8_whatif();
 	test_fp8_format_margin();
 	test_fp8_quantized();
+	test_fp8_quantized_refused();
 	test_seed_form();
 	test_config_errors();
 	test_refused_tensor();

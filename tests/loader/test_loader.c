@@ -274,12 +274,25 @@ static void test_only_regular_files_are_modules(void)
 	CHECK_INT(dli_loader_load_all(loader, &err), 0);
 	CHECK_INT(dli_loader_count(loader), 1);
 	CHECK(find_module(loader, "good") >= 0);
+	/* Not found, and the message says which file of that name was passed over, and why. */
+	char want[sizeof(tmp) + 128];
 	CHECK_INT(dli_loader_load(loader, "fifo", &err), -ENOENT);
+	snprintf(want, sizeof(want), "no module fifo.so (%s/fifo.so is a FIFO, which is never loaded)",
+		 tmp);
+	CHECK_CONTAINS(err.message, want);
 	CHECK_INT(dli_loader_load(loader, "dir", &err), -ENOENT);
+	snprintf(want, sizeof(want), "(%s/dir.so is a directory, which is never loaded)", tmp);
+	CHECK_CONTAINS(err.message, want);
+	snprintf(path, sizeof(path), "%s/gone.so", tmp);
+	CHECK_INT(symlink("nothing-here.so", path), 0);
+	CHECK_INT(dli_loader_load(loader, "gone", &err), -ENOENT);
+	snprintf(want, sizeof(want), "(%s/gone.so is a dangling symbolic link or a loop of links, "
+		 "which is never loaded)", tmp);
+	CHECK_CONTAINS(err.message, want);
 	CHECK_INT(dli_loader_count(loader), 1);
 	dli_loader_destroy(loader);
 
-	const char *names[] = {"dir.so", "fifo.so", "good.so", ".so"};
+	const char *names[] = {"dir.so", "fifo.so", "good.so", ".so", "gone.so"};
 	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
 		snprintf(path, sizeof(path), "%s/%s", tmp, names[i]);
 		CHECK_INT(i == 0 ? rmdir(path) : unlink(path), 0);

@@ -143,6 +143,12 @@ static void test_cast_refusals(void)
 	out.device.type = DLI_DEVICE_CUDA;
 	CHECK_INT(dli_fp8_cast(&in, &out, E4, 1.0f), -ENOTSUP);
 	out.device.type = DLI_DEVICE_CPU;
+	/* The cast writes out densely: a strided out would get its values in the wrong places. */
+	out.contiguous = false;
+	CHECK_INT(dli_fp8_cast(&in, &out, E4, 1.0f), -EINVAL);
+	out.dtype = E4;
+	CHECK_INT(dli_fp8_cast(&in, &out, E4, 1.0f), -EINVAL);
+	out = tensor(y, DLI_DTYPE_F32, 4);
 	CHECK_INT(dli_fp8_cast(&in, &out, E4, 1.0f), 0);
 }
 

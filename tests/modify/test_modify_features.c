@@ -419,6 +419,39 @@ static void test_fake_quant(void)
 	CHECK_INT(dli_modify_tensor(fc1, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out),
 		  -ENOTSUP);
 	CHECK(scale_inv == 0);
+	/* A refused tensor is named with what is wrong with it, not a bare "Invalid argument". */
+	static const struct {
+		int field, rc;
+		const char *why;
+	} bad[] = {
+		{0, -EINVAL, "refused: Invalid argument (-22): out is not contiguous: the cast writes "
+			     "it densely; in: f32[4099] cpu:0, out: f32[4099] cpu:0 non-contiguous"},
+		{1, -EINVAL, "refused: Invalid argument (-22): out has 4098 elements, in 4099"},
+		{2, -EINVAL, "refused: Invalid argument (-22): out has elements but no data"},
+		{3, -EINVAL, "refused: Invalid argument (-22): the tensor has an invalid ndim; in: f32 "
+			     "with ndim 9"},
+		{4, -EINVAL, "refused: Invalid argument (-22): the tensor has a negative or "
+			     "overflowing shape"},
+	};
+	float *y = malloc(N * sizeof *y);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		in = tensor(x, DLI_DTYPE_F32, N);
+		out = tensor(y, DLI_DTYPE_F32, N);
+		if (bad[i].field == 0)
+			out.contiguous = false;
+		else if (bad[i].field == 1)
+			out.shape[0] = N - 1;
+		else if (bad[i].field == 2)
+			out.data = NULL;
+		else if (bad[i].field == 3)
+			in.ndim = DLI_TENSOR_MAX_DIMS + 1;
+		else
+			in.shape[0] = -N;
+		CHECK_INT(dli_modify_tensor(fc1, DLI_GEMM_FPROP, DLI_TENSOR_ACTIVATION, &in, NULL, &out),
+			  bad[i].rc);
+		CHECK_CONTAINS(dli_last_error(ctx), bad[i].why);
+	}
+	free(y);
 	free(codes);
 	free(x);
 	dli_destroy(ctx);

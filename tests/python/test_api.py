@@ -768,11 +768,30 @@ def test_initialize_refuses_what_its_parts_refuse():
                  "tensor_names must be a list", "tensor_names=['qkv']")
     expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=-5), ValueError,
                  "the training step must be >= 0, not -5")
+    # Neither truncated (1.5 -> 1) nor converted (1 -> "1"), as initialize_training_step refuses.
+    expect_error(lambda: dlinspect.initialize(log_dir=d, init_training_step=1.5), TypeError,
+                 "init_training_step must be an integer, not float")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tensor_names=["qkv", 1]), TypeError,
+                 "tensor_names[1] must be a str, not int")
+    loop = {"s": {"enabled": True}}
+    loop["s"]["layers"] = loop
+    expect_error(lambda: dlinspect.initialize(log_dir=d, config=loop), ValueError,
+                 "the config holds a dict inside itself, which has no YAML text")
     assert not dlinspect.is_initialized()
     with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
         expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
                      "the training step must be >= 0, not -5")
         assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
+
+
+class DLPackRefuses:
+    """A DLPack producer that refuses to export (as torch does a sparse or conjugate tensor)."""
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+    def __dlpack__(self, stream=None, max_version=None, **kw):
+        raise BufferError("Can't export tensors with layout other than torch.strided")
 
 
 class DLPackDevice:
@@ -803,6 +822,11 @@ def test_argument_error_messages_say_what_is_wrong():
                          "DLPackDevice", "__dlpack_device__() that returned " + repr(dev),
                          "(device_type, device_id)")
         L.inspect_tensor("activation", DLPackDevice(x, (1, 0)))  # a well-formed answer is read
+        # The producer's own reason, not "must support DLPack", which it does.
+        expect_error(lambda: L.inspect_tensor("activation", DLPackRefuses()), TypeError,
+                     "the tensor, a DLPackRefuses, cannot be read: its __dlpack__() refused it "
+                     "(Can't export tensors with layout other than torch.strided), and it has no "
+                     "buffer protocol")
         for shape in ((2, 2), (6, 4), (24,), (4, 6, 1)):
             expect_error(lambda: L.modify_tensor("fprop", "activation", x,
                                                  out=np.empty(shape, np.float32)),

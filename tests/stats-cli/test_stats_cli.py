@@ -647,6 +647,15 @@ def run_all(tmp):
     st_case("shape_overflow", {"w": {"dtype": "F32", "shape": [2**40, 2**40, 2**40],
                                      "data_offsets": [0, 24]}}, good_f4, ["overflow"])
     st_case("badmeta", {"__metadata__": [1], **ok_hdr}, good_f4, ["__metadata__ must be an object"])
+    # The reference reads __metadata__ as a map of string to string (or null): a number or an
+    # object as a value is a malformed file there, and here.
+    st_case("meta_int", {"__metadata__": {"a": "x", "n": 1}, **ok_hdr}, good_f4,
+            ["__metadata__ value of 'n' must be a string"])
+    st_case("meta_nested", {"__metadata__": {"a": {"b": "c"}}, **ok_hdr}, good_f4,
+            ["__metadata__ value of 'a' must be a string"])
+    write(P("meta_null.safetensors"), st_bytes({"__metadata__": None, **ok_hdr}, good_f4))
+    rc, lines, err = stats_json(P("meta_null.safetensors"))
+    check(rc == 0 and len(lines) == 1, "__metadata__ null (the reference reads it): %s" % err)
     st_case("ctrl", b'{"a\nb": {"dtype": "F32", "shape": [6], "data_offsets": [0, 24]}}',
             good_f4, ["control character"])
     st_case("c64", {"w": {"dtype": "C64", "shape": [3], "data_offsets": [0, 24]}}, good_f4,

@@ -247,6 +247,14 @@ static void test_zeroed_options_refused(void)
 				    "dli_options_init(&options) (or set size = sizeof(struct "
 				    "dli_options))");
 	CHECK_INT(dli_init(&o, &ctx, NULL), -EINVAL);
+	/* A size no version had (garbage, or a byte count from the wrong struct) is refused as 0 is:
+	 * copying 3 bytes would run without the config above. */
+	o.size = 3;
+	ctx = (struct dli_context *)&o;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_CONTAINS(err.message, "dli_init: options.size is 3, smaller than any version's struct "
+				    "dli_options (");
 	/* NULL options are the defaults, as before. */
 	CHECK_INT(dli_init(NULL, &ctx, &err), 0);
 	CHECK(ctx != NULL);
@@ -260,6 +268,21 @@ static void test_zeroed_options_refused(void)
 	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
 	CHECK(ctx == NULL);
 	CHECK_CONTAINS(err.message, "dli_init: options.tensor_names[1] is NULL");
+	/* A plugin dir that names no dir is refused as well, not skipped. */
+	static const char *const dirs[] = {".", NULL};
+	static const char *const empty_dir[] = {""};
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.plugin_dirs = dirs;
+	o.n_plugin_dirs = 2;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_STR(err.message, "dli_init: options.plugin_dirs: plugin dir 2 of 2 is NULL: name a "
+			       "directory ('.' for the working directory)");
+	o.plugin_dirs = empty_dir;
+	o.n_plugin_dirs = 1;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK_CONTAINS(err.message, "plugin dir 1 of 1 is empty");
 	/* A NULL list with a count is no list, as for extensions (the count was read through). */
 	dli_options_init(&o);
 	o.config_yaml = "s: {enabled: false}\n";
@@ -429,6 +452,34 @@ static void test_last_iteration(void)
 	dli_destroy(ctx);
 }
 
+/* A negative iteration is refused, not clamped to 0 (which would restart every schedule): at
+ * dli_init with an error, at dli_iteration_set with a message and the iteration unchanged. */
+static void test_negative_iteration(void)
+{
+	struct dli_options o;
+	struct dli_error err;
+	struct dli_context *ctx = NULL;
+	dli_options_init(&o);
+	o.config_yaml = "s: {enabled: false}\n";
+	o.initial_iteration = -1;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL);
+	CHECK_STR(err.message, "dli_init: options.initial_iteration is -1: expected an iteration >= 0");
+	ctx = open_yaml("s: {enabled: false}\n", NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	dli_iteration_set(ctx, 7);
+	dli_iteration_set(ctx, -3);
+	CHECK_INT(dli_iteration_get(ctx), 7);
+	dli_iteration_set(ctx, INT64_MIN);
+	CHECK_INT(dli_iteration_get(ctx), 7);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_iteration_set(-3): an iteration is >= 0; the "
+					   "iteration stays 7"),
+		  1);
+	dli_destroy(ctx);
+}
+
 /* A full disk (a file size limit in a child, SIGXFSZ ignored so writes fail with EFBIG): the
  * statistics log keeps only whole lines and ends on a newline, dli_step returns the error, and the
  * message log says it once, however many steps fail after. */
@@ -498,6 +549,7 @@ int main(void)
 	test_null_everywhere();
 	test_null_tensors_not_modified();
 	test_last_iteration();
+	test_negative_iteration();
 	test_names_cannot_forge_log_lines();
 	test_invalid_utf8_escaped();
 	test_escape_cut_whole();
