@@ -99,6 +99,17 @@ class Fp8Quantizer:
         self.amax = amax
 
 
+def _inspect(lay, *args, **kwargs):
+    """Layer.inspect_tensor from a hook. A tensor the core refuses (a float64 model's: the
+    statistics read float32, float16, bfloat16 and FP8) was reported on stderr by the core, once per
+    tensor, and is counted and reported again at the end; as for a C host, training goes on: an
+    exception here would end the forward or backward pass."""
+    try:
+        lay.inspect_tensor(*args, **kwargs)
+    except _dli.Error:
+        pass
+
+
 def _quantized(codes, scale):
     """The host's FP8 tensor as inspect_tensor takes it: (codes, scale_inv), the codes a torch
     float8 tensor, scale_inv a 1-element float32 tensor (the dequantized value is code * scale_inv)."""
@@ -272,11 +283,11 @@ class _Layer:
         lay, ins, mod = self.layer, self.inspect, self.modify
         x = kwargs[self.input_name] if by_name else args[0]
         if "activation" in ins:
-            lay.inspect_tensor("activation", x.detach())
+            _inspect(lay, "activation", x.detach())
         w = getattr(module, "weight", None)
         if w is not None:
             if "weight" in ins:
-                lay.inspect_tensor("weight", w.detach())
+                _inspect(lay, "weight", w.detach())
             if ("wgrad" in ins or "wgrad" in mod["wgrad"]) and w.requires_grad and torch.is_grad_enabled():
                 self.wgrad_armed = True
                 if self.wgrad_hook is None:
@@ -306,13 +317,13 @@ class _Layer:
                 new = _Replace.apply(out, m) if out.requires_grad and torch.is_grad_enabled() else m
         y = out if new is None else new
         if "output" in ins:
-            lay.inspect_tensor("output", y.detach())
+            _inspect(lay, "output", y.detach())
         if "gradient" in ins and y.requires_grad and torch.is_grad_enabled():
             y.register_hook(self._gradient_hook)
         return new
 
     def _gradient_hook(self, g):
-        self.layer.inspect_tensor("gradient", g)
+        _inspect(self.layer, "gradient", g)
         return None
 
     def _dgrad_hook(self, g):
@@ -322,7 +333,7 @@ class _Layer:
             new = lay.modify_tensor("dgrad", "dgrad", g)
             g = g if new is None else new
         if "dgrad" in self.inspect:
-            lay.inspect_tensor("dgrad", g)
+            _inspect(lay, "dgrad", g)
         return new
 
     def _wgrad_hook(self, w):
@@ -339,7 +350,7 @@ class _Layer:
                 with torch.no_grad():
                     g.copy_(m)
         if "wgrad" in self.inspect:
-            lay.inspect_tensor("wgrad", g)
+            _inspect(lay, "wgrad", g)
 
     # ---- FP8 emulation mode ----
 
@@ -372,7 +383,7 @@ class _Layer:
                 op = hp.float() if op is None else op.float()
             ops.append(op if op is not None else dq if use else hp.float())
         if t in ins:
-            lay.inspect_tensor(t, hp, rowwise=q if use0 else None, columnwise=q if use1 else None)
+            _inspect(lay, t, hp, rowwise=q if use0 else None, columnwise=q if use1 else None)
         return ops
 
     def _result(self, gemm, t, y, mod, ins, lay):
@@ -380,7 +391,7 @@ class _Layer:
             m = lay.modify_tensor(gemm, t, y)
             y = y if m is None else m
         if t in ins:
-            lay.inspect_tensor(t, y)
+            _inspect(lay, t, y)
         return y
 
     def _fp8_forward(self, ctx, x, weight, bias):

@@ -104,6 +104,32 @@ def broadcast_gradient(c):
          f"a broadcast gradient: {stats(d)}")
 
 
+def float64_layer(c):
+    """A float64 layer beside a float32 one: the statistics refuse float64 tensors (the core says so
+    on stderr and counts it), and training goes on, as for a C host: the forward and backward
+    passes run and give what they give without dlinspect, the float32 layer is logged."""
+    torch.manual_seed(3)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4).double(), torch.nn.Linear(4, 2))
+    d = tmpdir()
+    dlinspect.initialize(config=stats_cfg(("activation", "output", "gradient")), log_dir=d)
+    h = dt.attach(m, names={m[0]: "f64", m[1]: "f32"})
+    x = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    try:
+        y = m[1](m[0](x).float())
+        y.sum().backward()
+        dt.step()
+        ref = torch.nn.functional.linear(torch.nn.functional.linear(x, m[0].weight, m[0].bias).float(),
+                                         m[1].weight, m[1].bias)
+        c.ok(torch.equal(y, ref), "a float64 layer: the output as without dlinspect")
+    except Exception as e:
+        c.ok(False, f"a float64 layer stopped training: {e!r}")
+    h.detach()
+    dlinspect.end_debug()
+    names = sorted({n for n, _ in logged(d)})
+    c.ok(names == ["f32_activation_max", "f32_gradient_max", "f32_output_max"],
+         f"a float64 layer: logged {names}")
+
+
 def across_end_debug(c):
     """Attached hooks across end_debug() and a new initialize(): with no context they do nothing
     and dlinspect.torch.step() is a no-op, as dlinspect.step(); after a new initialize() every
@@ -265,6 +291,7 @@ mine:
     step_back(c)
     keyword_input(c)
     broadcast_gradient(c)
+    float64_layer(c)
     c.done()
 
 
