@@ -433,10 +433,12 @@ static int build(struct builder *b, yaml_event_t *ev, int depth, struct dli_node
 		if (nul) {
 			struct dli_where w = {b->cfg->path, (int)ev->start_mark.line + 1,
 					      (int)ev->start_mark.column + 1};
+			char head[DLI_CLIP_NAME + 4];
+			dli_clip_name(head, sizeof head, (const char *)ev->data.scalar.value);
 			return dli_error_set(b->err, -EINVAL, &w,
-					     "a NUL character (U+0000) after '%.200s' in a double-quoted string: "
-					     "names and values cannot hold one",
-					     (const char *)ev->data.scalar.value);
+					     "a NUL character (U+0000) after '%s' in a double-quoted "
+					     "string: names and values cannot hold one",
+					     head);
 		}
 		n = node_new(b, DLI_NODE_SCALAR, ev->start_mark);
 		if (!n || !(n->text = strdup((const char *)ev->data.scalar.value)))

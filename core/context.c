@@ -376,29 +376,23 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	dli_options_init(&defaults);
 	if (!out)
 		return dli_error_set(err, -EINVAL, NULL, "dli_init: `out` is NULL");
-	/* A zeroed struct (memset, `= {0}`) has size 0: copying nothing would run without the config
-	 * and log dir the caller set, and say nothing. */
-	if (options && options->size == 0) {
+	/* A zeroed struct (memset, `= {0}`) has size 0, and a size below 1.0's struct is no
+	 * version's: copying it would run without the config and log dir the caller set, and say
+	 * nothing. */
+	if (options && options->size < DLI_OPTIONS_SIZE_1_0) {
 		if (err)
 			memset(err, 0, sizeof *err);
 		*out = NULL;
-		return dli_error_set(err, -EINVAL, NULL,
-				     "dli_init: options.size is 0: initialize the options with "
-				     "dli_options_init(&options) (or set size = sizeof(struct "
-				     "dli_options)) before setting fields");
-	}
-	/* Every version's struct holds at least 1.0's members (up to log_level): a smaller size is
-	 * no version's, and copying it would run on defaults as a size of 0 would. */
-	const size_t first = offsetof(struct dli_options, log_level) + sizeof options->log_level;
-	if (options && options->size < first) {
-		if (err)
-			memset(err, 0, sizeof *err);
-		*out = NULL;
+		if (options->size == 0)
+			return dli_error_set(err, -EINVAL, NULL,
+					     "dli_init: options.size is 0: initialize the options with "
+					     "dli_options_init(&options) (or set size = sizeof(struct "
+					     "dli_options)) before setting fields");
 		return dli_error_set(err, -EINVAL, NULL,
 				     "dli_init: options.size is %u, smaller than any version's struct "
 				     "dli_options (%zu bytes at least): initialize the options with "
 				     "dli_options_init(&options)",
-				     (unsigned)options->size, first);
+				     (unsigned)options->size, (size_t)DLI_OPTIONS_SIZE_1_0);
 	}
 	/* Copy what the caller's (maybe older, smaller) struct holds over our defaults. */
 	if (options) {

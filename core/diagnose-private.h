@@ -21,7 +21,6 @@ void dli_modify_failed(struct dli_layer *l, const struct dli_binding *b, int gem
 /* "bf16[4x8] cuda:0 non-contiguous", or "NULL". */
 void dli_tensor_describe(char *buf, size_t size, const struct dli_tensor *t);
 
-
 /* Stores `text` as this thread's dli_last_error for `ctx`. */
 void dli_last_error_set(const struct dli_context *ctx, const char *text);
 

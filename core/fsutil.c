@@ -1,5 +1,6 @@
-/* File-system helpers: mkdir -p for the loggers (through the host table's make_dirs), and a file
- * opened for reading that cannot hang (configs, logs, tensor files). */
+/* File-system helpers: mkdir -p for the loggers (through the host table's make_dirs), a path made
+ * absolute (the log dir, at dli_init), and a file opened for reading that cannot hang (configs,
+ * logs, tensor files). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>

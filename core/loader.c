@@ -415,10 +415,10 @@ static int not_found(const struct dli_loader *loader, const char *entry, const c
 		free(words);
 	}
 	/* A file of the module's name that is no module file says why the name was not taken. */
-	char note[320] = "";
+	char note[320] = "", cskipped[DLI_CLIP_NAME + 4];
 	if (skipped)
-		snprintf(note, sizeof note, " (%.200s is %s, which is never loaded)", skipped,
-			 skipped_kind);
+		snprintf(note, sizeof note, " (%s is %s, which is never loaded)",
+			 dli_clip_name(cskipped, sizeof cskipped, skipped), skipped_kind);
 	char centry[DLI_CLIP_NAME + 4], cname[DLI_CLIP_NAME + 4];
 	dli_clip_name(centry, sizeof centry, entry);
 	dli_clip_name(cname, sizeof cname, name);

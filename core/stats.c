@@ -498,6 +498,21 @@ static int merge_compared(struct dli_stats_acc *acc, const struct dli_tensor *hp
 	return 0;
 }
 
+/* Whether `t`'s shape has a 0 and no negative extent: no elements, on any device (an invalid ndim
+ * is no: the checks that follow refuse it). */
+static bool empty_shape(const struct dli_tensor *t)
+{
+	bool zero = false;
+	if (t->ndim < 0 || t->ndim > DLI_TENSOR_MAX_DIMS)
+		return false;
+	for (int i = 0; i < t->ndim; i++) {
+		if (t->shape[i] < 0)
+			return false;
+		zero |= t->shape[i] == 0;
+	}
+	return zero;
+}
+
 int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *hp,
 			    const struct dli_quantized_tensor *q)
 {
@@ -517,8 +532,12 @@ int dli_stats_add_quantized(struct dli_stats_acc *acc, const struct dli_tensor *
 		return refuse(acc, "a quantized tensor has no scale_inv (scale_inv %s, scale_inv_count "
 				   "%lld)",
 			      q->scale_inv ? "set" : "NULL", (long long)q->scale_inv_count);
-	if (qt->device.type == DLI_DEVICE_CUDA)
+	/* Empty, as below (the CUDA backend would still record the scale_inv). */
+	if (qt->device.type == DLI_DEVICE_CUDA) {
+		if (empty_shape(qt) && (!hp || empty_shape(hp)))
+			return 0;
 		return add_device(acc, NULL, NULL, hp, q);
+	}
 	/* Which of several scale_invs (block scaling) dequantizes an element depends on the
 	 * recipe's layout; the kernel takes only their range then, and refuses to compare. */
 	if (hp && q->scale_inv_count != 1)

@@ -2141,9 +2141,10 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 	rc = dli_step(g_ctx);
 	Py_END_ALLOW_THREADS
 	if (rc) {
-		/* A stop a feature asked for (DetectNonFinite's on_detect: stop) must stop a Python
-		 * loop as it stops a C one: a warning is shown once and then never again. The step
-		 * is taken all the same. */
+		/* -ECANCELED, a stop a feature asked for (DetectNonFinite's on_detect: stop), must
+		 * stop a Python loop as it stops a C one (a warning is shown once and then never
+		 * again); the step was taken all the same. -EOVERFLOW: the iteration is at its last,
+		 * no step was taken. */
 		if (rc == -EOVERFLOW || rc == -ECANCELED)
 			return raise_call_error("step", rc);
 		/* Training goes on: a logger that could not write said so in the message log and on

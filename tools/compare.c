@@ -348,8 +348,6 @@ static const char *excerpt(const char *s, char *buf, size_t size)
 	return buf;
 }
 
-/* Whether [p, end) is a number as the file logger writes one: %.9g (digits, a point, an
- * exponent), nan, inf or -inf. */
 /* Whether the digits of p..end before any exponent hold one that is not 0. */
 static bool nonzero_mantissa(const char *p, const char *end)
 {
@@ -359,6 +357,8 @@ static bool nonzero_mantissa(const char *p, const char *end)
 	return false;
 }
 
+/* Whether [p, end) is a number as the file logger writes one: %.9g (digits, a point, an
+ * exponent), nan, inf or -inf. */
 static bool logger_number(const char *p, const char *end)
 {
 	if (*p == '-' || *p == '+')

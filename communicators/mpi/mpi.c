@@ -97,7 +97,7 @@ static void finalize_now(void)
 			pthread_detach(th);
 			fprintf(stderr, "dlinspect: rank %d: MPI_Finalize did not return within %g s "
 					"(a rank that did not come may be gone): going on without it\n",
-				world_rank, finalize_limit_s);
+				world_rank, limit);
 			return; /* the buffers may still be written */
 		}
 	}

@@ -26,10 +26,10 @@ struct dnf_call {
 	double abs_min, abs_max; /* over the non-NaN elements; NaN when every element is NaN */
 };
 
-/* What every instance of one context shares: the frame must hold the last calls of the whole
- * model, whichever config block (section, tensors_struct entry) selected them. */
 enum { DNF_SPARE = 8 };
 
+/* What every instance of one context shares: the frame must hold the last calls of the whole
+ * model, whichever config block (section, tensors_struct entry) selected them. */
 struct dnf_monitor {
 	struct dli_context *ctx;
 	struct dnf_monitor *next;
@@ -302,7 +302,9 @@ static int dnf_inspect_tensor(const struct dli_feature_call *c, int tensor,
 		r = host->stats_acc_read_sized(acc, &rec, sizeof(rec));
 	host->stats_acc_reset(acc);
 	pthread_mutex_lock(&m->lock);
-	if (m->n_spare < DNF_SPARE) {
+	/* One that refused a tensor is not kept: it says why only once, and the next tensor it
+	 * refused would go unreported. */
+	if (!r && m->n_spare < DNF_SPARE) {
 		m->spare[m->n_spare++] = acc;
 		acc = NULL;
 	}

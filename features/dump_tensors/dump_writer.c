@@ -571,15 +571,32 @@ int dli_dump_layer_next_call(struct dli_dump_layer *l, int tensor, int gemm, int
 	return k;
 }
 
+/* Whether the layer's file already has `key` (w->mu held). Keys are made from host tensor names,
+ * which may themselves look like a made key ("x.1" is also the second call of "x"): one key twice
+ * would make a header that safetensors refuses, and the whole file unreadable. */
+static bool dump_has_key(const struct dli_dump_layer *l, const char *key)
+{
+	for (const struct dli_dump_blob *b = l->head; b; b = b->next)
+		if (!strcmp(b->key, key))
+			return true;
+	return false;
+}
+
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale)
 {
 	struct dli_dump_writer *w = l->writer;
+	int r;
 
-	/* The bound: wait while the writer has something to write (it frees space as it goes);
-	 * a copy alone larger than the budget passes when nothing else is held. */
+	/* A key the file holds is refused before anything waits or copies. The bound: wait while
+	 * the writer has something to write (it frees space as it goes); a copy alone larger than
+	 * the budget passes when nothing else is held. */
 	pthread_mutex_lock(&w->mu);
+	if (dump_has_key(l, key)) {
+		pthread_mutex_unlock(&w->mu);
+		return -EEXIST;
+	}
 	while (w->held + bytes > w->budget && w->queued > 0)
 		pthread_cond_wait(&w->space, &w->mu);
 	if (w->held + bytes > w->budget && w->held > 0) {
@@ -592,14 +609,8 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 
 	struct dli_dump_blob *t = calloc(1, sizeof(*t));
 	if (!t || !(t->key = strdup(key)) || (bytes && !(t->data = malloc(bytes)))) {
-		if (t)
-			free(t->key);
-		free(t);
-		pthread_mutex_lock(&w->mu);
-		w->held -= bytes;
-		pthread_cond_broadcast(&w->space);
-		pthread_mutex_unlock(&w->mu);
-		return -ENOMEM;
+		r = -ENOMEM;
+		goto give_back;
 	}
 	if (bytes)
 		memcpy(t->data, data, bytes);
@@ -611,22 +622,26 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	t->bytes = bytes;
 	t->scale = scale;
 	pthread_mutex_lock(&w->mu);
-	/* Keys are made from host tensor names, which may themselves look like a made key ("x.1" is
-	 * also the second call of "x"): one key twice would make a header that safetensors refuses,
-	 * and the whole file unreadable. Checked here, where the list is final, under the lock. */
-	for (struct dli_dump_blob *b = l->head; b; b = b->next) {
-		if (strcmp(b->key, key))
-			continue;
-		w->held -= bytes;
-		pthread_cond_broadcast(&w->space);
+	/* Again where the list is final: a call on another thread may have added the key since. */
+	if (dump_has_key(l, key)) {
 		pthread_mutex_unlock(&w->mu);
-		free(t->data);
-		free(t->key);
-		free(t);
-		return -EEXIST;
+		r = -EEXIST;
+		goto give_back;
 	}
 	*l->tail = t;
 	l->tail = &t->next;
 	pthread_mutex_unlock(&w->mu);
 	return 0;
+
+give_back:
+	if (t) {
+		free(t->data);
+		free(t->key);
+	}
+	free(t);
+	pthread_mutex_lock(&w->mu);
+	w->held -= bytes;
+	pthread_cond_broadcast(&w->space);
+	pthread_mutex_unlock(&w->mu);
+	return r;
 }

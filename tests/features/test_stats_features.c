@@ -950,6 +950,29 @@ static void test_cuda_fake_backend(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "could not make an accumulator on device 3: fake: "
 					   "device 3 refused"),
 		  1);
+	/* An empty quantized CUDA tensor adds nothing, as on the CPU: the backend (this one refuses
+	 * every quantized tensor) is not asked. */
+	ctx = open_yaml("s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc1}\n"
+			"  transformer_engine:\n"
+			"    LogFp8TensorStats: {enabled: true, tensors: [activation],\n"
+			"                        stats: [scale_inv_max]}\n",
+			NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		goto out;
+	uint8_t code = 0;
+	float inv = 1.0f;
+	struct dli_quantized_tensor q0 = {
+		.data = {.data = &code, .dtype = DLI_DTYPE_F8E4M3, .ndim = 1, .shape = {0},
+			 .contiguous = true, .device = {.type = DLI_DEVICE_CUDA, .index = 0}},
+		.scale_inv = &inv,
+		.scale_inv_count = 1,
+	};
+	l = layer(ctx, "fc1");
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, NULL, &q0, NULL), 0);
+	dli_step(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(read_stats(), 0);
 out:
 	unsetenv("FAKE_CUDA_REFUSE_DEVICE");
 	n_extra_dirs = 0;

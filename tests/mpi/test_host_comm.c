@@ -435,6 +435,8 @@ static size_t compare(const char *dir, const struct line *ref, size_t n_ref,
 static void test_timeout_refused(void)
 {
 	static const char *const bad[] = {"0x10", "inf", " 5", "5s", "-1", "0", "nan"};
+	const char *was = getenv("DLINSPECT_COMM_TIMEOUT");
+	char *saved = was ? strdup(was) : NULL;
 	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
 		struct loop_comm comm = {.rank = 0};
 		struct dli_options o;
@@ -455,7 +457,11 @@ static void test_timeout_refused(void)
 		if (!r)
 			dli_destroy(ctx);
 	}
-	setenv("DLINSPECT_COMM_TIMEOUT", "0.5", 1);
+	if (saved)
+		setenv("DLINSPECT_COMM_TIMEOUT", saved, 1);
+	else
+		unsetenv("DLINSPECT_COMM_TIMEOUT");
+	free(saved);
 }
 
 int main(int argc, char **argv)

@@ -622,9 +622,41 @@ static void test_config_errors(void)
 	CHECK_INT(err.column, 16);
 }
 
+/* Tensors DetectNonFinite cannot read (int32), in three layers, two steps: each layer's refusal is
+ * said, with its layer and the reason (an accumulator that refused one is not reused for the
+ * next, which it would no longer report). */
+static void test_refusals_each_said(void)
+{
+	static const char yaml[] = "watch:\n  enabled: true\n" LAYERS_ALL
+				   "  DetectNonFinite: {enabled: true, tensors: [activation]}\n";
+	struct dli_context *ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	int32_t v[4] = {1, 2, 3, 4};
+	struct dli_tensor t = tensor(v, DLI_DTYPE_I32, 4);
+	char name[32], want[160];
+	for (int it = 0; it < 2; it++) {
+		for (int li = 0; li < 3; li++) {
+			snprintf(name, sizeof name, "model.layers.%d.fc1", li);
+			CHECK(dli_inspect_tensor(layer(ctx, name), DLI_TENSOR_ACTIVATION, &t, NULL,
+						 NULL) < 0);
+		}
+		dli_step(ctx);
+	}
+	dli_destroy(ctx);
+	for (int li = 0; li < 3; li++) {
+		snprintf(want, sizeof want,
+			 "statistics (layer 'model.layers.%d.fc1', tensor 'activation'): cannot read "
+			 "a tensor of dtype i32", li);
+		CHECK(count_lines(MESSAGE_LOG, want) >= 1);
+	}
+}
+
 int main(void)
 {
 	test_frame_matches_reference();
+	test_refusals_each_said();
 	test_each_tensor_kind();
 	test_clean_run_reports_nothing();
 	test_trace_and_abort();
