@@ -80,20 +80,22 @@ static double percent(uint64_t part, uint64_t whole)
 }
 
 /* The passes leave NaN and infinite x out of the FP8 terms (fp8_count counts the finite elements
- * compared). When the record's element counts come from the same elements as its FP8 terms
- * (count = fp8_count + nan_count + inf_count, as in the record of a pass that did both, and in
- * merges of such records), the non-finite ones are put back here, so that the CPU and CUDA passes
- * agree: an infinity saturates to the format's max (an overflow) and makes mse infinite, as
- * TransformerEngine reports; a NaN is neither an under- nor an overflow, but counts in n, the
- * denominator of the percentages (docs/features.md). *n is the elements compared, *infs the
- * infinities among them. */
+ * compared), and a record that compared counts the NaN and infinite elements it left out
+ * (nan_count, inf_count): the pass that did both, and the comparison with a host's copy, whose
+ * record takes hp's element counts when hp holds non-finite values (core/stats.c). Those are put
+ * back here, so that the CPU and CUDA passes agree: an infinity saturates to the format's max (an
+ * overflow) and makes mse infinite, as TransformerEngine reports; a NaN is neither an under- nor
+ * an overflow, but counts in n, the denominator of the percentages (docs/features.md). The sum
+ * fp8_count + nan_count + inf_count, not count, is the extent: a clean host copy's record has no
+ * element counts (sparing hp a pass), so count alone would drop the non-finite elements of the
+ * other microbatches or ranks merged with it. *n is the elements compared, *infs the infinities
+ * among them. */
 static void fp8_extent(const struct dli_stats_record *r, uint64_t *n, uint64_t *infs)
 {
 	bool compared = r->fp8_count > 0 || r->scale_inv_max > 0; /* an FP8 pass ran */
-	bool same = r->count > 0 && r->count == r->fp8_count + r->nan_count + r->inf_count;
 
-	*n = compared && same ? r->count : r->fp8_count;
-	*infs = compared && same ? r->inf_count : 0;
+	*n = compared ? r->fp8_count + r->nan_count + r->inf_count : r->fp8_count;
+	*infs = compared ? r->inf_count : 0;
 }
 
 double dli_stats_value(const struct dli_stats_record *r, enum dli_stat stat)

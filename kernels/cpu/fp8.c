@@ -468,8 +468,8 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 	const struct fp8_format *f = fp8_format_of(format);
 	uint64_t count = 0, under = 0, over = 0;
 	double err = 0, dot = 0, dqs = 0, xs = 0;
-	double lo = INFINITY, hi = 0, limit;
-	float table[256], si;
+	double lo = INFINITY, hi = 0;
+	float table[256], si, limit;
 
 	if (!out || !f || !scale_inv || n_scale_inv < 1 || n < 0)
 		return -EINVAL;
@@ -496,8 +496,11 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 	si = scale_inv[0];
 	for (int i = 0; i < 256; i++)
 		table[i] = decode((uint8_t)i, f) * si; /* dequantized as TransformerEngine does */
-	/* The saturation the host's cast must have done: |hp * scale| > max with scale = 1/si. */
-	limit = (double)f->max * si;
+	/* The saturation the host's cast must have done: |hp| > max * si, the product rounded to
+	 * float as TransformerEngine computes it (a float32 tensor product). An element at the
+	 * amax the scale came from lies within a rounding of that limit, so the exact product
+	 * would count it as an overflow where TransformerEngine does not, and the other way. */
+	limit = f->max * si;
 	for (int64_t i = 0; i < n; i++) {
 		float x = load(hp, hp_dtype, i);
 		double dq, d;
@@ -507,7 +510,7 @@ int dli_cpu_fp8_compare_quantized(const void *hp, enum dli_dtype hp_dtype, const
 		count++;
 		if (x != 0.0f && (q[i] & 0x7f) == 0)
 			under++;
-		if (fabs((double)x) > limit)
+		if (fabsf(x) > limit)
 			over++;
 		/* A NaN or inf code from a finite x stays in the sums: the NaN mse it gives is
 		 * the host's bug made visible. */

@@ -364,9 +364,10 @@ __global__ void __launch_bounds__(pass_threads, 4) quantized_pass(const pass_par
 	const typename E::scalar *hp = (const typename E::scalar *)p.data;
 
 	const float si = p.n ? p.scale_inv[0] : 1.0f;
-	/* Saturated: |x| > fp8_max * scale_inv, compared exactly: the product is exact in double,
-	 * and a float exceeds it exactly when it exceeds its round-down to float. */
-	const float limit = __double2float_rd((double)fmt::max * (double)si);
+	/* Saturated: |x| > fp8_max * scale_inv, the product rounded to float as TransformerEngine
+	 * computes it and as dli_cpu_fp8_compare_quantized does (an element at the amax the scale
+	 * came from lies within that rounding of the limit). */
+	const float limit = __fmul_rn(fmt::max, si);
 	part t;
 	part_init(t);
 	float ge = 0.0f, gq = 0.0f, gd = 0.0f, gx = 0.0f;

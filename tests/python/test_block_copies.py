@@ -521,6 +521,50 @@ def test_stats_from_the_hosts_copies():
     print(f"     {ck.checked} statistics of {len(refs)} copies match the reference")
 
 
+def test_microbatches_with_non_finite_values():
+    """Two microbatches of one step, one holding NaN and infinities and one clean, in both orders,
+    with the host's copies: the step's statistics are those of all the elements (an infinity is
+    an overflow and makes mse inf wherever it came; NaN counts in n), combined here from each
+    microbatch's reference counts and sums."""
+    rng = np.random.default_rng(20261125)
+    d = tempfile.mkdtemp(prefix="dli-block-")
+    dlinspect.initialize(config=CONFIG, log_dir=d, feature_dirs=[EXACT_DIR])
+    expected = []
+    try:
+        for recipe in ("mxfp8", "fp8_block_1d", "nvfp4"):
+            for order in (("inf", None), (None, "inf"), ("nan", None)):
+                layer = f"{recipe}_{order[0] or 'clean'}_{order[1] or 'clean'}"
+                parts = []
+                for nonfinite in order:
+                    x2 = hp_values(rng, (33, 127), nonfinite)
+                    c = make_copy(rng, recipe, False, "float8_e4m3fn", x2)
+                    dlinspect.inspect_tensor(layer, "activation", x2,
+                                             rowwise_quantized_tensor=as_dict(c, (33,)))
+                    parts.append((x2, reference(x2, c)))
+                n = sum(x.size for x, _ in parts)
+                n_inf = sum(int(np.isinf(x).sum()) for x, _ in parts)
+                finite_n = sum(x.size - int(np.isnan(x).sum()) for x, _ in parts)
+                under = sum(r["_counts"][0] for _, r in parts)
+                over = sum(r["_counts"][1] for _, r in parts) + n_inf
+                err = sum(r["mse"] * (x.size - int(np.isnan(x).sum())) for x, r in parts
+                          if not np.isinf(x).any())
+                want = {"underflows%": 100.0 * under / n,
+                        "mse": math.inf if n_inf else err / finite_n}
+                if recipe != "nvfp4":
+                    want["overflows%"] = 100.0 * over / n
+                prefix = "nvfp4_" if recipe == "nvfp4" else ""
+                expected.append((layer, {prefix + s: w for s, w in want.items()}))
+        dlinspect.step()
+    finally:
+        dlinspect.end_debug()
+    exact, file_log = read_exact(d), read_file_log(d)
+    ck = Checker()
+    for layer, want in expected:
+        for s, w in want.items():
+            ck.stat(exact, file_log, f"{layer}_activation_{s}", w, layer, sums_rel=1e-9)
+    assert not ck.failures, "\n".join(ck.failures)
+
+
 def test_the_copy_not_a_requantization():
     """Two copies of one tensor that differ only in one block's scale give different statistics:
     the pass reads the scales it is given."""
