@@ -929,7 +929,8 @@ def test_exit_without_end_debug_writes_everything():
            "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
            "  transformer_engine:\n"
            "    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n"
-           "    DumpTensors: {enabled: true, tensors: [activation], high_precision_tensor: true,\n"
+           "    DumpTensors: {enabled: true, format: safetensors, tensors: [activation],\n"
+           "                  high_precision_tensor: true,\n"
            "                  start_step: 0, end_step: 1}\n"
            "  LogTensorStats: {enabled: true, tensors: [mine], stats: [max]}\n")
     r = subprocess.run([sys.executable, "-c", script, log_dir, cfg], stdout=subprocess.PIPE,
