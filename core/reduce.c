@@ -54,6 +54,7 @@ struct dli_share {
 	int scope;
 	unsigned generation; /* dli_reduce.generation when it was shared */
 	bool filled;         /* this step's merge was put into acc: emptied after step_end */
+	bool default_group;  /* the feature asked for the world: the tensor reduction group */
 };
 
 struct dli_group {
@@ -85,6 +86,8 @@ struct dli_reduce {
 	/* Ranks that missed a collective: every later group holding one fails at once rather than
 	 * waiting out its own time limit. NULL until the first. */
 	bool *gone;
+	/* The tensor reduction group (dli_reduction_group_set), an index in groups; -1: the world. */
+	long default_group;
 };
 
 static uint64_t fnv1a(const char *s)
@@ -139,6 +142,7 @@ static int reduce_new(struct dli_context *ctx, const struct dli_comm_ops *ops, v
 	red->owned = owned;
 	snprintf(red->name, sizeof red->name, "%s", name);
 	red->timeout_s = DLI_REDUCE_DEFAULT_TIMEOUT;
+	red->default_group = -1;
 	pthread_mutex_init(&red->lock, NULL);
 	red->rank = ops->rank(comm);
 	red->size = ops->world_size(comm);
@@ -315,6 +319,14 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	int *world = NULL;
 	const int *ranks = share->ranks;
 	size_t n = share->n_ranks;
+	bool by_default = !ranks || !n;
+	pthread_mutex_lock(&red->lock);
+	if (by_default && red->default_group >= 0) {
+		/* the group's ranks live as long as the context: no copy */
+		ranks = red->groups[red->default_group].ranks;
+		n = red->groups[red->default_group].n;
+	}
+	pthread_mutex_unlock(&red->lock);
 	if (!ranks || !n) {
 		if (!(world = calloc((size_t)red->size, sizeof *world)))
 			return -ENOMEM;
@@ -368,7 +380,8 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	if (!r) {
 		*sh = (struct dli_share){.acc = acc, .index = red->n_shares, .hash = hash, .key = key,
 					 .schedule = share->schedule, .group = (size_t)g,
-					 .scope = DLI_SCOPE_RANK, .generation = red->generation};
+					 .scope = DLI_SCOPE_RANK, .generation = red->generation,
+					 .default_group = by_default};
 		red->shares[red->n_shares++] = sh;
 		dli_stats_acc_set_share(acc, sh, dli_reduce_forget);
 	}
@@ -762,4 +775,93 @@ int dli_reduce_counters(struct dli_context *ctx, uint64_t *steps, uint64_t *coll
 	if (bytes)
 		*bytes = v[2];
 	return !ctx ? -EINVAL : red ? 0 : -ENOTSUP;
+}
+
+int dli_reduction_group_set(struct dli_context *ctx, const int *ranks, size_t n,
+			    struct dli_error *err)
+{
+	struct dli_error local;
+	char text[256];
+
+	if (!err)
+		err = &local;
+	if (!ctx)
+		return dli_error_set(err, -EINVAL, NULL, "dli_reduction_group_set: NULL context");
+	if (n && !ranks)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_reduction_group_set: NULL ranks with n = %zu", n);
+	struct dli_reduce *red = ctx->reduce;
+	int size = red ? red->size : ctx->world_size, rank = red ? red->rank : ctx->rank;
+	bool in = false, sorted = true, inside = true;
+	for (size_t i = 0; i < n; i++) {
+		in = in || ranks[i] == rank;
+		inside = inside && ranks[i] >= 0 && ranks[i] < size;
+		sorted = sorted && (!i || ranks[i] > ranks[i - 1]);
+	}
+	if (n && (!in || !sorted || !inside)) {
+		ranks_text(text, sizeof text, ranks, n, NULL);
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_reduction_group_set: the group %s %s (world size %d, this "
+				     "rank %d)", text,
+				     !sorted	? "is not a sorted list of distinct ranks"
+				     : !inside ? "holds ranks outside the world"
+					       : "does not hold this rank",
+				     size, rank);
+	}
+	if (!red) {
+		/* Per rank already: the world, or this rank alone, changes nothing. */
+		if (n <= 1)
+			return 0;
+		ranks_text(text, sizeof text, ranks, n, NULL);
+		return dli_error_set(err, -ENOTSUP, NULL,
+				     "dli_reduction_group_set: the group %s needs a communicator "
+				     "(DLINSPECT_COMMUNICATOR, dli_options.comm_ops); without one each "
+				     "rank logs its own statistics", text);
+	}
+	/* The whole world is the default, kept as -1 so that shares name no group of their own. */
+	bool world = !n || n == (size_t)red->size;
+	pthread_mutex_lock(&red->lock);
+	long g = world ? -1 : group_find_or_add(red, ranks, n);
+	if (g < -1 || (g < 0 && !world)) {
+		pthread_mutex_unlock(&red->lock);
+		return dli_error_set(err, -ENOMEM, NULL, "dli_reduction_group_set: out of memory");
+	}
+	long world_g = -1;
+	red->default_group = g;
+	/* Statistics shared already move to it from the next step on. A share of the world needs
+	 * the world's group, made as dli_stats_acc_share makes it. */
+	int r = 0;
+	for (size_t i = 0; i < red->n_shares && !r; i++) {
+		struct dli_share *s = red->shares[i];
+		if (!s->default_group)
+			continue;
+		if (g >= 0) {
+			s->group = (size_t)g;
+			continue;
+		}
+		if (world_g < 0) {
+			int *all = malloc((size_t)red->size * sizeof *all);
+			for (int k = 0; all && k < red->size; k++)
+				all[k] = k;
+			world_g = all ? group_find_or_add(red, all, (size_t)red->size) : -ENOMEM;
+			free(all);
+			if (world_g < 0) {
+				r = -ENOMEM;
+				break;
+			}
+		}
+		s->group = (size_t)world_g;
+	}
+	pthread_mutex_unlock(&red->lock);
+	if (r)
+		return dli_error_set(err, -ENOMEM, NULL, "dli_reduction_group_set: out of memory");
+	if (world)
+		snprintf(text, sizeof text, "the whole world");
+	else
+		ranks_text(text, sizeof text, ranks, n, NULL);
+	dli_log(ctx, DLI_LOG_INFO,
+		"the statistics of every tensor but the weight are reduced across %s from the next "
+		"step on (set_tensor_reduction_group); weights keep their tensor-parallel groups",
+		text);
+	return 0;
 }

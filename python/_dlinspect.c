@@ -6,6 +6,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -2156,6 +2157,43 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+/* _reduction_group_set(ranks) -> None: ranks, a sequence of dlinspect's world ranks, or None for
+ * the whole world (dlinspect.set_tensor_reduction_group maps a ProcessGroup to them). */
+static PyObject *mod_reduction_group_set(PyObject *m, PyObject *arg)
+{
+	if (!g_ctx)
+		return no_context();
+	int *ranks = NULL;
+	Py_ssize_t n = 0;
+	if (arg != Py_None) {
+		PyObject *seq = PySequence_Fast(arg, "dlinspect: the group's ranks must be a sequence");
+		if (!seq)
+			return NULL;
+		n = PySequence_Fast_GET_SIZE(seq);
+		if (!(ranks = PyMem_Malloc((size_t)(n ? n : 1) * sizeof *ranks))) {
+			Py_DECREF(seq);
+			return PyErr_NoMemory();
+		}
+		for (Py_ssize_t i = 0; i < n; i++) {
+			long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+			if (v == -1 && PyErr_Occurred()) {
+				Py_DECREF(seq);
+				PyMem_Free(ranks);
+				return NULL;
+			}
+			ranks[i] = v < INT_MIN ? INT_MIN : v > INT_MAX ? INT_MAX : (int)v;
+		}
+		Py_DECREF(seq);
+	}
+	struct dli_error err;
+	memset(&err, 0, sizeof err);
+	int rc = dli_reduction_group_set(g_ctx, ranks, (size_t)n, &err);
+	PyMem_Free(ranks);
+	if (rc)
+		return raise_dli_error(&err, rc);
+	Py_RETURN_NONE;
+}
+
 static PyObject *mod_iteration(PyObject *m, PyObject *unused)
 {
 	if (!g_ctx)
@@ -2418,6 +2456,7 @@ static PyMethodDef module_methods[] = {
 	{"_destroy", mod_destroy, METH_NOARGS, NULL},
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},
 	{"_generation", mod_generation, METH_NOARGS, NULL},
+	{"_reduction_group_set", mod_reduction_group_set, METH_O, NULL},
 	{"_plan_state", mod_plan_state, METH_NOARGS, NULL},
 	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
 	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},

@@ -1,7 +1,10 @@
 /* DumpTensors (TransformerEngine's feature): at the scheduled steps, writes the selected tensors of
- * each selected layer (high precision, FP8 as the host quantized it, with scale_inv) to one
- * .safetensors file per layer and iteration under {log_dir}/nvdlfw_inspect_tensor_dumps/rank_{r}/.
- * The calling thread only copies; dump_writer.c writes. Keys and layout: docs/logging.md. */
+ * each selected layer (high precision, FP8 as the host quantized it, with scale_inv) as
+ * TransformerEngine does, one torch.save file per layer, tensor and iteration under
+ * {log_dir}/tensor_dumps/rank_{r}/iter_{i}/ (format: torch, the default), or as one .safetensors
+ * file per layer and iteration under {log_dir}/nvdlfw_inspect_tensor_dumps/rank_{r}/ (format:
+ * safetensors). The calling thread only copies; dump_writer.c writes. Keys and layout:
+ * docs/logging.md. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -19,6 +22,7 @@ struct dli_dump {
 	struct dli_schedule schedule;
 	uint64_t tensors;
 	bool hp, quantized, internals;
+	bool torch; /* format: torch */
 	struct dli_dump_writer *writer;
 };
 
@@ -59,6 +63,7 @@ static int dli_dump_create(const struct dli_feature_create_args *args, void **in
 	self->quantized = args->params[1].u.b;
 	self->internals = args->params[2].u.b;
 	double mib = args->params[3].u.f;
+	self->torch = !strcmp(args->params[4].u.s, "torch");
 	if (dli_feature_schedule_copy(&self->schedule, args->schedule) ||
 	    !(self->writer = dli_dump_writer_get(args->ctx, host, (size_t)(mib * 1048576.0)))) {
 		free((void *)self->schedule.ranges);
@@ -183,8 +188,12 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 		why = "it is not a contiguous tensor with data";
 		r = -EINVAL;
 	} else {
-		r = dli_dump_layer_add(l, self->host->tensor_name(c->ctx, tensor), key, dtype,
-				       t->ndim, t->shape, t->data, bytes, scale);
+		/* A torch file is the tensor's own: its dict's keys leave out the tensor's name
+		 * (every key starts with it and a '.'). */
+		const char *tname = self->host->tensor_name(c->ctx, tensor);
+		const char *k = self->torch ? key + strlen(tname) + 1 : key;
+		r = dli_dump_layer_add(l, tname, k, dtype, t->ndim, t->shape, t->data, bytes, scale,
+				       self->torch);
 		reason = DLI_DUMP_WARN_FULL;
 		if (r == -ENOBUFS)
 			why = "the step's copies fill queue_mib (raise it)";
@@ -334,26 +343,37 @@ static const struct dli_feature_ops dli_dump_ops = {
 	.step_end = dli_dump_step_end,
 };
 
+static const char *const dli_dump_formats[] = {"torch", "safetensors", NULL};
+
 static const struct dli_param_desc dli_dump_params[] = {
 	{.key = "high_precision_tensor", .type = DLI_PARAM_BOOL, .default_value = "false",
-	 .doc = "dump the high-precision tensor (before quantization) as {tensor}.high_precision"},
+	 .doc = "dump the high-precision tensor (before quantization): key high_precision "
+		"({tensor}.high_precision in a .safetensors file)"},
 	{.key = "quantized_tensor", .type = DLI_PARAM_BOOL, .default_value = "false",
-	 .doc = "dump the host's FP8 tensor (rowwise, else columnwise) as {tensor}.quantized "
-		"(F8_E4M3/F8_E5M2) with {tensor}.quantized.scale_inv"},
+	 .doc = "dump the host's FP8 tensor (rowwise, else columnwise) as quantized "
+		"(F8_E4M3/F8_E5M2) with quantized.scale_inv ({tensor}. before each in a .safetensors "
+		"file)"},
 	{.key = "dump_quantized_internals", .type = DLI_PARAM_BOOL, .default_value = "false",
-	 .doc = "also dump both FP8 directions as {tensor}.rowwise_data / .columnwise_data, each with "
-		"its .scale_inv"},
+	 .doc = "also dump both FP8 directions as rowwise_data / columnwise_data, each with its "
+		".scale_inv ({tensor}. before each in a .safetensors file)"},
 	{.key = "queue_mib", .type = DLI_PARAM_FLOAT, .default_value = "1024",
 	 .doc = "MiB of copies held for the writer thread (a context's largest value counts); when "
 		"full, the step waits for the writer",
 	 .bounded = true, .min = 1.0 / 1024, .max = 1 << 20},
+	{.key = "format", .type = DLI_PARAM_STRING, .default_value = "torch",
+	 .doc = "torch: TransformerEngine's files, one torch.save dict per layer, tensor and "
+		"iteration under {log_dir}/tensor_dumps/rank_{rank}/iter_{iteration:06d}/; "
+		"safetensors: one .safetensors file per layer and iteration under "
+		"{log_dir}/nvdlfw_inspect_tensor_dumps/rank_{rank}/ (keys: docs/logging.md)",
+	 .choices = dli_dump_formats},
 };
 
 static const struct dli_feature_desc dli_dump_feature = {
 	.size = sizeof(struct dli_feature_desc),
 	.name = "DumpTensors",
-	.doc = "Writes the selected tensors at the scheduled steps to .safetensors files, one per layer "
-	       "and iteration, under {log_dir}/nvdlfw_inspect_tensor_dumps/rank_{rank}/.",
+	.doc = "Writes the selected tensors at the scheduled steps, as TransformerEngine does (one "
+	       "torch.save file per layer, tensor and iteration under {log_dir}/tensor_dumps/) or "
+	       "as .safetensors files (format: safetensors).",
 	.flags = DLI_FEATURE_TENSORS | DLI_FEATURE_SCHEDULED,
 	.params = dli_dump_params,
 	.n_params = sizeof(dli_dump_params) / sizeof(dli_dump_params[0]),
@@ -370,7 +390,7 @@ static const struct dli_module dli_dump_module = {
 	.abi_minor = DLI_ABI_MINOR,
 	.name = "dump_tensors",
 	.ns = "transformer_engine",
-	.doc = "TransformerEngine's DumpTensors: selected tensors to .safetensors files.",
+	.doc = "TransformerEngine's DumpTensors: selected tensors to torch.save or .safetensors files.",
 	.features = dli_dump_features,
 	.n_features = 1,
 };

@@ -1,5 +1,5 @@
-/* DumpTensors' writer thread, its bytes-bounded queue and the .safetensors encoding (see
- * dump_writer.h and docs/logging.md, "Tensor dumps"). */
+/* DumpTensors' writer thread, its bytes-bounded queue and the .safetensors encoding; torch.save
+ * files by torch_file.c (see dump_writer.h and docs/logging.md, "Tensor dumps"). */
 #include "dump_writer.h"
 
 #include <errno.h>
@@ -16,17 +16,21 @@
 #include <unistd.h>
 
 #include "../../core/escape-private.h"
+#include "torch_file.h"
 
 #define DUMP_DIR "nvdlfw_inspect_tensor_dumps"
+#define TORCH_DIR "tensor_dumps" /* TransformerEngine's */
 
 /* One file to write: everything copied, so that it outlives the layer that queued it. */
 struct dump_job {
 	struct dump_job *next;
 	char *layer;
 	char safe[DLI_DUMP_SAFE_NAME_MAX + 1];
+	char te[DLI_DUMP_TE_LAYER_MAX + 1];
 	int64_t iteration;
-	struct dli_dump_blob *blobs;
+	struct dli_dump_blob *blobs; /* all of one format */
 	size_t bytes;
+	bool torch;
 };
 
 struct dli_dump_writer {
@@ -34,7 +38,8 @@ struct dli_dump_writer {
 	struct dli_context *ctx;
 	const struct dli_host *host;
 	int refs;
-	char *dir; /* {log_dir}/nvdlfw_inspect_tensor_dumps/rank_{r} */
+	char *dir;       /* {log_dir}/nvdlfw_inspect_tensor_dumps/rank_{r} */
+	char *torch_dir; /* {log_dir}/tensor_dumps/rank_{r} */
 	int rank, world_size;
 
 	pthread_mutex_t mu;
@@ -183,46 +188,70 @@ static int job_header(const struct dli_dump_writer *w, const struct dump_job *j,
 
 /* ---- Writing a file ---- */
 
-static int write_all(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n) {
-		ssize_t r = write(fd, c, n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -EIO;
-		c += r;
-		n -= (size_t)r;
-	}
-	return 0;
-}
-
-/* Writes the job to a temp file in the rank's directory and renames it over its name, so that a
- * reader sees the whole file or none. On failure the temp file is removed; *what says which step
- * failed. */
-static int job_write(struct dli_dump_writer *w, const struct dump_job *j, const char *path,
-		     const char **what)
+/* A .safetensors file's content: its header, then the tensors. */
+static int safetensors_content(int fd, struct dli_dump_writer *w, const struct dump_job *j,
+			       const void *unused, const char **what)
 {
 	struct sbuf h = {0};
+	unsigned char len[8];
+	int r;
+
+	(void)unused;
+	*what = "encode the header of";
+	if ((r = job_header(w, j, &h)) < 0)
+		goto out;
+	for (int i = 0; i < 8; i++)
+		len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
+	*what = "write";
+	if ((r = dli_dump_write_all(fd, len, sizeof len)) || (r = dli_dump_write_all(fd, h.p, h.n)))
+		goto out;
+	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next)
+		if (t->bytes && (r = dli_dump_write_all(fd, t->data, t->bytes)))
+			goto out;
+out:
+	free(h.p);
+	return r;
+}
+
+/* The entries of one tensor's torch file (struct torch_file below). */
+struct torch_file {
+	const struct dli_torch_entry *entries;
+	size_t n;
+};
+
+static int torch_content(int fd, struct dli_dump_writer *w, const struct dump_job *j,
+			 const void *arg, const char **what)
+{
+	const struct torch_file *f = arg;
+
+	(void)w;
+	(void)j;
+	*what = "write";
+	return dli_torch_file_write(fd, f->entries, f->n);
+}
+
+typedef int (*content_fn)(int fd, struct dli_dump_writer *w, const struct dump_job *j,
+			  const void *arg, const char **what);
+
+/* Writes a file of the job (its content by `content`) to a temp file in `dir` and renames it over
+ * `path`, so that a reader sees the whole file or none. On failure the temp file is removed; *what
+ * says which step failed. */
+static int job_write(struct dli_dump_writer *w, const struct dump_job *j, const char *dir,
+		     const char *path, content_fn content, const void *arg, const char **what)
+{
 	char tmp[4096];
 	int fd = -1, r;
 	bool made = false;
 
 	*what = "create the directory for";
-	if ((r = w->host->make_dirs(w->dir)) < 0)
+	if ((r = w->host->make_dirs(dir)) < 0)
 		return r;
-	*what = "encode the header of";
-	if ((r = job_header(w, j, &h)) < 0)
-		goto out;
 	*what = "create a temp file for";
 	/* Not mkstemp: its mode 0600 would outlive the rename; these get 0666 less the umask, as
 	 * any file the process writes. O_EXCL settles a clash with another process's name. */
 	for (unsigned tries = 0;; tries++) {
 		static atomic_ulong serial;
-		if ((size_t)snprintf(tmp, sizeof tmp, "%s/.dump-%ld-%lu.tmp", w->dir, (long)getpid(),
+		if ((size_t)snprintf(tmp, sizeof tmp, "%s/.dump-%ld-%lu.tmp", dir, (long)getpid(),
 				     atomic_fetch_add(&serial, 1)) >= sizeof tmp) {
 			r = -ENAMETOOLONG;
 			goto out;
@@ -236,15 +265,8 @@ static int job_write(struct dli_dump_writer *w, const struct dump_job *j, const 
 		}
 	}
 	made = true;
-	unsigned char len[8];
-	for (int i = 0; i < 8; i++)
-		len[i] = (unsigned char)((uint64_t)h.n >> (8 * i));
-	*what = "write";
-	if ((r = write_all(fd, len, sizeof len)) || (r = write_all(fd, h.p, h.n)))
+	if ((r = content(fd, w, j, arg, what)))
 		goto out;
-	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next)
-		if (t->bytes && (r = write_all(fd, t->data, t->bytes)))
-			goto out;
 	*what = "close";
 	r = close(fd) ? -errno : 0;
 	fd = -1;
@@ -258,7 +280,6 @@ out:
 		close(fd);
 	if (r && made)
 		unlink(tmp);
-	free(h.p);
 	return r;
 }
 
@@ -281,17 +302,18 @@ static void job_free(struct dump_job *j)
 	free(j);
 }
 
-static void job_run(struct dli_dump_writer *w, struct dump_job *j)
+/* Writes one file of the job (see job_write) and says so: its path at info level, an earlier
+ * file it replaced as a warning, the first failure of the writer at error level. */
+static void file_run(struct dli_dump_writer *w, const struct dump_job *j, const char *dir,
+		     const char *path, content_fn content, const void *arg, size_t bytes)
 {
-	char path[4096];
 	const char *what = "name";
 	int r = -ENAMETOOLONG;
 	struct stat st;
 
-	if ((size_t)snprintf(path, sizeof path, "%s/%s_iter_%06" PRId64 ".safetensors", w->dir,
-			     j->safe, j->iteration) < sizeof path) {
+	if (path) {
 		bool existed = stat(path, &st) == 0;
-		r = job_write(w, j, path, &what);
+		r = job_write(w, j, dir, path, content, arg, &what);
 		if (!r && existed)
 			w->host->log(w->ctx, DLI_LOG_WARNING,
 				     "DumpTensors: overwrote the earlier dump %s (layer '%s', iteration "
@@ -301,7 +323,7 @@ static void job_run(struct dli_dump_writer *w, struct dump_job *j)
 		w->written++;
 		w->host->log(w->ctx, DLI_LOG_INFO,
 			     "DumpTensors: wrote %s (layer '%s', iteration %" PRId64 ", %zu bytes of "
-			     "tensors)", path, j->layer, j->iteration, j->bytes);
+			     "tensors)", path, j->layer, j->iteration, bytes);
 		return;
 	}
 	/* Said once, at error level (the message log and stderr); training goes on, and the total is
@@ -310,8 +332,76 @@ static void job_run(struct dli_dump_writer *w, struct dump_job *j)
 		w->host->log(w->ctx, DLI_LOG_ERROR,
 			     "DumpTensors: could not %s %s (layer '%s', iteration %" PRId64 "): %s; "
 			     "the dump is lost, earlier dumps are intact, training goes on; later "
-			     "failures are counted and reported at the end", what, path, j->layer,
+			     "failures are counted and reported at the end", what,
+			     path ? path : "a dump file (its path is too long)", j->layer,
 			     j->iteration, strerror(-r));
+}
+
+/* TransformerEngine's files: one per tensor of the layer, {te layer}_{te tensor}.pt in the
+ * iteration's directory, each a dict of that tensor's blobs in the order they came. Two tensor
+ * names that TransformerEngine's rule makes one file name (`a.b`, `a_b`) would overwrite each
+ * other's file: the later one's name is altered (dli_dump_te_name's hash). */
+static void job_run_torch(struct dli_dump_writer *w, const struct dump_job *j)
+{
+	char dir[4096], path[4096];
+	size_t n_tensors = 0, most = 0;
+
+	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next, most++)
+		;
+	struct dli_torch_entry *e = calloc(most ? most : 1, sizeof *e);
+	const char **tensors = calloc(most ? most : 1, sizeof *tensors);
+	char(*names)[DLI_DUMP_TE_TENSOR_MAX + 1] = calloc(most ? most : 1, sizeof *names);
+	bool dir_ok = (size_t)snprintf(dir, sizeof dir, "%s/iter_%06" PRId64, w->torch_dir,
+				       j->iteration) < sizeof dir;
+	if (!e || !tensors || !names) {
+		if (w->failed++ == 0)
+			w->host->log(w->ctx, DLI_LOG_ERROR,
+				     "DumpTensors: out of memory writing the dumps of layer '%s', "
+				     "iteration %" PRId64 ": they are lost", j->layer, j->iteration);
+		goto out;
+	}
+	for (const struct dli_dump_blob *t = j->blobs; t; t = t->next) {
+		bool seen = false;
+		for (size_t i = 0; i < n_tensors && !seen; i++)
+			seen = !strcmp(tensors[i], t->tensor);
+		if (seen)
+			continue;
+		size_t k = n_tensors++, n = 0, bytes = 0;
+		tensors[k] = t->tensor;
+		dli_dump_te_name(t->tensor, names[k], DLI_DUMP_TE_TENSOR_MAX, 0);
+		for (size_t i = 0; i < k; i++)
+			if (!strcmp(names[i], names[k])) {
+				dli_dump_te_name(t->tensor, names[k], DLI_DUMP_TE_TENSOR_MAX, 1);
+				break;
+			}
+		for (const struct dli_dump_blob *u = t; u; u = u->next)
+			if (!strcmp(u->tensor, t->tensor)) {
+				e[n++] = (struct dli_torch_entry){u->key, u->dtype, u->ndim, u->shape,
+								  u->data, u->bytes};
+				bytes += u->bytes;
+			}
+		struct torch_file f = {e, n};
+		bool path_ok = dir_ok && (size_t)snprintf(path, sizeof path, "%s/%s_%s.pt", dir, j->te,
+							  names[k]) < sizeof path;
+		file_run(w, j, dir, path_ok ? path : NULL, torch_content, &f, bytes);
+	}
+out:
+	free(e);
+	free(tensors);
+	free(names);
+}
+
+static void job_run(struct dli_dump_writer *w, struct dump_job *j)
+{
+	char path[4096];
+
+	if (j->torch) {
+		job_run_torch(w, j);
+		return;
+	}
+	bool ok = (size_t)snprintf(path, sizeof path, "%s/%s_iter_%06" PRId64 ".safetensors", w->dir,
+				   j->safe, j->iteration) < sizeof path;
+	file_run(w, j, w->dir, ok ? path : NULL, safetensors_content, NULL, j->bytes);
 }
 
 static void *writer_main(void *arg)
@@ -361,12 +451,15 @@ struct dli_dump_writer *dli_dump_writer_get(struct dli_context *ctx, const struc
 	const char *log_dir = host->log_dir(ctx);
 	int rank = host->rank(ctx);
 	size_t n = strlen(log_dir) + sizeof(DUMP_DIR) + 32;
-	if (!(w = calloc(1, sizeof(*w))) || !(w->dir = malloc(n))) {
+	if (!(w = calloc(1, sizeof(*w))) || !(w->dir = malloc(n)) || !(w->torch_dir = malloc(n))) {
+		if (w)
+			free(w->dir);
 		free(w);
 		pthread_mutex_unlock(&writers_mu);
 		return NULL;
 	}
 	snprintf(w->dir, n, "%s/" DUMP_DIR "/rank_%d", log_dir, rank);
+	snprintf(w->torch_dir, n, "%s/" TORCH_DIR "/rank_%d", log_dir, rank);
 	w->ctx = ctx;
 	w->host = host;
 	w->refs = 1;
@@ -446,6 +539,7 @@ void dli_dump_writer_put(struct dli_dump_writer *w)
 	pthread_cond_destroy(&w->work);
 	pthread_mutex_destroy(&w->mu);
 	free(w->dir);
+	free(w->torch_dir);
 	free(w);
 }
 
@@ -470,6 +564,14 @@ int dli_dump_layer_get(struct dli_dump_writer *w, const char *name, struct dli_d
 		return -ENOMEM;
 	}
 	dli_dump_safe_name(name, l->safe);
+	/* TransformerEngine's rule makes `a.b` and `a_b` one file name: the later layer's is altered,
+	 * so that neither overwrites the other's files. */
+	dli_dump_te_name(name, l->te, DLI_DUMP_TE_LAYER_MAX, 0);
+	for (const struct dli_dump_layer *o = w->layers; o; o = o->next)
+		if (!strcmp(o->te, l->te)) {
+			dli_dump_te_name(name, l->te, DLI_DUMP_TE_LAYER_MAX, 1);
+			break;
+		}
 	l->writer = w;
 	l->refs = 1;
 	l->tail = &l->head;
@@ -481,41 +583,56 @@ int dli_dump_layer_get(struct dli_dump_writer *w, const char *name, struct dli_d
 	return 0;
 }
 
-/* The caller holds mu. */
-static void layer_flush_locked(struct dli_dump_layer *l, int64_t iteration)
+/* Queues `blobs` (`bytes` of copies, all of one format) as a job of layer l; the caller holds mu. */
+static void queue_job(struct dli_dump_layer *l, int64_t iteration, struct dli_dump_blob *blobs,
+		      size_t bytes, bool torch)
 {
 	struct dli_dump_writer *w = l->writer;
-
-	memset(l->calls, 0, sizeof l->calls);
-	memset(l->pq_calls, 0, sizeof l->pq_calls);
-	if (!l->head)
-		return;
 	struct dump_job *j = calloc(1, sizeof(*j));
 	char *layer = strdup(l->name);
-	size_t bytes = 0;
-	for (const struct dli_dump_blob *t = l->head; t; t = t->next)
-		bytes += t->bytes;
+
 	if (!j || !layer) {
 		free(j);
 		free(layer);
 		w->host->log(w->ctx, DLI_LOG_ERROR,
 			     "DumpTensors: out of memory queueing the dump of layer '%s', iteration "
 			     "%" PRId64 ": it is lost", l->name, iteration);
-		blobs_free(l->head);
-		l->head = NULL;
-		l->tail = &l->head;
+		blobs_free(blobs);
 		w->held -= bytes;
 		pthread_cond_broadcast(&w->space);
 		return;
 	}
 	j->layer = layer;
 	memcpy(j->safe, l->safe, sizeof j->safe);
+	memcpy(j->te, l->te, sizeof j->te);
 	j->iteration = iteration;
-	j->blobs = l->head;
+	j->blobs = blobs;
 	j->bytes = bytes;
+	j->torch = torch;
+	writer_queue(w, j);
+}
+
+/* The caller holds mu. */
+static void layer_flush_locked(struct dli_dump_layer *l, int64_t iteration)
+{
+	struct dli_dump_blob *lists[2] = {NULL, NULL}, **tails[2] = {&lists[0], &lists[1]};
+	size_t bytes[2] = {0, 0};
+
+	memset(l->calls, 0, sizeof l->calls);
+	memset(l->pq_calls, 0, sizeof l->pq_calls);
+	/* One job a format: the layer's .safetensors file, its torch files. */
+	for (struct dli_dump_blob *t = l->head, *next; t; t = next) {
+		next = t->next;
+		t->next = NULL;
+		*tails[t->torch] = t;
+		tails[t->torch] = &t->next;
+		bytes[t->torch] += t->bytes;
+	}
 	l->head = NULL;
 	l->tail = &l->head;
-	writer_queue(w, j);
+	for (int f = 0; f < 2; f++)
+		if (lists[f])
+			queue_job(l, iteration, lists[f], bytes[f], f == 1);
 }
 
 void dli_dump_layer_flush(struct dli_dump_layer *l, int64_t iteration)
@@ -571,20 +688,23 @@ int dli_dump_layer_next_call(struct dli_dump_layer *l, int tensor, int gemm, int
 	return k;
 }
 
-/* Whether the layer's file already has `key` (w->mu held). Keys are made from host tensor names,
- * which may themselves look like a made key ("x.1" is also the second call of "x"): one key twice
- * would make a header that safetensors refuses, and the whole file unreadable. */
-static bool dump_has_key(const struct dli_dump_layer *l, const char *key)
+/* Whether the file already has `key` (w->mu held): the layer's .safetensors file, or with `torch`
+ * the torch file of `tensor`. Safetensors keys are made from host tensor names, which may
+ * themselves look like a made key ("x.1" is also the second call of "x"): one key twice would make
+ * a header that safetensors refuses, and the whole file unreadable. */
+static bool dump_has_key(const struct dli_dump_layer *l, const char *tensor, const char *key,
+			 bool torch)
 {
 	for (const struct dli_dump_blob *b = l->head; b; b = b->next)
-		if (!strcmp(b->key, key))
+		if (b->torch == torch && !strcmp(b->key, key) &&
+		    (!torch || !strcmp(b->tensor, tensor)))
 			return true;
 	return false;
 }
 
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
-		       double scale)
+		       double scale, bool torch)
 {
 	struct dli_dump_writer *w = l->writer;
 	int r;
@@ -593,7 +713,7 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	 * the writer has something to write (it frees space as it goes); a copy alone larger than
 	 * the budget passes when nothing else is held. */
 	pthread_mutex_lock(&w->mu);
-	if (dump_has_key(l, key)) {
+	if (dump_has_key(l, tensor, key, torch)) {
 		pthread_mutex_unlock(&w->mu);
 		return -EEXIST;
 	}
@@ -621,9 +741,10 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 		t->shape[d] = shape[d];
 	t->bytes = bytes;
 	t->scale = scale;
+	t->torch = torch;
 	pthread_mutex_lock(&w->mu);
 	/* Again where the list is final: a call on another thread may have added the key since. */
-	if (dump_has_key(l, key)) {
+	if (dump_has_key(l, tensor, key, torch)) {
 		pthread_mutex_unlock(&w->mu);
 		r = -EEXIST;
 		goto give_back;

@@ -1,7 +1,9 @@
 /* DumpTensors' writer: one per context, shared by every DumpTensors instance of it (a
  * tensors_struct makes one instance per entry, and they all write one file per layer and
- * iteration). Tensors are copied on the calling thread into a bytes-bounded budget and written as
- * .safetensors files by a thread of the writer's own, atomically (temp file, then rename). */
+ * iteration). Tensors are copied on the calling thread into a bytes-bounded budget and written by a
+ * thread of the writer's own, atomically (temp file, then rename): as .safetensors files, one per
+ * layer and iteration, or (format: torch) as TransformerEngine's torch.save files, one per layer,
+ * tensor and iteration. */
 #ifndef DLI_DUMP_WRITER_H
 #define DLI_DUMP_WRITER_H
 
@@ -18,7 +20,7 @@ struct dli_dump_writer;
 /* One tensor of a file: owned by its list until written. */
 struct dli_dump_blob {
 	struct dli_dump_blob *next;
-	char *key;          /* "activation.high_precision" */
+	char *key;          /* safetensors: "activation.high_precision"; torch: "high_precision" */
 	const char *tensor; /* "activation": the host's name, which lives as long as the context */
 	const char *dtype;  /* safetensors dtype: "F32", "BF16", "F8_E4M3", ... */
 	int ndim;
@@ -26,6 +28,7 @@ struct dli_dump_blob {
 	size_t bytes;
 	void *data;
 	double scale;       /* the FP8 scale (1 / scale_inv) of per-tensor scaled data, else NaN */
+	bool torch;         /* for the tensor's torch.save file, `key` a key of its dict */
 };
 
 /* Why a tensor was not dumped: each reason is said once per layer and tensor. */
@@ -43,6 +46,7 @@ struct dli_dump_layer {
 	struct dli_dump_writer *writer;
 	char *name;
 	char safe[DLI_DUMP_SAFE_NAME_MAX + 1];
+	char te[DLI_DUMP_TE_LAYER_MAX + 1]; /* the name in torch files' names (dli_dump_te_name) */
 	int refs;
 	/* Under the writer's lock: */
 	struct dli_dump_blob *head, **tail;
@@ -67,11 +71,12 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 
 /* Copies `bytes` of `data` into a new blob appended to the layer, after reserving them in the
  * budget: waits while the writer frees space; -ENOBUFS when the step's own copies fill the budget
- * (nothing queued that could free it); -EEXIST when the layer's file already holds `key`; -ENOMEM.
- * `key` is copied; `tensor` is the host's. */
+ * (nothing queued that could free it); -EEXIST when the file already holds `key` (the layer's
+ * .safetensors file, or with `torch` the tensor's torch file); -ENOMEM. `key` is copied; `tensor`
+ * is the host's. */
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
-		       double scale);
+		       double scale, bool torch);
 /* True the first time `reason` is given for this layer and tensor id (say it now). */
 bool dli_dump_layer_warn_once(struct dli_dump_layer *l, enum dli_dump_warn reason, int tensor);
 /* Takes the next microbatch index of a tensor (gemm < 0: inspect_tensor); for the weight,

@@ -1,6 +1,8 @@
 /* Layer name -> file name for DumpTensors: see safe_name.h for the rules. */
 #include "safe_name.h"
 
+#include "../../core/escape-private.h"
+
 #include <inttypes.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -63,6 +65,49 @@ size_t dli_dump_safe_name(const char *name, char *out)
 		if (n > keep)
 			n = keep;
 		/* A cut may leave a trailing '.', which the '-' then follows: no "..", still. */
+		n += (size_t)snprintf(out + n, HASH_DIGITS + 2, "-%016" PRIx64, fnv1a64(name));
+	}
+	out[n] = '\0';
+	return n;
+}
+
+/* The bytes TransformerEngine's DumpTensors replaces in names. */
+static bool te_replaced(unsigned char c)
+{
+	return c && strchr("/\\:*?\"<>| .", c);
+}
+
+size_t dli_dump_te_name(const char *name, char *out, size_t max, int force)
+{
+	size_t len = strlen(name), n = 0;
+	bool altered = force || len == 0 || ends_like_hash(name, len);
+
+	for (size_t i = 0; i < len;) {
+		const unsigned char *p = (const unsigned char *)name + i;
+		size_t k = *p >= 0x80 ? dli_utf8_len(p) : 1;
+		if (k == 0 || *p < 0x20 || *p == 0x7f) {
+			/* not a character a file name should hold */
+			altered = true;
+			k = 1;
+			if (n < max)
+				out[n++] = '_';
+		} else if (n + k <= max) {
+			/* whole characters only, so that a cut leaves UTF-8 */
+			for (size_t j = 0; j < k; j++)
+				out[n++] = te_replaced(p[j]) ? '_' : (char)p[j];
+		} else {
+			altered = true; /* full: cut here */
+			break;
+		}
+		i += k;
+	}
+	if (altered) {
+		size_t keep = max - HASH_DIGITS - 1;
+		if (n > keep) {
+			n = keep;
+			while (n > 0 && ((unsigned char)out[n] & 0xc0) == 0x80)
+				n--; /* back to a character's first byte */
+		}
 		n += (size_t)snprintf(out + n, HASH_DIGITS + 2, "-%016" PRIx64, fnv1a64(name));
 	}
 	out[n] = '\0';

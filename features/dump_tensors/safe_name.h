@@ -17,4 +17,17 @@
  * different file names unless their hashes collide. Returns the length written. */
 size_t dli_dump_safe_name(const char *name, char *out);
 
+/* The longest names dli_dump_te_name writes for `format: torch`: "{layer}_{tensor}.pt" then stays
+ * under NAME_MAX. */
+#define DLI_DUMP_TE_LAYER_MAX 160
+#define DLI_DUMP_TE_TENSOR_MAX 80
+
+/* Writes into `out` (at least max + 1 bytes, max > 17) the name TransformerEngine's DumpTensors
+ * gives `name` in its file names: each of / \ : * ? " < > | space and . becomes '_'. That name
+ * is altered as dli_dump_safe_name alters (its bytes kept, cut to fit, then '-' and the 16 hex
+ * digits of the FNV-1a hash of `name`) when it is empty, longer than max, holds a control byte or
+ * bytes that are not UTF-8 (each becomes '_'), or ends like an altered name; or when `force`
+ * (a clash with another name's file). Returns the length written. */
+size_t dli_dump_te_name(const char *name, char *out, size_t max, int force);
+
 #endif

@@ -428,6 +428,19 @@ bool dli_detect_overflow(struct dli_context *ctx, const struct dli_tensor *t, co
 int dli_reduce_counters(struct dli_context *ctx, uint64_t *steps, uint64_t *collectives,
 			uint64_t *bytes);
 
+/* The tensor reduction group (nvdlfw_inspect's and TransformerEngine's
+ * set_tensor_reduction_group; docs/distributed.md): from the next step on, the statistics of
+ * every tensor but the weight are reduced across the world ranks `ranks` (borrowed for the call:
+ * n sorted, distinct ranks of the communicator's world, this rank among them) instead of the
+ * whole world; NULL or n == 0: the whole world again (the default). Weights keep their
+ * tensor-parallel groups. Every rank calls it at the same point, each with its own group (the
+ * data-parallel ranks of its pipeline stage, say). 0; -EINVAL (err says why) for a list that is
+ * not sorted, not distinct, outside the world or without this rank; -ENOTSUP without a
+ * communicator, unless the group is the world or this rank alone (nothing changes then). `err`
+ * may be NULL. Call between steps. Since DLINSPECT_1.5. */
+int dli_reduction_group_set(struct dli_context *ctx, const int *ranks, size_t n,
+			    struct dli_error *err);
+
 #ifdef __cplusplus
 }
 #endif

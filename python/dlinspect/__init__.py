@@ -39,11 +39,13 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "StopRequested", "end_debug",
-    "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
+    "explain_features", "fp8_gemm_enabled", "get_mode", "get_tensor_reduction_group",
+    "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
     "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",
     "iteration", "layer", "list_features", "log_message", "log_tensor_stats", "modify_tensor",
-    "modify_tensor_enabled", "plugin_dirs", "set_mode", "step", "transformer_engine",
+    "modify_tensor_enabled", "plugin_dirs", "set_mode", "set_tensor_reduction_group", "step",
+    "transformer_engine",
 ]
 
 __version__ = "0.1.0"
@@ -176,6 +178,65 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              step, tensor_names,
              level, communicator, rank, world_size)
+    global _comm, _reduction_group
+    _comm, _reduction_group = communicator, None
+
+
+_comm = None             # the communicator object of the context, for the groups' ranks
+_reduction_group = None  # what set_tensor_reduction_group was given
+
+
+def set_tensor_reduction_group(group, layer_name=None):
+    """nvdlfw_inspect's and TransformerEngine's call: from the next step on, the statistics of every
+    tensor but the weight are reduced across `group` instead of all ranks (weights keep their
+    tensor-parallel groups). group: a torch ProcessGroup (its members must be in dlinspect's
+    world), a list of dlinspect's ranks, or None for the whole world again. Every rank calls it,
+    each with its own group. layer_name is accepted as nvdlfw_inspect accepts it, and not used:
+    the group is every layer's. docs/distributed.md, "The tensor reduction group"."""
+    global _reduction_group
+    if not _c._initialized():
+        raise ValueError("dlinspect: set_tensor_reduction_group() before initialize(): call "
+                         "dlinspect.initialize() first")
+    _c._reduction_group_set(_group_ranks(group))
+    _reduction_group = group
+
+
+def get_tensor_reduction_group():
+    """What set_tensor_reduction_group was last given in this context (None: the whole world)."""
+    if not _c._initialized():
+        raise ValueError("dlinspect: get_tensor_reduction_group() before initialize(): call "
+                         "dlinspect.initialize() first")
+    return _reduction_group
+
+
+def _group_ranks(group):
+    """dlinspect's world ranks of `group` (None: None, the world)."""
+    if group is None:
+        return None
+    if isinstance(group, (list, tuple, range)):
+        ranks = []
+        for r in group:
+            try:
+                ranks.append(operator.index(r))
+            except TypeError:
+                raise TypeError(f"set_tensor_reduction_group(): ranks must be integers, not "
+                                f"{type(r).__name__}") from None
+        return sorted(ranks)
+    if not type(group).__module__.startswith("torch"):
+        raise TypeError(f"set_tensor_reduction_group(): group must be a torch ProcessGroup, a "
+                        f"list of ranks or None, not {type(group).__name__}")
+    dist = sys.modules["torch.distributed"]
+    members = [int(r) for r in dist.get_process_group_ranks(group)]
+    world = getattr(_comm, "global_ranks", None)
+    if world is None:
+        # No torch communicator: the core's ranks are torch's own (or 0 alone).
+        return sorted(members)
+    outside = [r for r in members if r not in world]
+    if outside:
+        raise ValueError(f"set_tensor_reduction_group(): global ranks {outside} of the group are "
+                         f"not in dlinspect's world (the process group given to initialize: "
+                         f"global ranks {list(world)})")
+    return sorted(world.index(r) for r in members)
 
 
 def _host_rank():

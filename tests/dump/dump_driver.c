@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|diskfull|queue|threads|nodir|reload|clash OUT
+ *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -103,6 +103,7 @@ static const char basic_yaml[] =
 	"  transformer_engine:\n"
 	"    DumpTensors:\n"
 	"      enabled: true\n"
+	"      format: %s\n"
 	"      freq: 2\n"
 	"      tensors_struct:\n"
 	"        - {tensor: activation, high_precision_tensor: true, quantized_tensor: true,\n"
@@ -220,8 +221,11 @@ static void basic_step(struct dli_context *ctx, const char *name, int64_t it, bo
 		printf("last-error-dgrad-cuda %s\n", dli_last_error(ctx));
 }
 
-static int run_basic(void)
+/* basic and torch: the same tensors, the two formats */
+static int run_basic(const char *format)
 {
+	char yaml[sizeof basic_yaml + 16];
+	snprintf(yaml, sizeof yaml, basic_yaml, format);
 	char long_name[301];
 	memset(long_name, 'L', 300);
 	long_name[300] = '\0';
@@ -230,7 +234,7 @@ static int run_basic(void)
 	memcpy(names, basic_layers, sizeof basic_layers);
 	names[sizeof basic_layers / sizeof *basic_layers - 2] = long_name;
 
-	struct dli_context *ctx = open_ctx(basic_yaml, 3, 4);
+	struct dli_context *ctx = open_ctx(yaml, 3, 4);
 	for (int64_t it = 0; it < 5; it++) {
 		for (int i = 0; names[i]; i++)
 			basic_step(ctx, names[i], it, it % 2 == 0);
@@ -249,6 +253,7 @@ static const char one_layer_yaml[] =
 	"  transformer_engine:\n"
 	"    DumpTensors:\n"
 	"      enabled: true\n"
+	"      format: safetensors\n"
 	"      tensors: [activation]\n"
 	"      high_precision_tensor: true\n"
 	"%s";
@@ -296,6 +301,7 @@ static int run_clash(void)
 				   "  transformer_engine:\n"
 				   "    DumpTensors:\n"
 				   "      enabled: true\n"
+				   "      format: safetensors\n"
 				   "      tensors: [activation, activation.1]\n"
 				   "      high_precision_tensor: true\n";
 	struct dli_context *ctx = open_ctx(yaml, 0, 1);
@@ -483,7 +489,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	int r = !strcmp(argv[1], "basic")      ? run_basic()
+	int r = !strcmp(argv[1], "basic")      ? run_basic("safetensors")
+		: !strcmp(argv[1], "torch")    ? run_basic("torch")
 		: !strcmp(argv[1], "diskfull") ? run_diskfull()
 		: !strcmp(argv[1], "queue")    ? run_queue()
 		: !strcmp(argv[1], "threads")  ? run_threads()

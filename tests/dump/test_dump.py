@@ -7,12 +7,21 @@ file outside the rank's dump directory, and `dlinspect stats` reading the files 
 with counts matching numpy/ml_dtypes. Then disk full (RLIMIT_FSIZE: EFBIG): one clear error, the
 other dumps intact, no temp file left, training going on; a small queue_mib: every dump written
 (the step waited), and what cannot fit said, not dropped silently; and calls from 4 threads at once
-into a queue that each step fills.
+into a queue that each step fills. And the same tensors in TransformerEngine's torch.save files
+(format: torch), read with Python's zipfile (CRCs) and pickle, no PyTorch: the globals and
+persistent ids torch.load's weights-only reader takes, every tensor's bytes, dtype, shape and
+contiguous strides, the records aligned to 64 bytes, TransformerEngine's file-name rule (the torch
+tests read the same files with torch.load).
 
 argv: dump_driver, the dlinspect binary, tests/pyenv.sh, optionally a scratch directory.
 """
+import collections
 import glob
+import io
 import json
+import pickle
+import struct
+import zipfile
 import os
 import re
 import shutil
@@ -84,6 +93,148 @@ def safe_name(name):
     if altered:
         out = out[:200 - 17] + b"-%016x" % fnv1a64(name)
     return out.decode()
+
+
+# ---- torch.save files (format: torch), read without PyTorch ----
+
+TE_CHARS = set(b'/\\:*?"<>| .')
+TORCH_DTYPES = {"FloatStorage": "F32", "HalfStorage": "F16", "BFloat16Storage": "BF16",
+                "DoubleStorage": "F64", "CharStorage": "I8", "ByteStorage": "U8",
+                "IntStorage": "I32", "LongStorage": "I64"}
+FP8_DTYPES = {"float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2"}
+SIZES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I8": 1, "U8": 1, "I32": 4, "I64": 8,
+         "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def te_name(name, limit):
+    """The name of docs/logging.md's torch files: TransformerEngine's characters replaced; None
+    when the name must be altered (its hash then identifies it)."""
+    if not name or re.search(rb"-[0-9a-f]{16}\Z", name) or any(c < 0x20 or c == 0x7F for c in name):
+        return None
+    try:
+        name.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    out = bytes(ord("_") if c in TE_CHARS else c for c in name)
+    return out.decode() if len(out) <= limit else None
+
+
+class Tensor(collections.namedtuple("Tensor", "dtype shape stride data")):
+    pass
+
+
+def _rebuild(storage, offset, size, stride, requires_grad, hooks, dtype=None):
+    cls, data, numel = storage
+    if dtype is None:
+        dtype = TORCH_DTYPES[cls]
+    else:
+        check(cls == "UntypedStorage", "torch file: FP8 storage %s" % cls)
+        dtype = FP8_DTYPES[dtype]
+    check(offset == 0 and not requires_grad and isinstance(hooks, collections.OrderedDict),
+          "torch file: offset %r, requires_grad %r, hooks %r" % (offset, requires_grad, hooks))
+    unit = 1 if cls == "UntypedStorage" else SIZES[dtype]
+    check(numel * unit == len(data), "torch file: storage numel %d for %d bytes" % (numel, len(data)))
+    return Tensor(dtype, list(size), list(stride), data)
+
+
+class TorchUnpickler(pickle.Unpickler):
+    """What torch.load(weights_only=True) takes, and nothing else."""
+
+    def __init__(self, f, zf, top):
+        super().__init__(f)
+        self.zf, self.top = zf, top
+
+    def find_class(self, module, name):
+        if (module, name) in (("torch._utils", "_rebuild_tensor_v2"),
+                              ("torch._utils", "_rebuild_tensor_v3")):
+            return _rebuild
+        if (module, name) == ("collections", "OrderedDict"):
+            return collections.OrderedDict
+        if module == "torch" and name in TORCH_DTYPES or (module, name) == ("torch.storage",
+                                                                             "UntypedStorage"):
+            return "storage:" + name
+        if module == "torch" and name in FP8_DTYPES:
+            return name
+        raise pickle.UnpicklingError("global %s.%s" % (module, name))
+
+    def persistent_load(self, pid):
+        kind, cls, key, location, numel = pid
+        check(kind == "storage" and location == "cpu" and cls.startswith("storage:"),
+              "torch file: persistent id %r" % (pid,))
+        return cls[len("storage:"):], self.zf.read(self.top + "data/" + key), numel
+
+
+def read_torch_file(path):
+    """The dict of a torch.save file, checking its zip: CRCs, records, 64-byte alignment."""
+    zf = zipfile.ZipFile(path)
+    check(zf.testzip() is None, "%s: a record's CRC is wrong" % path)
+    names = zf.namelist()
+    top = names[0].split("/")[0] + "/"
+    for want in ("data.pkl", "byteorder", "version"):
+        check(top + want in names, "%s: no %s" % (path, want))
+    check(zf.read(top + "byteorder") == b"little" and zf.read(top + "version") == b"3\n",
+          "%s: byteorder/version" % path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    for info in zf.infolist():
+        check(info.compress_type == zipfile.ZIP_STORED, "%s: %s compressed" % (path, info.filename))
+        if "/data/" in info.filename:
+            n, m = struct.unpack_from("<HH", raw, info.header_offset + 26)
+            start = info.header_offset + 30 + n + m
+            check(start % 64 == 0, "%s: %s data at %d" % (path, info.filename, start))
+    return TorchUnpickler(io.BytesIO(zf.read(top + "data.pkl")), zf, top).load()
+
+
+def contiguous_strides(shape):
+    out, n = [], 1
+    for s in reversed(shape):
+        out.insert(0, n)
+        n *= max(s, 1)
+    return out
+
+
+def check_torch_files(mode, out, manifest, rank):
+    """Every expected entry in its layer's and tensor's torch file, bit for bit, nothing else."""
+    root = os.path.join(out, "logs", "tensor_dumps", "rank_%d" % rank)
+    want = {}  # (iteration, layer, tensor) -> {dict key: manifest entry}
+    for m in manifest:
+        tensor, key = m["key"].split(".", 1)
+        want.setdefault((m["iteration"], m["layer"], tensor), {})[key] = m
+    present = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            present[os.path.relpath(os.path.join(d, f), root)] = True
+    check(len(present) == len(want), "%s: %d torch files, expected %d" % (mode, len(present),
+                                                                         len(want)))
+    claimed = set()
+    for (it, layer, tensor), entries in sorted(want.items()):
+        d = "iter_%06d" % it
+        plain = te_name(layer, 160)
+        suffix = "-%016x_%s.pt" % (fnv1a64(layer), tensor)
+        # its altered name when it has one (a clash, or a name the rule leaves unfit), else the
+        # rule's name
+        cands = [p for p in present if p.startswith(d + "/") and p.endswith(suffix)]
+        if not cands and plain is not None:
+            cands = [p for p in present if p == "%s/%s_%s.pt" % (d, plain, tensor)]
+        check(len(cands) == 1, "%s: %r %s at %d: files %s" % (mode, layer, tensor, it, cands))
+        if len(cands) != 1:
+            continue
+        check(cands[0] not in claimed, "%s: %s claimed twice" % (mode, cands[0]))
+        claimed.add(cands[0])
+        check(len(os.path.basename(cands[0]).encode()) <= 255, "%s: %s too long" % (mode, cands[0]))
+        got = read_torch_file(os.path.join(root, cands[0]))
+        check(list(got) == list(entries), "%s: %s keys %s, expected %s" % (mode, cands[0],
+                                                                          list(got), list(entries)))
+        for key, m in entries.items():
+            g = got.get(key)
+            if g is None:
+                continue
+            with open(m["bin"], "rb") as f:
+                data = f.read()
+            check(g.dtype == m["dtype"] and g.shape == m["shape"] and
+                  g.stride == contiguous_strides(m["shape"]) and g.data == data,
+                  "%s: %s[%s]: %s %s %s, expected %s %s" % (mode, cands[0], key, g.dtype, g.shape,
+                                                           g.stride, m["dtype"], m["shape"]))
 
 
 def run_driver(mode, scratch):
@@ -259,6 +410,21 @@ def test_basic(scratch):
           "basic: dlinspect stats %s: %s %s" % (first, r.stdout[:300], r.stderr))
 
 
+def test_torch(scratch):
+    out, rcs, manifest, stderr = run_driver("torch", scratch)
+    others = [(w, v) for w, v in rcs if w != "inspect-dgrad-cuda"]
+    check(others and all(v == "0" for w, v in others),
+          "torch: failed calls %s" % [o for o in others if o[1] != "0"])
+    check_torch_files("torch", out, manifest, 3)
+    check(not os.path.exists(os.path.join(out, "logs", "nvdlfw_inspect_tensor_dumps")),
+          "torch: a .safetensors dump too")
+    # The layers TransformerEngine's rule makes one name (a/b, a:b, a?b, a_b): one keeps it.
+    it0 = os.listdir(os.path.join(out, "logs", "tensor_dumps", "rank_3", "iter_000000"))
+    check("a_b_weight.pt" in it0 and sum(f.startswith("a_b-") and f.endswith("_weight.pt")
+                                         for f in it0) == 3, "torch: names %s" % sorted(it0))
+    check("model_layers_0_mlp_fc1_activation.pt" in it0, "torch: names %s" % sorted(it0))
+
+
 def test_diskfull(scratch):
     out, rcs, manifest, stderr = run_driver("diskfull", scratch)
     check(rcs and all(v == "0" for w, v in rcs), "diskfull: calls failed %s (training must go on)"
@@ -346,6 +512,7 @@ def main():
     scratch = sys.argv[4] if len(sys.argv) > 4 else tempfile.mkdtemp(prefix="dli-dump-")
     try:
         test_basic(scratch)
+        test_torch(scratch)
         test_diskfull(scratch)
         test_queue(scratch)
         test_threads(scratch)

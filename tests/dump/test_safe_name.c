@@ -2,7 +2,8 @@
  * plain file name inside the dump directory (no separator, no "..", no leading dot, bounded), names
  * that are already safe stay as they are, and different names never share a file: names that map to
  * the same characters (a/b, a:b, a?b, a_b), names cut at the bound, unicode and invalid UTF-8. The
- * hash suffix is checked against a naive FNV-1a written here. */
+ * hash suffix is checked against a naive FNV-1a written here. The torch files' names
+ * (dli_dump_te_name) against TransformerEngine's rule written here. */
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +38,75 @@ static bool has_hash_of(const char *safe, const char *orig)
 	size_t n = strlen(safe);
 	snprintf(want, sizeof want, "-%016llx", (unsigned long long)ref_fnv1a(orig, strlen(orig)));
 	return n >= 17 && !strcmp(safe + n - 17, want);
+}
+
+/* TransformerEngine's DumpTensors rule: these characters become '_'. */
+static void te_ref(const char *name, char *out)
+{
+	size_t n = 0;
+	for (const char *p = name; *p; p++)
+		out[n++] = strchr("/\\:*?\"<>| .", *p) ? '_' : *p;
+	out[n] = '\0';
+}
+
+static bool utf8_ok(const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	while (*p) {
+		int k = *p < 0x80 ? 1 : (*p & 0xe0) == 0xc0 ? 2 : (*p & 0xf0) == 0xe0 ? 3 : 4;
+		for (int i = 1; i < k; i++)
+			if ((p[i] & 0xc0) != 0x80)
+				return false;
+		p += k;
+	}
+	return true;
+}
+
+static void te_names(void)
+{
+	char out[DLI_DUMP_TE_LAYER_MAX + 1], ref[400], name[400];
+
+	/* TransformerEngine's names, unaltered: its characters replaced, UTF-8 kept. */
+	const char *keep[] = {"model.layers.0.mlp.fc1", "enc/attn:qkv", "a\\b*c?d\"e<f>g|h i",
+			      "\xc3\xbcnic.\xe5\xb1\x82", "..", "activation"};
+	for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) {
+		te_ref(keep[i], ref);
+		CHECK_INT(dli_dump_te_name(keep[i], out, DLI_DUMP_TE_LAYER_MAX, 0), strlen(ref));
+		CHECK_STR(out, ref);
+	}
+	/* Altered: empty, control bytes, invalid UTF-8, a name ending like an altered one, too long
+	 * (cut between characters), or forced by a clash. */
+	const char *alter[] = {"", "tab\there", "bad\xff" "byte", "x-0123456789abcdef"};
+	for (size_t i = 0; i < sizeof alter / sizeof *alter; i++) {
+		dli_dump_te_name(alter[i], out, DLI_DUMP_TE_LAYER_MAX, 0);
+		CHECK(has_hash_of(out, alter[i]));
+		CHECK(!strchr(out, '/') && !strchr(out, '\t') && utf8_ok(out));
+	}
+	dli_dump_te_name("a.b", out, DLI_DUMP_TE_LAYER_MAX, 1);
+	CHECK(!strncmp(out, "a_b-", 4) && has_hash_of(out, "a.b"));
+	for (int lead = 0; lead < 3; lead++) {
+		/* 2-byte characters after `lead` ASCII bytes, past the bound */
+		size_t n = 0;
+		for (int i = 0; i < lead; i++)
+			name[n++] = 'a';
+		while (n < 300) {
+			name[n++] = (char)0xc3;
+			name[n++] = (char)0xa9;
+		}
+		name[n] = '\0';
+		size_t len = dli_dump_te_name(name, out, DLI_DUMP_TE_LAYER_MAX, 0);
+		CHECK(len <= DLI_DUMP_TE_LAYER_MAX && len == strlen(out));
+		CHECK(has_hash_of(out, name) && utf8_ok(out));
+		CHECK(!strncmp(out, name, len - 17));
+	}
+	memset(name, 'L', DLI_DUMP_TE_TENSOR_MAX);
+	name[DLI_DUMP_TE_TENSOR_MAX] = '\0';
+	CHECK_INT(dli_dump_te_name(name, out, DLI_DUMP_TE_TENSOR_MAX, 0), DLI_DUMP_TE_TENSOR_MAX);
+	CHECK_STR(out, name);
+	name[DLI_DUMP_TE_TENSOR_MAX] = 'L';
+	name[DLI_DUMP_TE_TENSOR_MAX + 1] = '\0';
+	CHECK_INT(dli_dump_te_name(name, out, DLI_DUMP_TE_TENSOR_MAX, 0), DLI_DUMP_TE_TENSOR_MAX);
+	CHECK(has_hash_of(out, name));
 }
 
 int main(void)
@@ -112,5 +182,6 @@ int main(void)
 					safe[i]);
 			CHECK(strcmp(safe[i], safe[j]) != 0);
 		}
+	te_names();
 	return check_exit();
 }

@@ -1020,7 +1020,8 @@ def test_exit_without_end_debug_writes_everything():
            "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: '.*'}\n"
            "  transformer_engine:\n"
            "    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n"
-           "    DumpTensors: {enabled: true, tensors: [activation], high_precision_tensor: true,\n"
+           "    DumpTensors: {enabled: true, format: safetensors, tensors: [activation],\n"
+           "                  high_precision_tensor: true,\n"
            "                  start_step: 0, end_step: 1}\n"
            "  LogTensorStats: {enabled: true, tensors: [mine], stats: [max]}\n")
     r = subprocess.run([sys.executable, "-c", script, log_dir, cfg], stdout=subprocess.PIPE,
@@ -1064,6 +1065,39 @@ def test_a_stop_asked_for_raises_at_step():
         dlinspect.inspect_tensor("model.fc2", "activation", bad)
         dlinspect.step()
         assert dlinspect.iteration() == 1
+
+
+def test_tensor_reduction_group_is_checked():
+    """set_tensor_reduction_group (nvdlfw_inspect's call): ValueError before initialize, as
+    nvdlfw_inspect's; in a one-process run the world and this rank alone change nothing, and
+    every other group is refused with the reason (the four-rank reduction: the torch tests)."""
+    for call in (lambda: dlinspect.set_tensor_reduction_group(None),
+                 dlinspect.get_tensor_reduction_group):
+        try:
+            call()
+            raise AssertionError("no ValueError before initialize()")
+        except ValueError as e:
+            assert "initialize" in str(e), str(e)
+    with Run(stats_config()):
+        assert dlinspect.get_tensor_reduction_group() is None
+        dlinspect.set_tensor_reduction_group([0], layer_name="model.fc1")
+        assert dlinspect.get_tensor_reduction_group() == [0]
+        dlinspect.set_tensor_reduction_group(None)
+        for group, why in (([0, 1], "holds ranks outside the world"),
+                           ([1, 0], "holds ranks outside the world"),  # sorted first
+                           ([0, 0], "is not a sorted list of distinct ranks"),
+                           ([-1], "holds ranks outside the world")):
+            try:
+                dlinspect.set_tensor_reduction_group(group)
+                raise AssertionError(f"{group} accepted")
+            except dlinspect.Error as e:
+                assert why in str(e) and "world size 1, this rank 0" in str(e), str(e)
+        try:
+            dlinspect.set_tensor_reduction_group("dp")
+            raise AssertionError("a str accepted")
+        except TypeError as e:
+            assert "ProcessGroup" in str(e), str(e)
+        assert dlinspect.get_tensor_reduction_group() is None
 
 
 def main():

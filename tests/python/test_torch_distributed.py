@@ -10,7 +10,10 @@ moments, as tests/mpi/check.py: the kernels sum f32 in double lanes), one proces
 split between the two ranks of each TP group is reduced within the group (messages between its
 members alone; ranks 0 and 2 enter their two groups in opposite orders). At 4 ranks with
 comm=<a ProcessGroup>, each data-parallel group [0, 2], [1, 3] is dlinspect's world: its values are
-those of its two members' shards. A run whose last rank
+those of its two members' shards. At 4 ranks with set_tensor_reduction_group(<the rank's
+data-parallel group>) after initialize and the layer's first handle (nvdlfw_inspect's and
+TransformerEngine's call), the world is the communicator's and each DP group reduces alone, its
+ranks logging under their world ranks. A run whose last rank
 hangs at the second step: the others name it after DLINSPECT_COMM_TIMEOUT and log that step's
 statistics per rank, marked.
 
@@ -140,6 +143,10 @@ def worker(d, mode):
     else:
         dlinspect.initialize(config=config(mode), log_dir=d, log_level="debug")
     fc1 = dlinspect.layer("fc1")
+    if mode == "rg":
+        dp = [dist.new_group([0, 2]), dist.new_group([1, 3])][rank % 2]
+        dlinspect.set_tensor_reduction_group(dp)
+        assert dlinspect.get_tensor_reduction_group() is dp
     for it in range(ITERS):
         for t in tensors(mode):
             for p in pieces(t, it, rank, P):
@@ -149,7 +156,7 @@ def worker(d, mode):
             os._exit(0)
         dlinspect.step()
     dlinspect.end_debug()
-    if rank == 0 and mode != "pg":
+    if rank == 0 and mode not in ("pg", "rg"):
         # One process fed the same pieces in rank order, for the 1e-12 comparison (not the
         # weight: one process counts a weight once per step).
         pooled = os.path.join(d, "pooled")
@@ -292,6 +299,41 @@ def check_pg(d, P, errors):
     return checked
 
 
+def check_rg(d, P, errors):
+    """Mode rg: the tensor reduction group of each rank is its DP group; the logs are the world's."""
+    checked = 0
+    logs = {r: read_log(os.path.join(d, f"exact-rank{r}.txt")) for r in range(P)}
+    for rank in range(P):
+        members = [rank % 2, rank % 2 + 2]
+        vals, msgs = logs[rank]
+        want = f"through communicator 'torch' (rank {rank} of {P},"
+        if not any(want in m for m in msgs):
+            errors.append(f"rg: rank {rank}: no line with '{want}'")
+        want = f"reduced across [{members[0]}, {members[1]}] from the next step on"
+        if not any(want in m for m in msgs):
+            errors.append(f"rg: rank {rank}: no line with '{want}'")
+        for it in range(ITERS):
+            for t in TENSORS:
+                x = np.concatenate([p for r in members for p in pieces(t, it, r, P)])
+                ref = reference(x)
+                for stat in STATS:
+                    key = (f"fc1_{t}_{stat}", it)
+                    got = float.fromhex(vals[key]) if key in vals else None
+                    checked += 1
+                    if not close(stat, got, ref):
+                        errors.append(f"rg: rank {rank}: {key} is {got!r}, numpy over the shards "
+                                      f"of {members}: {ref[stat]!r}")
+                    other = members[1] if rank == members[0] else members[0]
+                    if logs[other][0].get(key) != vals.get(key):
+                        errors.append(f"rg: ranks {members} differ on {key}")
+        if len(vals) != ITERS * len(TENSORS) * len(STATS):
+            errors.append(f"rg: rank {rank}: {len(vals)} values logged")
+        lines = [m for m in msgs if f"reduced across group [{members[0]}, {members[1]}]:" in m]
+        if len(lines) != ITERS:
+            errors.append(f"rg: rank {rank}: {len(lines)} reductions across its DP group: {lines}")
+    return checked
+
+
 def main(exact_dir):
     errors = []
     env = dict(os.environ)
@@ -299,7 +341,8 @@ def main(exact_dir):
         p for p in (env.get("DLINSPECT_PLUGIN_PATH", ""), exact_dir) if p)
     env.pop("DLINSPECT_COMMUNICATOR", None)
     with tempfile.TemporaryDirectory() as top:
-        for P, mode in ((2, "normal"), (3, "normal"), (4, "tp"), (4, "pg"), (2, "hang")):
+        for P, mode in ((2, "normal"), (3, "normal"), (4, "tp"), (4, "pg"), (4, "rg"),
+                        (2, "hang")):
             d = os.path.join(top, f"{P}-{mode}")
             os.makedirs(d)
             env["DLINSPECT_COMM_TIMEOUT"] = str(TIMEOUT_FAULT if mode == "hang" else 60)
@@ -314,7 +357,8 @@ def main(exact_dir):
                               f"{r.stdout[-4000:]}")
                 continue
             try:
-                n = check_pg(d, P, errors) if mode == "pg" else check(d, P, mode, errors)
+                n = (check_pg(d, P, errors) if mode == "pg" else
+                     check_rg(d, P, errors) if mode == "rg" else check(d, P, mode, errors))
             except (OSError, KeyError) as e:
                 errors.append(f"{P} ranks, {mode}: {type(e).__name__}: {e}\n{r.stdout[-3000:]}")
                 continue

@@ -536,7 +536,7 @@ static int export_case(const char *dir)
 	}
 	struct dli_options o;
 	dli_options_init(&o);
-	o.config_yaml = HEAD TE LTS "    DumpTensors:\n      enabled: true\n"
+	o.config_yaml = HEAD TE LTS "    DumpTensors:\n      enabled: true\n      format: safetensors\n"
 			"      tensors: [activation]\n      high_precision_tensor: true\n";
 	o.log_dir = dir;
 	struct dli_context *ctx = NULL;
