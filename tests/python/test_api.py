@@ -907,6 +907,13 @@ def test_log_tensor_stats_feeds_the_base_namespace():
     for key, r_ in want.items():
         assert math.isclose(got[key], r_, rel_tol=2e-6, abs_tol=1e-6), (key, got[key], r_)
     dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)  # no context: no-op
+    # Without a config (debugging off: the default run) nothing selects the tensor, as
+    # nvdlfw_inspect returns {} then; a script that calls it in every run must not fail.
+    with Run(None) as r:
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)
+        dlinspect.layer("model.fc1").log_tensor_stats("tensor1", x, iteration=3)
+        dlinspect.step()
+    assert r.stats() == {}, r.stats()
 
 
 def test_exit_without_end_debug_writes_everything():
