@@ -317,7 +317,10 @@ def infer_and_assign_layer_names(model):
     """Names every module of a torch model (or a list of models) as nvdlfw_inspect does:
     "model" for the root, then ".child" per level; a ModuleList's children take their
     `layer_number` attribute when they have one. The name goes to `module.name` and
-    `module._debug_name`."""
+    `module._debug_name`, and, when initialized, to the message log as nvdlfw_inspect writes it
+    ("Assigned layer name: model.fc1", one INFO line a module), where its docs send users to
+    find the names a config selects from."""
+    log = _c._initialized()
     try:
         import torch
         module_list = torch.nn.ModuleList
@@ -339,6 +342,8 @@ def infer_and_assign_layer_names(model):
             return
         module.name = name
         module._debug_name = name
+        if log:
+            _c._log(_LEVELS["INFO"], f"Assigned layer name: {name}")
         for child_name, child in module.named_children():
             visit(child, f"{name}.{child_name}")
 

@@ -715,6 +715,14 @@ def test_infer_and_assign_layer_names_duck_typed():
     root = M({"encoder": M({"fc1": leaf1}), "head": leaf2})
     dlinspect.infer_and_assign_layer_names(root)
     assert root.name == "model" and leaf1.name == "model.encoder.fc1" and leaf2._debug_name == "model.head"
+    # Initialized, each name goes to the message log in nvdlfw_inspect's words, where its docs
+    # tell users to look up the names a config can select.
+    with Run(stats_config()) as r:
+        dlinspect.infer_and_assign_layer_names([root])
+    with open(os.path.join(r.dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")) as f:
+        got = [line.split(" - INFO - ", 1)[1].rstrip("\n") for line in f if "Assigned" in line]
+    want = [f"Assigned layer name: model{n}" for n in ("", ".encoder", ".encoder.fc1", ".head")]
+    assert got == want, got
 
 
 def expect_error(call, exc, *words):
