@@ -924,6 +924,29 @@ def test_log_tensor_stats_feeds_the_base_namespace():
     assert r.stats() == {}, r.stats()
 
 
+def test_log_tensor_stats_reads_float64_and_integers_as_float32():
+    """nvdlfw_inspect's log_tensor_stats takes any torch dtype and logs float32 values: float64
+    and integer tensors (contiguous, a view read in place, one copied) give the statistics of
+    their float32 rounding (numpy's astype), where the statistics passes refuse those dtypes."""
+    cfg = {"base": {"enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
+                    "LogTensorStats": {"enabled": True, "tensors": ["t"], "stats": BASE_STATS}}}
+    rng = np.random.default_rng(23)
+    f64 = rng.standard_normal((9, 40)) * 1e3
+    tensors = [f64, f64[:, 5:30], f64.T, rng.integers(-2**40, 2**40, size=(5, 8)),
+               rng.integers(-100, 100, size=30).astype(np.int32)[::3],
+               rng.integers(0, 255, size=17).astype(np.uint8), np.array([-128, 7], np.int8)]
+    with Run(cfg) as r:
+        for it, t in enumerate(tensors):
+            dlinspect.log_tensor_stats("model.fc1", tensor_name="t", tensor=t, iteration=it)
+    got = r.stats()
+    for it, t in enumerate(tensors):
+        ref = reference(np.asarray(t).astype(np.float32))
+        for s in BASE_STATS:
+            key = (f"model.fc1_t_{s}", it)
+            assert key in got, (key, sorted(got))
+            assert math.isclose(got[key], ref[s], rel_tol=2e-6), (key, got[key], ref[s], t.dtype)
+
+
 def test_exit_without_end_debug_writes_everything():
     """A script that ends without end_debug(), as TransformerEngine's docs leave it: what the
     context still held is written at exit (an atexit hook), not lost with the process: the lines of

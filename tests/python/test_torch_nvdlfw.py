@@ -80,9 +80,10 @@ proj_stats:
     layer_name_regex_pattern: proj
   LogTensorStats:
     enabled: True
-    stats: [min, max, std]
-    tensors: activation
     freq: 1
+    tensors_struct:
+      - {tensor: activation, stats: [min, max, std]}
+      - {tensor: ids, stats: [min, max]}
 not_enabled:
   enabled: False
   layers:
@@ -184,8 +185,20 @@ def scenario(impl, name, log_dir):
                   torch.tensor([1.0, 2.0, 3.5], dtype=torch.float16),
                   torch.tensor([1.0, 2.0, 3.5], dtype=torch.bfloat16),
                   torch.arange(1000, dtype=torch.float32) / 7, torch.tensor([1e-30, -1e-30, 0.0]),
-                  torch.randn(3, 5, 7)[:, 1:4, ::2]):
+                  torch.randn(3, 5, 7)[:, 1:4, ::2],
+                  # float64, which nvdlfw_inspect reads as torch does: contiguous, a view whose
+                  # rows are read in place, one that is copied.
+                  torch.arange(-500, 1000, dtype=torch.float64) / 7,
+                  torch.randn(4, 9, dtype=torch.float64)[:, 2:7] * 1e3,
+                  torch.randn(4, 9, dtype=torch.float64).t()):
             debug_api.log_tensor_stats("model.proj.0", tensor=t, tensor_name="activation",
+                                       skip_reduction=True)
+            debug_api.step()
+        # Integers: nvdlfw_inspect takes min and max of them (torch has no std of an integer).
+        for t in (torch.tensor([7, -3, 120], dtype=torch.int32), torch.tensor([2**40, -5]),
+                  torch.tensor([0, 255, 3], dtype=torch.uint8), torch.tensor([-128, 5], dtype=torch.int8),
+                  torch.arange(24).reshape(4, 6)[:, 1:4]):
+            debug_api.log_tensor_stats("model.proj.0", tensor=t, tensor_name="ids",
                                        skip_reduction=True)
             debug_api.step()
         debug_api.end_debug()
@@ -350,10 +363,10 @@ def main():
 
     ref, _ = run("nvdlfw", "values")
     got, _ = run("dlinspect", "values")
-    # Three statistics a tensor; lines 16-21 are fp16's and bf16's, which nvdlfw_inspect computes
-    # in the tensor's dtype (dlinspect in double).
+    # Three statistics a float tensor; lines 16-21 are fp16's and bf16's, which nvdlfw_inspect
+    # computes in the tensor's dtype (dlinspect in double); then two an integer tensor.
     n = compare_stats(c, "values", ref, got, lambda i: 1e-2 if 15 <= i < 21 else 3e-6)
-    c.ok(n == 30, f"values: nvdlfw_inspect logged {n} statistics, 30 expected")
+    c.ok(n == 13 * 3 + 5 * 2, f"values: nvdlfw_inspect logged {n} statistics, 49 expected")
 
     ref, _ = run("nvdlfw", "no_config")
     got, _ = run("dlinspect", "no_config")
