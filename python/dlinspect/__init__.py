@@ -39,11 +39,13 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
 
 __all__ = [
     "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "StopRequested", "end_debug",
-    "explain_features", "fp8_gemm_enabled", "get_mode", "infer_and_assign_layer_names",
+    "explain_features", "fp8_gemm_enabled", "get_mode", "get_tensor_reduction_group",
+    "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
     "inspect_tensor_postquantize", "inspect_tensor_postquantize_enabled", "is_initialized",
     "iteration", "layer", "list_features", "log_message", "log_tensor_stats", "modify_tensor",
-    "modify_tensor_enabled", "plugin_dirs", "set_mode", "step", "transformer_engine",
+    "modify_tensor_enabled", "plugin_dirs", "set_mode", "set_tensor_reduction_group", "step",
+    "transformer_engine",
 ]
 
 __version__ = "0.1.0"
@@ -176,6 +178,43 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              step, tensor_names,
              level, communicator, rank, world_size)
+    global _reduction_group
+    # What get_tensor_reduction_group() answers: the torch group given as comm, else None (the
+    # whole world, or each rank alone without a communicator).
+    _reduction_group = comm if type(comm).__module__.startswith("torch") else None
+
+
+_reduction_group = None
+
+
+def _need_context(call):
+    if not _c._initialized():
+        raise Error(f"dlinspect is not initialized: call dlinspect.initialize() before {call}()")
+
+
+def set_tensor_reduction_group(group, layer_name=None):
+    """nvdlfw_inspect's call, which TransformerEngine's docs make after initialize(): the group
+    whose ranks' statistics are merged. dlinspect's communicator is fixed at initialize()
+    (comm=group, docs/distributed.md): naming the group it already reduces across (None or
+    torch's WORLD for the default one) is accepted; any other raises NotImplementedError, which
+    says to pass it to initialize(), rather than reducing across a group the user did not mean."""
+    _need_context("set_tensor_reduction_group")
+    if group is _reduction_group:
+        return
+    if _reduction_group is None:
+        dist = sys.modules.get("torch.distributed")
+        if group is None or (dist is not None and group is getattr(dist.group, "WORLD", object())):
+            return
+    raise NotImplementedError(
+        "dlinspect: the tensor reduction group is set when the context is created: pass it as "
+        "dlinspect.initialize(..., comm=group) instead of calling set_tensor_reduction_group() "
+        "(docs/distributed.md, \"torch.distributed\")")
+
+
+def get_tensor_reduction_group():
+    """The torch process group given as initialize(comm=...), else None (the default)."""
+    _need_context("get_tensor_reduction_group")
+    return _reduction_group
 
 
 def _host_rank():

@@ -947,6 +947,22 @@ def test_log_tensor_stats_reads_float64_and_integers_as_float32():
             assert math.isclose(got[key], ref[s], rel_tol=2e-6), (key, got[key], ref[s], t.dtype)
 
 
+def test_tensor_reduction_group_calls():
+    """nvdlfw_inspect's set/get_tensor_reduction_group, which TransformerEngine's docs call after
+    initialize(): the group dlinspect reduces across (None: the default) is accepted, another is
+    refused with the way to pass it (initialize(comm=...)), and without a context both refuse,
+    as nvdlfw_inspect's do."""
+    expect_error(lambda: dlinspect.set_tensor_reduction_group(None), dlinspect.Error,
+                 "not initialized", "set_tensor_reduction_group")
+    expect_error(dlinspect.get_tensor_reduction_group, dlinspect.Error, "not initialized")
+    with Run(stats_config()):
+        dlinspect.set_tensor_reduction_group(None)
+        assert dlinspect.get_tensor_reduction_group() is None
+        expect_error(lambda: dlinspect.set_tensor_reduction_group(object()), NotImplementedError,
+                     "initialize(..., comm=group)")
+        assert dlinspect.get_tensor_reduction_group() is None
+
+
 def test_exit_without_end_debug_writes_everything():
     """A script that ends without end_debug(), as TransformerEngine's docs leave it: what the
     context still held is written at exit (an atexit hook), not lost with the process: the lines of

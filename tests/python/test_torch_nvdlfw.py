@@ -225,10 +225,15 @@ def scenario(impl, name, log_dir):
             else:
                 print(f"accepted {what}")
         refused("log_message before initialize", lambda: debug_api.log_message("x"))
+        refused("set_tensor_reduction_group before initialize",
+                lambda: debug_api.set_tensor_reduction_group(None))
         debug_api.step()  # not initialized: nothing happens in either
         debug_api.end_debug()
         debug_api.initialize(config, log_dir=log_dir)
         refused("a second initialize", lambda: debug_api.initialize(config, log_dir=log_dir))
+        # TransformerEngine's docs set the group after initialize(); None: the default one.
+        refused("set_tensor_reduction_group(None)", lambda: debug_api.set_tensor_reduction_group(None))
+        print("reduction group:", debug_api.get_tensor_reduction_group())
         debug_api.end_debug()
         debug_api.end_debug()
         for label, text in (
@@ -375,8 +380,10 @@ def main():
 
     _, ref = run("nvdlfw", "misuse")
     _, got = run("dlinspect", "misuse")
-    verdicts = lambda out: [line.split(":")[0] for line in out.splitlines() if line.startswith(("refused", "accepted"))]
-    c.ok(len(verdicts(ref)) == 8 and verdicts(ref) == verdicts(got),
+    verdicts = lambda out: [line if line.startswith("reduction group") else line.split(":")[0]
+                            for line in out.splitlines()
+                            if line.startswith(("refused", "accepted", "reduction group"))]
+    c.ok(len(verdicts(ref)) == 11 and verdicts(ref) == verdicts(got),
          f"misuse: the same refused:\nnvdlfw_inspect:\n{ref}dlinspect:\n{got}")
 
     print(f"{c.passed} passed, {c.failed} failed")
