@@ -324,21 +324,25 @@ def test_initialize_file_string_dict_alike():
     path = os.path.join(d, "config.yaml")
     with open(path, "w") as f:
         f.write(yaml_text)
-    for how in ("file", "string", "dict"):
+    for how in ("file", "string", "dict", "dict as config_file"):
         log_dir = tempfile.mkdtemp(prefix="dli-py-")
         if how == "file":
             dlinspect.initialize(path, log_dir=log_dir)
         elif how == "string":
             dlinspect.initialize(config=yaml_text, log_dir=log_dir)
-        else:
+        elif how == "dict":
             dlinspect.initialize(config=stats_config(), log_dir=log_dir)
+        else:  # nvdlfw_inspect's config_file takes a dict too
+            dlinspect.initialize(stats_config(), log_dir=log_dir)
         dlinspect.inspect_tensor("l", "activation", x)
         dlinspect.step()
         dlinspect.end_debug()
         got = read_stats(log_dir)
         assert_stats(got, "l", "activation", 0, x)
         results.append(got)
-    assert results[0] == results[1] == results[2]
+    assert results[0] == results[1] == results[2] == results[3]
+    expect_error(lambda: dlinspect.initialize(stats_config(), config=yaml_text), ValueError,
+                 "not both")
 
 
 def expect_config_error(fn, file, line, column, *words):

@@ -177,8 +177,10 @@ def scenario(impl, name, log_dir):
                                        iteration=it, skip_reduction=True)
         debug_api.end_debug()
     elif name == "values":
-        # Statistics of awkward tensors, and a run that starts at init_training_step.
-        debug_api.initialize(config, log_dir=log_dir, init_training_step=3)
+        # Statistics of awkward tensors, and a run that starts at init_training_step, from the
+        # config as a dict (nvdlfw_inspect's config_file takes one).
+        import yaml
+        debug_api.initialize(yaml.safe_load(CONFIG), log_dir=log_dir, init_training_step=3)
         one = torch.tensor([3.0])
         for t in (one, torch.tensor([float("nan"), 1.0, 2.0]), torch.tensor([float("inf"), -1.0]),
                   torch.tensor([-float("inf"), 5.0]), torch.full((7, 3), -2.5),
