@@ -1661,6 +1661,76 @@ done:
 	return ret;
 }
 
+/* nvdlfw_inspect's log_tensor_stats takes any torch tensor: it computes in the tensor's dtype and
+ * logs float32 (`.float()`). The statistics passes read the training dtypes only, so a float64
+ * or integer tensor in host memory is read here as the float32 copy torch's `.float()` makes
+ * (round to nearest), from which the double sums give what the peer logs to float32 accuracy,
+ * instead of being refused. v's copy (if any) is replaced; v becomes contiguous float32. */
+static int view_as_f32(struct view *v)
+{
+	enum dli_dtype dt = v->t.dtype;
+	if (v->t.device.type != DLI_DEVICE_CPU ||
+	    (dt != DLI_DTYPE_F64 && dt != DLI_DTYPE_I8 && dt != DLI_DTYPE_U8 &&
+	     dt != DLI_DTYPE_I32 && dt != DLI_DTYPE_I64))
+		return 0;
+	int64_t n = dli_tensor_numel(&v->t);
+	float *dst = PyMem_Malloc(n ? (size_t)n * sizeof(float) : 1);
+	if (!dst) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	int ndim = v->t.ndim;
+	int64_t idx[DLI_TENSOR_MAX_DIMS] = {0};
+	const char *base = v->t.data;
+	size_t es = dli_dtype_size(dt);
+	for (int64_t k = 0; k < n; k++) {
+		/* Element offset: the view's own strides, or row-major for a contiguous one. */
+		int64_t off = 0;
+		if (v->strided) {
+			for (int i = 0; i < ndim; i++)
+				off += idx[i] * v->strides[i];
+			for (int i = ndim - 1; i >= 0; i--) {
+				if (++idx[i] < v->t.shape[i])
+					break;
+				idx[i] = 0;
+			}
+		} else {
+			off = k;
+		}
+		const char *src = base + off * (int64_t)es;
+		double d;
+		int64_t i64;
+		int32_t i32;
+		switch (dt) {
+		case DLI_DTYPE_F64:
+			memcpy(&d, src, sizeof d);
+			dst[k] = (float)d;
+			break;
+		case DLI_DTYPE_I8:
+			dst[k] = (float)*(const int8_t *)src;
+			break;
+		case DLI_DTYPE_U8:
+			dst[k] = (float)*(const uint8_t *)src;
+			break;
+		case DLI_DTYPE_I32:
+			memcpy(&i32, src, sizeof i32);
+			dst[k] = (float)i32;
+			break;
+		default:
+			memcpy(&i64, src, sizeof i64);
+			dst[k] = (float)i64;
+			break;
+		}
+	}
+	PyMem_Free(v->copy);
+	v->copy = dst;
+	v->t.data = dst;
+	v->t.dtype = DLI_DTYPE_F32;
+	v->t.contiguous = true;
+	v->strided = false;
+	return 0;
+}
+
 /* nvdlfw_inspect's log_tensor_stats, the generic call that feeds the base namespace's
  * LogTensorStats (docs/config.md, "Namespaces"): the statistics are logged at once, at
  * `iteration` (None: the current one). There is no query to ask first: the feature itself says
@@ -1687,7 +1757,7 @@ static PyObject *do_log_tensor_stats(LayerObject *l, PyObject *tensor_name, PyOb
 		Py_RETURN_NONE;
 	struct view v;
 	PyObject *ret = NULL;
-	if (view_get_ex(obj, &v, false, true, stream, "the tensor"))
+	if (view_get_ex(obj, &v, false, true, stream, "the tensor") || view_as_f32(&v))
 		goto out;
 	struct dli_log_tensor_stats_args a;
 	memset(&a, 0, sizeof a);

@@ -259,7 +259,8 @@ int dli_inspect_tensor_postquantize(struct dli_layer *layer, enum dli_gemm gemm,
 				    const struct dli_quantized_tensor *q);
 
 /* A call a plugin declared by name (its descriptor's `calls`). `args` is passed through untouched.
- * Returns -EINVAL for a NULL layer or name, -ENOSYS when no loaded module declares `name`, 0 when none of the layer's features does,
+ * Returns -EINVAL for a NULL layer or name, -ENOSYS when no loaded module declares `name` (except
+ * DLI_CALL_LOG_TENSOR_STATS, the core's own call: 0, as in the default run), 0 when none of the layer's features does,
  * else what the feature returned (the first non-zero one when several do). */
 int dli_call(struct dli_layer *layer, const char *name, void *args);
 

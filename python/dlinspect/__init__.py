@@ -118,7 +118,8 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
 
     config_file: path of a YAML config (None: $DLINSPECT_CONFIG, and if unset no config, so every
-    call answers its default). config: the config itself instead, as YAML text or a dict.
+    call answers its default), or the config as a dict, as nvdlfw_inspect takes it. config: the
+    config itself instead, as YAML text or a dict.
     feature_dirs: extra plugin dirs, searched first. log_dir: where the logs go (None:
     $DLINSPECT_LOG_DIR, else "."). init_training_step: the first iteration. tensor_names: the
     host's own tensor names besides the standard six (docs/config.md, "Tensor names").
@@ -145,6 +146,11 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
             "dlinspect: tb_writer is not supported; use the tensorboard logger in the config "
             "(loggers: {tensorboard: {}})")
     yaml_text = None
+    if isinstance(config_file, dict):
+        # nvdlfw_inspect's config_file may be the config itself, as a dict.
+        if config is not None:
+            raise ValueError("initialize(): pass config_file or config, not both")
+        config_file, config = None, config_file
     if config is not None:
         if config_file:
             raise ValueError("initialize(): pass config_file or config, not both")
@@ -378,7 +384,10 @@ def infer_and_assign_layer_names(model):
     """Names every module of a torch model (or a list of models) as nvdlfw_inspect does:
     "model" for the root, then ".child" per level; a ModuleList's children take their
     `layer_number` attribute when they have one. The name goes to `module.name` and
-    `module._debug_name`."""
+    `module._debug_name`, and, when initialized, to the message log as nvdlfw_inspect writes it
+    ("Assigned layer name: model.fc1", one INFO line a module), where its docs send users to
+    find the names a config selects from."""
+    log = _c._initialized()
     try:
         import torch
         module_list = torch.nn.ModuleList
@@ -400,6 +409,8 @@ def infer_and_assign_layer_names(model):
             return
         module.name = name
         module._debug_name = name
+        if log:
+            _c._log(_LEVELS["INFO"], f"Assigned layer name: {name}")
         for child_name, child in module.named_children():
             visit(child, f"{name}.{child_name}")
 

@@ -324,21 +324,25 @@ def test_initialize_file_string_dict_alike():
     path = os.path.join(d, "config.yaml")
     with open(path, "w") as f:
         f.write(yaml_text)
-    for how in ("file", "string", "dict"):
+    for how in ("file", "string", "dict", "dict as config_file"):
         log_dir = tempfile.mkdtemp(prefix="dli-py-")
         if how == "file":
             dlinspect.initialize(path, log_dir=log_dir)
         elif how == "string":
             dlinspect.initialize(config=yaml_text, log_dir=log_dir)
-        else:
+        elif how == "dict":
             dlinspect.initialize(config=stats_config(), log_dir=log_dir)
+        else:  # nvdlfw_inspect's config_file takes a dict too
+            dlinspect.initialize(stats_config(), log_dir=log_dir)
         dlinspect.inspect_tensor("l", "activation", x)
         dlinspect.step()
         dlinspect.end_debug()
         got = read_stats(log_dir)
         assert_stats(got, "l", "activation", 0, x)
         results.append(got)
-    assert results[0] == results[1] == results[2]
+    assert results[0] == results[1] == results[2] == results[3]
+    expect_error(lambda: dlinspect.initialize(stats_config(), config=yaml_text), ValueError,
+                 "not both")
 
 
 def expect_config_error(fn, file, line, column, *words):
@@ -806,6 +810,14 @@ def test_infer_and_assign_layer_names_duck_typed():
     root = M({"encoder": M({"fc1": leaf1}), "head": leaf2})
     dlinspect.infer_and_assign_layer_names(root)
     assert root.name == "model" and leaf1.name == "model.encoder.fc1" and leaf2._debug_name == "model.head"
+    # Initialized, each name goes to the message log in nvdlfw_inspect's words, where its docs
+    # tell users to look up the names a config can select.
+    with Run(stats_config()) as r:
+        dlinspect.infer_and_assign_layer_names([root])
+    with open(os.path.join(r.dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")) as f:
+        got = [line.split(" - INFO - ", 1)[1].rstrip("\n") for line in f if "Assigned" in line]
+    want = [f"Assigned layer name: model{n}" for n in ("", ".encoder", ".encoder.fc1", ".head")]
+    assert got == want, got
 
 
 def expect_error(call, exc, *words):
@@ -998,6 +1010,36 @@ def test_log_tensor_stats_feeds_the_base_namespace():
     for key, r_ in want.items():
         assert math.isclose(got[key], r_, rel_tol=2e-6, abs_tol=1e-6), (key, got[key], r_)
     dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)  # no context: no-op
+    # Without a config (debugging off: the default run) nothing selects the tensor, as
+    # nvdlfw_inspect returns {} then; a script that calls it in every run must not fail.
+    with Run(None) as r:
+        dlinspect.log_tensor_stats("model.fc1", tensor_name="tensor1", tensor=x)
+        dlinspect.layer("model.fc1").log_tensor_stats("tensor1", x, iteration=3)
+        dlinspect.step()
+    assert r.stats() == {}, r.stats()
+
+
+def test_log_tensor_stats_reads_float64_and_integers_as_float32():
+    """nvdlfw_inspect's log_tensor_stats takes any torch dtype and logs float32 values: float64
+    and integer tensors (contiguous, a view read in place, one copied) give the statistics of
+    their float32 rounding (numpy's astype), where the statistics passes refuse those dtypes."""
+    cfg = {"base": {"enabled": True, "layers": {"layer_name_regex_pattern": "fc1$"},
+                    "LogTensorStats": {"enabled": True, "tensors": ["t"], "stats": BASE_STATS}}}
+    rng = np.random.default_rng(23)
+    f64 = rng.standard_normal((9, 40)) * 1e3
+    tensors = [f64, f64[:, 5:30], f64.T, rng.integers(-2**40, 2**40, size=(5, 8)),
+               rng.integers(-100, 100, size=30).astype(np.int32)[::3],
+               rng.integers(0, 255, size=17).astype(np.uint8), np.array([-128, 7], np.int8)]
+    with Run(cfg) as r:
+        for it, t in enumerate(tensors):
+            dlinspect.log_tensor_stats("model.fc1", tensor_name="t", tensor=t, iteration=it)
+    got = r.stats()
+    for it, t in enumerate(tensors):
+        ref = reference(np.asarray(t).astype(np.float32))
+        for s in BASE_STATS:
+            key = (f"model.fc1_t_{s}", it)
+            assert key in got, (key, sorted(got))
+            assert math.isclose(got[key], ref[s], rel_tol=2e-6), (key, got[key], ref[s], t.dtype)
 
 
 def test_exit_without_end_debug_writes_everything():

@@ -47,6 +47,14 @@ static void test_defaults_without_config(void)
 	CHECK(next == DLI_NEVER);
 	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, NULL, NULL, NULL), 0);
 	CHECK_INT(dli_call(l, "anything", NULL), -ENOSYS);
+	/* The core's own log_tensor_stats finds nothing selecting the tensor, as nvdlfw_inspect
+	 * returns {} without a config: not a call no module declares (a host that feeds it in every
+	 * run must not fail when debugging is off). */
+	float x[2] = {1, 2};
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, (int64_t[]){2});
+	struct dli_log_tensor_stats_args a = {.size = sizeof a, .tensor_name = "activation",
+					      .tensor = &t, .iteration = -1};
+	CHECK_INT(dli_call(l, DLI_CALL_LOG_TENSOR_STATS, &a), 0);
 	/* Out-of-range ids answer the defaults too. */
 	CHECK(dli_fp8_gemm_enabled(l, (enum dli_gemm)7, NULL));
 	CHECK(!dli_inspect_tensor_enabled(l, -1, NULL));
