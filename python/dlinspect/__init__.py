@@ -112,10 +112,12 @@ def config_to_yaml(config):
     return text + "\n"
 
 
-def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_step=0,
-               default_logging_enabled=True, *, config=None, tensor_names=None,
-               statistics_logger=None, log_level=None, comm=None, **kwargs):
+def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_dir=".",
+               init_training_step=0, default_logging_enabled=True, *, config=None,
+               tensor_names=None, log_level=None, comm=None, **kwargs):
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
+    The positional order is nvdlfw_inspect's (config_file, feature_dirs, statistics_logger,
+    log_dir, init_training_step).
 
     config_file: path of a YAML config (None: $DLINSPECT_CONFIG, and if unset no config, so every
     call answers its default), or the config as a dict, as nvdlfw_inspect takes it. config: the
@@ -134,6 +136,10 @@ def initialize(config_file=None, feature_dirs=None, log_dir=".", init_training_s
     shards, unless $DLINSPECT_COMMUNICATOR names a module); any other object implementing the
     protocol of dlinspect.distributed is used as is.
     """
+    if isinstance(statistics_logger, (str, bytes, os.PathLike)):
+        raise TypeError(
+            "initialize(): the third positional argument is statistics_logger, as in "
+            f"nvdlfw_inspect, not a path ({statistics_logger!r}): pass log_dir=...")
     if statistics_logger is not None:
         raise NotImplementedError(
             "dlinspect: statistics_logger (a Python logger object) is not supported; loggers are "

@@ -881,6 +881,14 @@ def test_initialize_refuses_what_its_parts_refuse():
     expect_error(lambda: dlinspect.initialize(log_dir=d, config=loop), ValueError,
                  "the config holds a dict inside itself, which has no YAML text")
     assert not dlinspect.is_initialized()
+    # nvdlfw_inspect's positional order: the third is statistics_logger, the fourth log_dir.
+    expect_error(lambda: dlinspect.initialize(None, None, d), TypeError,
+                 "the third positional argument is statistics_logger", "pass log_dir=")
+    dlinspect.initialize(None, None, None, d, 3, config=stats_config())
+    assert dlinspect.iteration() == 3
+    dlinspect.log_message("here")
+    dlinspect.end_debug()
+    assert os.path.isdir(os.path.join(d, "nvdlfw_inspect_logs")), os.listdir(d)
     with Run(stats_config(tensors=("qkv",)), tensor_names=["qkv"]):
         expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
                      "the training step must be >= 0, not -5")
