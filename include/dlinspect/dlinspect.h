@@ -300,7 +300,10 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. Once a feature asked the
  * host to stop (DetectNonFinite with `on_detect: stop`, or its `abort_after_batch_num`: see
  * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
- * dli_last_error naming the reason; dlinspect itself never exits. */
+ * dli_last_error naming the reason; dlinspect itself never exits. A logger whose flush fails (a
+ * full disk) does not stop the step either: dli_step returns the first such error, with
+ * dli_last_error naming the logger and the reason (docs/logging.md), and the next step tries
+ * again. */
 int dli_step(struct dli_context *ctx);
 
 /* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
