@@ -1,9 +1,10 @@
 #!/bin/sh
 # Builds plugins-examples/ out of tree against an installed dlinspect, as a user would, and checks
 # that the installed demo loads them from the installed plugin dir and that their output is right.
-#   test_plugins_examples.sh SOURCE_ROOT WORKDIR MESON NINJA PYTHON CHECK_OUTPUT_PY JSONL_EDGE_C
+#   test_plugins_examples.sh SOURCE_ROOT WORKDIR MESON NINJA PYTHON CHECK_OUTPUT_PY JSONL_EDGE_C \
+#	DOC_BLOCKS_PY
 set -u
-src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7
+src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7 blocks=$8
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 die() { echo "FAIL: $*"; exit 1; }
@@ -162,6 +163,20 @@ for want in "clamp_outliers \[namespace my_plugins\] (ABI [0-9.]*)  $plugindir/c
 	"^ *path  *string  *default jsonl/rank-{rank}.jsonl"; do
 	grep -q "$want" "$work/explain.out" || fail "plugins --explain lacks: $want"
 done
+
+# 5. docs/plugins.md's own config, run as the page says, prints what the page shows.
+doc=$src/docs/plugins.md
+mkdir -p "$work/doc/bad" || exit 99
+"$python" "$blocks" config "$doc" >"$work/doc/config.yaml" || die "no config in $doc"
+sed 's/max_abs: 0.9/max_abs: -1/' "$work/doc/config.yaml" >"$work/doc/bad/config.yaml"
+(
+	cd "$work/doc" || exit 1
+	"$prefix/bin/dlinspect" check config.yaml --layer model.layers.0.mlp.fc1 >check.out 2>&1
+	"$prefix/bin/dlinspect-demo" --config config.yaml --log-dir logs --steps 3 >demo.out 2>&1
+	"$prefix/bin/dlinspect" plugins --explain >explain.out 2>&1
+	cd bad && "$prefix/bin/dlinspect" check config.yaml >../bad.out 2>&1
+) || true
+"$python" "$blocks" compare "$doc" "$plugindir" "$work/doc" || fail "docs/plugins.md's outputs"
 
 [ "$fails" -eq 0 ] && echo "ok: both examples build with meson and make against the installed" \
 	"dlinspect and run from its plugindir"
