@@ -178,6 +178,40 @@ sed 's/max_abs: 0.9/max_abs: -1/' "$work/doc/config.yaml" >"$work/doc/bad/config
 ) || true
 "$python" "$blocks" compare "$doc" "$plugindir" "$work/doc" || fail "docs/plugins.md's outputs"
 
+# 6. Names a user's copy of a template can clash on. The template renamed as the page says
+# (module and namespace) but its feature not: directly in a section, ClampOutliers could be
+# either, and the order of `extensions` must not pick one unseen. In its namespace block it is
+# clear. Renamed in its module only, it meets the template in one namespace: refused at load.
+clash() { # NAME NAMESPACE: clamp_outliers.c as module NAME of NAMESPACE, in $work/clash-NAME
+	mkdir -p "$work/clash-$1" &&
+		sed -e "s/\"clamp_outliers\"/\"$1\"/" -e "s/\"my_plugins\"/\"$2\"/g" \
+			"$src/plugins-examples/clamp-outliers/clamp_outliers.c" >"$work/clash-$1/$1.c" &&
+		# shellcheck disable=SC2046 # pkg-config's flags are meant to split
+		quiet cc -std=c11 -fPIC -shared -fvisibility=hidden -Wl,-z,defs \
+			$(pkg-config --cflags dlinspect) -o "$work/clash-$1/$1.so" "$work/clash-$1/$1.c" -lm
+}
+if command -v cc >/dev/null; then
+	clash my_clamp acme
+	clash clamp_copy my_plugins
+	printf '%s\n' 'extensions: [my_plugins, acme]' 's:' '  enabled: true' '  layers:' \
+		'    layer_name_regex_pattern: fc1' '  ClampOutliers:' '    enabled: true' \
+		'    gemms: [fprop]' '    tensors: [activation]' '    max_abs: 1' >"$work/twice.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-my_clamp "$prefix/bin/dlinspect" check "$work/twice.yaml" \
+		>"$work/twice.out" 2>&1 && fail "ClampOutliers of two namespaces was taken directly"
+	grep -qF "twice.yaml:6:3: s: ClampOutliers is a generic feature of two namespaces, 'my_plugins' ($plugindir/clamp_outliers.so) and 'acme' ($work/clash-my_clamp/my_clamp.so): put the block in the section's 'my_plugins:' or 'acme:' block to say which" \
+		"$work/twice.out" || { cat "$work/twice.out"; fail "two generic ClampOutliers: unexpected message"; }
+	sed -e 's/^  ClampOutliers:/  acme:\n   ClampOutliers:/' "$work/twice.yaml" >"$work/in-ns.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-my_clamp "$prefix/bin/dlinspect" check "$work/in-ns.yaml" \
+		--layer fc1 >"$work/in-ns.out" 2>&1 || fail "ClampOutliers in its namespace block refused"
+	grep -q "acme.ClampOutliers .*in-ns.yaml:7:4" "$work/in-ns.out" ||
+		{ cat "$work/in-ns.out"; fail "acme: ClampOutliers: not the acme module's feature"; }
+	sed 's/, acme//' "$work/twice.yaml" >"$work/copy.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-clamp_copy "$prefix/bin/dlinspect" check "$work/copy.yaml" \
+		>"$work/copy.out" 2>&1 && fail "two modules of one namespace with one feature were loaded"
+	grep -qF "feature 'ClampOutliers' is provided by two modules: $work/clash-clamp_copy/clamp_copy.so and $plugindir/clamp_outliers.so; remove one from the plugin path or from 'extensions'" \
+		"$work/copy.out" || { cat "$work/copy.out"; fail "one namespace, one feature twice: unexpected message"; }
+fi
+
 [ "$fails" -eq 0 ] && echo "ok: both examples build with meson and make against the installed" \
 	"dlinspect and run from its plugindir"
 exit $((fails != 0))
