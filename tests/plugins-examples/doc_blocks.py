@@ -7,6 +7,7 @@ logs/jsonl/rank-0.jsonl, the two modules' paragraphs of `dlinspect plugins --exp
 /opt/dli prefix read as the installed one) and the error of `max_abs: -1`.
 
 usage: doc_blocks.py config DOC            prints the page's config
+       doc_blocks.py stats-feature DOC     prints the page's statistics feature (C)
        doc_blocks.py compare DOC PLUGINDIR RUN_DIR
 RUN_DIR holds check.out, explain.out, logs/jsonl/rank-0.jsonl and bad.out.
 """
@@ -72,8 +73,9 @@ def compare(doc, plugindir, run):
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["config"]:
+    heading = {"config": "## Use them in a config", "stats-feature": "## A statistics feature"}
+    if sys.argv[1] in heading:
         sys.stdout.write(blocks_after(open(sys.argv[2], encoding="utf-8").read(),
-                                      "## Use them in a config")[0])
+                                      heading[sys.argv[1]])[0])
         sys.exit(0)
     sys.exit(compare(*sys.argv[2:5]))

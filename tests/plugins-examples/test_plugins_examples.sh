@@ -2,9 +2,9 @@
 # Builds plugins-examples/ out of tree against an installed dlinspect, as a user would, and checks
 # that the installed demo loads them from the installed plugin dir and that their output is right.
 #   test_plugins_examples.sh SOURCE_ROOT WORKDIR MESON NINJA PYTHON CHECK_OUTPUT_PY JSONL_EDGE_C \
-#	DOC_BLOCKS_PY
+#	DOC_BLOCKS_PY STATS_FEATURE_TAIL_C
 set -u
-src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7 blocks=$8
+src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7 blocks=$8 stats_tail=$9
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 die() { echo "FAIL: $*"; exit 1; }
@@ -210,6 +210,28 @@ if command -v cc >/dev/null; then
 		>"$work/copy.out" 2>&1 && fail "two modules of one namespace with one feature were loaded"
 	grep -qF "feature 'ClampOutliers' is provided by two modules: $work/clash-clamp_copy/clamp_copy.so and $plugindir/clamp_outliers.so; remove one from the plugin path or from 'extensions'" \
 		"$work/copy.out" || { cat "$work/copy.out"; fail "one namespace, one feature twice: unexpected message"; }
+fi
+
+# 7. The page's statistics feature, built out of tree as the page says (the skeleton's files copied
+# beside it), with the templates' flags (strict C11, no _GNU_SOURCE), run on the demo's fc1
+# activations and checked against their min and max recomputed from the demo's data.
+sk=$work/my-stats
+mkdir -p "$sk" && cp "$src/features/stats-skeleton.h" "$src/features/stats-skeleton.c" \
+	"$src/features/feature-util.h" "$src/features/feature-reduce.h" "$sk/" || exit 99
+{ "$python" "$blocks" stats-feature "$doc" && cat "$stats_tail"; } >"$sk/my_stats.c" ||
+	die "no statistics feature in $doc"
+if command -v cc >/dev/null; then
+	# shellcheck disable=SC2046 # pkg-config's flags are meant to split
+	quiet cc -std=c11 -O2 -Wall -Wextra -Wno-unused-parameter -Werror -fPIC -shared \
+		-fvisibility=hidden -Wl,-z,defs $(pkg-config --cflags dlinspect) -o "$sk/my_stats.so" \
+		"$sk/my_stats.c" "$sk/stats-skeleton.c" -lm
+	printf '%s\n' 'extensions: [file, my_stats]' 'fc1:' '  enabled: true' '  layers:' \
+		"    layer_name_regex_pattern: 'mlp\\.fc1\$'" '  MyStats:' '    enabled: true' \
+		'    tensors: [activation]' '    stats: [min, max]' '    freq: 1' >"$sk/config.yaml"
+	DLINSPECT_PLUGIN_PATH=$sk demo "$sk/config.yaml" "$sk/logs" >"$sk/demo.out" 2>&1 ||
+		{ cat "$sk/demo.out"; fail "the demo failed with the page's statistics feature"; }
+	"$python" "$check" --stats "$sk/logs/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log" ||
+		fail "the page's statistics feature logged wrong values"
 fi
 
 [ "$fails" -eq 0 ] && echo "ok: both examples build with meson and make against the installed" \
