@@ -362,7 +362,8 @@ int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
 
 /* ---- Errors of calls that return a code ----
  * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,
- * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why), or "" when none failed.
+ * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why; dli_step, naming the stop
+ * request or the logger that could not flush), or "" when none failed.
  * Borrowed: thread-local, valid until the next failing call on this thread; successful calls do
  * not clear it (as errno). Every failing call also leaves the text in the message log; the first
  * failure of a kind is also written to stderr. */
