@@ -9,8 +9,9 @@
 #define TARGETS_MIN 16
 
 /* The feature registered under `name` (any namespace) / one that may sit directly in a section
- * (generic), or NULL. */
-const struct dli_feature_entry *dli_cfg_direct_feature(struct resolver *rs, const char *name);
+ * (generic), or NULL; *other: a second namespace's generic feature of that name, or NULL. */
+const struct dli_feature_entry *dli_cfg_direct_feature(struct resolver *rs, const char *name,
+							const struct dli_feature_entry **other);
 const struct dli_feature_entry *dli_cfg_feature_lookup(struct resolver *rs, const char *name);
 /* Reads one feature block `v` (under key `key`) of section `s` into targets. */
 int dli_cfg_read_feature(struct resolver *rs, struct dli_section *s,

@@ -594,15 +594,26 @@ const struct dli_feature_entry *dli_cfg_feature_lookup(struct resolver *rs, cons
 }
 
 /* A feature block directly in a section: the base namespace's feature of that name (nvdlfw_inspect's
- * generic ones, e.g. its LogTensorStats), else one that another namespace declares generic. */
-const struct dli_feature_entry *dli_cfg_direct_feature(struct resolver *rs, const char *name)
+ * generic ones, e.g. its LogTensorStats), else one that another namespace declares generic. Two
+ * namespaces that both declare a generic feature of the name leave it open which is meant: taking
+ * the first loaded would make the order of `extensions` choose the code that runs, unseen, so
+ * *other gets the second (NULL when there is none) and the caller refuses the block. */
+const struct dli_feature_entry *dli_cfg_direct_feature(struct resolver *rs, const char *name,
+							const struct dli_feature_entry **other)
 {
 	const struct dli_feature_entry *fe = dli_registry_feature_in(rs->reg, DLI_NS_BASE, name);
-	for (size_t i = 0; !fe && i < rs->reg->n_features; i++) {
+	*other = NULL;
+	if (fe)
+		return fe;
+	for (size_t i = 0; !*other && i < rs->reg->n_features; i++) {
 		const struct dli_feature_entry *e = &rs->reg->features[i];
-		if ((e->desc->flags & DLI_FEATURE_GENERIC) && dli_registry_feature_in(
-			rs->reg, dli_feature_entry_ns(e), name) == e)
+		if (!(e->desc->flags & DLI_FEATURE_GENERIC) ||
+		    dli_registry_feature_in(rs->reg, dli_feature_entry_ns(e), name) != e)
+			continue;
+		if (!fe)
 			fe = e;
+		else
+			*other = e;
 	}
 	return fe;
 }

@@ -425,7 +425,16 @@ static int read_section_body(struct resolver *rs, struct dli_section *s,
 			dli_cfg_path_pop(rs, m3);
 			continue;
 		}
-		const struct dli_feature_entry *fe = dli_cfg_direct_feature(rs, key->text);
+		const struct dli_feature_entry *other;
+		const struct dli_feature_entry *fe = dli_cfg_direct_feature(rs, key->text, &other);
+		if (other)
+			return dli_cfg_fail(rs, key,
+					    "%s is a generic feature of two namespaces, '%s' (%s) and "
+					    "'%s' (%s): put the block in the section's '%s:' or '%s:' "
+					    "block to say which",
+					    key->text, dli_feature_entry_ns(fe), fe->path,
+					    dli_feature_entry_ns(other), other->path,
+					    dli_feature_entry_ns(fe), dli_feature_entry_ns(other));
 		if (!fe && (fe = dli_cfg_feature_lookup(rs, key->text)))
 			return dli_cfg_fail(rs, key, "%s belongs in the section's '%s:' block",
 					    fe->desc->name, dli_feature_entry_ns(fe));

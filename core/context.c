@@ -139,8 +139,15 @@ int dli_step(struct dli_context *ctx)
 		int r = ops->flush(l->state);
 		if (nvtx)
 			dli_nvtx_pop();
-		if (r < 0 && !first)
+		/* The code dli_step returns needs its reason beside it: without one, dli_last_error
+		 * would show nothing, or an older call's error, for a step that failed here. */
+		if (r < 0 && !first) {
+			char text[512];
 			first = r;
+			snprintf(text, sizeof text, "dli_step: logger '%s' could not flush: %s",
+				 l->desc->name, strerror(-r));
+			dli_last_error_set(ctx, text);
+		}
 		if (r < 0 && !atomic_exchange(&l->failed, true))
 			dli_log(ctx, DLI_LOG_ERROR, "logger '%s' could not flush: %s (training continues)",
 				l->desc->name, strerror(-r));

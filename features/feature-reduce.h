@@ -28,6 +28,16 @@
 	 .bounded = true, .min = 1, .max = 1024}
 #define DLI_REDUCE_N_PARAMS 3
 
+/* A malloc'ed copy of `s`, or NULL. Not strdup: these files are copied into out-of-tree modules
+ * built as strict C11 (the templates' -std=c11, no _GNU_SOURCE), where <string.h> does not
+ * declare it and the implicit int it becomes cuts the pointer. */
+static inline char *dli_feature_strdup(const char *s)
+{
+	size_t n = strlen(s) + 1;
+	char *copy = malloc(n);
+	return copy ? memcpy(copy, s, n) : NULL;
+}
+
 struct dli_reduce_conf {
 	bool skip;       /* skip_reduction */
 	bool weight_tp;  /* weight_tensor_tp_group_reduce */
@@ -42,7 +52,7 @@ static inline int dli_reduce_conf_read(struct dli_reduce_conf *rc, const struct 
 	rc->skip = params[first].u.b;
 	rc->weight_tp = params[first + 1].u.b;
 	rc->tp_size = (int)params[first + 2].u.i;
-	rc->where = strdup(where ? where : "");
+	rc->where = dli_feature_strdup(where ? where : "");
 	return rc->where ? 0 : -ENOMEM;
 }
 

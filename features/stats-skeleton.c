@@ -117,7 +117,7 @@ int dli_sf_want_as(struct dli_sf *sf, enum dli_stat stat, unsigned slot, const c
 		sf->stats = more;
 		sf->cap_stats = cap;
 	}
-	char *copy = strdup(log_name);
+	char *copy = dli_feature_strdup(log_name);
 	if (!copy)
 		return -ENOMEM;
 	sf->stats[sf->n_stats++] = (struct dli_sf_stat){

@@ -301,7 +301,10 @@ int dli_inspect_tensor_by_name(struct dli_context *ctx, const char *layer, const
  * (DLI_NEVER, the last there is) it does nothing and returns -EOVERFLOW. Once a feature asked the
  * host to stop (DetectNonFinite with `on_detect: stop`, or its `abort_after_batch_num`: see
  * docs/features.md), every dli_step still ends its step and then returns -ECANCELED, with
- * dli_last_error naming the reason; dlinspect itself never exits. */
+ * dli_last_error naming the reason; dlinspect itself never exits. A logger whose flush fails (a
+ * full disk) does not stop the step either: dli_step returns the first such error, with
+ * dli_last_error naming the logger and the reason (docs/logging.md), and the next step tries
+ * again. */
 int dli_step(struct dli_context *ctx);
 
 /* Asks the next dli_step to re-read the config file (docs/config.md, "Reloading"): a valid new
@@ -360,7 +363,8 @@ int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
 
 /* ---- Errors of calls that return a code ----
  * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,
- * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why), or "" when none failed.
+ * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why; dli_step, naming the stop
+ * request or the logger that could not flush), or "" when none failed.
  * Borrowed: thread-local, valid until the next failing call on this thread; successful calls do
  * not clear it (as errno). Every failing call also leaves the text in the message log; the first
  * failure of a kind is also written to stderr. */

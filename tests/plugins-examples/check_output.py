@@ -7,8 +7,12 @@ Linear). The same scalars must also be in the file logger's statistics log.
 With --edge, checks instead the file jsonl_edge.c wrote: non-finite values as the strings "NaN",
 "Infinity" and "-Infinity" (docs/plugins.md), names escaped, exact values.
 
+With --stats, checks the file logger's log of a run of docs/plugins.md's statistics feature on
+every fc1 activation (stats: [min, max]) against the demo's data recomputed here.
+
 usage: check_output.py JSONL FILE_LOG
        check_output.py --edge JSONL
+       check_output.py --stats FILE_LOG
 """
 import json
 import re
@@ -121,7 +125,33 @@ def edge(jsonl):
     return 0
 
 
+def stats(file_log):
+    """min and max of every fc1 activation at every step, as the demo feeds them unclamped."""
+    want = {}
+    for s in range(STEPS):
+        for layer in range(LAYERS):
+            values = fill(s * 1000003 + layer * len(LINEARS) + LINEARS.index("mlp.fc1"), 1.0)
+            want[(f"model.layers.{layer}.mlp.fc1_activation_min", s)] = min(values)
+            want[(f"model.layers.{layer}.mlp.fc1_activation_max", s)] = max(values)
+    line_re = re.compile(r" - INFO - (\S+) \t+ iteration=(\d+) \t+ value=(\S+)$")
+    got = {}
+    with open(file_log, encoding="utf-8") as f:
+        for line in f:
+            m = line_re.search(line.rstrip("\n"))
+            if m:
+                got[(m.group(1), int(m.group(2)))] = float(m.group(3))
+    bad = [k for k in sorted(set(want) | set(got))
+           if k not in want or k not in got or abs(got[k] - want[k]) > 1e-6 * abs(want[k])]
+    for k in bad:
+        print(f"FAIL: {k[0]} at {k[1]}: expected {want.get(k)}, got {got.get(k)}")
+    if not bad:
+        print(f"ok: {len(got)} statistics of the page's feature as expected")
+    return 1 if bad else 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--stats"]:
+        sys.exit(stats(sys.argv[2]))
     if sys.argv[1:2] == ["--edge"]:
         sys.exit(edge(sys.argv[2]))
     sys.exit(main(*sys.argv[1:]))

@@ -1,9 +1,10 @@
 #!/bin/sh
 # Builds plugins-examples/ out of tree against an installed dlinspect, as a user would, and checks
 # that the installed demo loads them from the installed plugin dir and that their output is right.
-#   test_plugins_examples.sh SOURCE_ROOT WORKDIR MESON NINJA PYTHON CHECK_OUTPUT_PY JSONL_EDGE_C
+#   test_plugins_examples.sh SOURCE_ROOT WORKDIR MESON NINJA PYTHON CHECK_OUTPUT_PY JSONL_EDGE_C \
+#	DOC_BLOCKS_PY STATS_FEATURE_TAIL_C
 set -u
-src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7
+src=$1 work=$2 meson=$3 ninja=$4 python=$5 check=$6 edge_c=$7 blocks=$8 stats_tail=$9
 fails=0
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 die() { echo "FAIL: $*"; exit 1; }
@@ -162,6 +163,76 @@ for want in "clamp_outliers \[namespace my_plugins\] (ABI [0-9.]*)  $plugindir/c
 	"^ *path  *string  *default jsonl/rank-{rank}.jsonl"; do
 	grep -q "$want" "$work/explain.out" || fail "plugins --explain lacks: $want"
 done
+
+# 5. docs/plugins.md's own config, run as the page says, prints what the page shows.
+doc=$src/docs/plugins.md
+mkdir -p "$work/doc/bad" || exit 99
+"$python" "$blocks" config "$doc" >"$work/doc/config.yaml" || die "no config in $doc"
+sed 's/max_abs: 0.9/max_abs: -1/' "$work/doc/config.yaml" >"$work/doc/bad/config.yaml"
+(
+	cd "$work/doc" || exit 1
+	"$prefix/bin/dlinspect" check config.yaml --layer model.layers.0.mlp.fc1 >check.out 2>&1
+	"$prefix/bin/dlinspect-demo" --config config.yaml --log-dir logs --steps 3 >demo.out 2>&1
+	"$prefix/bin/dlinspect" plugins --explain >explain.out 2>&1
+	cd bad && "$prefix/bin/dlinspect" check config.yaml >../bad.out 2>&1
+) || true
+"$python" "$blocks" compare "$doc" "$plugindir" "$work/doc" || fail "docs/plugins.md's outputs"
+
+# 6. Names a user's copy of a template can clash on. The template renamed as the page says
+# (module and namespace) but its feature not: directly in a section, ClampOutliers could be
+# either, and the order of `extensions` must not pick one unseen. In its namespace block it is
+# clear. Renamed in its module only, it meets the template in one namespace: refused at load.
+clash() { # NAME NAMESPACE: clamp_outliers.c as module NAME of NAMESPACE, in $work/clash-NAME
+	mkdir -p "$work/clash-$1" &&
+		sed -e "s/\"clamp_outliers\"/\"$1\"/" -e "s/\"my_plugins\"/\"$2\"/g" \
+			"$src/plugins-examples/clamp-outliers/clamp_outliers.c" >"$work/clash-$1/$1.c" &&
+		# shellcheck disable=SC2046 # pkg-config's flags are meant to split
+		quiet cc -std=c11 -fPIC -shared -fvisibility=hidden -Wl,-z,defs \
+			$(pkg-config --cflags dlinspect) -o "$work/clash-$1/$1.so" "$work/clash-$1/$1.c" -lm
+}
+if command -v cc >/dev/null; then
+	clash my_clamp acme
+	clash clamp_copy my_plugins
+	printf '%s\n' 'extensions: [my_plugins, acme]' 's:' '  enabled: true' '  layers:' \
+		'    layer_name_regex_pattern: fc1' '  ClampOutliers:' '    enabled: true' \
+		'    gemms: [fprop]' '    tensors: [activation]' '    max_abs: 1' >"$work/twice.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-my_clamp "$prefix/bin/dlinspect" check "$work/twice.yaml" \
+		>"$work/twice.out" 2>&1 && fail "ClampOutliers of two namespaces was taken directly"
+	grep -qF "twice.yaml:6:3: s: ClampOutliers is a generic feature of two namespaces, 'my_plugins' ($plugindir/clamp_outliers.so) and 'acme' ($work/clash-my_clamp/my_clamp.so): put the block in the section's 'my_plugins:' or 'acme:' block to say which" \
+		"$work/twice.out" || { cat "$work/twice.out"; fail "two generic ClampOutliers: unexpected message"; }
+	sed -e 's/^  ClampOutliers:/  acme:\n   ClampOutliers:/' "$work/twice.yaml" >"$work/in-ns.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-my_clamp "$prefix/bin/dlinspect" check "$work/in-ns.yaml" \
+		--layer fc1 >"$work/in-ns.out" 2>&1 || fail "ClampOutliers in its namespace block refused"
+	grep -q "acme.ClampOutliers .*in-ns.yaml:7:4" "$work/in-ns.out" ||
+		{ cat "$work/in-ns.out"; fail "acme: ClampOutliers: not the acme module's feature"; }
+	sed 's/, acme//' "$work/twice.yaml" >"$work/copy.yaml"
+	DLINSPECT_PLUGIN_PATH=$work/clash-clamp_copy "$prefix/bin/dlinspect" check "$work/copy.yaml" \
+		>"$work/copy.out" 2>&1 && fail "two modules of one namespace with one feature were loaded"
+	grep -qF "feature 'ClampOutliers' is provided by two modules: $work/clash-clamp_copy/clamp_copy.so and $plugindir/clamp_outliers.so; remove one from the plugin path or from 'extensions'" \
+		"$work/copy.out" || { cat "$work/copy.out"; fail "one namespace, one feature twice: unexpected message"; }
+fi
+
+# 7. The page's statistics feature, built out of tree as the page says (the skeleton's files copied
+# beside it), with the templates' flags (strict C11, no _GNU_SOURCE), run on the demo's fc1
+# activations and checked against their min and max recomputed from the demo's data.
+sk=$work/my-stats
+mkdir -p "$sk" && cp "$src/features/stats-skeleton.h" "$src/features/stats-skeleton.c" \
+	"$src/features/feature-util.h" "$src/features/feature-reduce.h" "$sk/" || exit 99
+{ "$python" "$blocks" stats-feature "$doc" && cat "$stats_tail"; } >"$sk/my_stats.c" ||
+	die "no statistics feature in $doc"
+if command -v cc >/dev/null; then
+	# shellcheck disable=SC2046 # pkg-config's flags are meant to split
+	quiet cc -std=c11 -O2 -Wall -Wextra -Wno-unused-parameter -Werror -fPIC -shared \
+		-fvisibility=hidden -Wl,-z,defs $(pkg-config --cflags dlinspect) -o "$sk/my_stats.so" \
+		"$sk/my_stats.c" "$sk/stats-skeleton.c" -lm
+	printf '%s\n' 'extensions: [file, my_stats]' 'fc1:' '  enabled: true' '  layers:' \
+		"    layer_name_regex_pattern: 'mlp\\.fc1\$'" '  MyStats:' '    enabled: true' \
+		'    tensors: [activation]' '    stats: [min, max]' '    freq: 1' >"$sk/config.yaml"
+	DLINSPECT_PLUGIN_PATH=$sk demo "$sk/config.yaml" "$sk/logs" >"$sk/demo.out" 2>&1 ||
+		{ cat "$sk/demo.out"; fail "the demo failed with the page's statistics feature"; }
+	"$python" "$check" --stats "$sk/logs/nvdlfw_inspect_statistics_logs/nvdlfw_inspect_globalrank-0.log" ||
+		fail "the page's statistics feature logged wrong values"
+fi
 
 [ "$fails" -eq 0 ] && echo "ok: both examples build with meson and make against the installed" \
 	"dlinspect and run from its plugindir"

@@ -148,8 +148,12 @@ static void test_unwritable_dir(void)
 	CHECK(fp != NULL);
 	if (fp)
 		fclose(fp);
-	for (int i = 0; i < 5; i++)
+	for (int i = 0; i < 5; i++) {
 		CHECK_INT(dli_step(ctx), -ENOTDIR);
+		/* The code comes with its reason, every step (the message log has it once). */
+		CHECK_STR(dli_last_error(ctx), "dli_step: logger 'tensorboard' could not flush: Not a "
+					       "directory");
+	}
 	dli_destroy(ctx);
 	check_logs(log_dir, 5, "could not flush: Not a directory");
 }
