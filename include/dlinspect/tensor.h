@@ -122,11 +122,17 @@ static inline struct dli_tensor dli_tensor_column_block(void *base, enum dli_dty
 							int64_t cols, int64_t strides[2])
 {
 	int64_t shape[2];
+	/* No C-style cast: C++ trainers include this with -Wold-style-cast -Werror. */
+#ifdef __cplusplus
+	char *first = static_cast<char *>(base) + static_cast<size_t>(col) * dli_dtype_size(dtype);
+#else
+	char *first = (char *)base + (size_t)col * dli_dtype_size(dtype);
+#endif
 	shape[0] = rows;
 	shape[1] = cols;
 	strides[0] = ld;
 	strides[1] = 1;
-	return dli_tensor_make((char *)base + (size_t)col * dli_dtype_size(dtype), dtype, 2, shape);
+	return dli_tensor_make(first, dtype, 2, shape);
 }
 
 /* Number of elements (product of the shape; 1 for ndim 0). */

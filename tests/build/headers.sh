@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Every public header compiles on its own as strict C11 and as C++, with warnings as errors.
+# Every public header compiles on its own as strict C11 and as C++, with warnings as errors (and
+# the warnings trainers often add: -Wconversion, and -Wold-style-cast in C++).
 # $1: source include dir, $2: build include dir (version.h), $3: C compiler, $4: C++ compiler
 set -u
 src=$1 gen=$2 cc=$3 cxx=$4
@@ -9,11 +10,11 @@ fail=0
 for h in dlinspect.h tensor.h plugin.h stats.h version.h; do
 	printf '#include <dlinspect/%s>\nint dli_header_test_dummy;\n' "$h" >"$tmp/t.c"
 	cp "$tmp/t.c" "$tmp/t.cpp"
-	if ! "$cc" -std=c11 -pedantic -Wall -Wextra -Werror -I"$src" -I"$gen" -c "$tmp/t.c" -o "$tmp/t.o"; then
+	if ! "$cc" -std=c11 -pedantic -Wall -Wextra -Wconversion -Werror -I"$src" -I"$gen" -c "$tmp/t.c" -o "$tmp/t.o"; then
 		echo "FAIL: $h as C11"
 		fail=1
 	fi
-	if ! "$cxx" -std=c++11 -pedantic -Wall -Wextra -Werror -I"$src" -I"$gen" -c "$tmp/t.cpp" -o "$tmp/t.o"; then
+	if ! "$cxx" -std=c++11 -pedantic -Wall -Wextra -Wconversion -Wold-style-cast -Werror -I"$src" -I"$gen" -c "$tmp/t.cpp" -o "$tmp/t.o"; then
 		echo "FAIL: $h as C++11"
 		fail=1
 	fi
