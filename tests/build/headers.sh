@@ -18,6 +18,12 @@ for h in dlinspect.h tensor.h plugin.h stats.h version.h; do
 		echo "FAIL: $h as C++11"
 		fail=1
 	fi
+	# g++ says nothing of C-style casts inside extern "C"; clang++ does, where installed.
+	if command -v clang++ >/dev/null &&
+		! clang++ -std=c++11 -pedantic -Wall -Wextra -Wconversion -Wold-style-cast -Werror -I"$src" -I"$gen" -c "$tmp/t.cpp" -o "$tmp/t.o"; then
+		echo "FAIL: $h as C++11 (clang++)"
+		fail=1
+	fi
 done
 [ $fail = 0 ] && echo "all public headers compile alone as C11 and C++11"
 exit $fail
