@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash OUT
+ *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -325,6 +325,40 @@ static int run_clash(void)
 	return 0;
 }
 
+/* ---- longtensor: a host tensor whose name is longer than the keys' buffers (format: torch): its
+ * file's dict still has the key high_precision ---- */
+
+static int run_longtensor(void)
+{
+	char name[501], yaml[2048];
+	memset(name, 'T', 500);
+	name[500] = '\0';
+	snprintf(yaml, sizeof yaml,
+		 "dump:\n"
+		 "  enabled: true\n"
+		 "  layers: {layer_name_regex_pattern: '.*'}\n"
+		 "  transformer_engine:\n"
+		 "    DumpTensors:\n"
+		 "      enabled: true\n"
+		 "      tensors: [%s]\n"
+		 "      high_precision_tensor: true\n", name);
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct dli_layer *l = layer(ctx, "fc1");
+	int own = dli_tensor_id(ctx, name);
+	int64_t n = 16;
+	printf("rc tensor-id %d\n", own < 0 ? own : 0);
+	float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+	printf("rc inspect %d\n", dli_inspect_tensor(l, own, &t, NULL, NULL));
+	char key[600];
+	snprintf(key, sizeof key, "%s.high_precision", name);
+	expect("fc1", 0, key, "F32", 1, &n, x, (size_t)n * 4);
+	free(x);
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
 
 static int run_nodir(void)
@@ -497,6 +531,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "nodir")    ? run_nodir()
 		: !strcmp(argv[1], "reload")   ? run_reload()
 		: !strcmp(argv[1], "clash")    ? run_clash()
+		: !strcmp(argv[1], "longtensor") ? run_longtensor()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

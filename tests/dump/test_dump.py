@@ -16,6 +16,7 @@ tests read the same files with torch.load).
 argv: dump_driver, the dlinspect binary, tests/pyenv.sh, optionally a scratch directory.
 """
 import collections
+import errno
 import glob
 import io
 import json
@@ -492,6 +493,17 @@ def test_reload(scratch):
                               "model.fc1_iter_000002.safetensors"], "reload: %s" % sorted(by_file))
 
 
+def test_longtensor(scratch):
+    # A tensor name longer than the keys' buffers: refused with a message, never dumped under a
+    # cut or garbage key (its torch key was read past the end of the cut one).
+    out, rcs, manifest, stderr = run_driver("longtensor", scratch)
+    check(rcs == [["tensor-id", "0"], ["inspect", str(-errno.ENAMETOOLONG)], ["step", "0"]],
+          "longtensor: results %s (the call refused, -ENAMETOOLONG)" % rcs)
+    files = [f for _, _, fs in os.walk(os.path.join(out, "logs", "tensor_dumps")) for f in fs]
+    check(files == [], "longtensor: dumped as %s" % files)
+    check("longer than DumpTensors' keys take" in message_log(out), "longtensor: no message")
+
+
 def test_clash(scratch):
     """A host tensor named "activation.1" would give the key of activation's second call a second
     time, and safetensors refuses a header with a key twice: the later one is refused, said once,
@@ -519,6 +531,7 @@ def main():
         test_nodir(scratch)
         test_reload(scratch)
         test_clash(scratch)
+        test_longtensor(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)
