@@ -288,6 +288,7 @@ static void blobs_free(struct dli_dump_blob *t)
 	for (struct dli_dump_blob *next; t; t = next) {
 		next = t->next;
 		free(t->key);
+		free(t->tensor);
 		free(t->data);
 		free(t);
 	}
@@ -728,13 +729,13 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	pthread_mutex_unlock(&w->mu);
 
 	struct dli_dump_blob *t = calloc(1, sizeof(*t));
-	if (!t || !(t->key = strdup(key)) || (bytes && !(t->data = malloc(bytes)))) {
+	if (!t || !(t->key = strdup(key)) || !(t->tensor = strdup(tensor)) ||
+	    (bytes && !(t->data = malloc(bytes)))) {
 		r = -ENOMEM;
 		goto give_back;
 	}
 	if (bytes)
 		memcpy(t->data, data, bytes);
-	t->tensor = tensor;
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (int d = 0; d < ndim; d++)
@@ -758,6 +759,7 @@ give_back:
 	if (t) {
 		free(t->data);
 		free(t->key);
+		free(t->tensor);
 	}
 	free(t);
 	pthread_mutex_lock(&w->mu);

@@ -21,7 +21,8 @@ struct dli_dump_writer;
 struct dli_dump_blob {
 	struct dli_dump_blob *next;
 	char *key;          /* safetensors: "activation.high_precision"; torch: "high_precision" */
-	const char *tensor; /* "activation": the host's name, which lives as long as the context */
+	char *tensor;       /* "activation": a copy of the host's name (a config reload frees the
+			     * config's names while the writer may still write the file) */
 	const char *dtype;  /* safetensors dtype: "F32", "BF16", "F8_E4M3", ... */
 	int ndim;
 	int64_t shape[DLI_TENSOR_MAX_DIMS];
@@ -72,8 +73,8 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 /* Copies `bytes` of `data` into a new blob appended to the layer, after reserving them in the
  * budget: waits while the writer frees space; -ENOBUFS when the step's own copies fill the budget
  * (nothing queued that could free it); -EEXIST when the file already holds `key` (the layer's
- * .safetensors file, or with `torch` the tensor's torch file); -ENOMEM. `key` is copied; `tensor`
- * is the host's. */
+ * .safetensors file, or with `torch` the tensor's torch file); -ENOMEM. `key` and `tensor` are
+ * copied. */
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale, bool torch);

@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor OUT
+ *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor|reloadname OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -359,6 +359,55 @@ static int run_longtensor(void)
 	return 0;
 }
 
+/* ---- reloadname: a host tensor's name lives in the config; a reload frees that config while
+ * the writer thread may still be writing the dump that names it (valgrind sees the read) ---- */
+
+static int run_reloadname(void)
+{
+	static const char yaml[] = "dump:\n"
+				   "  enabled: true\n"
+				   "  layers: {layer_name_regex_pattern: '.*'}\n"
+				   "  transformer_engine:\n"
+				   "    DumpTensors:\n"
+				   "      enabled: true\n"
+				   "      tensors: [activation, %s]\n"
+				   "      high_precision_tensor: true\n";
+	char path[4096], logs[4096], text[1024];
+	snprintf(path, sizeof path, "%s/config.yaml", out_dir);
+	snprintf(logs, sizeof logs, "%s/logs", out_dir);
+	snprintf(text, sizeof text, yaml, "my_own.tensor");
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f))
+		return 2;
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_path = path;
+	o.log_dir = logs;
+	struct dli_context *ctx = NULL;
+	struct dli_error err = {0};
+	if (dli_init(&o, &ctx, &err)) {
+		fprintf(stderr, "dli_init: %s\n", err.message);
+		return 2;
+	}
+	/* A large dump first, so that the writer is still busy when the reload comes. */
+	dump_one(ctx, "big", 0, 1 << 24, true);
+	int own = dli_tensor_id(ctx, "my_own.tensor");
+	int64_t n = 16;
+	float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+	printf("rc inspect %d\n", dli_inspect_tensor(layer(ctx, "small"), own, &t, NULL, NULL));
+	expect("small", 0, "my_own.tensor.high_precision", "F32", 1, &n, x, (size_t)n * 4);
+	free(x);
+	printf("rc step %d\n", dli_step(ctx));
+	snprintf(text, sizeof text, yaml, "other");
+	if (!(f = fopen(path, "w")) || fputs(text, f) < 0 || fclose(f))
+		return 2;
+	printf("rc reload %d\n", dli_config_reload(ctx));
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
 
 static int run_nodir(void)
@@ -532,6 +581,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "reload")   ? run_reload()
 		: !strcmp(argv[1], "clash")    ? run_clash()
 		: !strcmp(argv[1], "longtensor") ? run_longtensor()
+		: !strcmp(argv[1], "reloadname") ? run_reloadname()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;
