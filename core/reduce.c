@@ -807,8 +807,9 @@ int dli_reduction_group_set(struct dli_context *ctx, const int *ranks, size_t n,
 				     size, rank);
 	}
 	if (!red) {
-		/* Per rank already: the world, or this rank alone, changes nothing. */
-		if (n <= 1)
+		/* Per rank already: the world (NULL, or every rank listed) or this rank alone
+		 * changes nothing. */
+		if (n <= 1 || n == (size_t)size)
 			return 0;
 		ranks_text(text, sizeof text, ranks, n, NULL);
 		return dli_error_set(err, -ENOTSUP, NULL,
