@@ -30,6 +30,16 @@ struct dli_dump_blob {
 	void *data;
 	double scale;       /* the FP8 scale (1 / scale_inv) of per-tensor scaled data, else NaN */
 	bool torch;         /* for the tensor's torch.save file, `key` a key of its dict */
+	char te[DLI_DUMP_TE_TENSOR_MAX + 1]; /* torch: the tensor's name in its file's name */
+};
+
+/* A tensor's name in the torch files' names of a layer, given the first time the layer dumps the
+ * tensor and kept for the layer's life, so that a clash (a.b, a_b) alters the same one at every
+ * iteration. */
+struct dli_dump_te_tensor {
+	struct dli_dump_te_tensor *next;
+	char *tensor;
+	char te[DLI_DUMP_TE_TENSOR_MAX + 1];
 };
 
 /* Why a tensor was not dumped: each reason is said once per layer and tensor. */
@@ -55,6 +65,7 @@ struct dli_dump_layer {
 	uint16_t pq_calls[64][3]; /* inspect_tensor_postquantize calls per tensor id and gemm */
 	int64_t weight_step;      /* the step the weight was last dumped in */
 	uint64_t warned[DLI_DUMP_WARN_COUNT]; /* per reason, one bit per tensor id (mod 64) */
+	struct dli_dump_te_tensor *te_tensors; /* the torch files' tensor names given so far */
 };
 
 /* The writer of `ctx`, made on first use with a budget of `budget` bytes (raised to the largest

@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor|reloadname OUT
+ *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor|reloadname|tenames OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -408,6 +408,38 @@ static int run_reloadname(void)
 	return 0;
 }
 
+/* ---- tenames: two host tensors whose torch file names TransformerEngine's rule makes one (a.b,
+ * a_b): a_b alone at iteration 0, then a.b and a_b at iteration 1. Each keeps one file name. ---- */
+
+static int run_tenames(void)
+{
+	static const char yaml[] = "dump:\n"
+				   "  enabled: true\n"
+				   "  layers: {layer_name_regex_pattern: '.*'}\n"
+				   "  transformer_engine:\n"
+				   "    DumpTensors:\n"
+				   "      enabled: true\n"
+				   "      tensors: [a.b, a_b]\n"
+				   "      high_precision_tensor: true\n";
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct dli_layer *l = layer(ctx, "fc1");
+	int dot = dli_tensor_id(ctx, "a.b"), under = dli_tensor_id(ctx, "a_b");
+	int64_t n = 16;
+	for (int64_t it = 0; it < 2; it++) {
+		for (int i = it ? 0 : 1; i < 2; i++) {
+			float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+			struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+			printf("rc inspect %d\n", dli_inspect_tensor(l, i ? under : dot, &t, NULL, NULL));
+			expect("fc1", it, i ? "a_b.high_precision" : "a.b.high_precision", "F32", 1, &n,
+			       x, (size_t)n * 4);
+			free(x);
+		}
+		printf("rc step %d\n", dli_step(ctx));
+	}
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
 
 static int run_nodir(void)
@@ -582,6 +614,7 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "clash")    ? run_clash()
 		: !strcmp(argv[1], "longtensor") ? run_longtensor()
 		: !strcmp(argv[1], "reloadname") ? run_reloadname()
+		: !strcmp(argv[1], "tenames")    ? run_tenames()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

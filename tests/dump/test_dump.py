@@ -504,6 +504,28 @@ def test_longtensor(scratch):
     check("longer than DumpTensors' keys take" in message_log(out), "longtensor: no message")
 
 
+def test_tenames(scratch):
+    # a.b and a_b, one name by TransformerEngine's rule: a_b alone at iteration 0, both at 1.
+    # Each tensor keeps its file name from one iteration to the next (a_b's is never a.b's).
+    out, rcs, manifest, stderr = run_driver("tenames", scratch)
+    check(all(rc[1] == "0" for rc in rcs), "tenames: results %s" % rcs)
+    root = os.path.join(out, "logs", "tensor_dumps", "rank_0")
+    names = {}  # tensor -> its file name at each iteration
+    for m in manifest:
+        tensor = m["key"].rsplit(".", 1)[0]
+        with open(m["bin"], "rb") as f:
+            data = f.read()
+        d = os.path.join(root, "iter_%06d" % m["iteration"])
+        found = [f for f in os.listdir(d)
+                 if read_torch_file(os.path.join(d, f))["high_precision"].data == data]
+        check(len(found) == 1, "tenames: %s at %d in %s" % (tensor, m["iteration"], found))
+        names.setdefault(tensor, set()).update(found)
+    check(names.get("a_b") and len(names["a_b"]) == 1,
+          "tenames: a_b's files at the two iterations: %s" % names.get("a_b"))
+    check(not (names.get("a_b", set()) & names.get("a.b", set())),
+          "tenames: one file name for both tensors: %s" % names)
+
+
 def test_clash(scratch):
     """A host tensor named "activation.1" would give the key of activation's second call a second
     time, and safetensors refuses a header with a key twice: the later one is refused, said once,
@@ -532,6 +554,7 @@ def main():
         test_reload(scratch)
         test_clash(scratch)
         test_longtensor(scratch)
+        test_tenames(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)
