@@ -319,15 +319,11 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	int *world = NULL;
 	const int *ranks = share->ranks;
 	size_t n = share->n_ranks;
+	/* The world, or the tensor reduction group when one is set: that is read below, under the
+	 * lock that registers the share, so that a dli_reduction_group_set between the two cannot
+	 * leave this share in the group it replaced. */
 	bool by_default = !ranks || !n;
-	pthread_mutex_lock(&red->lock);
-	if (by_default && red->default_group >= 0) {
-		/* the group's ranks live as long as the context: no copy */
-		ranks = red->groups[red->default_group].ranks;
-		n = red->groups[red->default_group].n;
-	}
-	pthread_mutex_unlock(&red->lock);
-	if (!ranks || !n) {
+	if (by_default) {
 		if (!(world = calloc((size_t)red->size, sizeof *world)))
 			return -ENOMEM;
 		for (int i = 0; i < red->size; i++)
@@ -357,7 +353,9 @@ int dli_stats_acc_share(struct dli_stats_acc *acc, const struct dli_stats_share 
 	for (size_t i = 0; i < red->n_shares && !r; i++)
 		if (red->shares[i]->hash == hash && red->shares[i]->generation == red->generation)
 			r = -EEXIST;
-	long g = r ? r : group_find_or_add(red, ranks, n);
+	long g = r ? r
+		   : by_default && red->default_group >= 0 ? red->default_group
+							   : group_find_or_add(red, ranks, n);
 	if (g < 0)
 		r = (int)g;
 	if (!r && red->n_shares == red->cap_shares) {
@@ -809,8 +807,9 @@ int dli_reduction_group_set(struct dli_context *ctx, const int *ranks, size_t n,
 				     size, rank);
 	}
 	if (!red) {
-		/* Per rank already: the world, or this rank alone, changes nothing. */
-		if (n <= 1)
+		/* Per rank already: the world (NULL, or every rank listed) or this rank alone
+		 * changes nothing. */
+		if (n <= 1 || n == (size_t)size)
 			return 0;
 		ranks_text(text, sizeof text, ranks, n, NULL);
 		return dli_error_set(err, -ENOTSUP, NULL,

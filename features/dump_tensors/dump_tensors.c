@@ -145,6 +145,10 @@ static void refuse(const struct dli_feature_call *c, int tensor, enum dli_dump_w
 				(long long)self->host->iteration(c->ctx), key, bytes, why);
 }
 
+/* The longest tensor name dumped: with ".{k}" it fits the callers' base[300], so that a key is never
+ * cut. */
+#define DUMP_TENSOR_NAME_MAX 255
+
 /* Copies one tensor into the layer's file under `key`; `scale` is the FP8 scale or NaN. A tensor it
  * cannot take is said once per layer, tensor and reason, at error level; its error is returned. */
 static int stage(const struct dli_feature_call *c, int tensor, const char *key,
@@ -187,6 +191,11 @@ static int stage(const struct dli_feature_call *c, int tensor, const char *key,
 	} else if (!t->contiguous || (!t->data && bytes)) {
 		why = "it is not a contiguous tensor with data";
 		r = -EINVAL;
+	} else if (strlen(self->host->tensor_name(c->ctx, tensor)) > DUMP_TENSOR_NAME_MAX) {
+		/* The callers' key buffers would cut its keys (and a torch key is what follows the
+		 * name in them). */
+		why = "its tensor name is longer than DumpTensors' keys take (255 bytes)";
+		r = -ENAMETOOLONG;
 	} else {
 		/* A torch file is the tensor's own: its dict's keys leave out the tensor's name
 		 * (every key starts with it and a '.'). */

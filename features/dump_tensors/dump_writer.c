@@ -288,6 +288,7 @@ static void blobs_free(struct dli_dump_blob *t)
 	for (struct dli_dump_blob *next; t; t = next) {
 		next = t->next;
 		free(t->key);
+		free(t->tensor);
 		free(t->data);
 		free(t);
 	}
@@ -338,9 +339,8 @@ static void file_run(struct dli_dump_writer *w, const struct dump_job *j, const 
 }
 
 /* TransformerEngine's files: one per tensor of the layer, {te layer}_{te tensor}.pt in the
- * iteration's directory, each a dict of that tensor's blobs in the order they came. Two tensor
- * names that TransformerEngine's rule makes one file name (`a.b`, `a_b`) would overwrite each
- * other's file: the later one's name is altered (dli_dump_te_name's hash). */
+ * iteration's directory, each a dict of that tensor's blobs in the order they came. The tensor's
+ * name in it is the one the layer gave it (te_tensor_name). */
 static void job_run_torch(struct dli_dump_writer *w, const struct dump_job *j)
 {
 	char dir[4096], path[4096];
@@ -368,12 +368,7 @@ static void job_run_torch(struct dli_dump_writer *w, const struct dump_job *j)
 			continue;
 		size_t k = n_tensors++, n = 0, bytes = 0;
 		tensors[k] = t->tensor;
-		dli_dump_te_name(t->tensor, names[k], DLI_DUMP_TE_TENSOR_MAX, 0);
-		for (size_t i = 0; i < k; i++)
-			if (!strcmp(names[i], names[k])) {
-				dli_dump_te_name(t->tensor, names[k], DLI_DUMP_TE_TENSOR_MAX, 1);
-				break;
-			}
+		memcpy(names[k], t->te, sizeof t->te);
 		for (const struct dli_dump_blob *u = t; u; u = u->next)
 			if (!strcmp(u->tensor, t->tensor)) {
 				e[n++] = (struct dli_torch_entry){u->key, u->dtype, u->ndim, u->shape,
@@ -659,6 +654,11 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration)
 			break;
 		}
 	pthread_mutex_unlock(&w->mu);
+	for (struct dli_dump_te_tensor *e = l->te_tensors, *next; e; e = next) {
+		next = e->next;
+		free(e->tensor);
+		free(e);
+	}
 	free(l->name);
 	free(l);
 }
@@ -702,6 +702,33 @@ static bool dump_has_key(const struct dli_dump_layer *l, const char *tensor, con
 	return false;
 }
 
+/* The name of `tensor` in the layer's torch file names (w->mu held): the one given at its first
+ * dump, else TransformerEngine's rule, altered (dli_dump_te_name's hash) when an earlier tensor of
+ * the layer has that name, as `a.b` and `a_b` would overwrite each other's file. -ENOMEM. */
+static int te_tensor_name(struct dli_dump_layer *l, const char *tensor, char *out)
+{
+	struct dli_dump_te_tensor *e;
+
+	for (e = l->te_tensors; e && strcmp(e->tensor, tensor); e = e->next)
+		;
+	if (!e) {
+		if (!(e = calloc(1, sizeof *e)) || !(e->tensor = strdup(tensor))) {
+			free(e);
+			return -ENOMEM;
+		}
+		dli_dump_te_name(tensor, e->te, DLI_DUMP_TE_TENSOR_MAX, 0);
+		for (const struct dli_dump_te_tensor *o = l->te_tensors; o; o = o->next)
+			if (!strcmp(o->te, e->te)) {
+				dli_dump_te_name(tensor, e->te, DLI_DUMP_TE_TENSOR_MAX, 1);
+				break;
+			}
+		e->next = l->te_tensors;
+		l->te_tensors = e;
+	}
+	memcpy(out, e->te, sizeof e->te);
+	return 0;
+}
+
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale, bool torch)
@@ -728,13 +755,13 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 	pthread_mutex_unlock(&w->mu);
 
 	struct dli_dump_blob *t = calloc(1, sizeof(*t));
-	if (!t || !(t->key = strdup(key)) || (bytes && !(t->data = malloc(bytes)))) {
+	if (!t || !(t->key = strdup(key)) || !(t->tensor = strdup(tensor)) ||
+	    (bytes && !(t->data = malloc(bytes)))) {
 		r = -ENOMEM;
 		goto give_back;
 	}
 	if (bytes)
 		memcpy(t->data, data, bytes);
-	t->tensor = tensor;
 	t->dtype = dtype;
 	t->ndim = ndim;
 	for (int d = 0; d < ndim; d++)
@@ -749,6 +776,10 @@ int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char 
 		r = -EEXIST;
 		goto give_back;
 	}
+	if (torch && (r = te_tensor_name(l, tensor, t->te))) {
+		pthread_mutex_unlock(&w->mu);
+		goto give_back;
+	}
 	*l->tail = t;
 	l->tail = &t->next;
 	pthread_mutex_unlock(&w->mu);
@@ -758,6 +789,7 @@ give_back:
 	if (t) {
 		free(t->data);
 		free(t->key);
+		free(t->tensor);
 	}
 	free(t);
 	pthread_mutex_lock(&w->mu);

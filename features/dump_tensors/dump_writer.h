@@ -21,7 +21,8 @@ struct dli_dump_writer;
 struct dli_dump_blob {
 	struct dli_dump_blob *next;
 	char *key;          /* safetensors: "activation.high_precision"; torch: "high_precision" */
-	const char *tensor; /* "activation": the host's name, which lives as long as the context */
+	char *tensor;       /* "activation": a copy of the host's name (a config reload frees the
+			     * config's names while the writer may still write the file) */
 	const char *dtype;  /* safetensors dtype: "F32", "BF16", "F8_E4M3", ... */
 	int ndim;
 	int64_t shape[DLI_TENSOR_MAX_DIMS];
@@ -29,6 +30,16 @@ struct dli_dump_blob {
 	void *data;
 	double scale;       /* the FP8 scale (1 / scale_inv) of per-tensor scaled data, else NaN */
 	bool torch;         /* for the tensor's torch.save file, `key` a key of its dict */
+	char te[DLI_DUMP_TE_TENSOR_MAX + 1]; /* torch: the tensor's name in its file's name */
+};
+
+/* A tensor's name in the torch files' names of a layer, given the first time the layer dumps the
+ * tensor and kept for the layer's life, so that a clash (a.b, a_b) alters the same one at every
+ * iteration. */
+struct dli_dump_te_tensor {
+	struct dli_dump_te_tensor *next;
+	char *tensor;
+	char te[DLI_DUMP_TE_TENSOR_MAX + 1];
 };
 
 /* Why a tensor was not dumped: each reason is said once per layer and tensor. */
@@ -54,6 +65,7 @@ struct dli_dump_layer {
 	uint16_t pq_calls[64][3]; /* inspect_tensor_postquantize calls per tensor id and gemm */
 	int64_t weight_step;      /* the step the weight was last dumped in */
 	uint64_t warned[DLI_DUMP_WARN_COUNT]; /* per reason, one bit per tensor id (mod 64) */
+	struct dli_dump_te_tensor *te_tensors; /* the torch files' tensor names given so far */
 };
 
 /* The writer of `ctx`, made on first use with a budget of `budget` bytes (raised to the largest
@@ -72,8 +84,8 @@ void dli_dump_layer_put(struct dli_dump_layer *l, int64_t iteration);
 /* Copies `bytes` of `data` into a new blob appended to the layer, after reserving them in the
  * budget: waits while the writer frees space; -ENOBUFS when the step's own copies fill the budget
  * (nothing queued that could free it); -EEXIST when the file already holds `key` (the layer's
- * .safetensors file, or with `torch` the tensor's torch file); -ENOMEM. `key` is copied; `tensor`
- * is the host's. */
+ * .safetensors file, or with `torch` the tensor's torch file); -ENOMEM. `key` and `tensor` are
+ * copied. */
 int dli_dump_layer_add(struct dli_dump_layer *l, const char *tensor, const char *key,
 		       const char *dtype, int ndim, const int64_t *shape, const void *data, size_t bytes,
 		       double scale, bool torch);

@@ -2,7 +2,7 @@
  * tensors name their storages, each storage a record of its own), so that torch.load, with its
  * default weights_only=True, reads it back: DumpTensors' `format: torch`, the files
  * TransformerEngine's DumpTensors writes (docs/logging.md, "Tensor dumps"). Shared by the module
- * and its unit test; links nothing. */
+ * and its unit test (tests/dump/test_torch_file.c); links nothing. */
 #ifndef DLI_DUMP_TORCH_FILE_H
 #define DLI_DUMP_TORCH_FILE_H
 

@@ -1,7 +1,7 @@
 /* A host for DumpTensors' tests (test_dump.py): feeds known tensors through the real core and the
  * module, and writes what it fed, byte for byte, as the reference: OUT/expect/N.bin and one JSON line
  * per expected safetensors entry in OUT/manifest.jsonl. The dumps go to OUT/logs.
- *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash OUT
+ *   dump_driver basic|torch|diskfull|queue|threads|nodir|reload|clash|longtensor|reloadname|tenames OUT
  * Prints one line "rc WHAT VALUE" per call whose result the test checks. */
 #include <errno.h>
 #include <pthread.h>
@@ -325,6 +325,121 @@ static int run_clash(void)
 	return 0;
 }
 
+/* ---- longtensor: a host tensor whose name is longer than the keys' buffers (format: torch): its
+ * file's dict still has the key high_precision ---- */
+
+static int run_longtensor(void)
+{
+	char name[501], yaml[2048];
+	memset(name, 'T', 500);
+	name[500] = '\0';
+	snprintf(yaml, sizeof yaml,
+		 "dump:\n"
+		 "  enabled: true\n"
+		 "  layers: {layer_name_regex_pattern: '.*'}\n"
+		 "  transformer_engine:\n"
+		 "    DumpTensors:\n"
+		 "      enabled: true\n"
+		 "      tensors: [%s]\n"
+		 "      high_precision_tensor: true\n", name);
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct dli_layer *l = layer(ctx, "fc1");
+	int own = dli_tensor_id(ctx, name);
+	int64_t n = 16;
+	printf("rc tensor-id %d\n", own < 0 ? own : 0);
+	float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+	printf("rc inspect %d\n", dli_inspect_tensor(l, own, &t, NULL, NULL));
+	char key[600];
+	snprintf(key, sizeof key, "%s.high_precision", name);
+	expect("fc1", 0, key, "F32", 1, &n, x, (size_t)n * 4);
+	free(x);
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
+/* ---- reloadname: a host tensor's name lives in the config; a reload frees that config while
+ * the writer thread may still be writing the dump that names it (valgrind sees the read) ---- */
+
+static int run_reloadname(void)
+{
+	static const char yaml[] = "dump:\n"
+				   "  enabled: true\n"
+				   "  layers: {layer_name_regex_pattern: '.*'}\n"
+				   "  transformer_engine:\n"
+				   "    DumpTensors:\n"
+				   "      enabled: true\n"
+				   "      tensors: [activation, %s]\n"
+				   "      high_precision_tensor: true\n";
+	char path[4096], logs[4096], text[1024];
+	snprintf(path, sizeof path, "%s/config.yaml", out_dir);
+	snprintf(logs, sizeof logs, "%s/logs", out_dir);
+	snprintf(text, sizeof text, yaml, "my_own.tensor");
+	FILE *f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f))
+		return 2;
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_path = path;
+	o.log_dir = logs;
+	struct dli_context *ctx = NULL;
+	struct dli_error err = {0};
+	if (dli_init(&o, &ctx, &err)) {
+		fprintf(stderr, "dli_init: %s\n", err.message);
+		return 2;
+	}
+	/* A large dump first, so that the writer is still busy when the reload comes. */
+	dump_one(ctx, "big", 0, 1 << 24, true);
+	int own = dli_tensor_id(ctx, "my_own.tensor");
+	int64_t n = 16;
+	float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+	struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+	printf("rc inspect %d\n", dli_inspect_tensor(layer(ctx, "small"), own, &t, NULL, NULL));
+	expect("small", 0, "my_own.tensor.high_precision", "F32", 1, &n, x, (size_t)n * 4);
+	free(x);
+	printf("rc step %d\n", dli_step(ctx));
+	snprintf(text, sizeof text, yaml, "other");
+	if (!(f = fopen(path, "w")) || fputs(text, f) < 0 || fclose(f))
+		return 2;
+	printf("rc reload %d\n", dli_config_reload(ctx));
+	printf("rc step %d\n", dli_step(ctx));
+	dli_destroy(ctx);
+	return 0;
+}
+
+/* ---- tenames: two host tensors whose torch file names TransformerEngine's rule makes one (a.b,
+ * a_b): a_b alone at iteration 0, then a.b and a_b at iteration 1. Each keeps one file name. ---- */
+
+static int run_tenames(void)
+{
+	static const char yaml[] = "dump:\n"
+				   "  enabled: true\n"
+				   "  layers: {layer_name_regex_pattern: '.*'}\n"
+				   "  transformer_engine:\n"
+				   "    DumpTensors:\n"
+				   "      enabled: true\n"
+				   "      tensors: [a.b, a_b]\n"
+				   "      high_precision_tensor: true\n";
+	struct dli_context *ctx = open_ctx(yaml, 0, 1);
+	struct dli_layer *l = layer(ctx, "fc1");
+	int dot = dli_tensor_id(ctx, "a.b"), under = dli_tensor_id(ctx, "a_b");
+	int64_t n = 16;
+	for (int64_t it = 0; it < 2; it++) {
+		for (int i = it ? 0 : 1; i < 2; i++) {
+			float *x = make_data((size_t)n * 4, DLI_DTYPE_F32);
+			struct dli_tensor t = dli_tensor_make(x, DLI_DTYPE_F32, 1, &n);
+			printf("rc inspect %d\n", dli_inspect_tensor(l, i ? under : dot, &t, NULL, NULL));
+			expect("fc1", it, i ? "a_b.high_precision" : "a.b.high_precision", "F32", 1, &n,
+			       x, (size_t)n * 4);
+			free(x);
+		}
+		printf("rc step %d\n", dli_step(ctx));
+	}
+	dli_destroy(ctx);
+	return 0;
+}
+
 /* ---- nodir: the dump directory cannot be made (a file is in the way) ---- */
 
 static int run_nodir(void)
@@ -497,6 +612,9 @@ int main(int argc, char **argv)
 		: !strcmp(argv[1], "nodir")    ? run_nodir()
 		: !strcmp(argv[1], "reload")   ? run_reload()
 		: !strcmp(argv[1], "clash")    ? run_clash()
+		: !strcmp(argv[1], "longtensor") ? run_longtensor()
+		: !strcmp(argv[1], "reloadname") ? run_reloadname()
+		: !strcmp(argv[1], "tenames")    ? run_tenames()
 					       : 2;
 	if (fclose(manifest))
 		r = 2;

@@ -16,6 +16,7 @@ tests read the same files with torch.load).
 argv: dump_driver, the dlinspect binary, tests/pyenv.sh, optionally a scratch directory.
 """
 import collections
+import errno
 import glob
 import io
 import json
@@ -492,6 +493,39 @@ def test_reload(scratch):
                               "model.fc1_iter_000002.safetensors"], "reload: %s" % sorted(by_file))
 
 
+def test_longtensor(scratch):
+    # A tensor name longer than the keys' buffers: refused with a message, never dumped under a
+    # cut or garbage key (its torch key was read past the end of the cut one).
+    out, rcs, manifest, stderr = run_driver("longtensor", scratch)
+    check(rcs == [["tensor-id", "0"], ["inspect", str(-errno.ENAMETOOLONG)], ["step", "0"]],
+          "longtensor: results %s (the call refused, -ENAMETOOLONG)" % rcs)
+    files = [f for _, _, fs in os.walk(os.path.join(out, "logs", "tensor_dumps")) for f in fs]
+    check(files == [], "longtensor: dumped as %s" % files)
+    check("longer than DumpTensors' keys take" in message_log(out), "longtensor: no message")
+
+
+def test_tenames(scratch):
+    # a.b and a_b, one name by TransformerEngine's rule: a_b alone at iteration 0, both at 1.
+    # Each tensor keeps its file name from one iteration to the next (a_b's is never a.b's).
+    out, rcs, manifest, stderr = run_driver("tenames", scratch)
+    check(all(rc[1] == "0" for rc in rcs), "tenames: results %s" % rcs)
+    root = os.path.join(out, "logs", "tensor_dumps", "rank_0")
+    names = {}  # tensor -> its file name at each iteration
+    for m in manifest:
+        tensor = m["key"].rsplit(".", 1)[0]
+        with open(m["bin"], "rb") as f:
+            data = f.read()
+        d = os.path.join(root, "iter_%06d" % m["iteration"])
+        found = [f for f in os.listdir(d)
+                 if read_torch_file(os.path.join(d, f))["high_precision"].data == data]
+        check(len(found) == 1, "tenames: %s at %d in %s" % (tensor, m["iteration"], found))
+        names.setdefault(tensor, set()).update(found)
+    check(names.get("a_b") and len(names["a_b"]) == 1,
+          "tenames: a_b's files at the two iterations: %s" % names.get("a_b"))
+    check(not (names.get("a_b", set()) & names.get("a.b", set())),
+          "tenames: one file name for both tensors: %s" % names)
+
+
 def test_clash(scratch):
     """A host tensor named "activation.1" would give the key of activation's second call a second
     time, and safetensors refuses a header with a key twice: the later one is refused, said once,
@@ -519,6 +553,8 @@ def main():
         test_nodir(scratch)
         test_reload(scratch)
         test_clash(scratch)
+        test_longtensor(scratch)
+        test_tenames(scratch)
     finally:
         if len(sys.argv) <= 4:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -537,6 +537,37 @@ static void test_tensor_constructors(void)
 	CHECK_INT(count_lines(STATS_LOG, "value=6\n"), 1);
 }
 
+/* ---- The tensor reduction group without a communicator ---- */
+
+/* Each rank logs its own statistics: the world (NULL, or every rank listed) and this rank alone
+ * change nothing and are taken, as dlinspect.h says; a group of some ranks is refused. */
+static void test_reduction_group_without_communicator(void)
+{
+	remove_log_dir();
+	snprintf(log_dir, sizeof log_dir, "/tmp/dli-test-XXXXXX");
+	if (!mkdtemp(log_dir)) {
+		perror("mkdtemp");
+		log_dir[0] = 0;
+		CHECK(0);
+		return;
+	}
+	struct dli_options o;
+	dli_options_init(&o);
+	o.log_dir = log_dir;
+	o.rank = 1;
+	o.world_size = 3;
+	struct dli_context *ctx;
+	struct dli_error err;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	const int world[] = {0, 1, 2}, alone[] = {1}, some[] = {0, 1};
+	CHECK_INT(dli_reduction_group_set(ctx, NULL, 0, &err), 0);
+	CHECK_INT(dli_reduction_group_set(ctx, alone, 1, &err), 0);
+	CHECK_INT(dli_reduction_group_set(ctx, world, 3, &err), 0);
+	CHECK_INT(dli_reduction_group_set(ctx, some, 2, &err), -ENOTSUP);
+	CHECK(strstr(err.message, "needs a communicator") != NULL);
+	dli_destroy(ctx);
+}
+
 int main(void)
 {
 	test_eval_pass_leaves_training_statistics_unchanged();
@@ -546,6 +577,7 @@ int main(void)
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
+	test_reduction_group_without_communicator();
 	remove_log_dir();
 	return check_exit();
 }
