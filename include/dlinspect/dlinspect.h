@@ -373,7 +373,16 @@ struct dli_layer_plan {
  * `next`: a host calls it once per layer and makes no debug call until plan->next (or a mode
  * switch). Returns 0, or -EINVAL when plan is NULL or its size is smaller than this version's
  * first one. Thread-safe like the individual calls; no allocation. */
+#if defined(__cplusplus) && defined(__GNUC__)
+/* In C++ the function's name hides the struct's (g++ -Wshadow); the struct is named `struct
+ * dli_layer_plan` wherever it is used, as here. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 /* ---- Errors of calls that return a code ----
  * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,

@@ -145,6 +145,13 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
         raise TypeError(
             "initialize(): the third positional argument is statistics_logger, as in "
             f"nvdlfw_inspect, not a path ({statistics_logger!r}): pass log_dir=...")
+    # A feature dir that is not there is a typo to say, as nvdlfw_inspect says it (a dir of
+    # Python features, TransformerEngine's, is accepted: dlinspect's features are its plugins).
+    for d in [feature_dirs] if isinstance(feature_dirs, (str, bytes, os.PathLike)) \
+            else feature_dirs or []:
+        if not os.path.isdir(d):
+            raise (NotADirectoryError if os.path.exists(d) else FileNotFoundError)(
+                f"initialize(): feature_dirs: {os.fsdecode(d)!r} is not a directory")
     new_loggers = []
     if statistics_logger is not None:
         new_loggers.append(logging._check(statistics_logger))

@@ -1281,6 +1281,11 @@ def test_python_loggers_refused_and_failing():
                  "log_scalar(name, value, iteration)", "object has none")
     expect_error(lambda: dlinspect.initialize(log_dir=d, tb_writer="runs/"), TypeError,
                  "add_scalar(tag, value, step)", "str has none")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, feature_dirs=[d, d + "/nope"]),
+                 FileNotFoundError, "feature_dirs:", "/nope' is not a directory")
+    open(d + "/f", "w").close()
+    expect_error(lambda: dlinspect.initialize(log_dir=d, feature_dirs=d + "/f"),
+                 NotADirectoryError, "/f' is not a directory")
     expect_error(lambda: dlinspect.logging.MetricLogger.add_logger(print), TypeError,
                  "log_scalar")
     expect_error(lambda: dlinspect.logging.MetricLogger.log_scalar("", 1.0, 0), ValueError,
