@@ -77,6 +77,8 @@ struct dli_logger_instance {
 	const struct dli_logger_desc *desc;
 	void *state;
 	atomic_bool failed; /* a write error was reported once already */
+	bool messages_only; /* the default file logger beside a host logger (no statistics) */
+	bool host; /* dli_options.logger_ops: the host's, not created or destroyed here */
 };
 
 /* Layer handles by name: open addressing, read without a lock (slots are published with release
@@ -107,6 +109,8 @@ struct dli_context {
 	size_t n_instances;
 	struct dli_logger_instance *loggers;
 	size_t n_loggers;
+	struct dli_logger_desc host_logger; /* the descriptor of dli_options.logger_ops, if given */
+	char host_logger_name[64];
 
 	struct dli_stats_backend cuda; /* statistics of CUDA tensors (core/stats.c) */
 	struct dli_reduce *reduce; /* statistics across ranks (core/reduce.c); NULL: per rank */

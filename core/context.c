@@ -289,16 +289,44 @@ static int load_modules(struct dli_context *ctx, const struct dli_options *o, st
 	return 0;
 }
 
+/* dli_options.logger_ops: checked as a module's logger table is (loader-check.c), described by a
+ * descriptor of the context's own so that messages name it. */
+static int add_host_logger(struct dli_context *ctx, const struct dli_options *o,
+			   struct dli_logger_instance *li, struct dli_error *err)
+{
+	const struct dli_logger_ops *ops = o->logger_ops;
+	if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_scalar) || !ops->log_scalar)
+		return dli_error_set(err, -EINVAL, NULL,
+				     "dli_init: options.logger_ops (size %u) has no log_scalar: set "
+				     "size = sizeof(struct dli_logger_ops) and log_scalar",
+				     (unsigned)ops->size);
+	snprintf(ctx->host_logger_name, sizeof ctx->host_logger_name, "%s",
+		 o->logger_name && o->logger_name[0] ? o->logger_name : "host");
+	ctx->host_logger = (struct dli_logger_desc){
+		.size = sizeof ctx->host_logger, .name = ctx->host_logger_name,
+		.doc = "the host's own logger (dli_options.logger_ops)", .ops = ops};
+	*li = (struct dli_logger_instance){.desc = &ctx->host_logger, .state = o->logger,
+					   .host = true};
+	return 0;
+}
+
 /* With `validate_only` (dlinspect check), each logger's validate method instead of create: its own
  * checks of its params, with the messages a run would give, and no file opened. */
-static int create_loggers(struct dli_context *ctx, bool validate_only, struct dli_error *err)
+static int create_loggers(struct dli_context *ctx, const struct dli_options *o, bool validate_only,
+			  struct dli_error *err)
 {
 	struct dli_config *cfg = ctx->config;
 	static const struct dli_logger_config none;
 	size_t n = cfg->has_loggers ? cfg->n_loggers : 1;
-	ctx->loggers = calloc(n, sizeof *ctx->loggers);
+	ctx->loggers = calloc(n + 1, sizeof *ctx->loggers); /* + the host's */
 	if (!ctx->loggers)
 		return dli_error_set(err, -ENOMEM, NULL, "out of memory");
+	if (o->logger_ops && !validate_only) {
+		/* Last, so that the files have a step's records before a host's code sees them. */
+		int r = add_host_logger(ctx, o, &ctx->loggers[n], err);
+		if (r)
+			return r;
+	}
 	for (size_t i = 0; i < n; i++) {
 		const struct dli_logger_config *lc = cfg->has_loggers ? &cfg->loggers[i] : &none;
 		const struct dli_logger_entry *e = lc->logger;
@@ -345,6 +373,17 @@ static int create_loggers(struct dli_context *ctx, bool validate_only, struct dl
 		}
 		if (validate_only)
 			continue;
+		li->messages_only = !cfg->has_loggers && o->default_logger_messages_only;
+		ctx->n_loggers++;
+		/* nvdlfw_inspect's line, so that its message log and ours say the same. */
+		if (!cfg->has_loggers && !li->messages_only) {
+			const char *dir = o->log_dir ? o->log_dir : getenv("DLINSPECT_LOG_DIR");
+			dli_log(ctx, DLI_LOG_INFO, "Default logging to file enabled at %s",
+				dir && dir[0] ? dir : ".");
+		}
+	}
+	if (o->logger_ops && !validate_only) {
+		ctx->loggers[ctx->n_loggers] = ctx->loggers[n];
 		ctx->n_loggers++;
 	}
 	return 0;
@@ -484,7 +523,17 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	}
 
 	if (!o->config_yaml && !path) {
-		/* The default run: no module loaded, no layer selected, every call a pointer check. */
+		/* The default run: no module loaded, no layer selected, every call a pointer check;
+		 * a host's logger still gets the host's own scalars (dli_log_scalar). */
+		if (o->logger_ops) {
+			if (!(ctx->loggers = calloc(1, sizeof *ctx->loggers))) {
+				r = dli_error_set(err, -ENOMEM, NULL, "out of memory");
+				goto fail;
+			}
+			if ((r = add_host_logger(ctx, o, &ctx->loggers[0], err)))
+				goto fail;
+			ctx->n_loggers = 1;
+		}
 		*out = ctx;
 		return 0;
 	}
@@ -521,7 +570,7 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	if ((r = dli_config_resolve(ctx->config, &ctx->registry, err)))
 		goto fail;
 	ctx->n_tensors = ctx->config->n_tensor_names;
-	if ((r = create_loggers(ctx, !with_loggers, err)))
+	if ((r = create_loggers(ctx, o, !with_loggers, err)))
 		goto fail;
 	if ((r = dli_instances_create(ctx, err)))
 		goto fail;
@@ -587,7 +636,7 @@ void dli_context_destroy(struct dli_context *ctx)
 	size_t n_loggers = ctx->n_loggers;
 	ctx->n_loggers = 0;
 	for (size_t i = n_loggers; i-- > 0;)
-		if (ctx->loggers[i].desc->ops->destroy)
+		if (!ctx->loggers[i].host && ctx->loggers[i].desc->ops->destroy)
 			ctx->loggers[i].desc->ops->destroy(ctx->loggers[i].state);
 	free(ctx->loggers);
 	/* After the loggers wrote their last records (closing may finalize MPI, which a rank that

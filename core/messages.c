@@ -1,5 +1,6 @@
 /* Messages: dli_log and its fan-out to the loggers' log_text, scalars and histograms fanned out to
  * every logger, and the inspect call a message comes from. */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -43,7 +44,8 @@ void dli_log_va(struct dli_context *ctx, enum dli_log_level level, bool quiet, c
 	size_t taken = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		const struct dli_logger_ops *ops = ctx->loggers[i].desc->ops;
-		if (DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_text) && ops->log_text) {
+		if (!ctx->loggers[i].host && DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_text) &&
+		    ops->log_text) {
 			ops->log_text(ctx->loggers[i].state, level, text);
 			taken++;
 		}
@@ -92,10 +94,28 @@ int dli_context_emit_scalar(struct dli_context *ctx, const char *name, int64_t i
 	int first = 0;
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
+		if (l->messages_only)
+			continue;
 		int r = l->desc->ops->log_scalar(l->state, name, iteration, value);
 		first = logger_result(ctx, l, r, first, "", name, iteration);
 	}
 	return first;
+}
+
+int dli_log_scalar(struct dli_context *ctx, const char *name, int64_t iteration, double value)
+{
+	if (!ctx)
+		return -EINVAL;
+	if (!name || !name[0] || iteration < 0) {
+		char clip[DLI_CLIP_NAME + 4];
+		dli_log(ctx, DLI_LOG_ERROR, "dli_log_scalar(%s%s%s, %lld): %s; nothing logged",
+			name ? "'" : "", name ? dli_clip_name(clip, sizeof clip, name) : "NULL",
+			name ? "'" : "", (long long)iteration,
+			!name ? "the name is NULL" : !name[0] ? "the name is empty"
+							     : "an iteration is >= 0");
+		return -EINVAL;
+	}
+	return dli_context_emit_scalar(ctx, name, iteration, value);
 }
 
 int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_t iteration,
@@ -105,7 +125,8 @@ int dli_context_emit_histogram(struct dli_context *ctx, const char *name, int64_
 	for (size_t i = 0; i < ctx->n_loggers; i++) {
 		struct dli_logger_instance *l = &ctx->loggers[i];
 		const struct dli_logger_ops *ops = l->desc->ops;
-		if (!DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) || !ops->log_histogram)
+		if (l->messages_only || !DLI_HAS_MEMBER(ops, struct dli_logger_ops, log_histogram) ||
+		    !ops->log_histogram)
 			continue;
 		int r = ops->log_histogram(l->state, name, iteration, h);
 		first = logger_result(ctx, l, r, first, "the histogram ", name, iteration);

@@ -224,7 +224,8 @@ static int apply(struct dli_context *ctx, struct dli_config *cfg, struct dli_err
 	/* Loggers are kept (re-creating them would reopen their files); they point at their modules'
 	 * descriptors, which stay loaded, so nothing of theirs changes here. */
 	for (size_t i = 0; i < ctx->n_loggers; i++)
-		if (!dli_registry_logger(&fresh.registry, ctx->loggers[i].desc->name)) {
+		if (!ctx->loggers[i].host &&
+		    !dli_registry_logger(&fresh.registry, ctx->loggers[i].desc->name)) {
 			r = dli_error_set(err, -EINVAL, NULL, "logger '%s' is gone from the registry",
 					  ctx->loggers[i].desc->name);
 			goto fail_registry;

@@ -20,6 +20,7 @@
 
 #include "dlpack.h"
 #include "pycomm.h"
+#include "pylog.h"
 
 /* ---- Module state ---- */
 
@@ -1778,6 +1779,9 @@ static PyObject *do_log_tensor_stats(LayerObject *l, PyObject *tensor_name, PyOb
 		raise_call_error("log_tensor_stats", rc);
 		goto out;
 	}
+	/* nvdlfw_inspect's loggers get these at the call, not at the step. */
+	if (dli_py_logger_deliver())
+		goto out;
 	ret = Py_None;
 	Py_INCREF(ret);
 out:
@@ -2077,8 +2081,10 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	int level, rank = 0, world_size = 0;
 	/* rank, world_size: the host's (torch.distributed's) when no communicator object gives
 	 * them (dlinspect/__init__.py); 0, 0: not said. */
-	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oii", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
-			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size))
+	int messages_only = 0; /* the default file logger without statistics (Python loggers) */
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oiip", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size,
+			      &messages_only))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -2125,6 +2131,10 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 		o.tensor_names = tv;
 		o.n_tensor_names = (size_t)nt;
 	}
+	o.logger_ops = &dli_py_logger_ops;
+	o.logger = dli_py_logger;
+	o.logger_name = "python";
+	o.default_logger_messages_only = messages_only;
 	if (comm) {
 		o.comm_ops = &dli_py_comm_ops;
 		o.comm = comm;
@@ -2172,6 +2182,8 @@ static PyObject *mod_destroy(PyObject *m, PyObject *unused)
 		Py_END_ALLOW_THREADS
 		dli_py_comm_free(g_comm);
 		g_comm = NULL;
+		if (dli_py_logger_deliver())
+			return NULL;
 	}
 	Py_RETURN_NONE;
 }
@@ -2211,6 +2223,9 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 	Py_BEGIN_ALLOW_THREADS
 	rc = dli_step(g_ctx);
 	Py_END_ALLOW_THREADS
+	/* The step is taken: its statistics go to the Python loggers before any error is raised. */
+	if (dli_py_logger_deliver())
+		return NULL;
 	if (rc) {
 		/* -ECANCELED, a stop a feature asked for (DetectNonFinite's on_detect: stop), must
 		 * stop a Python loop as it stops a C one (a warning is shown once and then never
@@ -2224,6 +2239,36 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 				     *dli_last_error(g_ctx) ? dli_last_error(g_ctx) : strerror(-rc)))
 			return NULL;
 	}
+	Py_RETURN_NONE;
+}
+
+/* _log_scalar(name, value, iteration): dli_log_scalar, then the Python loggers get it at once.
+ * Without a context, the Python loggers alone (dlinspect.logging.MetricLogger.log_scalar). */
+static PyObject *mod_log_scalar(PyObject *m, PyObject *args)
+{
+	const char *name;
+	double value;
+	long long iteration;
+	if (!PyArg_ParseTuple(args, "sdL", &name, &value, &iteration))
+		return NULL;
+	if (!name[0] || iteration < 0) {
+		PyErr_Format(PyExc_ValueError, "log_scalar: %s", !name[0] ? "the name is empty"
+									  : "iteration must be >= 0");
+		return NULL;
+	}
+	if (g_ctx) {
+		int rc;
+		Py_BEGIN_ALLOW_THREADS
+		rc = dli_log_scalar(g_ctx, name, iteration, value);
+		Py_END_ALLOW_THREADS
+		if (rc && PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "dlinspect log_scalar('%s'): %s",
+					   name, strerror(-rc)))
+			return NULL;
+	} else if (dli_py_logger_push(name, iteration, value)) {
+		return PyErr_NoMemory();
+	}
+	if (dli_py_logger_deliver())
+		return NULL;
 	Py_RETURN_NONE;
 }
 
@@ -2527,6 +2572,7 @@ static PyMethodDef module_methods[] = {
 	{"_initialized", mod_initialized, METH_NOARGS, NULL},
 	{"_generation", mod_generation, METH_NOARGS, NULL},
 	{"_reduction_group_set", mod_reduction_group_set, METH_O, NULL},
+	{"_log_scalar", mod_log_scalar, METH_VARARGS, NULL},
 	{"_plan_state", mod_plan_state, METH_NOARGS, NULL},
 	{"step", mod_step, METH_NOARGS, "step(): ends the iteration (statistics are logged)"},
 	{"iteration", mod_iteration, METH_NOARGS, "iteration() -> int: the current iteration"},
@@ -2608,7 +2654,8 @@ PyMODINIT_FUNC PyInit__dlinspect(void)
 	    PyModule_AddObject(m, "StopRequested", g_stop_requested) ||
 	    PyModule_AddObject(m, "Layer", (PyObject *)&LayerType) ||
 	    PyModule_AddObject(m, "NEVER", PyLong_FromLongLong(DLI_NEVER)) ||
-	    PyModule_AddFunctions(m, dli_py_comm_methods))
+	    PyModule_AddFunctions(m, dli_py_comm_methods) ||
+	    PyModule_AddFunctions(m, dli_py_logger_methods))
 		goto fail;
 	return m;
 fail:

@@ -53,6 +53,7 @@ extern "C" {
 struct dli_context;
 struct dli_layer;
 struct dli_comm_ops;
+struct dli_logger_ops;
 
 /* "Never": the next_iteration of an answer that cannot change again. */
 #define DLI_NEVER INT64_MAX
@@ -135,6 +136,19 @@ struct dli_options {
 	/* ABI 1.3: the name messages give the host's communicator ("torch"), borrowed for dli_init;
 	 * NULL: "host". */
 	const char *comm_name;
+	/* DLINSPECT_1.6: a logger of the host's own, beside the config's (the Python package's hands the
+	 * statistics to Python objects, nvdlfw_inspect's statistics_logger): its table
+	 * (dlinspect/plugin.h; log_scalar is required, create, destroy and validate are not called,
+	 * log_text neither: messages stay in the message log) and state, borrowed until dli_destroy.
+	 * It receives every scalar and histogram the config's loggers receive, after them, on the
+	 * same threads (a logger method runs on whichever thread emits). NULL: none. */
+	const struct dli_logger_ops *logger_ops;
+	void *logger;
+	const char *logger_name; /* in messages, borrowed for dli_init; NULL: "host" */
+	/* DLINSPECT_1.6: when the config has no `loggers` key, the default file logger writes statistics
+	 * and messages; true: only the message log (nvdlfw_inspect's default_logging_enabled=False
+	 * beside a host logger). A config's `loggers` key is followed as written either way. */
+	bool default_logger_messages_only;
 };
 
 /* Sets every field to its default. A call compiles to dli_options_init_sized with the size of the
@@ -359,7 +373,16 @@ struct dli_layer_plan {
  * `next`: a host calls it once per layer and makes no debug call until plan->next (or a mode
  * switch). Returns 0, or -EINVAL when plan is NULL or its size is smaller than this version's
  * first one. Thread-safe like the individual calls; no allocation. */
+#if defined(__cplusplus) && defined(__GNUC__)
+/* In C++ the function's name hides the struct's (g++ -Wshadow); the struct is named `struct
+ * dli_layer_plan` wherever it is used, as here. */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wshadow"
+#endif
 int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
+#if defined(__cplusplus) && defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 /* ---- Errors of calls that return a code ----
  * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,
@@ -412,6 +435,16 @@ void dli_log(struct dli_context *ctx, enum dli_log_level level, const char *fmt,
 	__attribute__((format(printf, 3, 4)))
 #endif
 	;
+
+/* Sends one scalar of the host's own (a loss, a learning rate) to every logger, as a feature's
+ * statistic goes: the file logger's statistics log, TensorBoard, the host logger of
+ * dli_options.logger_ops. `name` is borrowed for the call (non-empty; a logger may refuse one it
+ * cannot write, e.g. TensorBoard's tag rules); `iteration` >= 0 (usually dli_iteration_get's).
+ * Returns 0, -EINVAL for a NULL context or name, an empty name or a negative iteration, or the
+ * first logger error (reported once in the message log, as for statistics). Thread-safe like the
+ * handle calls; not during dli_step. nvdlfw_inspect's MetricLogger.log_scalar. Since
+ * DLINSPECT_1.6. */
+int dli_log_scalar(struct dli_context *ctx, const char *name, int64_t iteration, double value);
 
 /* ---- Checking a tensor anywhere (Hugging Face's detect_overflow) ---- */
 /* Whether `t` (borrowed for the call; a dtype the statistics read: f32, f16, bf16, f8e4m3,

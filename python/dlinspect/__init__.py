@@ -16,6 +16,7 @@ import os
 import sys
 
 from . import _dlinspect as _c
+from . import logging  # the Python loggers (registers their sink with the extension)
 from ._dlinspect import (  # noqa: F401  (re-exported)
     NEVER,
     ConfigError,
@@ -113,8 +114,8 @@ def config_to_yaml(config):
 
 
 def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_dir=".",
-               init_training_step=0, default_logging_enabled=True, *, config=None,
-               tensor_names=None, log_level=None, comm=None, **kwargs):
+               init_training_step=0, default_logging_enabled=False, *, config=None,
+               tensor_names=None, log_level=None, comm=None, tb_writer=None):
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
     The positional order is nvdlfw_inspect's (config_file, feature_dirs, statistics_logger,
     log_dir, init_training_step).
@@ -126,9 +127,13 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     $DLINSPECT_LOG_DIR, else "."). init_training_step: the first iteration. tensor_names: the
     host's own tensor names besides the standard six (docs/config.md, "Tensor names").
     log_level: "error", "warning", "info" or "debug" (None: $DLINSPECT_LOG_LEVEL, else info).
-    default_logging_enabled is accepted as nvdlfw_inspect's: which loggers run is the config's
-    `loggers` key (absent: the file logger). A config error raises ConfigError with its
-    file:line:column; nothing exits the process.
+    statistics_logger: a Python logger (dlinspect.logging.BaseLogger: any object with
+    log_scalar(name, value, iteration)); tb_writer: a torch SummaryWriter (add_scalar): both
+    receive every statistic, at the end of each step() (docs/python.md, "Python loggers").
+    Which other loggers run is the config's `loggers` key; without one, the file logger, whose
+    statistics log is written only when no Python logger is there or default_logging_enabled is
+    True, as nvdlfw_inspect decides (its message log always is). A config error raises
+    ConfigError with its file:line:column; nothing exits the process.
     comm: how statistics are reduced across ranks (docs/distributed.md, "torch.distributed"):
     None (the default) follows $DLINSPECT_COMMUNICATOR when set ("torch", or a module's name),
     else uses torch.distributed when the host initialized it; "torch" requires it; a torch ProcessGroup reduces within
@@ -140,17 +145,20 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
         raise TypeError(
             "initialize(): the third positional argument is statistics_logger, as in "
             f"nvdlfw_inspect, not a path ({statistics_logger!r}): pass log_dir=...")
+    # A feature dir that is not there is a typo to say, as nvdlfw_inspect says it (a dir of
+    # Python features, TransformerEngine's, is accepted: dlinspect's features are its plugins).
+    for d in [feature_dirs] if isinstance(feature_dirs, (str, bytes, os.PathLike)) \
+            else feature_dirs or []:
+        if not os.path.isdir(d):
+            raise (NotADirectoryError if os.path.exists(d) else FileNotFoundError)(
+                f"initialize(): feature_dirs: {os.fsdecode(d)!r} is not a directory")
+    new_loggers = []
     if statistics_logger is not None:
-        raise NotImplementedError(
-            "dlinspect: statistics_logger (a Python logger object) is not supported; loggers are "
-            "plugins named in the config's `loggers` key (docs/plugins.md)")
-    unknown = set(kwargs) - {"tb_writer"}
-    if unknown:
-        raise TypeError(f"initialize() got unexpected keyword arguments: {sorted(unknown)}")
-    if kwargs.get("tb_writer") is not None:
-        raise NotImplementedError(
-            "dlinspect: tb_writer is not supported; use the tensorboard logger in the config "
-            "(loggers: {tensorboard: {}})")
+        new_loggers.append(logging._check(statistics_logger))
+    if tb_writer is not None:
+        new_loggers.append(logging.wrap_tensorboard_writer(tb_writer))
+    file_statistics = bool(default_logging_enabled) or not (
+        new_loggers or logging.MetricLogger.enabled_loggers)
     yaml_text = None
     if isinstance(config_file, dict):
         # nvdlfw_inspect's config_file may be the config itself, as a dict.
@@ -189,9 +197,16 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     _c._init(os.fspath(config_file) if config_file else None, yaml_text,
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              step, tensor_names,
-             level, communicator, rank, world_size)
+             level, communicator, rank, world_size, not file_statistics)
     global _comm, _reduction_group
     _comm, _reduction_group = communicator, None
+    logging.MetricLogger.enabled_loggers.extend(new_loggers)
+    _c._scalars_wanted(True)
+    # nvdlfw_inspect's lines, so that its message log and dlinspect's say the same.
+    if statistics_logger is not None:
+        _c._log(2, "Using the provided logger for logging tensor statistics.")
+    if tb_writer is not None:
+        _c._log(2, "TB Writer found. Logging to Tensorboard..")
 
 
 _comm = None             # the communicator object of the context, for the groups' ranks
@@ -301,8 +316,14 @@ def end_debug():
     context (statistics of an iteration that step() did not end are not logged: they are logged at
     step(), as TransformerEngine's are). Called at exit when a script did not. Safe to call
     twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
-    answer defaults until the next initialize(), then find their layer again."""
-    _c._destroy()
+    answer defaults until the next initialize(), then find their layer again. The Python loggers
+    get what is left of the queue, then dlinspect.logging.MetricLogger's list is emptied, as
+    nvdlfw_inspect's end_debug() empties it."""
+    try:
+        _c._destroy()
+    finally:
+        _c._scalars_wanted(False)
+        logging.MetricLogger.enabled_loggers.clear()
 
 
 def is_initialized():

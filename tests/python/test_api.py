@@ -1150,6 +1150,162 @@ def test_tensor_reduction_group_is_checked():
         assert dlinspect.get_tensor_reduction_group() is None
 
 
+class Recorder(dlinspect.logging.BaseLogger):
+    """A statistics logger that keeps what it is given, in order."""
+
+    def __init__(self):
+        self.got = []
+
+    def log_scalar(self, name, value, iteration, **kwargs):
+        self.got.append((name, value, iteration))
+
+    def as_dict(self):
+        return {(n, i): v for n, v, i in self.got}
+
+
+class FakeWriter:
+    """What initialize(tb_writer=) needs of a torch SummaryWriter: add_scalar(tag, value, step)."""
+
+    def __init__(self):
+        self.got = []
+
+    def add_scalar(self, tag, value, step):
+        self.got.append((tag, value, step))
+
+
+def message_lines(log_dir):
+    path = os.path.join(log_dir, "nvdlfw_inspect_logs", "nvdlfw_inspect_globalrank-0.log")
+    with open(path) as f:
+        return [line.rstrip("\n").split(" - ", 2)[2] for line in f]
+
+
+def test_statistics_logger_gets_what_the_file_log_gets():
+    """A Python logger, with default_logging_enabled=True beside it, receives every statistic the
+    file log holds, the same names, iterations and values (to the log's 9 digits), each step's
+    right after its step(); the values are numpy's."""
+    xs = [sample(seed=s) for s in range(3)]
+    rec = Recorder()
+    with Run(stats_config(), statistics_logger=rec, default_logging_enabled=True) as r:
+        for it, x in enumerate(xs):
+            dlinspect.layer("model.fc1").inspect_tensor("activation", x)
+            dlinspect.layer("model.fc2").inspect_tensor("activation", 2 * x)
+            assert all(i < it for _, _, i in rec.got), "statistics came before their step()"
+            dlinspect.step()
+            assert {i for _, _, i in rec.got} == set(range(it + 1)), rec.got[-3:]
+    got, file = rec.as_dict(), r.stats()
+    assert len(rec.got) == len(got) == len(file) == 3 * 2 * len(STATS), (len(rec.got), len(file))
+    assert set(got) == set(file)
+    for k, v in got.items():
+        assert isinstance(v, float) and isinstance(k[1], int), (k, v)
+        assert v == file[k] or math.isclose(v, file[k], rel_tol=1e-8), (k, v, file[k])
+    for it, x in enumerate(xs):
+        assert_stats(got, "model.fc1", "activation", it, x)
+        assert_stats(got, "model.fc2", "activation", it, 2 * x)
+    lines = message_lines(r.dir)
+    assert "Using the provided logger for logging tensor statistics." in lines, lines
+    assert f"Default logging to file enabled at {r.dir}" in lines, lines
+
+
+def test_statistics_logger_alone_leaves_the_statistics_file_out():
+    """As nvdlfw_inspect: a Python logger without default_logging_enabled means no statistics file
+    (the message log is still written); with no Python logger the file logger writes them."""
+    rec = Recorder()
+    with Run(stats_config(stats=["max"]), statistics_logger=rec) as r:
+        dlinspect.layer("l").inspect_tensor("activation", np.full(8, 3, np.float32))
+        dlinspect.step()
+    assert rec.got == [("l_activation_max", 3.0, 0)], rec.got
+    assert not os.path.exists(os.path.join(r.dir, "nvdlfw_inspect_statistics_logs")), \
+        os.listdir(r.dir)
+    lines = message_lines(r.dir)
+    assert not any(l.startswith("Default logging to file") for l in lines), lines
+    with Run(stats_config(stats=["max"])) as r:
+        dlinspect.layer("l").inspect_tensor("activation", np.full(8, 3, np.float32))
+        dlinspect.step()
+    assert r.stats() == {("l_activation_max", 0): 3.0}
+    assert f"Default logging to file enabled at {r.dir}" in message_lines(r.dir)
+    # A config's `loggers` key is followed as written, Python logger or not.
+    cfg = dict(stats_config(stats=["max"]), loggers={"file": {}})
+    rec = Recorder()
+    with Run(cfg, statistics_logger=rec) as r:
+        dlinspect.layer("l").inspect_tensor("activation", np.full(8, 3, np.float32))
+        dlinspect.step()
+    assert r.stats() == {("l_activation_max", 0): 3.0} and len(rec.got) == 1
+
+
+def test_tb_writer_and_metric_logger():
+    """tb_writer (a SummaryWriter's add_scalar), MetricLogger.add_logger after initialize (from
+    the next step on), MetricLogger.log_scalar of the host's own scalar (to the file log and the
+    Python loggers at once), and end_debug emptying the list, as nvdlfw_inspect's."""
+    from dlinspect.logging import MetricLogger, wrap_tensorboard_writer
+    tb, late = FakeWriter(), Recorder()
+    x = np.arange(6, dtype=np.float32)
+    with Run(stats_config(stats=["max", "min"]), tb_writer=tb, default_logging_enabled=True) as r:
+        assert "TB Writer found. Logging to Tensorboard.." in message_lines(r.dir)
+        dlinspect.layer("l").inspect_tensor("activation", x)
+        dlinspect.step()
+        MetricLogger.add_logger(late)
+        dlinspect.layer("l").inspect_tensor("activation", x + 1)
+        dlinspect.step()
+        MetricLogger.log_scalar("loss", np.float32(0.25), 2)
+        assert late.got[-1] == ("loss", 0.25, 2), late.got
+        assert len(MetricLogger.enabled_loggers) == 2
+    assert MetricLogger.enabled_loggers == []
+    assert tb.got == [("l_activation_max", 5.0, 0), ("l_activation_min", 0.0, 0),
+                      ("l_activation_max", 6.0, 1), ("l_activation_min", 1.0, 1),
+                      ("loss", 0.25, 2)], tb.got
+    assert late.got == tb.got[2:], late.got
+    assert r.stats()[("loss", 2)] == 0.25
+    # Added before initialize, a logger stays until end_debug; wrap_tensorboard_writer as
+    # nvdlfw_inspect's.
+    tb2 = FakeWriter()
+    MetricLogger.add_logger(wrap_tensorboard_writer(tb2))
+    with Run(stats_config(stats=["max"])) as r:
+        dlinspect.layer("l").inspect_tensor("activation", x)
+        dlinspect.step()
+    assert tb2.got == [("l_activation_max", 5.0, 0)] and MetricLogger.enabled_loggers == []
+    assert not os.path.exists(os.path.join(r.dir, "nvdlfw_inspect_statistics_logs"))
+    # Without a context, log_scalar reaches the Python loggers alone.
+    rec = Recorder()
+    MetricLogger.add_logger(rec)
+    MetricLogger.log_scalar("lr", 3, 7)
+    MetricLogger.enabled_loggers.clear()
+    assert rec.got == [("lr", 3.0, 7)], rec.got
+
+
+def test_python_loggers_refused_and_failing():
+    """Objects that are not loggers are refused before anything starts; a logger that raises
+    does not keep the others from their statistics, and step() raises its error after the step
+    was taken."""
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, statistics_logger=object()), TypeError,
+                 "log_scalar(name, value, iteration)", "object has none")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, tb_writer="runs/"), TypeError,
+                 "add_scalar(tag, value, step)", "str has none")
+    expect_error(lambda: dlinspect.initialize(log_dir=d, feature_dirs=[d, d + "/nope"]),
+                 FileNotFoundError, "feature_dirs:", "/nope' is not a directory")
+    open(d + "/f", "w").close()
+    expect_error(lambda: dlinspect.initialize(log_dir=d, feature_dirs=d + "/f"),
+                 NotADirectoryError, "/f' is not a directory")
+    expect_error(lambda: dlinspect.logging.MetricLogger.add_logger(print), TypeError,
+                 "log_scalar")
+    expect_error(lambda: dlinspect.logging.MetricLogger.log_scalar("", 1.0, 0), ValueError,
+                 "the name is empty")
+    expect_error(lambda: dlinspect.logging.MetricLogger.log_scalar("a", 1.0, -1), ValueError,
+                 "iteration must be >= 0")
+    assert not dlinspect.is_initialized() and dlinspect.logging.MetricLogger.enabled_loggers == []
+
+    class Broken(dlinspect.logging.BaseLogger):
+        def log_scalar(self, name, value, iteration, **kwargs):
+            raise OSError("disk gone")
+
+    rec = Recorder()
+    with Run(stats_config(stats=["max", "min"]), statistics_logger=Broken()):
+        dlinspect.logging.MetricLogger.add_logger(rec)
+        dlinspect.layer("l").inspect_tensor("activation", np.ones(4, np.float32))
+        expect_error(dlinspect.step, OSError, "disk gone")
+        assert dlinspect.iteration() == 1
+        assert [n for n, _, _ in rec.got] == ["l_activation_max", "l_activation_min"], rec.got
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

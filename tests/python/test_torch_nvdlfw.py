@@ -217,6 +217,34 @@ def scenario(impl, name, log_dir):
             model(batch(0))
             debug_api.step()
         debug_api.end_debug()
+    elif name == "loggers":
+        # Python loggers: statistics_logger at initialize, a SummaryWriter-like object added
+        # through MetricLogger after it, the script's own MetricLogger.log_scalar; printed as
+        # each logger receives them. default_logging_enabled left out: no statistics file.
+        if impl == "nvdlfw":
+            from nvdlfw_inspect.logging import BaseLogger, MetricLogger, wrap_tensorboard_writer
+        else:
+            from dlinspect.logging import BaseLogger, MetricLogger, wrap_tensorboard_writer
+
+        class Printer(BaseLogger):
+            def log_scalar(self, name, value, iteration, **kwargs):
+                print(f"logger {name} {iteration} {float(value)!r}")
+
+        class Writer:
+            def add_scalar(self, tag, value, step):
+                print(f"writer {tag} {step} {float(value)!r}")
+
+        debug_api.initialize(config, statistics_logger=Printer(), log_dir=log_dir)
+        model = Model()
+        debug_api.infer_and_assign_layer_names(model)
+        for step in range(5):
+            model(batch(step))
+            if step == 1:
+                MetricLogger.add_logger(wrap_tensorboard_writer(Writer()))
+            MetricLogger.log_scalar("loss", step / 4, step)
+            debug_api.step()
+        debug_api.end_debug()
+        print(f"loggers after end_debug: {len(MetricLogger.enabled_loggers)}")
     elif name == "misuse":
         # Each misuse, in order; what is printed is which were refused.
         def refused(what, call):
@@ -379,6 +407,24 @@ def main():
     got, _ = run("dlinspect", "no_config")
     compare_stats(c, "no_config", ref, got)
     c.ok(not read_lines(got, "nvdlfw_inspect_statistics_logs"), "no_config: no statistic logged")
+
+    ref_dir, ref = run("nvdlfw", "loggers")
+    got_dir, got = run("dlinspect", "loggers")
+    received = lambda out: [line.split(" ") for line in out.splitlines()
+                            if line.startswith(("logger ", "writer "))]
+    ref_l, got_l = received(ref), received(got)
+    c.ok(len(ref_l) > 100 and [r[:3] for r in ref_l] == [g[:3] for g in got_l],
+         f"loggers: the same scalars to the same Python loggers, in order: nvdlfw_inspect "
+         f"{len(ref_l)}, dlinspect {len(got_l)}")
+    for r, g in zip(ref_l, got_l):
+        if r[:3] == g[:3]:
+            c.ok(same_value(r[1], r[3], g[3], 3e-6),
+                 f"loggers: {r[:3]}: nvdlfw_inspect {r[3]}, dlinspect {g[3]}")
+    c.ok("loggers after end_debug: 0" in ref and "loggers after end_debug: 0" in got,
+         "loggers: end_debug empties MetricLogger's list")
+    c.ok(not read_lines(ref_dir, "nvdlfw_inspect_statistics_logs")
+         and not read_lines(got_dir, "nvdlfw_inspect_statistics_logs"),
+         "loggers: no statistics file beside a Python logger")
 
     _, ref = run("nvdlfw", "misuse")
     _, got = run("dlinspect", "misuse")

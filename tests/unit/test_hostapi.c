@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <dlinspect/dlinspect.h>
+#include <dlinspect/plugin.h>
 
 #include "check.h"
 #include "dli-test.h"
@@ -568,6 +569,168 @@ static void test_reduction_group_without_communicator(void)
 	dli_destroy(ctx);
 }
 
+/* ---- A logger of the host's own (dli_options.logger_ops) and dli_log_scalar ---- */
+
+struct host_log {
+	pthread_mutex_t lock;
+	char names[64][128];
+	int64_t iterations[64];
+	double values[64];
+	int n, texts, flushes, destroyed;
+};
+
+static int host_scalar(void *instance, const char *name, int64_t iteration, double value)
+{
+	struct host_log *h = instance;
+	pthread_mutex_lock(&h->lock);
+	if (h->n < 64) {
+		snprintf(h->names[h->n], sizeof h->names[0], "%s", name);
+		h->iterations[h->n] = iteration;
+		h->values[h->n] = value;
+		h->n++;
+	}
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+static int host_text(void *instance, enum dli_log_level level, const char *text)
+{
+	(void)level;
+	(void)text;
+	((struct host_log *)instance)->texts++;
+	return 0;
+}
+
+static int host_flush(void *instance)
+{
+	((struct host_log *)instance)->flushes++;
+	return 0;
+}
+
+static void host_destroy(void *instance)
+{
+	((struct host_log *)instance)->destroyed++;
+}
+
+static const struct dli_logger_ops host_ops = {
+	.size = sizeof host_ops,
+	.log_scalar = host_scalar,
+	.log_text = host_text,
+	.flush = host_flush,
+	.destroy = host_destroy,
+};
+
+static struct dli_context *open_host_logger(const char *yaml, struct host_log *h,
+					    bool messages_only, struct dli_error *err)
+{
+	struct dli_context *ctx = open_yaml("{}", NULL); /* a fresh log dir */
+	dli_destroy(ctx);
+	memset(h, 0, sizeof *h);
+	pthread_mutex_init(&h->lock, NULL);
+	struct dli_options o;
+	dli_options_init(&o);
+	o.config_yaml = yaml;
+	o.log_dir = log_dir;
+	o.logger_ops = &host_ops;
+	o.logger = h;
+	o.logger_name = "mine";
+	o.default_logger_messages_only = messages_only;
+	ctx = NULL;
+	if (dli_init(&o, &ctx, err))
+		fprintf(stderr, "dli_init: %s\n", err->message);
+	return ctx;
+}
+
+/* Two iterations of stats_yaml's statistics, and the host's own scalar. */
+static void log_two_iterations(struct dli_context *ctx)
+{
+	struct dli_layer *l = layer(ctx, "model.layers.0.fc1");
+	float x[4] = {1, 2, 3, 4};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 4);
+	for (int it = 0; it < 2; it++) {
+		x[3] = (float)(4 + it);
+		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+	}
+	CHECK_INT(dli_log_scalar(ctx, "loss", 2, 0.125), 0);
+}
+
+static void test_host_logger(void)
+{
+	struct host_log h;
+	struct dli_error err;
+	/* Beside the default file logger: the same scalars, in the file's order. */
+	struct dli_context *ctx = open_host_logger(stats_yaml, &h, false, &err);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	log_two_iterations(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(h.n, 11);
+	CHECK_STR(h.names[0], "model.layers.0.fc1_activation_min");
+	CHECK(h.iterations[0] == 0 && h.values[0] == 1.0);
+	CHECK_STR(h.names[6], "model.layers.0.fc1_activation_max");
+	CHECK(h.iterations[6] == 1 && h.values[6] == 5.0);
+	CHECK_STR(h.names[10], "loss");
+	CHECK(h.iterations[10] == 2 && h.values[10] == 0.125);
+	CHECK_INT(count_lines(STATS_LOG, " - INFO - "), 11);
+	CHECK_INT(count_lines(STATS_LOG, "loss \t\t\t\t iteration=000002 \t\t\t\t value=0.125"), 1);
+	/* Messages stay in the message log; a host's table is neither created nor destroyed. */
+	CHECK_INT(h.texts, 0);
+	CHECK_INT(h.destroyed, 0);
+	CHECK(h.flushes >= 2);
+	CHECK_INT(count_lines(MESSAGE_LOG, "Default logging to file enabled at /"), 1);
+
+	/* default_logger_messages_only: the file logger writes its message log only. */
+	ctx = open_host_logger(stats_yaml, &h, true, &err);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	log_two_iterations(ctx);
+	CHECK_INT(dli_log_scalar(ctx, "", 0, 1.0), -EINVAL);
+	CHECK_INT(dli_log_scalar(ctx, NULL, 0, 1.0), -EINVAL);
+	CHECK_INT(dli_log_scalar(ctx, "x\ny", -1, 1.0), -EINVAL);
+	CHECK_INT(dli_log_scalar(NULL, "x", 0, 1.0), -EINVAL);
+	dli_destroy(ctx);
+	CHECK_INT(h.n, 11);
+	CHECK(open_log(STATS_LOG) == NULL);
+	CHECK_INT(count_lines(MESSAGE_LOG, "Default logging to file"), 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_log_scalar('', 0): the name is empty; nothing logged"),
+		  1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_log_scalar(NULL, 0): the name is NULL"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "dli_log_scalar('x\\ny', -1): an iteration is >= 0"), 1);
+	/* A config's `loggers` key is followed as written. */
+	ctx = open_host_logger("loggers: {file: {}}\n", &h, true, &err);
+	CHECK(ctx != NULL);
+	CHECK_INT(dli_log_scalar(ctx, "loss", 0, 2.0), 0);
+	dli_destroy(ctx);
+	CHECK_INT(h.n, 1);
+	CHECK_INT(count_lines(STATS_LOG, "loss"), 1);
+
+	/* Without a config (the default run) the host's logger still gets the host's scalars. */
+	struct dli_options o;
+	dli_options_init(&o);
+	o.log_dir = log_dir;
+	o.logger_ops = &host_ops;
+	o.logger = &h;
+	h.n = 0;
+	CHECK_INT(dli_init(&o, &ctx, &err), 0);
+	CHECK_INT(dli_log_scalar(ctx, "lr", 4, 1e-3), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	CHECK_INT(h.n, 1);
+	CHECK(strcmp(h.names[0], "lr") == 0 && h.iterations[0] == 4 && h.values[0] == 1e-3);
+	CHECK_INT(h.destroyed, 0);
+
+	/* A table without log_scalar is refused. */
+	struct dli_logger_ops bad = {.size = sizeof bad};
+	o.logger_ops = &bad;
+	ctx = NULL;
+	CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+	CHECK(ctx == NULL && strstr(err.message, "options.logger_ops (size") &&
+	      strstr(err.message, "has no log_scalar"));
+}
+
 int main(void)
 {
 	test_eval_pass_leaves_training_statistics_unchanged();
@@ -578,6 +741,7 @@ int main(void)
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
 	test_reduction_group_without_communicator();
+	test_host_logger();
 	remove_log_dir();
 	return check_exit();
 }
