@@ -363,6 +363,12 @@ struct dli_host {
 		__attribute__((format(printf, 2, 3)))
 #endif
 		;
+
+	/* ---- ABI 1.7 ---- */
+	/* The context's log level (enum dli_log_level): messages of a higher level are written
+	 * nowhere. For a module whose error line points to lines it logs at a lower level: when
+	 * those would be left out, it logs them at the error's level (DetectNonFinite's frame). */
+	int (*log_level)(const struct dli_context *ctx);
 };
 
 /* ---- Features ---- */
