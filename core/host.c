@@ -35,6 +35,11 @@ static void host_fail_reason(struct dli_context *ctx, const char *fmt, ...)
 	va_end(ap);
 }
 
+static int host_log_level(const struct dli_context *ctx)
+{
+	return ctx->log_level;
+}
+
 static int64_t host_iteration(const struct dli_context *ctx)
 {
 	return ctx->iteration;
@@ -119,4 +124,5 @@ const struct dli_host dli_host_template = {
 	.stats_add_block_quantized = dli_stats_add_block_quantized,
 	.block_dynamic_range = dli_tensor_block_range,
 	.fail_reason = host_fail_reason,
+	.log_level = host_log_level,
 };

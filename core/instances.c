@@ -39,8 +39,12 @@ int dli_instances_create(struct dli_context *ctx, struct dli_error *err)
 			err->code = r;
 			if (!err->message[0]) /* the module said nothing: its errno says something */
 				snprintf(err->message, sizeof err->message, "%s (%d)", strerror(-r), r);
-			return dli_error_prefix(err, &t->where, "%s.%s: could not create the feature: ",
-						t->section->name, d->name);
+			/* Which file the failing code lives in, as the loader's messages name a module:
+			 * a plugin dir may hold a stale or foreign build of it. */
+			return dli_error_prefix(err, &t->where,
+						"%s.%s: module '%s' (%s) could not create the feature: ",
+						t->section->name, d->name, t->feature->module->name,
+						t->feature->path);
 		}
 		ctx->n_instances++;
 	}

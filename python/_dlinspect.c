@@ -2373,6 +2373,19 @@ static PyObject *mod_tensor_id(PyObject *m, PyObject *name)
 	return id == -2 ? NULL : PyLong_FromLong(id);
 }
 
+/* A new list of the strings of the NULL-terminated array `v` (borrowed); empty for NULL. */
+static PyObject *str_list(const char *const *v)
+{
+	PyObject *l = PyList_New(0);
+	for (size_t i = 0; l && v && v[i]; i++) {
+		PyObject *s = PyUnicode_FromString(v[i]);
+		if (!s || PyList_Append(l, s))
+			Py_CLEAR(l);
+		Py_XDECREF(s);
+	}
+	return l;
+}
+
 /* _modules(extra_dirs) -> the modules on the search path, as dicts (dlinspect.list_features and
  * explain_features format them). */
 static PyObject *param_list(const struct dli_param_desc *p, size_t n)
@@ -2382,11 +2395,22 @@ static PyObject *param_list(const struct dli_param_desc *p, size_t n)
 	PyObject *l = PyList_New(0);
 	for (size_t i = 0; l && i < n; i++) {
 		unsigned t = (unsigned)p[i].type;
-		PyObject *d = Py_BuildValue("{s:s,s:z,s:s,s:z,s:z,s:O}", "key", p[i].key, "alias",
-					    p[i].alias, "type",
-					    t < sizeof types / sizeof *types ? types[t] : "?",
-					    "default", p[i].default_value, "doc", p[i].doc, "required",
-					    p[i].required ? Py_True : Py_False);
+		/* choices: the values a string takes, or None; range: how `dlinspect plugins
+		 * --explain` words a number's bounds ("in [1, 100000]", ">= -1"), or None. */
+		PyObject *choices = p[i].choices ? str_list(p[i].choices) : Py_None;
+		if (choices == Py_None)
+			Py_INCREF(choices);
+		char range[96] = "";
+		if (p[i].type == DLI_PARAM_INT || p[i].type == DLI_PARAM_FLOAT)
+			dli_param_range_text(&p[i], range, sizeof range);
+		PyObject *d = choices ? Py_BuildValue("{s:s,s:z,s:s,s:z,s:z,s:O,s:O,s:z}", "key",
+						      p[i].key, "alias", p[i].alias, "type",
+						      t < sizeof types / sizeof *types ? types[t] : "?",
+						      "default", p[i].default_value, "doc", p[i].doc,
+						      "required", p[i].required ? Py_True : Py_False,
+						      "choices", choices, "range", range[0] ? range : NULL)
+				      : NULL;
+		Py_XDECREF(choices);
 		if (!d || PyList_Append(l, d)) {
 			Py_XDECREF(d);
 			Py_CLEAR(l);
@@ -2431,13 +2455,7 @@ static PyObject *mod_modules(PyObject *m, PyObject *dirs)
 		PyObject *feats = PyList_New(0), *logs = PyList_New(0);
 		for (size_t k = 0; feats && k < mod->n_features; k++) {
 			const struct dli_feature_desc *d = mod->features[k];
-			PyObject *aliases = PyList_New(0);
-			for (size_t a = 0; aliases && d->aliases && d->aliases[a]; a++) {
-				PyObject *s = PyUnicode_FromString(d->aliases[a]);
-				if (!s || PyList_Append(aliases, s))
-					Py_CLEAR(aliases);
-				Py_XDECREF(s);
-			}
+			PyObject *aliases = str_list(d->aliases);
 			PyObject *params = param_list(d->params, d->n_params);
 			PyObject *f = aliases && params
 					      ? Py_BuildValue("{s:s,s:z,s:O,s:O,s:O}", "name", d->name,

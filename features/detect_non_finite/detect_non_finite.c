@@ -241,23 +241,28 @@ static void dnf_call_text(const struct dnf *self, const struct dnf_call *k, char
 }
 
 /* The first non-finite call: the frame (oldest first, the call itself last) to the message log,
- * then one error line, which also reaches the terminal. Under the monitor's lock, so that the
+ * then one error line, which also reaches the terminal. The frame is a warning, kept off the
+ * terminal; at a log level that leaves warnings out (error) it goes at the error's level, or the
+ * error line would point to lines that are not there. Under the monitor's lock, so that the
  * frame is exactly the calls before this one. */
 static void dnf_report(const struct dnf *self, struct dnf_monitor *m, const struct dnf_call *k)
 {
 	const struct dli_host *host = self->host;
 	const char *tname = host->tensor_name(self->ctx, k->tensor);
+	enum dli_log_level level = DLI_LOG_WARNING;
 	char line[1024];
 
-	host->log(self->ctx, DLI_LOG_WARNING,
+	if (DLI_HAS_MEMBER(host, struct dli_host, log_level) && host->log_level &&
+	    host->log_level(self->ctx) < DLI_LOG_WARNING)
+		level = DLI_LOG_ERROR;
+	host->log(self->ctx, level,
 		  "DetectNonFinite: the last %zu inspected calls up to the first one holding NaN or "
 		  "Inf, oldest first (abs-min, abs-max over the non-NaN elements):",
 		  m->n);
 	for (size_t i = 0; i < m->n; i++) {
 		const struct dnf_call *f = &m->ring[(m->head + m->cap - m->n + i) % m->cap];
 		dnf_call_text(self, f, line, sizeof(line));
-		host->log(self->ctx, DLI_LOG_WARNING, "DetectNonFinite: frame %zu/%zu %s", i + 1, m->n,
-			  line);
+		host->log(self->ctx, level, "DetectNonFinite: frame %zu/%zu %s", i + 1, m->n, line);
 	}
 	host->log(self->ctx, DLI_LOG_ERROR,
 		  "DetectNonFinite: first NaN/Inf at iteration %" PRId64 ", call %" PRIu64

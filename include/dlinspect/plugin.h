@@ -363,6 +363,12 @@ struct dli_host {
 		__attribute__((format(printf, 2, 3)))
 #endif
 		;
+
+	/* ---- ABI 1.7 ---- */
+	/* The context's log level (enum dli_log_level): messages of a higher level are written
+	 * nowhere. For a module whose error line points to lines it logs at a lower level: when
+	 * those would be left out, it logs them at the error's level (DetectNonFinite's frame). */
+	int (*log_level)(const struct dli_context *ctx);
 };
 
 /* ---- Features ---- */
@@ -414,7 +420,8 @@ struct dli_feature_ops {
 	/* ---- ABI 1.0 ---- */
 	uint32_t size;
 	/* Required. On failure return a negative errno and fill err->message (no location needed: the
-	 * core prefixes the block's). Runs during dli_init, on the host's thread. */
+	 * core prefixes the block's, and the module's name and file). Runs during dli_init, on the
+	 * host's thread. */
 	int (*create)(const struct dli_feature_create_args *args, void **instance, struct dli_error *err);
 	/* Optional: frees what create made. Called once per successful create, at dli_destroy, with
 	 * what create stored in *instance (NULL only if create stored NULL); never after a failed

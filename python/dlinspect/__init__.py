@@ -402,6 +402,11 @@ def explain_features(names=None):
                 lines.append(f"  {p['key']:<16} {p['type']:<20} {dflt}")
                 if p["doc"]:
                     lines.append(f"  {'':<16} {p['doc']}")
+                # Worded as `dlinspect plugins --explain` words them (tools/plugins.c).
+                if p["choices"]:
+                    lines.append(f"  {'':<16} one of: {' '.join(p['choices'])}")
+                if p["range"]:
+                    lines.append(f"  {'':<16} {p['range']}")
     if wanted is not None and not lines:
         raise ValueError(f"no feature named {', '.join(sorted(wanted))} (dlinspect.list_features() lists them)")
     return "\n".join(lines) + "\n"

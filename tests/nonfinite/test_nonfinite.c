@@ -179,9 +179,60 @@ static void test_frame_matches_reference(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "ERROR - DetectNonFinite: first NaN/Inf"), 1);
 	CHECK_INT(count_lines(MESSAGE_LOG, "inspected calls held NaN or Inf in this run"), 1);
 	CHECK_INT(count_lines(MESSAGE_LOG, "a feature asked the host to stop"), 1);
-	/* The terminal got the report line once, and not the frame. */
+	/* The terminal got the report line once, and not the frame, which is a warning at the
+	 * default log level. */
 	CHECK_INT(count_lines("stderr-frame.txt", "DetectNonFinite: first NaN/Inf"), 1);
 	CHECK_INT(count_lines("stderr-frame.txt", "DetectNonFinite: frame"), 0);
+	CHECK_INT(count_lines(MESSAGE_LOG, "WARNING - DetectNonFinite: frame "), 7);
+}
+
+/* ---- At log level error, the report keeps the frame its error line points to ---- */
+
+static void test_frame_kept_at_log_level_error(void)
+{
+	static const char yaml[] = "watch:\n  enabled: true\n" LAYERS_ALL
+				   "  DetectNonFinite:\n    enabled: true\n    tensors: [activation]\n"
+				   "    frame_size: 3\n    on_detect: continue\n";
+	float x[4] = {1, -2, 3, 4};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 4);
+
+	setenv("DLINSPECT_LOG_LEVEL", "error", 1);
+	struct dli_context *ctx = open_yaml(yaml, NULL);
+	setenv("DLINSPECT_LOG_LEVEL", "", 1); /* empty is unset, as the tests' environment has it */
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "model.fc1");
+	CHECK(stderr_capture_begin("stderr-error-level.txt"));
+	for (int it = 0; it < 3; it++) {
+		if (it == 2)
+			x[1] = NAN;
+		CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+		CHECK_INT(dli_step(ctx), 0);
+	}
+	stderr_capture_end();
+	dli_destroy(ctx);
+
+	static char lines[8][1024];
+	CHECK_INT(grep_log("DetectNonFinite: first NaN/Inf", lines, 8), 1);
+	CHECK_CONTAINS(lines[0], "at iteration 2, call 1: layer 'model.fc1', tensor 'activation' "
+				 "holds 1 NaN and 0 inf of 4 elements");
+	CHECK_CONTAINS(lines[0], "the frame of the 3 calls up to it is in the message log");
+	/* ... and it is: the heading and the 3 calls, at the error's level. */
+	CHECK_INT(count_lines(MESSAGE_LOG, "ERROR - DetectNonFinite: the last 3 inspected calls up "
+					   "to the first one holding NaN or Inf, oldest first"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "ERROR - DetectNonFinite: frame "), 3);
+	CHECK_INT(count_lines(MESSAGE_LOG, "ERROR - DetectNonFinite: frame 1/3 [iteration 0, call 1] "
+					   "model.fc1 activation: abs-min 1, abs-max 4, NaN 0, inf 0 "
+					   "of 4"), 1);
+	CHECK_INT(count_lines(MESSAGE_LOG, "ERROR - DetectNonFinite: frame 3/3 [iteration 2, call 1] "
+					   "model.fc1 activation: abs-min 1, abs-max 4, NaN 1, inf 0 "
+					   "of 4"), 1);
+	/* Nothing below the error level is written. */
+	CHECK_INT(count_lines(MESSAGE_LOG, "WARNING - "), 0);
+	/* Errors reach the terminal too: there the report is whole as well. */
+	CHECK_INT(count_lines("stderr-error-level.txt", "DetectNonFinite: first NaN/Inf"), 1);
+	CHECK_INT(count_lines("stderr-error-level.txt", "DetectNonFinite: frame "), 3);
 }
 
 /* ---- Each tensor kind, each dtype, NaN / +inf / -inf; nothing on clean data ---- */
@@ -656,6 +707,7 @@ static void test_refusals_each_said(void)
 int main(void)
 {
 	test_frame_matches_reference();
+	test_frame_kept_at_log_level_error();
 	test_refusals_each_said();
 	test_each_tensor_kind();
 	test_clean_run_reports_nothing();

@@ -483,6 +483,46 @@ def test_features_listed():
     assert "stats" in text and "freq" not in text.split("stats", 1)[0], text
 
 
+# The lines under a parameter that say which values it takes: "one of: ..." and "in [a, b]",
+# ">= a", "<= b" (tools/plugins.c).
+VALUES_LINE = re.compile(r"^(one of: .*|in \[.*\]|[<>]= \S+)$")
+
+
+def values_lines(text, indent):
+    """[(key, line)] for each values line of `text`, under the parameter whose line starts with
+    `indent` spaces (its continuation lines are indented further)."""
+    out, key = [], None
+    for line in text.splitlines():
+        if line.startswith(" " * indent) and line[indent:indent + 1] not in ("", " "):
+            key = line.split()[0]
+        elif not line.startswith(" " * (indent + 1)):
+            key = None
+        elif key and VALUES_LINE.match(line.strip()):
+            out.append((key, line.strip()))
+    return out
+
+
+def test_explain_features_shows_choices_and_ranges_as_the_cli_does():
+    """explain_features lists a parameter's choices and range under it, worded and ordered as
+    `dlinspect plugins --explain` prints them for the same feature."""
+    tool = os.environ.get("DLINSPECT_TOOL") or os.path.join(
+        os.path.dirname(dlinspect.__file__), "..", "..", "tools", "dlinspect")
+    for name in ("DetectNonFinite", "FakeQuant"):
+        r = subprocess.run([tool, "plugins", "--explain", name], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0, r.stdout
+        cli = values_lines(r.stdout, 8)
+        text = dlinspect.explain_features(name)
+        assert values_lines(text, 2) == cli, f"{name}: python:\n{text}\ncli:\n{r.stdout}"
+    # What the CLI prints for DetectNonFinite, so that an empty comparison cannot pass.
+    text = dlinspect.explain_features("DetectNonFinite")
+    assert values_lines(text, 2) == [("frame_size", "in [1, 100000]"),
+                                     ("on_detect", "one of: stop continue"),
+                                     ("abort_after_batch_num", ">= -1")], text
+    assert "\n  on_detect        string               default stop\n" in text, text
+    assert "\n                   one of: stop continue\n" in text, text
+
+
 def fc1_fp8_config(**more_features):
     """model.fc1's wgrad out of FP8 and its fprop activation fake-quantized, and more_features."""
     return {

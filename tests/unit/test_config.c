@@ -1317,18 +1317,24 @@ static const struct bad_case bad_cases[] = {
 	{"unknown logger parameter", "loggers:\n  file: {overwrites: 1}\n", -EINVAL, 2, 10,
 	 {"loggers.file: unknown key 'overwrites'", "did you mean 'overwrite'?"}},
 
-	/* A plugin's create() failing: the block's position and the plugin's text. */
+	/* A plugin's create() failing: the block's position, the module the feature came from (name
+	 * and file, as the loader names one) and the plugin's text. */
 	{"create fails",
 	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    fail: true\n", -EINVAL, 4, 3,
-	 {"sec.Probe: could not create the feature: probe asked to fail"}},
+	 {"sec.Probe: module 'probe' (/",
+	  "/tests/unit/probe.so) could not create the feature: probe asked to fail"}},
 	{"create fails in a struct entry",
 	 HDR "  Probe:\n    enabled: true\n    tensors_struct:\n      - tensor: gradient\n"
 	     "      - {tensor: activation, fail: true}\n",
-	 -EINVAL, 8, 9, {"sec.Probe: could not create the feature: probe asked to fail"}},
+	 -EINVAL, 8, 9,
+	 {"sec.Probe: module 'probe' (/",
+	  "/tests/unit/probe.so) could not create the feature: probe asked to fail"}},
 	/* ... with no message: its errno stands for one */
 	{"create fails silently",
 	 HDR "  Probe:\n    enabled: true\n    tensors: [activation]\n    fail_silently: true\n",
-	 -EPERM, 4, 3, {"sec.Probe: could not create the feature: Operation not permitted (-1)"}},
+	 -EPERM, 4, 3,
+	 {"sec.Probe: module 'probe' (/",
+	  "/tests/unit/probe.so) could not create the feature: Operation not permitted (-1)"}},
 };
 
 static void check_bad(const struct bad_case *c)
