@@ -3,7 +3,9 @@
  * TransformerEngine's LogTensorStats (features/log_tensor_stats) is another feature, fed by
  * inspect_tensor and logged at step end; docs/config.md, "Namespaces", compares the two. */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dlinspect/plugin.h>
@@ -51,6 +53,26 @@ static bool dli_blts_selects(const struct dli_sf *self, const char *name)
 	return false;
 }
 
+/* Per layer: whether the layer's first call that reached the feature was said in the message log. */
+static int dli_blts_layer_attach(void *instance, const char *layer_name, void **layer_state)
+{
+	atomic_bool *said = malloc(sizeof(*said));
+
+	(void)instance;
+	(void)layer_name;
+	if (!said)
+		return -ENOMEM;
+	atomic_init(said, false);
+	*layer_state = said;
+	return 0;
+}
+
+static void dli_blts_layer_detach(void *instance, void *layer_state)
+{
+	(void)instance;
+	free(layer_state);
+}
+
 static int dli_blts_call(const struct dli_feature_call *c, const char *name, void *args)
 {
 	const struct dli_sf *self = c->instance;
@@ -68,6 +90,12 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 		return -EINVAL;
 	if (!dli_blts_selects(self, a->tensor_name))
 		return 0;
+	/* nvdlfw_inspect's line, once per layer (its key holds no tensor), whether or not the
+	 * schedule selects the iteration (docs/logging.md). */
+	if (c->layer_state && !atomic_exchange((atomic_bool *)c->layer_state, true))
+		host->log(c->ctx, DLI_LOG_INFO,
+			  "LAYER=%s: Feature=LogTensorStats, API=log_tensor_stats, TENSOR=%s: Called",
+			  c->layer_name, a->tensor_name);
 	int64_t iteration = a->iteration >= 0 ? a->iteration : host->iteration(c->ctx);
 	if (!host->schedule_active(&self->schedule, iteration))
 		return 0;
@@ -92,6 +120,8 @@ static const struct dli_feature_ops dli_blts_ops = {
 	.size = sizeof(struct dli_feature_ops),
 	.create = dli_blts_create,
 	.destroy = dli_sf_destroy,
+	.layer_attach = dli_blts_layer_attach,
+	.layer_detach = dli_blts_layer_detach,
 	.call = dli_blts_call,
 };
 

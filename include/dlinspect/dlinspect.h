@@ -135,6 +135,11 @@ struct dli_options {
 	/* ABI 1.3: the name messages give the host's communicator ("torch"), borrowed for dli_init;
 	 * NULL: "host". */
 	const char *comm_name;
+	/* What config_yaml was made from, as the message log's "Reading config from {origin}." line
+	 * says it (nvdlfw_inspect's line; the Python package passes "Python dictionary" for a dict, as
+	 * nvdlfw_inspect writes it); NULL: "YAML text". Borrowed for dli_init. A library older than
+	 * this member ignores it, as it ignores every member past its own struct. */
+	const char *config_origin;
 };
 
 /* Sets every field to its default. A call compiles to dli_options_init_sized with the size of the
