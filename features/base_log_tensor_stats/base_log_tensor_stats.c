@@ -3,6 +3,7 @@
  * TransformerEngine's LogTensorStats (features/log_tensor_stats) is another feature, fed by
  * inspect_tensor and logged at step end; docs/config.md, "Namespaces", compares the two. */
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -53,24 +54,55 @@ static bool dli_blts_selects(const struct dli_sf *self, const char *name)
 	return false;
 }
 
-/* Per layer: whether the layer's first call that reached the feature was said in the message log. */
+/* Per layer: whether its first call that reached LogTensorStats was said in the message log. One
+ * record for all the instances bound to the layer (a tensors_struct block makes one instance per
+ * entry; nvdlfw_inspect says the line once per layer): found by the layer's name pointer, which the
+ * core keeps for the layer's life, and freed with the layer's last binding. */
+struct dli_blts_layer {
+	struct dli_blts_layer *next;
+	const char *layer_name;
+	size_t refs;
+	atomic_bool said;
+};
+
+static pthread_mutex_t dli_blts_layers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dli_blts_layer *dli_blts_layers;
+
 static int dli_blts_layer_attach(void *instance, const char *layer_name, void **layer_state)
 {
-	atomic_bool *said = malloc(sizeof(*said));
+	struct dli_blts_layer *l;
 
 	(void)instance;
-	(void)layer_name;
-	if (!said)
-		return -ENOMEM;
-	atomic_init(said, false);
-	*layer_state = said;
-	return 0;
+	pthread_mutex_lock(&dli_blts_layers_lock);
+	for (l = dli_blts_layers; l && l->layer_name != layer_name; l = l->next)
+		;
+	if (!l && (l = calloc(1, sizeof(*l)))) {
+		l->layer_name = layer_name;
+		atomic_init(&l->said, false);
+		l->next = dli_blts_layers;
+		dli_blts_layers = l;
+	}
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&dli_blts_layers_lock);
+	*layer_state = l;
+	return l ? 0 : -ENOMEM;
 }
 
 static void dli_blts_layer_detach(void *instance, void *layer_state)
 {
+	struct dli_blts_layer **p;
+
 	(void)instance;
-	free(layer_state);
+	pthread_mutex_lock(&dli_blts_layers_lock);
+	for (p = &dli_blts_layers; *p && *p != layer_state; p = &(*p)->next)
+		;
+	if (*p && --(*p)->refs == 0) {
+		struct dli_blts_layer *gone = *p;
+		*p = gone->next;
+		free(gone);
+	}
+	pthread_mutex_unlock(&dli_blts_layers_lock);
 }
 
 static int dli_blts_call(const struct dli_feature_call *c, const char *name, void *args)
@@ -92,7 +124,8 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 		return 0;
 	/* nvdlfw_inspect's line, once per layer (its key holds no tensor), whether or not the
 	 * schedule selects the iteration (docs/logging.md). */
-	if (c->layer_state && !atomic_exchange((atomic_bool *)c->layer_state, true))
+	struct dli_blts_layer *l = c->layer_state;
+	if (l && !atomic_exchange(&l->said, true))
 		host->log(c->ctx, DLI_LOG_INFO,
 			  "LAYER=%s: Feature=LogTensorStats, API=log_tensor_stats, TENSOR=%s: Called",
 			  c->layer_name, a->tensor_name);

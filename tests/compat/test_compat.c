@@ -492,6 +492,13 @@ static const char nvdlfw_lines_yaml[] =
 	"  enabled: true\n"
 	"  layers: {layer_name_regex_pattern: fc1}\n"
 	"  LogTensorStats: {enabled: true, stats: [max], tensors: [activation, weight], freq: 1}\n"
+	"fc2_stats:\n"
+	"  enabled: true\n"
+	"  layers: {layer_name_regex_pattern: fc2}\n"
+	"  LogTensorStats:\n"
+	"    enabled: true\n"
+	"    tensors_struct: [{tensor: activation, stats: [min], freq: 1},\n"
+	"                     {tensor: weight, stats: [max], freq: 2}]\n"
 	"\"it's off\": {enabled: false, layers: {layer_types: [fc]}}\n"
 	"'say \"x\"': {enabled: false, layers: {layer_types: [fc]}}\n";
 
@@ -509,7 +516,8 @@ static void test_nvdlfw_message_lines(void)
 	struct dli_tensor t = f32(x, 3);
 	static const char *const calls[][2] = {
 		{"model.0.fc1", "activation"}, {"model.0.fc1", "weight"}, {"model.0.fc1", "activation"},
-		{"model.0.fc2", "activation"}, {"model.1.fc1", "gradient"}, {"model.1.fc1", "weight"},
+		{"model.0.fc2", "weight"}, {"model.0.fc2", "activation"}, {"model.1.fc1", "gradient"},
+		{"model.1.fc1", "weight"},
 	};
 	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
 		struct dli_log_tensor_stats_args a = {.size = sizeof a, .tensor_name = calls[i][1],
@@ -519,14 +527,18 @@ static void test_nvdlfw_message_lines(void)
 	dli_destroy(ctx);
 	message_lines(buf, sizeof buf);
 	/* After dlinspect's own first line; a tensor the layer's block leaves out (gradient) calls
-	 * no feature, and a layer says it once, whatever its tensors. */
+	 * no feature, and a layer says it once, whatever its tensors, even when each tensor of a
+	 * tensors_struct is an instance of its own. */
 	CHECK_CONTAINS(buf, "|INFO - Reading config from YAML text."
-			    "|INFO - Loaded configs for ['fc1_stats', \"it's off\", 'say \"x\"']."
+			    "|INFO - Loaded configs for ['fc1_stats', 'fc2_stats', \"it's off\", "
+			    "'say \"x\"']."
 			    "|INFO - LAYER=model.0.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
 			    "TENSOR=activation: Called"
+			    "|INFO - LAYER=model.0.fc2: Feature=LogTensorStats, API=log_tensor_stats, "
+			    "TENSOR=weight: Called"
 			    "|INFO - LAYER=model.1.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
 			    "TENSOR=weight: Called");
-	CHECK_INT(count_lines(MESSAGE_LOG, ": Called"), 2);
+	CHECK_INT(count_lines(MESSAGE_LOG, ": Called"), 3);
 
 	/* A file is named by its path as given; a host's YAML text by what it says it is (the
 	 * Python package: a dict is "Python dictionary", as in nvdlfw_inspect). */
