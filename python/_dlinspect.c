@@ -2071,14 +2071,16 @@ static int fs_path(PyObject *obj, PyObject **bytes)
  *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
-	const char *yaml;
+	const char *yaml, *origin = NULL;
 	PyObject *path_obj, *log_dir_obj, *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
 	int level, rank = 0, world_size = 0;
 	/* rank, world_size: the host's (torch.distributed's) when no communicator object gives
-	 * them (dlinspect/__init__.py); 0, 0: not said. */
-	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oii", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
-			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size))
+	 * them (dlinspect/__init__.py); 0, 0: not said. origin: what the YAML text was made from
+	 * (dli_options.config_origin). */
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oiiz", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size,
+			      &origin))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -2114,6 +2116,7 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	dli_options_init(&o);
 	o.config_path = path ? PyBytes_AS_STRING(path) : NULL;
 	o.config_yaml = yaml;
+	o.config_origin = origin;
 	o.log_dir = log_dir ? PyBytes_AS_STRING(log_dir) : NULL;
 	o.plugin_dirs = dv;
 	o.n_plugin_dirs = (size_t)nd;
