@@ -2068,7 +2068,8 @@ static int fs_path(PyObject *obj, PyObject **bytes)
 }
 
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
- *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
+ *       log_level[, comm, rank, world_size, config_origin]); comm: a Python communicator
+ *       (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
 	const char *yaml, *origin = NULL;
@@ -2076,8 +2077,8 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	long long initial;
 	int level, rank = 0, world_size = 0;
 	/* rank, world_size: the host's (torch.distributed's) when no communicator object gives
-	 * them (dlinspect/__init__.py); 0, 0: not said. origin: what the YAML text was made from
-	 * (dli_options.config_origin). */
+	 * them (dlinspect/__init__.py); 0, 0: not said. origin: what config_yaml was made from
+	 * ("Python dictionary"), or None. */
 	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oiiz", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
 			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size,
 			      &origin))

@@ -123,9 +123,11 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 	if (!dli_blts_selects(self, a->tensor_name))
 		return 0;
 	/* nvdlfw_inspect's line, once per layer (its key holds no tensor), whether or not the
-	 * schedule selects the iteration (docs/logging.md). */
+	 * schedule selects the iteration (docs/logging.md). Read before written: later calls, from
+	 * any thread, leave the record's cache line shared. */
 	struct dli_blts_layer *l = c->layer_state;
-	if (l && !atomic_exchange(&l->said, true))
+	if (l && !atomic_load_explicit(&l->said, memory_order_relaxed) &&
+	    !atomic_exchange(&l->said, true))
 		host->log(c->ctx, DLI_LOG_INFO,
 			  "LAYER=%s: Feature=LogTensorStats, API=log_tensor_stats, TENSOR=%s: Called",
 			  c->layer_name, a->tensor_name);
