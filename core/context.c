@@ -404,6 +404,33 @@ static void log_start(struct dli_context *ctx)
 		modules, ctx->rank, ctx->world_size, (long long)ctx->iteration);
 }
 
+/* nvdlfw_inspect's two lines about the config it read (docs/logging.md): where it came from, and
+ * every section's name, enabled or not, as Python prints a list of str. The file logger's escaping
+ * of control characters and `\` is repr's; a name holding both quote marks is written between
+ * single quotes without repr's `\'`, which that escaping would double. */
+static void log_config_read(struct dli_context *ctx, const struct dli_options *o)
+{
+	const struct dli_config *cfg = ctx->config;
+	size_t size = 3;
+	for (size_t i = 0; i < cfg->n_sections; i++)
+		size += strlen(cfg->sections[i].name) + 4;
+	char *list = malloc(size), *p = list;
+	dli_log(ctx, DLI_LOG_INFO, "Reading config from %s.",
+		!o->config_yaml ? cfg->path
+		: o->config_origin ? o->config_origin : "YAML text");
+	if (!list)
+		return;
+	*p++ = '[';
+	for (size_t i = 0; i < cfg->n_sections; i++) {
+		const char *name = cfg->sections[i].name;
+		char q = strchr(name, '\'') && !strchr(name, '"') ? '"' : '\'';
+		p += sprintf(p, "%s%c%s%c", i ? ", " : "", q, name, q);
+	}
+	strcpy(p, "]");
+	dli_log(ctx, DLI_LOG_INFO, "Loaded configs for %s.", list);
+	free(list);
+}
+
 /* The public names of the context's lifecycle (dlinspect.h). */
 int dli_init(const struct dli_options *options, struct dli_context **out, struct dli_error *err)
 {
@@ -577,6 +604,7 @@ int dli_context_create(const struct dli_options *options, bool with_loggers,
 	if ((r = dli_nvtx_setup(ctx, err)))
 		goto fail;
 	log_start(ctx);
+	log_config_read(ctx, o);
 	dli_reduce_announce(ctx);
 	ctx->stepped = !with_loggers; /* `dlinspect check` has no host calls to judge */
 	for (size_t i = 0; i < ctx->config->n_warnings; i++) {

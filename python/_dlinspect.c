@@ -2072,19 +2072,21 @@ static int fs_path(PyObject *obj, PyObject **bytes)
 }
 
 /* _init(config_path, config_yaml, log_dir, plugin_dirs, initial_iteration, tensor_names,
- *       log_level[, comm]); comm: a Python communicator (dlinspect/distributed.py) or None */
+ *       log_level[, comm, rank, world_size, messages_only, config_origin]); comm: a Python communicator
+ *       (dlinspect/distributed.py) or None */
 static PyObject *mod_init(PyObject *m, PyObject *args)
 {
-	const char *yaml;
+	const char *yaml, *origin = NULL;
 	PyObject *path_obj, *log_dir_obj, *dirs, *tnames, *comm_obj = Py_None;
 	long long initial;
 	int level, rank = 0, world_size = 0;
 	/* rank, world_size: the host's (torch.distributed's) when no communicator object gives
-	 * them (dlinspect/__init__.py); 0, 0: not said. */
+	 * them (dlinspect/__init__.py); 0, 0: not said. origin: what config_yaml was made from
+	 * ("Python dictionary"), or None. */
 	int messages_only = 0; /* the default file logger without statistics (Python loggers) */
-	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oiip", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
+	if (!PyArg_ParseTuple(args, "OzOO!LOi|Oiipz", &path_obj, &yaml, &log_dir_obj, &PyList_Type,
 			      &dirs, &initial, &tnames, &level, &comm_obj, &rank, &world_size,
-			      &messages_only))
+			      &messages_only, &origin))
 		return NULL;
 	if (g_ctx) {
 		PyErr_SetString(g_error, "dlinspect is already initialized: call dlinspect.end_debug() "
@@ -2120,6 +2122,7 @@ static PyObject *mod_init(PyObject *m, PyObject *args)
 	dli_options_init(&o);
 	o.config_path = path ? PyBytes_AS_STRING(path) : NULL;
 	o.config_yaml = yaml;
+	o.config_origin = origin;
 	o.log_dir = log_dir ? PyBytes_AS_STRING(log_dir) : NULL;
 	o.plugin_dirs = dv;
 	o.n_plugin_dirs = (size_t)nd;

@@ -3,7 +3,10 @@
  * TransformerEngine's LogTensorStats (features/log_tensor_stats) is another feature, fed by
  * inspect_tensor and logged at step end; docs/config.md, "Namespaces", compares the two. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <dlinspect/plugin.h>
@@ -51,6 +54,57 @@ static bool dli_blts_selects(const struct dli_sf *self, const char *name)
 	return false;
 }
 
+/* Per layer: whether its first call that reached LogTensorStats was said in the message log. One
+ * record for all the instances bound to the layer (a tensors_struct block makes one instance per
+ * entry; nvdlfw_inspect says the line once per layer): found by the layer's name pointer, which the
+ * core keeps for the layer's life, and freed with the layer's last binding. */
+struct dli_blts_layer {
+	struct dli_blts_layer *next;
+	const char *layer_name;
+	size_t refs;
+	atomic_bool said;
+};
+
+static pthread_mutex_t dli_blts_layers_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct dli_blts_layer *dli_blts_layers;
+
+static int dli_blts_layer_attach(void *instance, const char *layer_name, void **layer_state)
+{
+	struct dli_blts_layer *l;
+
+	(void)instance;
+	pthread_mutex_lock(&dli_blts_layers_lock);
+	for (l = dli_blts_layers; l && l->layer_name != layer_name; l = l->next)
+		;
+	if (!l && (l = calloc(1, sizeof(*l)))) {
+		l->layer_name = layer_name;
+		atomic_init(&l->said, false);
+		l->next = dli_blts_layers;
+		dli_blts_layers = l;
+	}
+	if (l)
+		l->refs++;
+	pthread_mutex_unlock(&dli_blts_layers_lock);
+	*layer_state = l;
+	return l ? 0 : -ENOMEM;
+}
+
+static void dli_blts_layer_detach(void *instance, void *layer_state)
+{
+	struct dli_blts_layer **p;
+
+	(void)instance;
+	pthread_mutex_lock(&dli_blts_layers_lock);
+	for (p = &dli_blts_layers; *p && *p != layer_state; p = &(*p)->next)
+		;
+	if (*p && --(*p)->refs == 0) {
+		struct dli_blts_layer *gone = *p;
+		*p = gone->next;
+		free(gone);
+	}
+	pthread_mutex_unlock(&dli_blts_layers_lock);
+}
+
 static int dli_blts_call(const struct dli_feature_call *c, const char *name, void *args)
 {
 	const struct dli_sf *self = c->instance;
@@ -68,6 +122,15 @@ static int dli_blts_call(const struct dli_feature_call *c, const char *name, voi
 		return -EINVAL;
 	if (!dli_blts_selects(self, a->tensor_name))
 		return 0;
+	/* nvdlfw_inspect's line, once per layer (its key holds no tensor), whether or not the
+	 * schedule selects the iteration (docs/logging.md). Read before written: later calls, from
+	 * any thread, leave the record's cache line shared. */
+	struct dli_blts_layer *l = c->layer_state;
+	if (l && !atomic_load_explicit(&l->said, memory_order_relaxed) &&
+	    !atomic_exchange(&l->said, true))
+		host->log(c->ctx, DLI_LOG_INFO,
+			  "LAYER=%s: Feature=LogTensorStats, API=log_tensor_stats, TENSOR=%s: Called",
+			  c->layer_name, a->tensor_name);
 	int64_t iteration = a->iteration >= 0 ? a->iteration : host->iteration(c->ctx);
 	if (!host->schedule_active(&self->schedule, iteration))
 		return 0;
@@ -92,6 +155,8 @@ static const struct dli_feature_ops dli_blts_ops = {
 	.size = sizeof(struct dli_feature_ops),
 	.create = dli_blts_create,
 	.destroy = dli_sf_destroy,
+	.layer_attach = dli_blts_layer_attach,
+	.layer_detach = dli_blts_layer_detach,
 	.call = dli_blts_call,
 };
 

@@ -149,6 +149,11 @@ struct dli_options {
 	 * and messages; true: only the message log (nvdlfw_inspect's default_logging_enabled=False
 	 * beside a host logger). A config's `loggers` key is followed as written either way. */
 	bool default_logger_messages_only;
+	/* DLINSPECT_1.6: what config_yaml was made from, as the message log's "Reading config from {origin}." line
+	 * says it (nvdlfw_inspect's line; the Python package passes "Python dictionary" for a dict, as
+	 * nvdlfw_inspect writes it); NULL: "YAML text". Borrowed for dli_init. A library older than
+	 * this member ignores it, as it ignores every member past its own struct. */
+	const char *config_origin;
 };
 
 /* Sets every field to its default. A call compiles to dli_options_init_sized with the size of the

@@ -197,7 +197,8 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     _c._init(os.fspath(config_file) if config_file else None, yaml_text,
              os.fspath(log_dir) if log_dir is not None else None, plugin_dirs(feature_dirs),
              step, tensor_names,
-             level, communicator, rank, world_size, not file_statistics)
+             level, communicator, rank, world_size, not file_statistics,
+             "Python dictionary" if isinstance(config, dict) else None)
     global _comm, _reduction_group
     _comm, _reduction_group = communicator, None
     logging.MetricLogger.enabled_loggers.extend(new_loggers)

@@ -471,6 +471,107 @@ static void test_undeclared_tensor_warning(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, w), 1);
 }
 
+/* The message log's lines, as "LEVEL - text" each ('\n' dropped), joined by '|' into buf. */
+static void message_lines(char *buf, size_t size)
+{
+	char line[4096];
+	FILE *f = open_log(MESSAGE_LOG);
+	size_t off = 0;
+	buf[0] = 0;
+	while (f && fgets(line, sizeof line, f) && off < size) {
+		const char *t = strstr(line, " - ");
+		line[strcspn(line, "\n")] = 0;
+		off += (size_t)snprintf(buf + off, size - off, "%s%s", off ? "|" : "", t ? t + 3 : line);
+	}
+	if (f)
+		fclose(f);
+}
+
+static const char nvdlfw_lines_yaml[] =
+	"fc1_stats:\n"
+	"  enabled: true\n"
+	"  layers: {layer_name_regex_pattern: fc1}\n"
+	"  LogTensorStats: {enabled: true, stats: [max], tensors: [activation, weight], freq: 1}\n"
+	"fc2_stats:\n"
+	"  enabled: true\n"
+	"  layers: {layer_name_regex_pattern: fc2}\n"
+	"  LogTensorStats:\n"
+	"    enabled: true\n"
+	"    tensors_struct: [{tensor: activation, stats: [min], freq: 1},\n"
+	"                     {tensor: weight, stats: [max], freq: 2}]\n"
+	"\"it's off\": {enabled: false, layers: {layer_types: [fc]}}\n"
+	"'say \"x\"': {enabled: false, layers: {layer_types: [fc]}}\n";
+
+/* nvdlfw_inspect's message lines (docs/logging.md, "Message lines of nvdlfw_inspect"): where the
+ * config came from, every section by name as Python prints a list, and the first log_tensor_stats
+ * call that reaches LogTensorStats on each layer. */
+static void test_nvdlfw_message_lines(void)
+{
+	char buf[8192];
+	struct dli_context *ctx = open_yaml(nvdlfw_lines_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	float x[3] = {1, 2, 3};
+	struct dli_tensor t = f32(x, 3);
+	static const char *const calls[][2] = {
+		{"model.0.fc1", "activation"}, {"model.0.fc1", "weight"}, {"model.0.fc1", "activation"},
+		{"model.0.fc2", "weight"}, {"model.0.fc2", "activation"}, {"model.1.fc1", "gradient"},
+		{"model.1.fc1", "weight"},
+	};
+	for (size_t i = 0; i < sizeof calls / sizeof calls[0]; i++) {
+		struct dli_log_tensor_stats_args a = {.size = sizeof a, .tensor_name = calls[i][1],
+						      .tensor = &t, .iteration = -1};
+		CHECK_INT(dli_call(layer(ctx, calls[i][0]), DLI_CALL_LOG_TENSOR_STATS, &a), 0);
+	}
+	dli_destroy(ctx);
+	message_lines(buf, sizeof buf);
+	/* After dlinspect's own first line; a tensor the layer's block leaves out (gradient) calls
+	 * no feature, and a layer says it once, whatever its tensors, even when each tensor of a
+	 * tensors_struct is an instance of its own. */
+	CHECK_CONTAINS(buf, "|INFO - Reading config from YAML text."
+			    "|INFO - Loaded configs for ['fc1_stats', 'fc2_stats', \"it's off\", "
+			    "'say \"x\"']."
+			    "|INFO - LAYER=model.0.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
+			    "TENSOR=activation: Called"
+			    "|INFO - LAYER=model.0.fc2: Feature=LogTensorStats, API=log_tensor_stats, "
+			    "TENSOR=weight: Called"
+			    "|INFO - LAYER=model.1.fc1: Feature=LogTensorStats, API=log_tensor_stats, "
+			    "TENSOR=weight: Called");
+	CHECK_INT(count_lines(MESSAGE_LOG, ": Called"), 3);
+
+	/* A file is named by its path as given; a host's YAML text by what it says it is (the
+	 * Python package: a dict is "Python dictionary", as in nvdlfw_inspect). */
+	char path[300];
+	snprintf(path, sizeof path, "%s/c.yaml", log_dir);
+	FILE *f = fopen(path, "w");
+	CHECK(f != NULL);
+	if (!f)
+		return;
+	fputs(nvdlfw_lines_yaml, f);
+	fclose(f);
+	for (int origin = 0; origin < 2; origin++) {
+		struct dli_options o;
+		struct dli_error err;
+		dli_options_init(&o);
+		o.log_dir = log_dir;
+		if (origin) {
+			o.config_yaml = nvdlfw_lines_yaml;
+			o.config_origin = "Python dictionary";
+		} else {
+			o.config_path = path;
+		}
+		ctx = NULL;
+		CHECK_INT(dli_init(&o, &ctx, &err), 0);
+		dli_destroy(ctx);
+		message_lines(buf, sizeof buf);
+		char want[400];
+		snprintf(want, sizeof want, "|INFO - Reading config from %s.|INFO - Loaded configs for",
+			 origin ? "Python dictionary" : path);
+		CHECK_CONTAINS(buf, want);
+	}
+}
+
 int main(void)
 {
 	test_configs_load();
@@ -482,6 +583,7 @@ int main(void)
 	test_errors();
 	test_declared_tensors();
 	test_undeclared_tensor_warning();
+	test_nvdlfw_message_lines();
 	remove_log_dir();
 	return check_exit();
 }
