@@ -366,8 +366,11 @@ static int create_loggers(struct dli_context *ctx, const struct dli_options *o, 
 		if (r) {
 			*err = perr;
 			err->code = r;
+			/* The module's name and file, as a feature's create failure gives them: a
+			 * plugin dir may hold a stale or foreign build of it. */
 			return dli_error_prefix(err, lc->where_text ? &lc->where : NULL,
-						"loggers.%s: %s: ", e->desc->name,
+						"loggers.%s (module '%s', %s): %s: ", e->desc->name,
+						e->module->name, e->path,
 						validate_only ? "invalid logger parameters"
 							      : "could not create the logger");
 		}

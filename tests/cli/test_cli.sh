@@ -38,7 +38,9 @@ if "$tool" plugins 2>/dev/null | grep -q "^  tensorboard (ABI"; then
 	done
 	f="$src/tests/cli/broken-tensorboard/tb_ranks.yaml"
 	# The logger's own position (the value), once: not the block's with the value's after it.
-	grep -qF "$f:4:12: loggers.tensorboard: invalid logger parameters: ranks: '-1' is neither a rank number nor 'all'" <<<"$("$tool" check "$f" 2>&1)" && ok || bad "tb ranks: the logger's own message"
+	out=$("$tool" check "$f" 2>&1)
+	grep -qF "$f:4:12: loggers.tensorboard (module 'tensorboard', /" <<<"$out" &&
+		grep -qF "/tensorboard.so): invalid logger parameters: ranks: '-1' is neither a rank number nor 'all'" <<<"$out" && ok || bad "tb ranks: the logger's own message, with its module"
 fi
 
 # A host's own tensor name passes check only when the user allows it.

@@ -136,7 +136,8 @@ static void test_unwritable_dir(void)
 	CHECK(try_run(log_dir, params, 4, &err) == NULL);
 	CHECK_INT(err.code, -ENOTDIR);
 	snprintf(want, sizeof(want),
-		 "loggers.tensorboard: could not create the logger: dir '%s/tb': '%s' is not a "
+		 "/loggers/tensorboard/tensorboard.so): could not create the logger: dir '%s/tb': "
+		 "'%s' is not a "
 		 "directory",
 		 plain, plain);
 	CHECK_CONTAINS(err.message, want);
