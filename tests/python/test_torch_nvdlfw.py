@@ -433,7 +433,8 @@ def main():
     lines = compare_messages(c, "train", ref, got)
     c.ok(("INFO", "LAYER=model.proj.0: Feature=LogTensorStats, API=log_tensor_stats, "
                   "TENSOR=activation: Called") in lines and
-         lines[:2] == [("INFO", "Reading config from {log_dir}/config.yaml."),
+         lines[:3] == [("INFO", "Default logging to file enabled at {log_dir}"),
+                       ("INFO", "Reading config from {log_dir}/config.yaml."),
                        ("INFO", "Loaded configs for ['fc1_stats', 'fc2_stats', 'proj_stats', "
                                 "'not_enabled'].")],
          f"train: nvdlfw_inspect's message lines {lines}")
@@ -453,7 +454,7 @@ def main():
     # Without a config dlinspect opens no logger, so its message log stays absent where
     # nvdlfw_inspect's has the names infer_and_assign_layer_names gives (docs/logging.md).
     c.ok(not read_lines(got, "nvdlfw_inspect_logs") and
-         all(t.startswith("Assigned layer name: ") for _, t in messages(ref)),
+         all(t.startswith("Assigned layer name: ") for _, t in messages(ref)[1:]),
          f"no_config: message lines: nvdlfw_inspect {messages(ref)}, dlinspect "
          f"{messages(got, DLINSPECT_OWN)}")
 
