@@ -39,7 +39,8 @@ from ._dlinspect import (  # noqa: F401  (re-exported)
 )
 
 __all__ = [
-    "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "StopRequested", "end_debug",
+    "NEVER", "ConfigError", "Error", "Layer", "Plan", "Quantizer", "StopRequested",
+    "as_nvdlfw_inspect", "end_debug",
     "explain_features", "fp8_gemm_enabled", "get_mode", "get_tensor_reduction_group",
     "infer_and_assign_layer_names",
     "initialize", "initialize_training_step", "inspect_tensor", "inspect_tensor_enabled",
@@ -372,6 +373,13 @@ def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None
 
 def _modules():
     return _c._modules(plugin_dirs())
+
+
+def as_nvdlfw_inspect():
+    """Makes ``import nvdlfw_inspect.api`` (TransformerEngine's, a script's) give dlinspect; call
+    it before anything imports nvdlfw_inspect. See dlinspect.nvdlfw_alias."""
+    from . import nvdlfw_alias
+    return nvdlfw_alias.install()
 
 
 def list_features():

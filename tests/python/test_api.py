@@ -1346,6 +1346,67 @@ def test_python_loggers_refused_and_failing():
         assert dlinspect.iteration() == 1
         assert [n for n, _, _ in rec.got] == ["l_activation_max", "l_activation_min"], rec.got
 
+def test_nvdlfw_alias():
+    """dlinspect under nvdlfw_inspect's name: `python -m dlinspect.nvdlfw_alias script.py args`
+    runs an unchanged nvdlfw_inspect script on dlinspect; DEBUG_MANAGER as TransformerEngine reads
+    it; the parts of nvdlfw_inspect dlinspect does not have refused with the reason; a real
+    nvdlfw_inspect imported first makes as_nvdlfw_inspect() refuse. In subprocesses: the alias
+    changes sys.modules."""
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    script = os.path.join(d, "train.py")
+    with open(script, "w") as f:
+        f.write(
+            "import sys\n"
+            "import numpy as np\n"
+            "import nvdlfw_inspect.api as debug_api\n"
+            "from nvdlfw_inspect.logging import BaseLogger, MetricLogger\n"
+            "import dlinspect\n"
+            "assert debug_api.log_tensor_stats is dlinspect.log_tensor_stats\n"
+            "assert MetricLogger is dlinspect.logging.MetricLogger\n"
+            "print('argv', sys.argv[1:], __name__)\n"
+            "print('manager', debug_api.DEBUG_MANAGER)\n"
+            "debug_api.initialize(sys.argv[1], log_dir=sys.argv[2])\n"
+            "m = debug_api.DEBUG_MANAGER\n"
+            "for it in range(3):\n"
+            "    debug_api.log_tensor_stats('m.fc', tensor=np.full(4, it, np.float32), tensor_name='a')\n"
+            "    debug_api.step()\n"
+            "print('iteration', m._trainer_iteration_count)\n"
+            "debug_api.list_features()\n"
+            "debug_api.end_debug()\n"
+            "print('manager', debug_api.DEBUG_MANAGER)\n"
+            "try:\n"
+            "    from nvdlfw_inspect.registry import Registry\n"
+            "except ImportError as e:\n"
+            "    print('refused', type(e).__name__, e)\n")
+    cfg = os.path.join(d, "c.yaml")
+    with open(cfg, "w") as f:
+        f.write("s:\n  enabled: true\n  layers: {layer_name_regex_pattern: .*}\n"
+                "  LogTensorStats: {enabled: true, stats: [max], tensors: [a], freq: 1}\n")
+    p = subprocess.run([sys.executable, "-m", "dlinspect.nvdlfw_alias", script, cfg, d],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+    out = p.stdout.splitlines()
+    assert out[0] == f"argv [{cfg!r}, {d!r}] __main__", out
+    assert out[1] == "manager None" and out[2] == "iteration 3", out
+    assert "'base.LogTensorStats'" in out[3] and out[4] == "manager None", out
+    assert out[5].startswith("refused ModuleNotFoundError No module named "
+                             "'nvdlfw_inspect.registry': dlinspect stands in for nvdlfw_inspect"), out
+    assert read_stats(d) == {("m.fc_a_max", i): float(i) for i in range(3)}, read_stats(d)
+    # Usage, and a real nvdlfw_inspect (here a stand-in) imported first.
+    p = subprocess.run([sys.executable, "-m", "dlinspect.nvdlfw_alias"], capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "usage: python -m dlinspect.nvdlfw_alias SCRIPT" in p.stderr, p
+    p = subprocess.run([sys.executable, "-c",
+                        "import sys, types, dlinspect\n"
+                        "a = dlinspect.as_nvdlfw_inspect()\n"
+                        "assert dlinspect.as_nvdlfw_inspect() is a  # twice: nothing more\n"
+                        "del sys.modules['nvdlfw_inspect']\n"
+                        "sys.modules['nvdlfw_inspect'] = types.ModuleType('nvdlfw_inspect')\n"
+                        "dlinspect.as_nvdlfw_inspect()\n"], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 1 and "RuntimeError: dlinspect.as_nvdlfw_inspect(): nvdlfw_inspect " \
+        "was imported already" in p.stderr, p.stderr
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

@@ -45,6 +45,28 @@ def ensure_nvdlfw():
     importlib.invalidate_caches()
 
 
+TE_WHEEL = "transformer_engine==2.20.2"
+
+
+def te_wheel():
+    """TransformerEngine's pure-Python wheel from PyPI (1.2 MB; the CUDA parts are other wheels),
+    kept beside the venv: only its debug_state.py is read, nothing is installed."""
+    cache = sys.prefix.rstrip("/") + "-te-wheel"
+    find = lambda: [os.path.join(cache, f) for f in sorted(os.listdir(cache))
+                    if f.startswith("transformer_engine-2.20.2-") and f.endswith(".whl")]
+    os.makedirs(cache, exist_ok=True)
+    if not find():
+        with open(sys.prefix.rstrip("/") + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            r = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                "--disable-pip-version-check", "--dest", cache, TE_WHEEL],
+                               stdout=sys.stderr)
+        if r.returncode or not find():
+            print(f"FAIL: pip could not download {TE_WHEEL} (is PyPI reachable?)", file=sys.stderr)
+            sys.exit(1)
+    return find()[0]
+
+
 # ---- What each scenario runs (in its own process: run IMPL SCENARIO LOGDIR) ----
 
 CONFIG = """
@@ -97,6 +119,13 @@ def scenario(impl, name, log_dir):
     import torch
     if impl == "nvdlfw":
         import nvdlfw_inspect.api as debug_api
+    elif impl == "alias":
+        # The script unchanged, dlinspect under nvdlfw_inspect's name (the real one is installed
+        # in this venv: the alias must win over it).
+        import dlinspect
+        dlinspect.as_nvdlfw_inspect()
+        import nvdlfw_inspect.api as debug_api
+        assert debug_api.step is dlinspect.step, debug_api
     else:
         import dlinspect as debug_api
 
@@ -221,7 +250,7 @@ def scenario(impl, name, log_dir):
         # Python loggers: statistics_logger at initialize, a SummaryWriter-like object added
         # through MetricLogger after it, the script's own MetricLogger.log_scalar; printed as
         # each logger receives them. default_logging_enabled left out: no statistics file.
-        if impl == "nvdlfw":
+        if impl in ("nvdlfw", "alias"):
             from nvdlfw_inspect.logging import BaseLogger, MetricLogger, wrap_tensorboard_writer
         else:
             from dlinspect.logging import BaseLogger, MetricLogger, wrap_tensorboard_writer
@@ -245,6 +274,36 @@ def scenario(impl, name, log_dir):
             debug_api.step()
         debug_api.end_debug()
         print(f"loggers after end_debug: {len(MetricLogger.enabled_loggers)}")
+    elif name == "te_state":
+        # TransformerEngine's own debug_state.py (what its layers ask: is debugging on, at which
+        # iteration), read from its wheel: it finds its backend as `nvdlfw_inspect.api`.
+        import types
+        import zipfile
+        with zipfile.ZipFile(os.environ["DLI_TE_WHEEL"]) as z:
+            src = z.read("transformer_engine/debug/pytorch/debug_state.py")
+        te = types.ModuleType("te_debug_state")
+        exec(compile(src, "transformer_engine/debug/pytorch/debug_state.py", "exec"), te.__dict__)
+        st = te.TEDebugState
+        st.initialize()
+        print(f"te: before initialize: {st.debug_enabled}")
+        debug_api.initialize(config, log_dir=log_dir)
+        try:
+            st.initialize()  # a TE layer made before initialize(), then one after: refused
+            print("te: accepted a layer made before initialize")
+        except RuntimeError as e:
+            print(f"te: refused: {e}")
+        st.debug_enabled = None
+        st.initialize()
+        print(f"te: after initialize: {st.debug_enabled}, iteration {st.get_iteration()}")
+        for _ in range(3):
+            debug_api.step()
+        print(f"te: iteration {st.get_iteration()}")
+        debug_api.initialize_training_step(40)
+        print(f"te: iteration {st.get_iteration()}")
+        debug_api.end_debug()
+        st.debug_enabled = None
+        st.initialize()
+        print(f"te: after end_debug: {st.debug_enabled}")
     elif name == "misuse":
         # Each misuse, in order; what is printed is which were refused.
         def refused(what, call):
@@ -417,6 +476,28 @@ def compare_messages(c, name, ref_dir, got_dir):
     return ref
 
 
+def compare_loggers(c, impl, ref_dir, ref, got_dir, got):
+    """The loggers scenario: what each Python logger received, in order, and the message logs."""
+    received = lambda out: [line.split(" ") for line in out.splitlines()
+                            if line.startswith(("logger ", "writer "))]
+    ref_l, got_l = received(ref), received(got)
+    c.ok(len(ref_l) > 100 and [r[:3] for r in ref_l] == [g[:3] for g in got_l],
+         f"loggers ({impl}): the same scalars to the same Python loggers, in order: nvdlfw_inspect "
+         f"{len(ref_l)}, dlinspect {len(got_l)}")
+    for r, g in zip(ref_l, got_l):
+        if r[:3] == g[:3]:
+            c.ok(same_value(r[1], r[3], g[3], 3e-6),
+                 f"loggers ({impl}): {r[:3]}: nvdlfw_inspect {r[3]}, dlinspect {g[3]}")
+    c.ok("loggers after end_debug: 0" in ref and "loggers after end_debug: 0" in got,
+         f"loggers ({impl}): end_debug empties MetricLogger's list")
+    c.ok(not read_lines(ref_dir, "nvdlfw_inspect_statistics_logs")
+         and not read_lines(got_dir, "nvdlfw_inspect_statistics_logs"),
+         f"loggers ({impl}): no statistics file beside a Python logger")
+    c.ok(len(logger_lines(ref_dir)) == 1,
+         f"loggers ({impl}): nvdlfw_inspect's {logger_lines(ref_dir)}")
+    compare_messages(c, f"loggers ({impl})", ref_dir, got_dir)
+
+
 def main():
     ensure_nvdlfw()
     c = Checker()
@@ -439,6 +520,20 @@ def main():
                                 "'not_enabled'].")],
          f"train: nvdlfw_inspect's message lines {lines}")
 
+    # The same script, unchanged, with dlinspect under nvdlfw_inspect's name.
+    alias, _ = run("alias", "train")
+    compare_stats(c, "train (alias)", ref, alias)
+    compare_messages(c, "train (alias)", ref, alias)
+
+    # TransformerEngine's debug state over each: the same answers.
+    os.environ["DLI_TE_WHEEL"] = te_wheel()
+    _, ref_te = run("nvdlfw", "te_state")
+    _, got_te = run("alias", "te_state")
+    te_lines = lambda out: [line for line in out.splitlines() if line.startswith("te: ")]
+    c.ok(len(te_lines(ref_te)) == 6 and te_lines(ref_te) == te_lines(got_te),
+         f"te_state: TransformerEngine's TEDebugState: nvdlfw_inspect {te_lines(ref_te)}, "
+         f"dlinspect {te_lines(got_te)}")
+
     ref, _ = run("nvdlfw", "values")
     got, _ = run("dlinspect", "values")
     # Three statistics a float tensor; lines 16-21 are fp16's and bf16's, which nvdlfw_inspect
@@ -459,24 +554,8 @@ def main():
          f"{messages(got, DLINSPECT_OWN)}")
 
     ref_dir, ref = run("nvdlfw", "loggers")
-    got_dir, got = run("dlinspect", "loggers")
-    received = lambda out: [line.split(" ") for line in out.splitlines()
-                            if line.startswith(("logger ", "writer "))]
-    ref_l, got_l = received(ref), received(got)
-    c.ok(len(ref_l) > 100 and [r[:3] for r in ref_l] == [g[:3] for g in got_l],
-         f"loggers: the same scalars to the same Python loggers, in order: nvdlfw_inspect "
-         f"{len(ref_l)}, dlinspect {len(got_l)}")
-    for r, g in zip(ref_l, got_l):
-        if r[:3] == g[:3]:
-            c.ok(same_value(r[1], r[3], g[3], 3e-6),
-                 f"loggers: {r[:3]}: nvdlfw_inspect {r[3]}, dlinspect {g[3]}")
-    c.ok("loggers after end_debug: 0" in ref and "loggers after end_debug: 0" in got,
-         "loggers: end_debug empties MetricLogger's list")
-    c.ok(not read_lines(ref_dir, "nvdlfw_inspect_statistics_logs")
-         and not read_lines(got_dir, "nvdlfw_inspect_statistics_logs"),
-         "loggers: no statistics file beside a Python logger")
-    c.ok(len(logger_lines(ref_dir)) == 1, f"loggers: nvdlfw_inspect's {logger_lines(ref_dir)}")
-    compare_messages(c, "loggers", ref_dir, got_dir)
+    for impl in ("dlinspect", "alias"):
+        compare_loggers(c, impl, ref_dir, ref, *run(impl, "loggers"))
 
     _, ref = run("nvdlfw", "misuse")
     _, got = run("dlinspect", "misuse")
