@@ -556,12 +556,17 @@ _c._layer_attach("modify_tensor", _layer_modify_tensor)
 def modify_tensor(layer_name, gemm, tensor_name, tensor, default_quantizer=None, out=None,
                   iteration=None, **kwargs):
     """TransformerEngine's modify_tensor: the modified tensor (new, or `out`), or None when no
-    feature modifies (gemm, tensor_name) of this layer now."""
+    feature modifies (gemm, tensor_name) of this layer now. dtype= (TransformerEngine's keyword):
+    a new tensor of another dtype is converted to it, as its features return it."""
     l = layer_name if isinstance(layer_name, Layer) else layer(layer_name)
     if iteration is not None and _c._initialized() and iteration != _c.iteration():
         raise ValueError(f"iteration={iteration}, but dlinspect is at iteration {_c.iteration()}")
-    return l.modify_tensor(gemm, tensor_name, tensor, out=out, quantizer=default_quantizer,
-                           stream=kwargs.get("stream"))
+    r = l.modify_tensor(gemm, tensor_name, tensor, out=out, quantizer=default_quantizer,
+                        stream=kwargs.get("stream"))
+    dtype = kwargs.get("dtype")
+    if dtype is not None and r is not None and out is None and getattr(r, "dtype", dtype) != dtype:
+        r = r.to(dtype) if hasattr(r, "to") else r.astype(dtype)
+    return r
 
 
 class _TransformerEngineAPI:

@@ -155,6 +155,12 @@ def test_modify_tensor_returns_torch():
     scale = 448.0 / x.abs().max()
     ref = (x * scale).to(torch.float8_e4m3fn).float() * (1.0 / scale)
     assert torch.equal(y, ref), (y - ref).abs().max()
+    # TransformerEngine's call, with the dtype its GEMM wants: the result comes in that dtype.
+    with Run(cfg):
+        z = dlinspect.transformer_engine.modify_tensor(
+            layer_name="l", gemm="fprop", tensor_name="activation", tensor=x,
+            default_quantizer=None, iteration=0, dtype=torch.bfloat16)
+        assert z.dtype == torch.bfloat16 and torch.equal(z, ref.to(torch.bfloat16)), z.dtype
 
 
 def test_cuda():
