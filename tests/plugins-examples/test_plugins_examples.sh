@@ -147,7 +147,7 @@ grep -q 'bad.yaml:[0-9]*:[0-9]*:.*max_abs must be a finite number > 0, got -1' "
 # A path the logger cannot open fails dli_init with the path and the reason.
 sed 's|^  jsonl: {}|  jsonl: {path: "'"$work"'/config.yaml/x.jsonl"}|' "$work/config.yaml" >"$work/nodir.yaml"
 demo "$work/nodir.yaml" "$work/logs4" >"$work/nodir.out" 2>&1 && fail "an unopenable path was accepted"
-grep -q "nodir.yaml:[0-9]*:[0-9]*: loggers.jsonl: .*cannot open '$work/config.yaml/x.jsonl': Not a directory" \
+grep -q "nodir.yaml:[0-9]*:[0-9]*: loggers.jsonl (module 'jsonl', [^)]*/jsonl.so): could not create the logger: cannot open '$work/config.yaml/x.jsonl': Not a directory" \
 	"$work/nodir.out" || { cat "$work/nodir.out"; fail "jsonl path: unexpected message"; }
 
 # `dlinspect plugins --explain` finds both in the installed plugindir, with their parameters.
