@@ -1346,6 +1346,26 @@ def test_python_loggers_refused_and_failing():
         assert dlinspect.iteration() == 1
         assert [n for n, _, _ in rec.got] == ["l_activation_max", "l_activation_min"], rec.got
 
+def test_feature_dirs_of_any_iterable_or_bytes_are_searched():
+    """feature_dirs given as an iterator (checked, then searched: not consumed by the check) or
+    as bytes paths reach the plugin search path first, as a list of str paths does."""
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    seen, real = [], dlinspect._c._init
+
+    def spy(*args):
+        seen.append(args[3])
+        return real(*args)
+
+    dlinspect._c._init = spy
+    try:
+        for fd in ([d], iter([d]), (x for x in [d]), os.fsencode(d), [os.fsencode(d)]):
+            dlinspect.initialize(log_dir=d, feature_dirs=fd)
+            dlinspect.end_debug()
+            assert seen[-1][0] == d, (fd, seen[-1])
+    finally:
+        dlinspect._c._init = real
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]
