@@ -334,9 +334,10 @@ static int create_loggers(struct dli_context *ctx, const struct dli_options *o, 
 		if (!cfg->has_loggers) {
 			e = dli_registry_logger(&ctx->registry, "file");
 			if (!e) {
+				/* Not a return: a host's logger, last, still gets the statistics. */
 				dli_log(ctx, DLI_LOG_WARNING, "the default 'file' logger module was not "
 							      "found: statistics will not be written");
-				return 0;
+				break;
 			}
 			struct dli_value *defaults;
 			int r = dli_config_params(cfg, NULL, e->desc->params, e->desc->n_params, "file",

@@ -63,9 +63,9 @@ def plugin_dirs(feature_dirs=None):
     """The plugin search path initialize() uses: ``feature_dirs``, then $DLINSPECT_PLUGIN_PATH,
     then the package's own plugins/ (where an installed dlinspect keeps its plugin dir: a module
     of the same name found earlier wins, as on PATH)."""
-    if isinstance(feature_dirs, (str, os.PathLike)):
+    if isinstance(feature_dirs, (str, bytes, os.PathLike)):
         feature_dirs = [feature_dirs]
-    dirs = [os.fspath(d) for d in (feature_dirs or [])]
+    dirs = [os.fsdecode(d) for d in (feature_dirs or [])]  # the extension takes str
     dirs += [d for d in os.environ.get("DLINSPECT_PLUGIN_PATH", "").split(":") if d]
     if os.path.isdir(PACKAGE_PLUGIN_DIR):
         dirs.append(PACKAGE_PLUGIN_DIR)
@@ -148,8 +148,10 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
             f"nvdlfw_inspect, not a path ({statistics_logger!r}): pass log_dir=...")
     # A feature dir that is not there is a typo to say, as nvdlfw_inspect says it (a dir of
     # Python features, TransformerEngine's, is accepted: dlinspect's features are its plugins).
-    for d in [feature_dirs] if isinstance(feature_dirs, (str, bytes, os.PathLike)) \
-            else feature_dirs or []:
+    # A list once: an iterator checked here must still reach plugin_dirs() below.
+    feature_dirs = [feature_dirs] if isinstance(feature_dirs, (str, bytes, os.PathLike)) \
+        else list(feature_dirs or [])
+    for d in feature_dirs:
         if not os.path.isdir(d):
             raise (NotADirectoryError if os.path.exists(d) else FileNotFoundError)(
                 f"initialize(): feature_dirs: {os.fsdecode(d)!r} is not a directory")

@@ -1407,6 +1407,26 @@ def test_nvdlfw_alias():
     assert p.returncode == 1 and "RuntimeError: dlinspect.as_nvdlfw_inspect(): nvdlfw_inspect " \
         "was imported already" in p.stderr, p.stderr
 
+def test_feature_dirs_of_any_iterable_or_bytes_are_searched():
+    """feature_dirs given as an iterator (checked, then searched: not consumed by the check) or
+    as bytes paths reach the plugin search path first, as a list of str paths does."""
+    d = tempfile.mkdtemp(prefix="dli-py-")
+    seen, real = [], dlinspect._c._init
+
+    def spy(*args):
+        seen.append(args[3])
+        return real(*args)
+
+    dlinspect._c._init = spy
+    try:
+        for fd in ([d], iter([d]), (x for x in [d]), os.fsencode(d), [os.fsencode(d)]):
+            dlinspect.initialize(log_dir=d, feature_dirs=fd)
+            dlinspect.end_debug()
+            assert seen[-1][0] == d, (fd, seen[-1])
+    finally:
+        dlinspect._c._init = real
+
+
 def main():
     tests = [(k, v) for k, v in globals().items() if k.startswith("test_") and callable(v)]
     only = sys.argv[1:]

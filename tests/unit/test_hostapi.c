@@ -655,18 +655,28 @@ static void log_two_iterations(struct dli_context *ctx)
 	CHECK_INT(dli_log_scalar(ctx, "loss", 2, 0.125), 0);
 }
 
+/* log_two_iterations on `ctx` (NULL: a failed check), then dli_destroy: whether the host's logger
+ * got all 11 scalars, the host's own last. */
+static bool host_got_two_iterations(struct dli_context *ctx, const struct host_log *h)
+{
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return false;
+	log_two_iterations(ctx);
+	dli_destroy(ctx);
+	CHECK_INT(h->n, 11);
+	CHECK_STR(h->names[10], "loss");
+	return h->n == 11;
+}
+
 static void test_host_logger(void)
 {
 	struct host_log h;
 	struct dli_error err;
 	/* Beside the default file logger: the same scalars, in the file's order. */
 	struct dli_context *ctx = open_host_logger(stats_yaml, &h, false, &err);
-	CHECK(ctx != NULL);
-	if (!ctx)
+	if (!host_got_two_iterations(ctx, &h))
 		return;
-	log_two_iterations(ctx);
-	dli_destroy(ctx);
-	CHECK_INT(h.n, 11);
 	CHECK_STR(h.names[0], "model.layers.0.fc1_activation_min");
 	CHECK(h.iterations[0] == 0 && h.values[0] == 1.0);
 	CHECK_STR(h.names[6], "model.layers.0.fc1_activation_max");
@@ -731,6 +741,33 @@ static void test_host_logger(void)
 	      strstr(err.message, "has no log_scalar"));
 }
 
+/* A plugin path without the default 'file' logger module: the host's logger still gets the
+ * statistics and the host's scalars (the default logger's absence is only warned about). */
+static void test_host_logger_without_file_module(void)
+{
+	const char *env = getenv("DLINSPECT_PLUGIN_PATH");
+	char *saved = env ? strdup(env) : NULL, *copy = env ? strdup(env) : NULL, *save = NULL;
+	char path[4096] = "";
+	/* The plugin path less its logger dirs (build/loggers, build/loggers/tensorboard). */
+	for (char *tok = copy ? strtok_r(copy, ":", &save) : NULL; tok;
+	     tok = strtok_r(NULL, ":", &save))
+		if (!strstr(tok, "/loggers"))
+			snprintf(path + strlen(path), sizeof path - strlen(path), "%s%s",
+				 path[0] ? ":" : "", tok);
+	free(copy);
+	setenv("DLINSPECT_PLUGIN_PATH", path, 1);
+	struct host_log h;
+	struct dli_error err;
+	struct dli_context *ctx = open_host_logger(stats_yaml, &h, false, &err);
+	if (saved)
+		setenv("DLINSPECT_PLUGIN_PATH", saved, 1);
+	else
+		unsetenv("DLINSPECT_PLUGIN_PATH");
+	free(saved);
+	if (host_got_two_iterations(ctx, &h))
+		CHECK(open_log(STATS_LOG) == NULL);
+}
+
 int main(void)
 {
 	test_eval_pass_leaves_training_statistics_unchanged();
@@ -742,6 +779,7 @@ int main(void)
 	test_tensor_constructors();
 	test_reduction_group_without_communicator();
 	test_host_logger();
+	test_host_logger_without_file_module();
 	remove_log_dir();
 	return check_exit();
 }
