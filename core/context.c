@@ -336,7 +336,9 @@ static int create_loggers(struct dli_context *ctx, const struct dli_options *o, 
 			if (!e) {
 				/* Not a return: a host's logger, last, still gets the statistics. */
 				dli_log(ctx, DLI_LOG_WARNING, "the default 'file' logger module was not "
-							      "found: statistics will not be written");
+							      "found: statistics will not be written%s",
+					o->logger_ops && !validate_only ? " to files (the host's logger "
+									  "still gets them)" : "");
 				break;
 			}
 			struct dli_value *defaults;

@@ -2227,8 +2227,25 @@ static PyObject *mod_step(PyObject *m, PyObject *unused)
 	rc = dli_step(g_ctx);
 	Py_END_ALLOW_THREADS
 	/* The step is taken: its statistics go to the Python loggers before any error is raised. */
-	if (dli_py_logger_deliver())
+	if (dli_py_logger_deliver()) {
+		if (rc != -EOVERFLOW && rc != -ECANCELED)
+			return NULL;
+		/* A stop outranks a logger's error, which rides along as its __context__. */
+		PyObject *type, *value, *tb;
+		PyErr_Fetch(&type, &value, &tb);
+		PyErr_NormalizeException(&type, &value, &tb);
+		if (tb)
+			PyException_SetTraceback(value, tb);
+		raise_call_error("step", rc);
+		PyObject *t2, *stop, *tb2;
+		PyErr_Fetch(&t2, &stop, &tb2);
+		PyErr_NormalizeException(&t2, &stop, &tb2);
+		PyException_SetContext(stop, value); /* steals value */
+		Py_XDECREF(type);
+		Py_XDECREF(tb);
+		PyErr_Restore(t2, stop, tb2);
 		return NULL;
+	}
 	if (rc) {
 		/* -ECANCELED, a stop a feature asked for (DetectNonFinite's on_detect: stop), must
 		 * stop a Python loop as it stops a C one (a warning is shown once and then never
@@ -2259,18 +2276,19 @@ static PyObject *mod_log_scalar(PyObject *m, PyObject *args)
 									  : "iteration must be >= 0");
 		return NULL;
 	}
+	int rc = 0;
 	if (g_ctx) {
-		int rc;
 		Py_BEGIN_ALLOW_THREADS
 		rc = dli_log_scalar(g_ctx, name, iteration, value);
 		Py_END_ALLOW_THREADS
-		if (rc && PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "dlinspect log_scalar('%s'): %s",
-					   name, strerror(-rc)))
-			return NULL;
 	} else if (dli_py_logger_push(name, iteration, value)) {
 		return PyErr_NoMemory();
 	}
+	/* The Python loggers first: a warning made an error (-W error) must not keep it queued. */
 	if (dli_py_logger_deliver())
+		return NULL;
+	if (rc && PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "dlinspect log_scalar('%s'): %s", name,
+				   strerror(-rc)))
 		return NULL;
 	Py_RETURN_NONE;
 }

@@ -1155,6 +1155,22 @@ def test_a_stop_asked_for_raises_at_step():
         dlinspect.inspect_tensor("model.fc2", "activation", bad)
         dlinspect.step()
         assert dlinspect.iteration() == 1
+    # A Python logger that raises in the step that stops: the stop is raised, the logger's
+    # error rides along as its __context__.
+    class Broken(dlinspect.logging.BaseLogger):
+        def log_scalar(self, name, value, iteration, **kwargs):
+            raise OSError("disk gone")
+
+    both = dict(cfg("stop"), **stats_config(stats=["max"]))
+    with Run(both, statistics_logger=Broken()):
+        dlinspect.inspect_tensor("model.fc2", "activation", bad)
+        try:
+            dlinspect.step()
+            raise AssertionError("no StopRequested")
+        except dlinspect.StopRequested as e:
+            assert isinstance(e.__context__, OSError) and "disk gone" in str(e.__context__), \
+                repr(e.__context__)
+        assert dlinspect.iteration() == 1
 
 
 def test_tensor_reduction_group_is_checked():
@@ -1406,6 +1422,7 @@ def test_nvdlfw_alias():
                        timeout=60)
     assert p.returncode == 1 and "RuntimeError: dlinspect.as_nvdlfw_inspect(): nvdlfw_inspect " \
         "was imported already" in p.stderr, p.stderr
+
 
 def test_feature_dirs_of_any_iterable_or_bytes_are_searched():
     """feature_dirs given as an iterator (checked, then searched: not consumed by the check) or
