@@ -408,6 +408,12 @@ def explain_features(names=None):
             if f["aliases"]:
                 lines.append(f"  also spelled: {', '.join(f['aliases'])}")
             lines.append(f"  module: {m['name']} ({m['path']})")
+            lines.append("  placed " + ("directly in a section or in its namespace block"
+                                        if f["generic"] else "in the section's namespace block"))
+            # The keys the core reads for every feature of its kind, then the feature's own.
+            for k in f["shared"]:
+                lines.append(f"  {k['key']:<16} {k['type']:<20} {k['default']}")
+                lines.append(f"  {'':<16} {k['doc']}")
             for p in f["params"]:
                 dflt = "required" if p["required"] else f"default {p['default'] or '(none)'}"
                 lines.append(f"  {p['key']:<16} {p['type']:<20} {dflt}")
