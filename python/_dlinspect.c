@@ -13,6 +13,7 @@
 #include <dlinspect/dlinspect.h>
 
 #include "context-private.h"
+#include "feature-keys-private.h"
 #include "host-private.h"
 #include "kernels-private.h"
 #include "loader-private.h"
@@ -2409,6 +2410,25 @@ static PyObject *str_list(const char *const *v)
 
 /* _modules(extra_dirs) -> the modules on the search path, as dicts (dlinspect.list_features and
  * explain_features format them). */
+
+/* The keys the core reads for a feature with these flags (enabled, tensors, the schedule, ...),
+ * as `dlinspect plugins --explain` lists them before the feature's own. */
+static PyObject *shared_key_list(uint32_t flags)
+{
+	PyObject *l = PyList_New(0);
+	for (size_t i = 0; l && i < DLI_KEY_COUNT; i++) {
+		const struct dli_shared_key *k = &dli_shared_keys[i];
+		if (!k->type || (k->flag && !(flags & k->flag)))
+			continue;
+		PyObject *d = Py_BuildValue("{s:s,s:s,s:s,s:s}", "key", k->key, "type", k->type,
+					    "default", k->default_text, "doc", k->doc);
+		if (!d || PyList_Append(l, d))
+			Py_CLEAR(l);
+		Py_XDECREF(d);
+	}
+	return l;
+}
+
 static PyObject *param_list(const struct dli_param_desc *p, size_t n)
 {
 	static const char *const types[] = {"bool", "int", "float", "string", "list of strings",
@@ -2478,16 +2498,19 @@ static PyObject *mod_modules(PyObject *m, PyObject *dirs)
 			const struct dli_feature_desc *d = mod->features[k];
 			PyObject *aliases = str_list(d->aliases);
 			PyObject *params = param_list(d->params, d->n_params);
-			PyObject *f = aliases && params
-					      ? Py_BuildValue("{s:s,s:z,s:O,s:O,s:O}", "name", d->name,
-							      "doc", d->doc, "aliases", aliases,
-							      "params", params, "generic",
+			PyObject *shared = shared_key_list(d->flags);
+			PyObject *f = aliases && params && shared
+					      ? Py_BuildValue("{s:s,s:z,s:O,s:O,s:O,s:O}", "name",
+							      d->name, "doc", d->doc, "aliases",
+							      aliases, "params", params, "shared",
+							      shared, "generic",
 							      (d->flags & DLI_FEATURE_GENERIC) || !mod->ns
 								      ? Py_True
 								      : Py_False)
 					      : NULL;
 			Py_XDECREF(aliases);
 			Py_XDECREF(params);
+			Py_XDECREF(shared);
 			if (!f || PyList_Append(feats, f))
 				Py_CLEAR(feats);
 			Py_XDECREF(f);

@@ -322,12 +322,36 @@ def end_debug():
     twice, or without initialize(); initialize() may follow. Layer handles stay usable: they
     answer defaults until the next initialize(), then find their layer again. The Python loggers
     get what is left of the queue, then dlinspect.logging.MetricLogger's list is emptied, as
-    nvdlfw_inspect's end_debug() empties it."""
+    nvdlfw_inspect's end_debug() empties it. TransformerEngine's debug state, where it is loaded,
+    is reset as its namespace resets it at nvdlfw_inspect's end_debug()."""
+    was = _c._initialized()
     try:
         _c._destroy()
     finally:
         _c._scalars_wanted(False)
         logging.MetricLogger.enabled_loggers.clear()
+        if was:
+            _reset_te_debug_state()
+
+
+def _reset_te_debug_state():
+    """What TransformerEngine's Python namespace does when nvdlfw_inspect's end_debug() runs
+    (TEDebugState._reset): its layers forget that debugging was on and which were set up, so
+    that a model built after the next initialize() (or without one) is not refused. dlinspect
+    does not load that namespace (its features are plugins), so it does this itself, for TE's
+    modules as they are when loaded (nothing is imported here)."""
+    state = sys.modules.get("transformer_engine.debug.pytorch.debug_state")
+    te = getattr(state, "TEDebugState", None)
+    if te is None:
+        return
+    te.debug_enabled = None
+    layers = getattr(te, "layers_initialized", None)
+    if hasattr(layers, "clear"):
+        layers.clear()
+    buffers = getattr(sys.modules.get("transformer_engine.debug.features.utils.stats_buffer"),
+                      "STATS_BUFFERS", None)
+    if hasattr(buffers, "reset"):
+        buffers.reset()
 
 
 def is_initialized():
@@ -408,6 +432,12 @@ def explain_features(names=None):
             if f["aliases"]:
                 lines.append(f"  also spelled: {', '.join(f['aliases'])}")
             lines.append(f"  module: {m['name']} ({m['path']})")
+            lines.append("  placed " + ("directly in a section or in its namespace block"
+                                        if f["generic"] else "in the section's namespace block"))
+            # The keys the core reads for every feature of its kind, then the feature's own.
+            for k in f["shared"]:
+                lines.append(f"  {k['key']:<16} {k['type']:<20} {k['default']}")
+                lines.append(f"  {'':<16} {k['doc']}")
             for p in f["params"]:
                 dflt = "required" if p["required"] else f"default {p['default'] or '(none)'}"
                 lines.append(f"  {p['key']:<16} {p['type']:<20} {dflt}")

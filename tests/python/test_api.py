@@ -480,7 +480,7 @@ def test_features_listed():
               "transformer_engine.FakeQuant"):
         assert n in names, names
     text = dlinspect.explain_features("LogTensorStats")
-    assert "stats" in text and "freq" not in text.split("stats", 1)[0], text
+    assert "\n  stats  " in text and "\n  freq  " in text, text
 
 
 # The lines under a parameter that say which values it takes: "one of: ..." and "in [a, b]",
@@ -521,6 +521,36 @@ def test_explain_features_shows_choices_and_ranges_as_the_cli_does():
                                      ("abort_after_batch_num", ">= -1")], text
     assert "\n  on_detect        string               default stop\n" in text, text
     assert "\n                   one of: stop continue\n" in text, text
+
+
+def key_names(text, indent):
+    """The keys `text` lists, in order: the lines starting with a name at `indent` spaces (not
+    the lines that say where a feature comes from or where it is placed)."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith(" " * indent) and line[indent:indent + 1] not in ("", " "):
+            word = line.split()[0]
+            if not word.endswith(":") and word not in ("placed", "also"):
+                out.append(word)
+    return out
+
+
+def test_explain_features_lists_every_key_the_cli_lists():
+    """explain_features lists the keys the core reads for a feature (enabled, gemms, tensors,
+    the schedule) before its own, as `dlinspect plugins --explain` does, and where it is placed."""
+    tool = os.environ.get("DLINSPECT_TOOL") or os.path.join(
+        os.path.dirname(dlinspect.__file__), "..", "..", "tools", "dlinspect")
+    for name in ("FakeQuant", "DetectNonFinite", "DisableFP8GEMM"):
+        r = subprocess.run([tool, "plugins", "--explain", name], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+        assert r.returncode == 0, r.stdout
+        text = dlinspect.explain_features(name)
+        assert key_names(text, 2) == key_names(r.stdout, 8), f"python:\n{text}\ncli:\n{r.stdout}"
+        placed = [line.strip() for line in r.stdout.splitlines() if "placed " in line]
+        assert placed and [line.strip() for line in text.splitlines() if "placed " in line] == placed
+    text = dlinspect.explain_features("FakeQuant")
+    assert key_names(text, 2)[:5] == ["enabled", "gemms", "tensors", "in_eval", "quant_format"], text
+    assert "\n  enabled          bool                 required\n" in text, text
 
 
 def fc1_fp8_config(**more_features):

@@ -281,8 +281,9 @@ def scenario(impl, name, log_dir):
         import zipfile
         with zipfile.ZipFile(os.environ["DLI_TE_WHEEL"]) as z:
             src = z.read("transformer_engine/debug/pytorch/debug_state.py")
-        te = types.ModuleType("te_debug_state")
+        te = types.ModuleType("transformer_engine.debug.pytorch.debug_state")
         exec(compile(src, "transformer_engine/debug/pytorch/debug_state.py", "exec"), te.__dict__)
+        sys.modules[te.__name__] = te  # where TransformerEngine's layers have it
         st = te.TEDebugState
         st.initialize()
         print(f"te: before initialize: {st.debug_enabled}")
@@ -300,7 +301,12 @@ def scenario(impl, name, log_dir):
         print(f"te: iteration {st.get_iteration()}")
         debug_api.initialize_training_step(40)
         print(f"te: iteration {st.get_iteration()}")
+        st.layers_initialized["model.fc1"] = True
         debug_api.end_debug()
+        # TransformerEngine's namespace, which dlinspect does not load, resets this state when
+        # nvdlfw_inspect's end_debug() runs (TEDebugState._reset); nvdlfw_inspect alone, without
+        # that namespace (it needs TE's CUDA build), does not: only dlinspect's is checked.
+        print(f"te-reset: {st.debug_enabled} {st.layers_initialized}")
         st.debug_enabled = None
         st.initialize()
         print(f"te: after end_debug: {st.debug_enabled}")
@@ -533,6 +539,9 @@ def main():
     c.ok(len(te_lines(ref_te)) == 6 and te_lines(ref_te) == te_lines(got_te),
          f"te_state: TransformerEngine's TEDebugState: nvdlfw_inspect {te_lines(ref_te)}, "
          f"dlinspect {te_lines(got_te)}")
+    c.ok("te-reset: None {}\n" in got_te,
+         f"te_state: end_debug() resets TransformerEngine's TEDebugState as its namespace does:\n"
+         f"{got_te}")
 
     ref, _ = run("nvdlfw", "values")
     got, _ = run("dlinspect", "values")
