@@ -655,7 +655,7 @@ static void usage(FILE *f, const char *argv0)
 		"  --bench-steps N      steps per mode and round (default 100)\n"
 		"  --inputs N           input features (default 8)\n"
 		"  --outputs N          regression targets (default 16)\n"
-		"  --quiet              the loss summary only\n"
+		"  --quiet              the model hash and the loss summary only\n"
 		"  --microbatches N     split each batch (each rank's shard) into N microbatches and\n"
 		"                       accumulate their gradients (default 1)\n"
 		"  --parallel data|tensor\n"
