@@ -14,6 +14,7 @@ import math
 import operator
 import os
 import sys
+import warnings
 
 from . import _dlinspect as _c
 from . import logging  # the Python loggers (registers their sink with the extension)
@@ -116,7 +117,7 @@ def config_to_yaml(config):
 
 def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_dir=".",
                init_training_step=0, default_logging_enabled=False, *, config=None,
-               tensor_names=None, log_level=None, comm=None, tb_writer=None):
+               tensor_names=None, log_level=None, comm=None, tb_writer=None, **ignored):
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
     The positional order is nvdlfw_inspect's (config_file, feature_dirs, statistics_logger,
     log_dir, init_training_step).
@@ -135,6 +136,8 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     statistics log is written only when no Python logger is there or default_logging_enabled is
     True, as nvdlfw_inspect decides (its message log always is). A config error raises
     ConfigError with its file:line:column; nothing exits the process.
+    Any other keyword (extensions=, which nvdlfw_inspect's own docs pass) is ignored with a
+    warning that names it, where nvdlfw_inspect ignores it silently.
     comm: how statistics are reduced across ranks (docs/distributed.md, "torch.distributed"):
     None (the default) follows $DLINSPECT_COMMUNICATOR when set ("torch", or a module's name),
     else uses torch.distributed when the host initialized it; "torch" requires it; a torch ProcessGroup reduces within
@@ -142,6 +145,12 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     shards, unless $DLINSPECT_COMMUNICATOR names a module); any other object implementing the
     protocol of dlinspect.distributed is used as is.
     """
+    if ignored:
+        # nvdlfw_inspect's initialize() takes **kwargs and reads only tb_writer and
+        # default_logging_enabled from them: scripts written for it may pass more.
+        warnings.warn(f"dlinspect.initialize(): ignored keyword arguments: "
+                      f"{', '.join(sorted(ignored))} (nvdlfw_inspect ignores them too)",
+                      stacklevel=2)
     if isinstance(statistics_logger, (str, bytes, os.PathLike)):
         raise TypeError(
             "initialize(): the third positional argument is statistics_logger, as in "

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 
 NVDLFW = "nvdlfw-inspect==0.2.2"
 
@@ -325,6 +326,15 @@ def scenario(impl, name, log_dir):
         print("reduction group:", debug_api.get_tensor_reduction_group())
         debug_api.end_debug()
         debug_api.end_debug()
+        # nvdlfw_inspect's initialize() takes **kwargs: its docs pass extensions= (dlinspect
+        # ignores such a keyword too, with a warning that names it).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            refused("a keyword nvdlfw_inspect does not read",
+                    lambda: debug_api.initialize(config, log_dir=log_dir, extensions=["ext"]))
+        debug_api.end_debug()
+        if impl != "nvdlfw":
+            print("warned:", [str(w.message) for w in caught])
         for label, text in (
                 ("a section without enabled", "s: {layers: {layer_types: [fc]}}\n"),
                 ("a feature without enabled",
@@ -562,8 +572,11 @@ def main():
     verdicts = lambda out: [line if line.startswith("reduction group") else line.split(":")[0]
                             for line in out.splitlines()
                             if line.startswith(("refused", "accepted", "reduction group"))]
-    c.ok(len(verdicts(ref)) == 11 and verdicts(ref) == verdicts(got),
+    c.ok(len(verdicts(ref)) == 12 and verdicts(ref) == verdicts(got),
          f"misuse: the same refused:\nnvdlfw_inspect:\n{ref}dlinspect:\n{got}")
+    c.ok("warned: ['dlinspect.initialize(): ignored keyword arguments: extensions "
+         "(nvdlfw_inspect ignores them too)']" in got,
+         f"misuse: dlinspect names the keyword it ignores:\n{got}")
 
     print(f"{c.passed} passed, {c.failed} failed")
     sys.exit(1 if c.failed else 0)
