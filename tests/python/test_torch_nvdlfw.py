@@ -305,6 +305,24 @@ def scenario(impl, name, log_dir):
         st.debug_enabled = None
         st.initialize()
         print(f"te: after end_debug: {st.debug_enabled}")
+    elif name == "no_freq":
+        # Blocks without freq (freq 1): nvdlfw_inspect warns once, at the first call a block
+        # without freq takes. A call whose tensor no block has, or one to a block with freq,
+        # comes first and says nothing.
+        with open(config, "w") as f:
+            f.write("with_freq: {enabled: true, layers: {layer_name_regex_pattern: fc1},\n"
+                    "  LogTensorStats: {enabled: true, stats: [max], tensors: [activation], freq: 2}}\n"
+                    "no_freq: {enabled: true, layers: {layer_name_regex_pattern: fc2},\n"
+                    "  LogTensorStats: {enabled: true, stats: [min, mean], tensors: [gradient],\n"
+                    "                   start_step: 1}}\n")
+        debug_api.initialize(config, log_dir=log_dir)
+        for step in range(4):
+            for layer, tensor in (("m.fc2", "activation"), ("m.fc1", "activation"),
+                                  ("m.fc2", "gradient"), ("m.fc3", "gradient")):
+                debug_api.log_tensor_stats(layer, tensor=batch(step), tensor_name=tensor,
+                                           skip_reduction=True)
+            debug_api.step()
+        debug_api.end_debug()
     elif name == "misuse":
         # Each misuse, in order; what is printed is which were refused.
         def refused(what, call):
@@ -562,6 +580,12 @@ def main():
          all(t.startswith("Assigned layer name: ") for _, t in messages(ref)[1:]),
          f"no_config: message lines: nvdlfw_inspect {messages(ref)}, dlinspect "
          f"{messages(got, DLINSPECT_OWN)}")
+
+    ref, _ = run("nvdlfw", "no_freq")
+    got, _ = run("dlinspect", "no_freq")
+    c.ok(compare_stats(c, "no_freq", ref, got) == 2 + 3 * 2, "no_freq: nvdlfw_inspect's statistics")
+    c.ok(("WARNING", "Frequency of logging is not provided. Using freq = 1 train step as default.")
+         in compare_messages(c, "no_freq", ref, got), "no_freq: nvdlfw_inspect's warning")
 
     ref_dir, ref = run("nvdlfw", "loggers")
     for impl in ("dlinspect", "alias"):
