@@ -580,16 +580,30 @@ def modify_tensor(layer_name, gemm, tensor_name, tensor, default_quantizer=None,
     return r
 
 
+def _te_answer(enabled_call):
+    """An *_enabled call answering as TransformerEngine's namespace does: (answer, the next
+    iteration to ask again), None for "never changes" where dlinspect says NEVER."""
+    def call(*args, **kwargs):
+        kwargs["next"] = True
+        answer, nxt = enabled_call(*args, **kwargs)
+        return answer, None if nxt == NEVER else nxt
+    call.__name__ = call.__qualname__ = enabled_call.__name__
+    call.__doc__ = enabled_call.__doc__
+    return staticmethod(call)
+
+
 class _TransformerEngineAPI:
     """dlinspect.transformer_engine: the call set under the name TransformerEngine calls it by
-    (debug_api.transformer_engine.X)."""
+    (debug_api.transformer_engine.X). Its *_enabled calls answer a tuple (bool, next iteration or
+    None), as TransformerEngine's own do: its layers skip the calls until then, and its tests
+    read answer[0]."""
 
-    fp8_gemm_enabled = staticmethod(fp8_gemm_enabled)
-    inspect_tensor_enabled = staticmethod(inspect_tensor_enabled)
+    fp8_gemm_enabled = _te_answer(fp8_gemm_enabled)
+    inspect_tensor_enabled = _te_answer(inspect_tensor_enabled)
     inspect_tensor = staticmethod(inspect_tensor)
-    modify_tensor_enabled = staticmethod(modify_tensor_enabled)
+    modify_tensor_enabled = _te_answer(modify_tensor_enabled)
     modify_tensor = staticmethod(modify_tensor)
-    inspect_tensor_postquantize_enabled = staticmethod(inspect_tensor_postquantize_enabled)
+    inspect_tensor_postquantize_enabled = _te_answer(inspect_tensor_postquantize_enabled)
     inspect_tensor_postquantize = staticmethod(inspect_tensor_postquantize)
 
 

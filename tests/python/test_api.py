@@ -307,6 +307,37 @@ def test_schedule_and_next():
         assert_stats(got, "l", "activation", it, x * np.float32(it + 1))
 
 
+def test_transformer_engine_namespace_answers_as_its_api_does():
+    """debug_api.transformer_engine.*_enabled answer TransformerEngine's (bool, next iteration),
+    None where the answer never changes, as its namespace API does (its tests read answer[0];
+    its layers skip every call until the next iteration). dlinspect's own calls keep their bool."""
+    te = dlinspect.transformer_engine
+    # Without a context: TransformerEngine's defaults.
+    assert te.fp8_gemm_enabled("l", gemm="fprop", iteration=0) == (True, None)
+    assert te.inspect_tensor_enabled("l", tensor_name="activation", iteration=0) == (False, None)
+    cfg = {"s": {"enabled": True, "layers": {"layer_types": ["qkv"]},
+                 "transformer_engine": {
+                     "DisableFP8GEMM": {"enabled": True, "gemms": ["dgrad"]},
+                     "LogTensorStats": {"enabled": True, "stats": ["max"],
+                                        "tensors": ["activation"], "freq": 3, "start_step": 1}}}}
+    with Run(cfg):
+        for it in range(5):
+            kw = {"layer_name": "m.qkv", "iteration": it}
+            assert te.fp8_gemm_enabled(gemm="fprop", **kw) == (True, None), it
+            assert te.fp8_gemm_enabled(gemm="dgrad", **kw) == (False, None), it
+            assert te.fp8_gemm_enabled("m.qkv", "dgrad", it)[0] is False, it
+            on = it == 3
+            assert te.inspect_tensor_enabled(tensor_name="activation", **kw) == \
+                (on, it + 1 if on else 3 if it < 3 else 6), it
+            assert te.modify_tensor_enabled(gemm="fprop", tensor_name="activation", **kw) == \
+                (False, None), it
+            assert te.inspect_tensor_postquantize_enabled(
+                gemm="fprop", tensor_name="activation", **kw) == (False, None), it
+            assert dlinspect.fp8_gemm_enabled("m.qkv", "dgrad") is False
+            assert dlinspect.inspect_tensor_enabled("m.qkv", "activation") is on
+            dlinspect.step()
+
+
 def test_initialize_file_string_dict_alike():
     yaml_text = """stats:
   enabled: true
