@@ -148,8 +148,10 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     if ignored:
         # nvdlfw_inspect's initialize() takes **kwargs and reads only tb_writer and
         # default_logging_enabled from them: scripts written for it may pass more.
+        # TransformerEngine's docs name statistics_logger `logger`, which nvdlfw_inspect ignores.
+        hint = "; the statistics' logger is statistics_logger=" if "logger" in ignored else ""
         warnings.warn(f"dlinspect.initialize(): ignored keyword arguments: "
-                      f"{', '.join(sorted(ignored))} (nvdlfw_inspect ignores them too)",
+                      f"{', '.join(sorted(ignored))} (nvdlfw_inspect ignores them too){hint}",
                       stacklevel=2)
     if isinstance(statistics_logger, (str, bytes, os.PathLike)):
         raise TypeError(

@@ -966,6 +966,35 @@ def test_initialize_refuses_what_its_parts_refuse():
         assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
 
 
+def test_initialize_ignores_unknown_keywords_with_a_warning():
+    """nvdlfw_inspect's initialize(**kwargs) ignores keywords it does not read: extensions= (its
+    docs), logger= (TransformerEngine's docs' name for statistics_logger). dlinspect ignores them
+    too, saying so, and the logger= hint names the keyword that takes a logger."""
+    import warnings
+
+    class Logger:
+        def __init__(self):
+            self.got = []
+
+        def log_scalar(self, name, value, iteration, **kwargs):
+            self.got.append(name)
+
+    d, lg = tempfile.mkdtemp(prefix="dli-py-"), Logger()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dlinspect.initialize(None, config=stats_config(), log_dir=d, logger=lg, extensions=["x"])
+    try:
+        dlinspect.inspect_tensor("l", "activation", sample())
+        dlinspect.step()
+    finally:
+        dlinspect.end_debug()
+    assert [str(w.message) for w in caught] == [
+        "dlinspect.initialize(): ignored keyword arguments: extensions, logger (nvdlfw_inspect "
+        "ignores them too); the statistics' logger is statistics_logger="], caught
+    assert caught[0].filename == __file__, caught[0].filename
+    assert lg.got == [] and read_stats(d), (lg.got, read_stats(d))
+
+
 class DLPackRefuses:
     """A DLPack producer that refuses to export (as torch does a sparse or conjugate tensor)."""
 
