@@ -364,9 +364,13 @@ def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None
     """Writes a line to the message log (file logger: nvdlfw_inspect_logs/), prefixed with
     "LAYER={layer_name}: " when a layer is named, as nvdlfw_inspect writes it. level: "ERROR",
     "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
-    TransformerEngine passes), a message is written once per (message, layer, args) and context."""
+    TransformerEngine passes), a message is written once per (calling line, layer, args) and
+    context, as nvdlfw_inspect keys it: a line whose text changes (TransformerEngine's plan of a
+    tensor) is written the first time only."""
     if extra_cachable_args is not None:
-        key = (_c._generation(), str(message), str(layer_name), repr(extra_cachable_args))
+        caller = sys._getframe(1)
+        key = (_c._generation(), caller.f_code.co_filename, caller.f_lineno, str(layer_name),
+               repr(extra_cachable_args))
         if key in _logged_once:
             return
         _logged_once.add(key)

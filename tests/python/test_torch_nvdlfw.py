@@ -190,6 +190,15 @@ def scenario(impl, name, log_dir):
         debug_api.log_message("msg-debug", level=logging.DEBUG)
         for _ in range(3):
             debug_api.log_message("msg-once", layer_name="model.proj", extra_cachable_args=("k",))
+
+        def plan(p):
+            # TransformerEngine's plan lines: one call site, a text that changes.
+            debug_api.log_message(f"msg-plan {p}", layer_name="model.proj",
+                                  extra_cachable_args=("fprop", "activation"))
+        for p in ("quantize", "high precision", "quantize"):
+            plan(p)
+        debug_api.log_message("msg-two-sites", extra_cachable_args=("k",))
+        debug_api.log_message("msg-two-sites", extra_cachable_args=("k",))
         for step in range(10):
             model(batch(step)).square().sum().backward()
             for b in model.layers:
