@@ -6,7 +6,9 @@ the life of the process), once with each package, on the same torch tensors: a s
 by infer_and_assign_layer_names, several steps, layers selected by regex, layer_numbers with
 layer_types, tensors and tensors_struct, freq / start_step / end_step / start_end_list, the
 `iteration=` keyword, init_training_step and initialize_training_step, tensors holding zeros,
-negatives, huge and tiny values, NaN and inf. Compared: the statistics lines (names, iterations and
+negatives, huge and tiny values, NaN and inf, blocks without freq (nvdlfw_inspect's warning), the
+once-only messages of TransformerEngine's form (one call site, a changing text), a keyword of
+initialize() that nvdlfw_inspect ignores. Compared: the statistics lines (names, iterations and
 order exactly; values within nvdlfw_inspect's 4 decimals and float32 arithmetic), the messages the
 script and infer_and_assign_layer_names write, and that the same misuses are refused.
 Where dlinspect deliberately differs (docs/logging.md, docs/python.md: %.9g values, no empty
