@@ -8,11 +8,13 @@ through DLPack or the buffer protocol. numpy and torch are optional. See docs/py
 """
 
 import atexit
+import functools
 import json
 import logging as _logging
 import math
 import operator
 import os
+import re
 import sys
 import warnings
 
@@ -586,12 +588,35 @@ def modify_tensor(layer_name, gemm, tensor_name, tensor, default_quantizer=None,
     return r
 
 
-def _te_answer(enabled_call):
-    """An *_enabled call answering as TransformerEngine's namespace does: (answer, the next
-    iteration to ask again), None for "never changes" where dlinspect says NEVER."""
+def _te_takes_tuples():
+    """Whether the TransformerEngine loaded (if any) reads an *_enabled answer as a tuple: its
+    layers do from 2.7 on; before, they test the answer itself, which a tuple would always pass."""
+    version = getattr(sys.modules.get("transformer_engine"), "__version__", None)
+    return _te_version_takes_tuples(version) if isinstance(version, str) else True
+
+
+@functools.lru_cache(maxsize=8)
+def _te_version_takes_tuples(version):
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return not m or (int(m[1]), int(m[2])) >= (2, 7)
+
+
+def _te_answer(enabled_call, default):
+    """An *_enabled call answering as TransformerEngine's namespace does: (answer, the iteration
+    at which its layer must run its debug path again, or None for never). TE runs a layer's debug
+    path only in the iterations those answers name (module/base.py: none at all once every answer
+    says None), and only there do the answers act: an answer other than the default (`default`:
+    FP8 on, nothing inspected or modified) needs it again at the very next iteration however long
+    it lasts, as TE's own features answer (DisableFP8GEMM: (False, iteration + 1)); the default
+    needs it again where dlinspect says it may change (None for NEVER). A TransformerEngine older
+    than 2.7 gets the bare answer it tests."""
     def call(*args, **kwargs):
         kwargs["next"] = True
         answer, nxt = enabled_call(*args, **kwargs)
+        if not _te_takes_tuples():
+            return answer
+        if answer != default:
+            return answer, _c.iteration() + 1  # a non-default answer needs a context
         return answer, None if nxt == NEVER else nxt
     call.__name__ = call.__qualname__ = enabled_call.__name__
     call.__doc__ = enabled_call.__doc__
@@ -604,12 +629,12 @@ class _TransformerEngineAPI:
     None), as TransformerEngine's own do: its layers skip the calls until then, and its tests
     read answer[0]."""
 
-    fp8_gemm_enabled = _te_answer(fp8_gemm_enabled)
-    inspect_tensor_enabled = _te_answer(inspect_tensor_enabled)
+    fp8_gemm_enabled = _te_answer(fp8_gemm_enabled, True)
+    inspect_tensor_enabled = _te_answer(inspect_tensor_enabled, False)
     inspect_tensor = staticmethod(inspect_tensor)
-    modify_tensor_enabled = _te_answer(modify_tensor_enabled)
+    modify_tensor_enabled = _te_answer(modify_tensor_enabled, False)
     modify_tensor = staticmethod(modify_tensor)
-    inspect_tensor_postquantize_enabled = _te_answer(inspect_tensor_postquantize_enabled)
+    inspect_tensor_postquantize_enabled = _te_answer(inspect_tensor_postquantize_enabled, False)
     inspect_tensor_postquantize = staticmethod(inspect_tensor_postquantize)
 
 
