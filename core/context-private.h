@@ -127,6 +127,7 @@ struct dli_context {
 	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
+	atomic_bool freq_default_said; /* dli_call's line about a base block without freq, once */
 
 	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.
 	 * dli_step returns -ECANCELED from then on (core/context.c). */

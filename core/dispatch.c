@@ -747,6 +747,29 @@ static const char *call_what(const char *name, const void *args)
 	return name;
 }
 
+/* nvdlfw_inspect's LogTensorStats warns, once per process, when a call reaches a block that gives
+ * no freq, whose default the core applies: the same line after the first log_tensor_stats call that
+ * a base-namespace block without freq takes (its tensor is the block's), once per context. */
+static void say_freq_default(struct dli_layer *l, const struct dli_target *t, const char *name,
+			     const void *args)
+{
+	const struct dli_log_tensor_stats_args *a = args;
+	int id;
+
+	if (t->freq_given || !(t->feature->desc->flags & DLI_FEATURE_GENERIC) ||
+	    !(t->feature->desc->flags & DLI_FEATURE_SCHEDULED) ||
+	    strcmp(name, DLI_CALL_LOG_TENSOR_STATS) || !a ||
+	    a->size < offsetof(struct dli_log_tensor_stats_args, tensor) || !a->tensor_name ||
+	    atomic_load_explicit(&l->ctx->freq_default_said, memory_order_relaxed))
+		return;
+	id = dli_tensor_id(l->ctx, a->tensor_name);
+	if (id < 0 || !(t->tensors >> id & 1u) ||
+	    atomic_exchange(&l->ctx->freq_default_said, true))
+		return;
+	dli_log(l->ctx, DLI_LOG_WARNING,
+		"Frequency of logging is not provided. Using freq = 1 train step as default.");
+}
+
 int dli_call(struct dli_layer *l, const char *name, void *args)
 {
 	if (!l || !name)
@@ -784,6 +807,7 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 				r = a || !cv.active ? b->ops->call(&b->call, name, a) : -ENOMEM;
 				if (nvtx)
 					dli_nvtx_pop();
+				say_freq_default(l, b->instance->target, name, args);
 				break;
 			}
 		}
