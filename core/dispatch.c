@@ -156,7 +156,7 @@ static int layer_build(struct dli_layer *l, struct dli_error *err)
 		int m = s->enabled ? dli_selector_match(&s->selector, name, why, sizeof why) : 0;
 		if (m < 0) {
 			/* "Could not tell" is never "not selected" (docs/config.md, "Layers"). */
-			r = dli_error_set(err, m, &s->where,
+			r = dli_error_set(err, m, &s->selector.pattern_where,
 					  "section '%s': layer_name_regex_pattern '%s' could not be "
 					  "matched against layer '%s': %s; simplify the pattern (it "
 					  "backtracks too much)",

@@ -111,7 +111,7 @@ bomb:
 YAML
 out=$("$tool" check "$cfg" --layer aaaaaaaaaaaaaaaaaaaaaaaac 2>&1)
 [ $? = 1 ] && ok || bad "check --layer with a regex over PCRE2's limit should exit 1: $out"
-grep -qF "$cfg:1:1: section 'bomb': layer_name_regex_pattern '(a|a)+b|c' could not be matched against layer 'aaaaaaaaaaaaaaaaaaaaaaaac': match limit exceeded" <<<"$out" && ok || bad "regex limit message: $out"
+grep -qF "$cfg:3:38: section 'bomb': layer_name_regex_pattern '(a|a)+b|c' could not be matched against layer 'aaaaaaaaaaaaaaaaaaaaaaaac': match limit exceeded" <<<"$out" && ok || bad "regex limit message: $out"
 ! grep -q "selected by no section" <<<"$out" && ok || bad "regex limit reported as not selected: $out"
 
 out=$("$tool" plugins --explain 2>&1)
