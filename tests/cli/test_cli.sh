@@ -49,6 +49,11 @@ out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
 [ $? = 0 ] && ok || bad "check --allow-tensor still refuses: $out"
 out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
 [ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
+# An empty option value is named as the option the user gave, not as dli_options' member.
+out=$("$tool" check "$allow" --allow-tensor "" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --allow-tensor: expected a tensor name, got an empty one" <<<"$out" && ok || bad "check --allow-tensor '': $out"
+out=$("$tool" check "$allow" --plugin-dir "" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir: expected a directory, got an empty one ('.' for the working directory)" <<<"$out" && ok || bad "check --plugin-dir '': $out"
 
 # An empty layer regex selects every layer, as the peers' re.search does: valid, with a warning.
 er=$(mktemp --suffix=.yaml)
