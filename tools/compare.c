@@ -964,17 +964,23 @@ static int parse_number(const char *opt, const char *v, double *out)
 }
 
 /* Returns 0, -1 after --help, or the exit status of a usage error (already reported). */
+/* The ']' that ends the bracket expression opening at `p`, or NULL when none does. */
+static const char *bracket_end(const char *p)
+{
+	p += p[1] == '^' ? 2 : 1;
+	if (*p == ']') /* ']' first is a member, not the end */
+		p++;
+	while (*p && *p != ']')
+		p++;
+	return *p ? p : NULL;
+}
+
 /* Where `re` has a backreference (\1 .. \9 outside a bracket expression), else NULL. */
 static const char *backreference(const char *re)
 {
 	for (const char *p = re; *p; p++) {
-		if (*p == '[') { /* a bracket expression: ']' first is a member, not its end */
-			p += p[1] == '^' ? 2 : 1;
-			if (*p == ']')
-				p++;
-			while (*p && *p != ']')
-				p++;
-			if (!*p)
+		if (*p == '[') {
+			if (!(p = bracket_end(p)))
 				return NULL;
 		} else if (*p == '\\' && p[1]) {
 			if (p[1] >= '1' && p[1] <= '9')
@@ -999,13 +1005,8 @@ static const char *heavy_bound(const char *re, unsigned long *product, size_t *l
 	unsigned long group[MAX_GROUPS] = {1}, last = 1;
 	int depth = 0, deeper = 0;
 	for (const char *p = re; *p; p++) {
-		if (*p == '[') { /* a bracket expression, as backreference() skips it */
-			p += p[1] == '^' ? 2 : 1;
-			if (*p == ']')
-				p++;
-			while (*p && *p != ']')
-				p++;
-			if (!*p)
+		if (*p == '[') {
+			if (!(p = bracket_end(p)))
 				return NULL;
 			last = 1;
 		} else if (*p == '\\' && p[1]) {
