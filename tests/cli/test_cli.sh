@@ -53,7 +53,13 @@ out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
 out=$("$tool" check "$allow" --allow-tensor "" 2>&1)
 [ $? = 2 ] && grep -qxF "dlinspect check: --allow-tensor: expected a tensor name, got an empty one" <<<"$out" && ok || bad "check --allow-tensor '': $out"
 out=$("$tool" check "$allow" --plugin-dir "" 2>&1)
-[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir: expected a directory, got an empty one ('.' for the working directory)" <<<"$out" && ok || bad "check --plugin-dir '': $out"
+[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir '': expected a directory, got an empty name ('.' for the working directory)" <<<"$out" && ok || bad "check --plugin-dir '': $out"
+# A --plugin-dir the user names is meant to be searched: one that is no directory is a mistake
+# (the plugin path's own dirs, like PATH's, may be missing).
+out=$("$tool" check "$allow" --allow-tensor activaton --plugin-dir "$src/no-such-dir" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir '$src/no-such-dir': No such file or directory" <<<"$out" && ok || bad "check --plugin-dir missing: $out"
+out=$("$tool" plugins --plugin-dir "$allow" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect plugins: --plugin-dir '$allow': not a directory" <<<"$out" && ok || bad "plugins --plugin-dir a file: $out"
 
 # An empty layer regex selects every layer, as the peers' re.search does: valid, with a warning.
 er=$(mktemp --suffix=.yaml)
