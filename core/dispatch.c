@@ -124,6 +124,19 @@ static int check_conflicts(struct dli_layer *l, const struct dli_instance **matc
 			if (a->section == b->section || !dli_target_overlaps(a, b))
 				continue;
 			const struct dli_feature_desc *da = a->feature->desc, *db = b->feature->desc;
+			const struct dli_where *wa = &a->section->where, *wb = &b->section->where;
+			/* One block in two sections (an alias or a '<<' merge): "here" and "at"
+			 * would be the same place, so name the sections' own. */
+			if (a->feature == b->feature && a->where.line == b->where.line &&
+			    a->where.column == b->where.column)
+				return dli_error_set(
+				    err, -EINVAL, &b->where,
+				    "layer '%s': %s is configured twice for the same "
+				    "gemm/tensor, by section '%s' (at %s:%d:%d) and by section "
+				    "'%s' (at %s:%d:%d), both with the block here (one has it "
+				    "through an alias or a '<<' merge)",
+				    l->name, db->name, b->section->name, wb->file, wb->line,
+				    wb->column, a->section->name, wa->file, wa->line, wa->column);
 			if (a->feature == b->feature)
 				return dli_error_set(err, -EINVAL, &b->where,
 						     "layer '%s': %s is configured twice for the same "
@@ -162,7 +175,7 @@ static int layer_build(struct dli_layer *l, struct dli_error *err)
 		int m = s->enabled ? dli_selector_match(&s->selector, name, why, sizeof why) : 0;
 		if (m < 0) {
 			/* "Could not tell" is never "not selected" (docs/config.md, "Layers"). */
-			r = dli_error_set(err, m, &s->where,
+			r = dli_error_set(err, m, &s->selector.pattern_where,
 					  "section '%s': layer_name_regex_pattern '%s' could not be "
 					  "matched against layer '%s': %s; simplify the pattern (it "
 					  "backtracks too much)",
