@@ -40,19 +40,15 @@ static uint64_t cache_word(bool enabled, int64_t next)
  * edited config in force (docs/config.md, "Reloading"), or a host that skips its calls until then
  * (dli_layer_plan's pattern, TransformerEngine's layers) would never see the edit. That is the
  * iteration after the next periodic check, or the next one when dli_config_reload asked for a
- * check at the next dli_step. The slots' caches keep the features' own `next`: a reload drops
- * them anyway. */
+ * check at the next dli_step (for answers asked after the request: cached ones keep theirs). */
 static inline int64_t host_next(struct dli_context *ctx, int64_t next)
 {
-	struct dli_reload *rl = &ctx->reload;
-	if (!rl->path)
+	int64_t cap = atomic_load_explicit(&ctx->reload.cap, memory_order_relaxed);
+	if (!cap)
 		return next;
-	int64_t it = ctx->iteration, reload = DLI_NEVER;
-	if (atomic_load_explicit(&rl->requested, memory_order_relaxed))
-		reload = it + 1;
-	else if (rl->every)
-		reload = it + (rl->every - rl->since);
-	return next < reload ? next : reload;
+	if (cap <= ctx->iteration) /* -1: a check at the next step */
+		cap = ctx->iteration + 1;
+	return next < cap ? next : cap;
 }
 
 /* ---- Building a handle ---- */
@@ -421,10 +417,13 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 		if (nx < soonest)
 			soonest = nx;
 	}
+	/* The cache holds the capped `next`: its answers are then re-asked at a reload, whose
+	 * swap drops the caches anyway, and the cached path has nothing more to do. */
+	soonest = host_next(l->ctx, soonest);
 	if (soonest > it)
 		atomic_store_explicit(&s->cache, cache_word(answer, soonest), memory_order_relaxed);
 	if (next)
-		*next = host_next(l->ctx, soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER);
+		*next = soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER; /* no wrap */
 	return answer;
 }
 
@@ -434,7 +433,7 @@ static inline bool slot_answer(struct dli_layer *l, struct dli_slot *s, enum cal
 	uint64_t c = atomic_load_explicit(&s->cache, memory_order_relaxed);
 	if ((int64_t)(c >> 1) > l->ctx->iteration) {
 		if (next)
-			*next = host_next(l->ctx, (int64_t)(c >> 1));
+			*next = (int64_t)(c >> 1);
 		return c & 1u;
 	}
 	return slot_ask(l, s, kind, gemm, tensor, next);
@@ -475,29 +474,26 @@ static inline bool tensor_ok(const struct dli_layer *l, int tensor)
 	return tensor >= 0 && (size_t)tensor < l->ctx->n_tensors;
 }
 
-/* A call's answer on a layer no section selects: the default, until a reload may select it. */
-static bool unselected(struct dli_layer *l, bool dflt, int64_t *next)
+/* A call's answer where no feature applies (no layer, a layer no section selects, a gemm or tensor
+ * that does not exist): the default, until a reload may change that. */
+static inline bool no_feature(struct dli_layer *l, bool dflt, int64_t *next)
 {
 	if (next)
-		*next = host_next(l->ctx, DLI_NEVER);
+		*next = l ? host_next(l->ctx, DLI_NEVER) : DLI_NEVER;
 	return dflt;
 }
 
 bool dli_fp8_gemm_enabled(struct dli_layer *l, enum dli_gemm gemm, int64_t *next)
 {
-	if (!l || (unsigned)gemm >= DLI_GEMM_COUNT)
-		return answer_default(true, next);
-	if (!l->slots)
-		return unselected(l, true, next);
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT)
+		return no_feature(l, true, next);
 	return slot_answer(l, &l->fp8[gemm], CALL_FP8, gemm, -1, next);
 }
 
 bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor, int64_t *next)
 {
-	if (!l || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return answer_default(false, next);
-	if (!l->slots)
-		return unselected(l, false, next);
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return no_feature(l, false, next);
 	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
 	if (in_eval(l))
 		return eval_answer(l, s, CALL_MODIFY, gemm, tensor, next);
@@ -506,10 +502,8 @@ bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tens
 
 bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 {
-	if (!l || !tensor_ok(l, tensor))
-		return answer_default(false, next);
-	if (!l->slots)
-		return unselected(l, false, next);
+	if (!l || !l->slots || !tensor_ok(l, tensor))
+		return no_feature(l, false, next);
 	if (in_eval(l))
 		return eval_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
@@ -518,10 +512,8 @@ bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor,
 					     int64_t *next)
 {
-	if (!l || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return answer_default(false, next);
-	if (!l->slots)
-		return unselected(l, false, next);
+	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
+		return no_feature(l, false, next);
 	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
 	if (in_eval(l))
 		return eval_answer(l, s, CALL_POSTQ, gemm, tensor, next);
