@@ -72,6 +72,7 @@ void dli_iteration_set(struct dli_context *ctx, int64_t iteration)
 		return;
 	}
 	ctx->iteration = iteration;
+	dli_reload_cap(ctx);
 	pthread_mutex_lock(&ctx->layers_lock);
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_forget(ctx->layer_list[i]);
@@ -153,6 +154,7 @@ int dli_step(struct dli_context *ctx)
 				l->desc->name, strerror(-r));
 	}
 	ctx->iteration++;
+	dli_reload_cap(ctx);
 	if (nvtx)
 		dli_nvtx_pop();
 	/* dli_step runs alone, so a request made during the step is complete (state 2) by now. */

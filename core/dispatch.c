@@ -36,6 +36,21 @@ static uint64_t cache_word(bool enabled, int64_t next)
 	return ((uint64_t)next << 1) | (enabled ? 1u : 0u);
 }
 
+/* A `next` as the host gets it: no later than the first iteration at which a reload may put an
+ * edited config in force (docs/config.md, "Reloading"), or a host that skips its calls until then
+ * (dli_layer_plan's pattern, TransformerEngine's layers) would never see the edit. That is the
+ * iteration after the next periodic check, or the next one when dli_config_reload asked for a
+ * check at the next dli_step (for answers asked after the request: cached ones keep theirs). */
+static inline int64_t host_next(struct dli_context *ctx, int64_t next)
+{
+	int64_t cap = atomic_load_explicit(&ctx->reload.cap, memory_order_relaxed);
+	if (!cap)
+		return next;
+	if (cap <= ctx->iteration) /* -1: a check at the next step */
+		cap = ctx->iteration + 1;
+	return next < cap ? next : cap;
+}
+
 /* ---- Building a handle ---- */
 
 static bool binding_serves(const struct dli_binding *b, enum call_kind kind, int gemm, int tensor)
@@ -402,6 +417,9 @@ __attribute__((noinline)) static bool slot_ask(struct dli_layer *l, struct dli_s
 		if (nx < soonest)
 			soonest = nx;
 	}
+	/* The cache holds the capped `next`: its answers are then re-asked at a reload, whose
+	 * swap drops the caches anyway, and the cached path has nothing more to do. */
+	soonest = host_next(l->ctx, soonest);
 	if (soonest > it)
 		atomic_store_explicit(&s->cache, cache_word(answer, soonest), memory_order_relaxed);
 	if (next)
@@ -442,7 +460,7 @@ __attribute__((noinline)) static bool eval_answer(struct dli_layer *l, struct dl
 			soonest = nx;
 	}
 	if (next)
-		*next = soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER;
+		*next = host_next(l->ctx, soonest > it ? soonest : it < DLI_NEVER ? it + 1 : DLI_NEVER);
 	return answer;
 }
 
@@ -456,17 +474,26 @@ static inline bool tensor_ok(const struct dli_layer *l, int tensor)
 	return tensor >= 0 && (size_t)tensor < l->ctx->n_tensors;
 }
 
+/* A call's answer where no feature applies (no layer, a layer no section selects, a gemm or tensor
+ * that does not exist): the default, until a reload may change that. */
+static inline bool no_feature(struct dli_layer *l, bool dflt, int64_t *next)
+{
+	if (next)
+		*next = l ? host_next(l->ctx, DLI_NEVER) : DLI_NEVER;
+	return dflt;
+}
+
 bool dli_fp8_gemm_enabled(struct dli_layer *l, enum dli_gemm gemm, int64_t *next)
 {
 	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT)
-		return answer_default(true, next);
+		return no_feature(l, true, next);
 	return slot_answer(l, &l->fp8[gemm], CALL_FP8, gemm, -1, next);
 }
 
 bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tensor, int64_t *next)
 {
 	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return answer_default(false, next);
+		return no_feature(l, false, next);
 	struct dli_slot *s = &l->modify[gemm * l->ctx->n_tensors + (size_t)tensor];
 	if (in_eval(l))
 		return eval_answer(l, s, CALL_MODIFY, gemm, tensor, next);
@@ -476,7 +503,7 @@ bool dli_modify_tensor_enabled(struct dli_layer *l, enum dli_gemm gemm, int tens
 bool dli_inspect_tensor_enabled(struct dli_layer *l, int tensor, int64_t *next)
 {
 	if (!l || !l->slots || !tensor_ok(l, tensor))
-		return answer_default(false, next);
+		return no_feature(l, false, next);
 	if (in_eval(l))
 		return eval_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
 	return slot_answer(l, &l->inspect[tensor], CALL_INSPECT, -1, tensor, next);
@@ -486,7 +513,7 @@ bool dli_inspect_tensor_postquantize_enabled(struct dli_layer *l, enum dli_gemm 
 					     int64_t *next)
 {
 	if (!l || !l->slots || (unsigned)gemm >= DLI_GEMM_COUNT || !tensor_ok(l, tensor))
-		return answer_default(false, next);
+		return no_feature(l, false, next);
 	struct dli_slot *s = &l->postq[gemm * l->ctx->n_tensors + (size_t)tensor];
 	if (in_eval(l))
 		return eval_answer(l, s, CALL_POSTQ, gemm, tensor, next);

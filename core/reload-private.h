@@ -9,6 +9,8 @@
 int dli_reload_init(struct dli_context *ctx, const struct dli_options *o, const char *path,
 		    struct dli_error *err);
 void dli_reload_at_step(struct dli_context *ctx);
+/* Sets ctx->reload.cap for the iteration in force (after dli_step and dli_iteration_set). */
+void dli_reload_cap(struct dli_context *ctx);
 void dli_reload_finish(struct dli_context *ctx);
 
 #endif

@@ -200,7 +200,10 @@ int dli_gemm_from_name(const char *name);
 /* ---- Calls through a layer handle: no string work, no allocation, no lock. ----
  * Each *_enabled call returns the answer for the current iteration and, if `next` is non-NULL,
  * stores the first iteration at which the answer may differ (DLI_NEVER if it cannot), so a host can
- * skip every debug call until then. With several features: enabled = any, next = the earliest. */
+ * skip every debug call until then. With several features: enabled = any, next = the earliest.
+ * With periodic config reloads on (options.config_reload_steps), `next` is never past the first
+ * iteration at which a reload may put an edited config in force. dli_config_reload's check is not
+ * foreseen: a host that requests one asks again after the dli_step that follows. */
 
 /* Default true: the GEMM runs in FP8 unless a feature (DisableFP8GEMM, DisableFP8Layer) says no. */
 bool dli_fp8_gemm_enabled(struct dli_layer *layer, enum dli_gemm gemm, int64_t *next);

@@ -101,14 +101,16 @@ static void test_valid_change_at_the_step_boundary(void)
 	/* Iteration 1: the same handles, the new config. */
 	CHECK(layer(ctx, "m.0.fc1") == fc1);
 	CHECK_STR(dli_layer_name(fc1), "m.0.fc1");
+	/* With a check every step, no `next` goes past the next iteration (test_next_stops_at_reload
+	 * has the rule); the answers are the new config's. */
 	int64_t next = 0;
 	CHECK(!dli_inspect_tensor_enabled(fc1, DLI_TENSOR_ACTIVATION, &next));
-	CHECK(next == DLI_NEVER);
+	CHECK_INT(next, 2);
 	/* freq 3: off at 1, on from 3. */
 	CHECK(!dli_inspect_tensor_enabled(fc1, DLI_TENSOR_WEIGHT, &next));
-	CHECK_INT(next, 3);
+	CHECK_INT(next, 2);
 	CHECK(!dli_inspect_tensor_enabled(fc2, DLI_TENSOR_WEIGHT, &next));
-	CHECK_INT(next, 3);
+	CHECK_INT(next, 2);
 	CHECK_STR(label_of(fc1), "b");
 	CHECK_STR(label_of(fc2), "b");
 	/* A handle created after the swap sees the new config only. */
@@ -247,6 +249,75 @@ static void test_every_n_steps(void)
 	CHECK_STR(label_of(fc1), "a");
 	dli_step(ctx);
 	CHECK_STR(label_of(fc1), "b");
+	dli_destroy(ctx);
+}
+
+/* No answer's `next` reaches past the first iteration at which a reload may put an edited config
+ * in force: a host that skips its calls until dli_layer_plan's `next` (the README's pattern, and
+ * TransformerEngine's layers through the Python package) sees the edit there. Without reloads,
+ * a layer no section selects answers DLI_NEVER as before. */
+static void test_next_stops_at_reload(void)
+{
+	struct dli_context *ctx = open_file(cfg_a, 3);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *fc2 = layer(ctx, "m.0.fc2"); /* cfg_a selects fc1 only */
+	int w = dli_tensor_id(ctx, "weight");
+	struct dli_layer_plan plan = {.size = sizeof plan};
+	int64_t nx = 0;
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, 3); /* checked at the step ending iteration 2, in force from 3 */
+	CHECK(dli_fp8_gemm_enabled(fc2, DLI_GEMM_FPROP, &nx));
+	CHECK_INT(nx, 3);
+	CHECK(!dli_modify_tensor_enabled(fc2, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, 3);
+	CHECK(!dli_inspect_tensor_postquantize_enabled(fc2, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, 3);
+	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
+	CHECK_INT(plan.next, 3);
+	/* fc1's Probe inspects its activation every iteration: its own next, 1, stays. */
+	CHECK(dli_inspect_tensor_enabled(layer(ctx, "m.0.fc1"), dli_tensor_id(ctx, "activation"),
+					 &nx));
+	CHECK_INT(nx, 1);
+	write_config(cfg_b); /* selects fc2 too: its weight, every 3rd iteration */
+	int64_t asked[8], n_asked = 0, seen = -1;
+	for (int64_t it = 0; it < 7; it++) {
+		if (it >= plan.next) {
+			CHECK_INT(dli_layer_plan(fc2, &plan), 0);
+			if (n_asked < 8)
+				asked[n_asked++] = it;
+			if ((plan.inspect >> w & 1u) && seen < 0)
+				seen = it;
+		}
+		dli_step(ctx);
+	}
+	CHECK_INT(seen, 3);
+	/* Asked again at the reload (3: on, next 4), at 4 (off until 6, the schedule's next, and
+	 * the next check's too) and at 6. */
+	CHECK_INT(n_asked, 3);
+	CHECK(n_asked == 3 && asked[0] == 3 && asked[1] == 4 && asked[2] == 6);
+	/* dli_iteration_set keeps the count of steps since the last check (1 here: the step ending
+	 * iteration 6): two more steps to the next check, in force from 12. */
+	dli_iteration_set(ctx, 10);
+	CHECK(!dli_inspect_tensor_enabled(layer(ctx, "m.0.proj"), w, &nx));
+	CHECK_INT(nx, 12);
+	dli_destroy(ctx);
+
+	/* Without periodic checks: NEVER, until dli_config_reload asks for one at the next step. */
+	ctx = open_file(cfg_a, 0);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	fc2 = layer(ctx, "m.0.fc2");
+	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
+	CHECK(plan.next == DLI_NEVER);
+	CHECK_INT(dli_config_reload(ctx), 0);
+	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
+	CHECK_INT(plan.next, 1);
+	dli_step(ctx);
+	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
+	CHECK(plan.next == DLI_NEVER);
 	dli_destroy(ctx);
 }
 
@@ -443,6 +514,7 @@ int main(void)
 	test_refusal_position();
 	test_unchanged_not_reloaded();
 	test_every_n_steps();
+	test_next_stops_at_reload();
 	test_reload_on_request_and_sighup();
 	test_fifo_refused();
 	test_tensor_ids_keep();
