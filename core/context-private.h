@@ -127,6 +127,9 @@ struct dli_context {
 	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
+	/* A feature took a tensor of the iteration at this value + 1 (0: none yet), so that
+	 * dli_destroy can say when no dli_step ever logged what they gathered. */
+	_Atomic int64_t inspected_at;
 
 	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.
 	 * dli_step returns -ECANCELED from then on (core/context.c). */

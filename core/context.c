@@ -637,8 +637,10 @@ void dli_context_destroy(struct dli_context *ctx)
 {
 	if (!ctx)
 		return;
-	if (!ctx->stepped)
+	if (!ctx->stepped) {
 		dli_report_silent_noops(ctx);
+		dli_report_unstepped(ctx);
+	}
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);

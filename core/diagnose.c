@@ -246,3 +246,19 @@ done:
 	free(gemms);
 	free(tensors);
 }
+
+void dli_report_unstepped(struct dli_context *ctx)
+{
+	int64_t at = atomic_load(&ctx->inspected_at);
+	char text[512];
+	if (!at)
+		return;
+	/* The statistics features log at dli_step only, as TransformerEngine does: a host that
+	 * never calls it gets empty statistics logs and no other sign. */
+	snprintf(text, sizeof text,
+		 "no dli_step ran in this context: features took tensors (the last at iteration %lld) "
+		 "but statistics are logged only when dli_step ends an iteration; call dli_step(ctx) "
+		 "after each iteration's last backward",
+		 (long long)(at - 1));
+	warn(ctx, text);
+}

@@ -174,7 +174,8 @@ int dli_init(const struct dli_options *options, struct dli_context **out, struct
 /* Writes what the loggers and dumps still hold of the steps dli_step ended, flushes and closes
  * loggers, unloads modules, frees the context and every layer handle. Statistics gathered since the
  * last dli_step (an iteration no dli_step ended) are not logged, as TransformerEngine logs them only
- * at its step. Accepts NULL. */
+ * at its step; when features took tensors and no dli_step ran at all, a warning says so (message
+ * log and stderr). Accepts NULL. */
 void dli_destroy(struct dli_context *ctx);
 
 /* Returns in *out the handle for the layer called `name` (borrowed: valid until dli_destroy; the

@@ -325,6 +325,62 @@ static void test_silent_noops_warn_once(void)
 	CHECK_INT(count_lines("stderr.txt", "warning"), 0);
 }
 
+/* ---- A host that never calls dli_step: told at dli_destroy that nothing was logged ---- */
+
+static void test_no_step_is_said(void)
+{
+	const char *said = "no dli_step ran in this context: features took tensors (the last at "
+			   "iteration 3) but statistics are logged only when dli_step ends an "
+			   "iteration; call dli_step(ctx) after each iteration's last backward";
+	const char *yaml = "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc}\n"
+			   "  transformer_engine:\n"
+			   "    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+	float x[4] = {1, 2, 3, 4};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 4);
+	struct dli_layer *l;
+	struct dli_context *ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	dli_iteration_set(ctx, 3);
+	l = layer(ctx, "fc");
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, said), 1);
+	CHECK_INT(count_lines("stderr.txt", said), 1);
+
+	/* A host that stepped, and destroys in the middle of its next iteration: nothing said. */
+	ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	l = layer(ctx, "fc");
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
+	CHECK_INT(count_lines("stderr.txt", "no dli_step ran"), 0);
+
+	/* Nothing taken (no feature selects the layer, or an evaluation pass): nothing said. */
+	ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_inspect_tensor(layer(ctx, "other"), DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_inspect_tensor(layer(ctx, "fc"), DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
+}
+
 /* ---- Failing dli_modify_tensor: every call in the message log, the first on stderr ---- */
 
 static void *other_thread_error(void *ctx)
@@ -774,6 +830,7 @@ int main(void)
 	test_generic_call_silent_in_eval();
 	test_fake_quant_off_in_eval_by_default();
 	test_silent_noops_warn_once();
+	test_no_step_is_said();
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
