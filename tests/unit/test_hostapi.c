@@ -381,6 +381,43 @@ static void test_no_step_is_said(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
 }
 
+/* ---- A plan without its size, a mode that is none: said, not only -EINVAL ---- */
+
+static void test_refused_plan_and_mode_are_said(void)
+{
+	const char *plan_said = "dli_layer_plan refused the plan of layer 'fc': its size is 0, "
+				"expected sizeof(struct dli_layer_plan) (";
+	const char *mode_said = "dli_mode_set: mode 7 is neither DLI_MODE_TRAIN (0) nor "
+				"DLI_MODE_EVAL (1); the mode stays DLI_MODE_TRAIN";
+	struct dli_context *ctx = open_yaml(
+		"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc}\n"
+		"  transformer_engine:\n"
+		"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n",
+		NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "fc");
+	struct dli_layer_plan plan = {0};
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_layer_plan(l, &plan), -EINVAL);
+	CHECK(strstr(dli_last_error(ctx), plan_said) == dli_last_error(ctx));
+	CHECK_INT(dli_layer_plan(l, &plan), -EINVAL);
+	CHECK_INT(dli_mode_set(ctx, (enum dli_mode)7), -EINVAL);
+	CHECK(strcmp(dli_last_error(ctx), mode_said) == 0);
+	CHECK_INT(dli_mode_get(ctx), DLI_MODE_TRAIN);
+	plan.size = sizeof plan;
+	CHECK_INT(dli_layer_plan(l, &plan), 0);
+	CHECK(plan.inspect >> DLI_TENSOR_ACTIVATION & 1u);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, plan_said), 2);
+	CHECK_INT(count_lines(MESSAGE_LOG, mode_said), 1);
+	/* The terminal gets the first refusal of the run only. */
+	CHECK_INT(count_lines("stderr.txt", plan_said), 1);
+	CHECK_INT(count_lines("stderr.txt", mode_said), 0);
+}
+
 /* ---- Failing dli_modify_tensor: every call in the message log, the first on stderr ---- */
 
 static void *other_thread_error(void *ctx)
@@ -831,6 +868,7 @@ int main(void)
 	test_fake_quant_off_in_eval_by_default();
 	test_silent_noops_warn_once();
 	test_no_step_is_said();
+	test_refused_plan_and_mode_are_said();
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
