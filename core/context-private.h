@@ -126,6 +126,7 @@ struct dli_context {
 	atomic_ullong inspect_failures;
 	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
 	atomic_bool call_refused; /* a dli_layer_plan or dli_mode_set was refused (core/plan.c) */
+	bool eval_step_said; /* a dli_step in DLI_MODE_EVAL was warned about (core/diagnose.c) */
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
 	/* A feature took a tensor of the iteration at this value + 1 (0: none yet), so that

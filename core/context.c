@@ -90,6 +90,7 @@ int dli_step(struct dli_context *ctx)
 			(long long)ctx->iteration);
 		return -EOVERFLOW;
 	}
+	dli_report_step_in_eval(ctx);
 #ifdef DLI_DEBUG_CHECKS
 	int busy = atomic_load(&ctx->calls_in_flight);
 	if (busy)

@@ -33,4 +33,8 @@ void dli_report_silent_noops(struct dli_context *ctx);
  * gathered was logged. */
 void dli_report_unstepped(struct dli_context *ctx);
 
+/* Warns once per context when dli_step ends an iteration in DLI_MODE_EVAL (a host that did not
+ * switch back after its evaluation pass inspects nothing from then on). */
+void dli_report_step_in_eval(struct dli_context *ctx);
+
 #endif

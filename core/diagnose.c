@@ -262,3 +262,17 @@ void dli_report_unstepped(struct dli_context *ctx)
 		 (long long)(at - 1));
 	warn(ctx, text);
 }
+
+void dli_report_step_in_eval(struct dli_context *ctx)
+{
+	char text[512];
+	if (ctx->mode != DLI_MODE_EVAL || ctx->eval_step_said)
+		return;
+	ctx->eval_step_said = true;
+	snprintf(text, sizeof text,
+		 "dli_step ended iteration %lld in DLI_MODE_EVAL: until dli_mode_set(ctx, "
+		 "DLI_MODE_TRAIN) nothing is inspected and only features with in_eval modify; switch "
+		 "back after each evaluation pass (said once)",
+		 (long long)ctx->iteration);
+	warn(ctx, text);
+}

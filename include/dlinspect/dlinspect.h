@@ -354,8 +354,9 @@ enum dli_mode {
  * modifying feature configured with `in_eval: true` (and dli_modify_tensor runs only those);
  * fp8_gemm_enabled answers as in training (the model evaluated is the model trained).
  * Answers and their `next` hold for the mode they were asked in: a host that caches them (or a
- * struct dli_layer_plan) asks again after switching. Same threading rule as dli_step: not
- * concurrently with other calls on the context. Returns 0, or -EINVAL for another value (the
+ * struct dli_layer_plan) asks again after switching. The mode stays until set again: the first
+ * dli_step that runs in DLI_MODE_EVAL warns (message log and stderr). Same threading rule as
+ * dli_step: not concurrently with other calls on the context. Returns 0, or -EINVAL for another value (the
  * mode stays; dli_last_error and the message log say why). */
 int dli_mode_set(struct dli_context *ctx, enum dli_mode mode);
 enum dli_mode dli_mode_get(const struct dli_context *ctx);

@@ -381,6 +381,45 @@ static void test_no_step_is_said(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
 }
 
+/* ---- An evaluation pass left on at dli_step: said once ---- */
+
+static void test_step_in_eval_is_said(void)
+{
+	const char *said = "dli_step ended iteration 1 in DLI_MODE_EVAL: until dli_mode_set(ctx, "
+			   "DLI_MODE_TRAIN) nothing is inspected and only features with in_eval "
+			   "modify; switch back after each evaluation pass (said once)";
+	const char *yaml = "s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc}\n"
+			   "  transformer_engine:\n"
+			   "    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+	struct dli_context *ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, said), 1);
+	CHECK_INT(count_lines("stderr.txt", said), 1);
+
+	/* Switched back before the step, as an evaluation pass inside an iteration does. */
+	ctx = open_yaml(yaml, NULL);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK(stderr_capture_begin("stderr.txt"));
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	dli_destroy(ctx);
+	stderr_capture_end();
+	CHECK_INT(count_lines(MESSAGE_LOG, "DLI_MODE_EVAL"), 0);
+	CHECK_INT(count_lines("stderr.txt", "DLI_MODE_EVAL"), 0);
+}
+
 /* ---- A plan without its size, a mode that is none: said, not only -EINVAL ---- */
 
 static void test_refused_plan_and_mode_are_said(void)
@@ -869,6 +908,7 @@ int main(void)
 	test_silent_noops_warn_once();
 	test_no_step_is_said();
 	test_refused_plan_and_mode_are_said();
+	test_step_in_eval_is_said();
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
