@@ -391,6 +391,7 @@ static int add_target(struct resolver *rs, struct dli_section *s, const struct d
 	t->params = b->params;
 	t->in_eval = b->in_eval;
 	t->schedule.freq = b->sched_set[0] ? b->sched[0] : 1;
+	t->freq_given = b->sched_set[0];
 	t->schedule.start_step = b->sched_set[1] ? b->sched[1] : 0;
 	t->schedule.end_step = b->sched_set[2] && b->sched[2] != -1 ? b->sched[2] : DLI_NEVER;
 	if (b->has_ranges) {

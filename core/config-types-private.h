@@ -49,6 +49,7 @@ struct dli_target {
 	struct dli_value *params; /* feature->desc->n_params values, in schema order */
 	struct dli_schedule schedule;
 	bool in_eval; /* DLI_FEATURE_MODIFIES only: acts in DLI_MODE_EVAL too (docs/config.md) */
+	bool freq_given; /* the block (or its struct entry) gave freq, not null */
 };
 
 struct dli_section {

@@ -158,8 +158,9 @@ int dli_cfg_want_bool(struct resolver *rs, const struct dli_node *n, bool *out)
 }
 
 /* A YAML 1.1 integer as PyYAML (the peers' loader) reads one: an optional sign, then decimal,
- * 0x hex, 0b binary or 0-prefixed octal digits, '_' allowed between digits ("1_000"). Returns
- * false for anything else, or when it does not fit in 64 bits. */
+ * 0x hex, 0b binary or 0-prefixed octal digits, '_' allowed between digits ("1_000") and, after a
+ * prefix, before them ("0x_10"). Returns false for anything else, or when it does not fit in 64
+ * bits. */
 static bool yaml11_int(const char *t, int64_t *out)
 {
 	bool neg = *t == '-';
@@ -172,7 +173,7 @@ static bool yaml11_int(const char *t, int64_t *out)
 		base = 2, t += 2;
 	else if (t[0] == '0' && t[1])
 		base = 8, t += 1;
-	if (!*t || *t == '_')
+	if (!t[strspn(t, "_")] || (base == 10 && *t == '_'))
 		return false;
 	uint64_t v = 0;
 	for (; *t; t++) {
@@ -195,6 +196,15 @@ static bool yaml11_int(const char *t, int64_t *out)
 		return false;
 	*out = neg ? (int64_t)(0 - v) : (int64_t)v;
 	return true;
+}
+
+/* Digits after a leading 0 that are no octal number ("018"): YAML 1.1 reads a leading 0 as
+ * octal, so PyYAML reads this as a string, and strtod would read it as decimal 18 beside "017"
+ * read as 15. */
+static bool not_octal(const char *t)
+{
+	t += *t == '-' || *t == '+';
+	return t[0] == '0' && t[1] && !t[strspn(t, "0123456789_")] && strpbrk(t, "89");
 }
 
 /* YAML 1.1's base-60 integer (`1:30`, PyYAML's [-+]?[1-9][0-9_]*(:[0-5]?[0-9])+) as PyYAML reads it
@@ -236,6 +246,15 @@ int dli_cfg_want_int(struct resolver *rs, const struct dli_node *n, int64_t *out
 		return -EINVAL;
 	if (n->plain && yaml11_int(n->text, out))
 		return 0;
+	if (n->plain && not_octal(n->text)) {
+		const char *t = n->text + (n->text[0] == '-' || n->text[0] == '+');
+		t += strspn(t, "0_");
+		return dli_cfg_fail(rs, n,
+				    "expected an integer, got '%s' (a leading 0 makes a YAML 1.1 "
+				    "octal number, whose digits are 0-7: PyYAML reads '%s' as a "
+				    "string; write %s%s without the 0)",
+				    n->text, n->text, n->text[0] == '-' ? "-" : "", t);
+	}
 	char *end;
 	errno = 0;
 	double d = n->plain ? strtod(n->text, &end) : NAN;

@@ -227,6 +227,7 @@ static int read_layers(struct resolver *rs, struct dli_section *s, const struct 
 						    "bad regular expression '%s': %s at offset %zu",
 						    dli_clip_name(clip, sizeof clip, v->text), msg, off);
 			}
+			sel->pattern_where = v->where;
 			/* as the peers' re.search: every name; probably a placeholder left empty */
 			if (!v->text[0] &&
 			    dli_cfg_warn(rs, v, "an empty regular expression selects every layer "

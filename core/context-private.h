@@ -132,6 +132,7 @@ struct dli_context {
 	/* A feature took a tensor of the iteration at this value + 1 (0: none yet), so that
 	 * dli_destroy can say when no dli_step ever logged what they gathered. */
 	_Atomic int64_t inspected_at;
+	atomic_bool freq_default_said; /* dli_call's line about a base block without freq, once */
 
 	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.
 	 * dli_step returns -ECANCELED from then on (core/context.c). */

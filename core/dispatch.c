@@ -105,6 +105,19 @@ static int check_conflicts(struct dli_layer *l, const struct dli_instance **matc
 			if (a->section == b->section || !dli_target_overlaps(a, b))
 				continue;
 			const struct dli_feature_desc *da = a->feature->desc, *db = b->feature->desc;
+			const struct dli_where *wa = &a->section->where, *wb = &b->section->where;
+			/* One block in two sections (an alias or a '<<' merge): "here" and "at"
+			 * would be the same place, so name the sections' own. */
+			if (a->feature == b->feature && a->where.line == b->where.line &&
+			    a->where.column == b->where.column)
+				return dli_error_set(
+				    err, -EINVAL, &b->where,
+				    "layer '%s': %s is configured twice for the same "
+				    "gemm/tensor, by section '%s' (at %s:%d:%d) and by section "
+				    "'%s' (at %s:%d:%d), both with the block here (one has it "
+				    "through an alias or a '<<' merge)",
+				    l->name, db->name, b->section->name, wb->file, wb->line,
+				    wb->column, a->section->name, wa->file, wa->line, wa->column);
 			if (a->feature == b->feature)
 				return dli_error_set(err, -EINVAL, &b->where,
 						     "layer '%s': %s is configured twice for the same "
@@ -143,7 +156,7 @@ static int layer_build(struct dli_layer *l, struct dli_error *err)
 		int m = s->enabled ? dli_selector_match(&s->selector, name, why, sizeof why) : 0;
 		if (m < 0) {
 			/* "Could not tell" is never "not selected" (docs/config.md, "Layers"). */
-			r = dli_error_set(err, m, &s->where,
+			r = dli_error_set(err, m, &s->selector.pattern_where,
 					  "section '%s': layer_name_regex_pattern '%s' could not be "
 					  "matched against layer '%s': %s; simplify the pattern (it "
 					  "backtracks too much)",
@@ -750,6 +763,29 @@ static const char *call_what(const char *name, const void *args)
 	return name;
 }
 
+/* nvdlfw_inspect's LogTensorStats warns, once per process, when a call reaches a block that gives
+ * no freq, whose default the core applies: the same line after the first log_tensor_stats call that
+ * a base-namespace block without freq takes (its tensor is the block's), once per context. */
+static void say_freq_default(struct dli_layer *l, const struct dli_target *t, const char *name,
+			     const void *args)
+{
+	const struct dli_log_tensor_stats_args *a = args;
+	int id;
+
+	if (t->freq_given || !(t->feature->desc->flags & DLI_FEATURE_GENERIC) ||
+	    !(t->feature->desc->flags & DLI_FEATURE_SCHEDULED) ||
+	    strcmp(name, DLI_CALL_LOG_TENSOR_STATS) || !a ||
+	    a->size < offsetof(struct dli_log_tensor_stats_args, tensor) || !a->tensor_name ||
+	    atomic_load_explicit(&l->ctx->freq_default_said, memory_order_relaxed))
+		return;
+	id = dli_tensor_id(l->ctx, a->tensor_name);
+	if (id < 0 || !(t->tensors >> id & 1u) ||
+	    atomic_exchange(&l->ctx->freq_default_said, true))
+		return;
+	dli_log(l->ctx, DLI_LOG_WARNING,
+		"Frequency of logging is not provided. Using freq = 1 train step as default.");
+}
+
 int dli_call(struct dli_layer *l, const char *name, void *args)
 {
 	if (!l || !name)
@@ -787,6 +823,7 @@ int dli_call(struct dli_layer *l, const char *name, void *args)
 				r = a || !cv.active ? b->ops->call(&b->call, name, a) : -ENOMEM;
 				if (nvtx)
 					dli_nvtx_pop();
+				say_freq_default(l, b->instance->target, name, args);
 				break;
 			}
 		}

@@ -80,7 +80,8 @@ int dli_reload_init(struct dli_context *ctx, const struct dli_options *o, const 
 		char *end;
 		errno = 0;
 		long v = strtol(env, &end, 10);
-		if (errno || *end || v < 0 || v > 1000000000)
+		/* digits only: strtol would also take blanks and a sign before them */
+		if (errno || *end || env[0] < '0' || env[0] > '9' || v > 1000000000)
 			return dli_error_set(err, -EINVAL, NULL,
 					     "DLINSPECT_CONFIG_RELOAD_STEPS='%s': expected 0 (off) or "
 					     "a number of steps",

@@ -8,6 +8,8 @@
 
 #include <dlinspect/plugin.h>
 
+#include "error-private.h"
+
 /* One section's `layers:` block. config.c fills the arrays (owned by the selector, freed with
  * dli_selector_finish) and compiles the regex with dli_selector_set_regex.
  *
@@ -17,6 +19,7 @@
 struct dli_selector {
 	void *regex; /* pcre2_code *, or NULL when layer_name_regex_pattern is absent */
 	char *pattern;
+	struct dli_where pattern_where; /* the pattern's place, for errors found when matching */
 	bool has_exact;
 	char **exact; /* exact_layer_names */
 	size_t n_exact;

@@ -126,6 +126,15 @@ int dli_cmd_check(int argc, char **argv)
 	}
 	bool allow_paths = false;
 	for (int i = 1; i < argc; i++) {
+		/* Refused here, in the option's words: dli_init would name dli_options' member. */
+		if (i + 1 < argc && !argv[i + 1][0] && !strcmp(argv[i], "--allow-tensor")) {
+			fputs("dlinspect check: --allow-tensor: expected a tensor name, got an "
+			      "empty one\n", stderr);
+			goto out;
+		}
+		if (i + 1 < argc && !strcmp(argv[i], "--plugin-dir") &&
+		    !dli_cmd_plugin_dir("check", argv[i + 1]))
+			goto out;
 		if (!strcmp(argv[i], "--allow-module-path")) {
 			allow_paths = true;
 		} else if (!strcmp(argv[i], "--allow-tensor") && i + 1 < argc) {

@@ -17,6 +17,11 @@ int dli_cmd_compare(int argc, char **argv);
  * leading blanks, hex, "inf" and "nan"). false when v is not one, or is out of double's range. */
 bool dli_cmd_decimal(const char *v, double *out);
 
+/* Whether `dir`, a --plugin-dir of `dlinspect cmd`, is a directory; when not, says why on stderr.
+ * A dir the user names is meant to be searched, so a missing one is a mistake, whereas the plugin
+ * path's own dirs, like PATH's, may be missing. */
+bool dli_cmd_plugin_dir(const char *cmd, const char *dir);
+
 /* `dlinspect bench stats` (tools/bench-stats.c); argv[0] is "stats". */
 int dli_bench_stats(int argc, char **argv);
 

@@ -10,6 +10,7 @@
  * small per-tag queue, and memory stays proportional to the tags (and to one step of lines), not to
  * the log. Only --plot keeps every value, since it draws whole series. */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -963,23 +964,91 @@ static int parse_number(const char *opt, const char *v, double *out)
 }
 
 /* Returns 0, -1 after --help, or the exit status of a usage error (already reported). */
+/* The ']' that ends the bracket expression opening at `p`, or NULL when none does. */
+static const char *bracket_end(const char *p)
+{
+	p += p[1] == '^' ? 2 : 1;
+	if (*p == ']') /* ']' first is a member, not the end */
+		p++;
+	while (*p && *p != ']')
+		p++;
+	return *p ? p : NULL;
+}
+
 /* Where `re` has a backreference (\1 .. \9 outside a bracket expression), else NULL. */
 static const char *backreference(const char *re)
 {
 	for (const char *p = re; *p; p++) {
-		if (*p == '[') { /* a bracket expression: ']' first is a member, not its end */
-			p += p[1] == '^' ? 2 : 1;
-			if (*p == ']')
-				p++;
-			while (*p && *p != ']')
-				p++;
-			if (!*p)
+		if (*p == '[') {
+			if (!(p = bracket_end(p)))
 				return NULL;
 		} else if (*p == '\\' && p[1]) {
 			if (p[1] >= '1' && p[1] <= '9')
 				return p;
 			p++;
 		}
+	}
+	return NULL;
+}
+
+/* glibc's regcomp copies a repeated expression once per repetition, nested bounds multiplied:
+ * a{1,32767} took 8 GB and 17 s, x{1,255}{1,255} 160 MB. The product of nested bounds is capped. */
+#define MAX_REPEAT 1000
+#define MAX_GROUPS 64
+
+/* Where `re` has a bound ({m}, {m,}, {m,n}) at which the product of the counts of the repetitions
+ * nested there (n, or m without one) exceeds MAX_REPEAT, with that product in *product and the
+ * bound's length in *len; else NULL. Groups deeper than MAX_GROUPS count as that deep. */
+static const char *heavy_bound(const char *re, unsigned long *product, size_t *len)
+{
+	/* group[d]: the heaviest product inside the open group d; last: that of the last atom */
+	unsigned long group[MAX_GROUPS] = {1}, last = 1;
+	int depth = 0, deeper = 0;
+	for (const char *p = re; *p; p++) {
+		if (*p == '[') {
+			if (!(p = bracket_end(p)))
+				return NULL;
+			last = 1;
+		} else if (*p == '\\' && p[1]) {
+			p++;
+			last = 1;
+		} else if (*p == '(') {
+			if (depth == MAX_GROUPS - 1)
+				deeper++;
+			else
+				group[++depth] = 1;
+			last = 1;
+		} else if (*p == ')' && (deeper || depth > 0)) {
+			last = group[depth];
+			if (deeper)
+				deeper--;
+			else
+				depth--;
+		} else if (*p == '{' && ((p[1] >= '0' && p[1] <= '9') ||
+					 (p[1] == ',' && p[2] >= '0' && p[2] <= '9'))) {
+			char *end;
+			unsigned long n = strtoul(p + 1, &end, 10); /* glibc reads {,n} as {0,n} */
+			if (*end == ',' && end[1] >= '0' && end[1] <= '9')
+				n = strtoul(end + 1, &end, 10);
+			else if (*end == ',')
+				end++;
+			if (*end != '}') {
+				last = 1;
+				continue;
+			}
+			if (__builtin_mul_overflow(last, n ? n : 1, &last))
+				last = ULONG_MAX;
+			if (last > MAX_REPEAT) {
+				*product = last;
+				*len = (size_t)(end - p) + 1;
+				return p;
+			}
+			p = end;
+		} else if (*p != '*' && *p != '+' && *p != '?') {
+			last = 1;
+		}
+		if (last > group[depth])
+			group[depth] = last;
 	}
 	return NULL;
 }
@@ -1024,6 +1093,22 @@ static int parse_args(int argc, char **argv, struct options *o)
 				report("--tags '%s': '%.2s' is a backreference, which POSIX extended "
 				       "regular expressions do not have (glibc's can take exponential "
 				       "time)", o->tags, back);
+				o->tags = NULL;
+				return 2;
+			}
+			unsigned long product;
+			size_t len;
+			const char *heavy = heavy_bound(o->tags, &product, &len);
+			if (heavy) {
+				char count[32] = "more than 2^64";
+				if (product < ULONG_MAX)
+					snprintf(count, sizeof count, "%lu", product);
+				report("--tags '%s': repetition counts multiply to %s at "
+				       "'%.*s' (column %zu), at most %d: glibc's matcher "
+				       "compiles a copy of an expression per repetition "
+				       "(a{1,32767} takes gigabytes)",
+				       o->tags, count, (int)len, heavy,
+				       (size_t)(heavy - o->tags) + 1, MAX_REPEAT);
 				o->tags = NULL;
 				return 2;
 			}

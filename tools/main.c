@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <dlinspect/version.h>
 
@@ -40,6 +41,21 @@ static const char usage[] =
 	"\n"
 	"Environment: DLINSPECT_PLUGIN_PATH (':'-separated plugin dirs searched before the\n"
 	"installed ones), DLINSPECT_LOG_LEVEL (error, warning, info, debug).\n";
+
+bool dli_cmd_plugin_dir(const char *cmd, const char *dir)
+{
+	struct stat st;
+	if (!dir[0])
+		fprintf(stderr, "dlinspect %s: --plugin-dir '': expected a directory, got an empty "
+			"name ('.' for the working directory)\n", cmd);
+	else if (stat(dir, &st))
+		fprintf(stderr, "dlinspect %s: --plugin-dir '%s': %s\n", cmd, dir, strerror(errno));
+	else if (!S_ISDIR(st.st_mode))
+		fprintf(stderr, "dlinspect %s: --plugin-dir '%s': not a directory\n", cmd, dir);
+	else
+		return true;
+	return false;
+}
 
 bool dli_cmd_decimal(const char *v, double *out)
 {

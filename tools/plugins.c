@@ -87,6 +87,10 @@ int dli_cmd_plugins(int argc, char **argv)
 			if (i + 1 < argc && argv[i + 1][0] != '-')
 				only = argv[++i];
 		} else if (!strcmp(argv[i], "--plugin-dir") && i + 1 < argc) {
+			if (!dli_cmd_plugin_dir("plugins", argv[i + 1])) {
+				free(extra);
+				return 2;
+			}
 			extra[n_extra++] = argv[++i];
 		} else {
 			fprintf(stderr,

@@ -8,12 +8,15 @@ through DLPack or the buffer protocol. numpy and torch are optional. See docs/py
 """
 
 import atexit
+import functools
 import json
 import logging as _logging
 import math
 import operator
 import os
+import re
 import sys
+import warnings
 
 from . import _dlinspect as _c
 from . import logging  # the Python loggers (registers their sink with the extension)
@@ -116,7 +119,7 @@ def config_to_yaml(config):
 
 def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_dir=".",
                init_training_step=0, default_logging_enabled=False, *, config=None,
-               tensor_names=None, log_level=None, comm=None, tb_writer=None):
+               tensor_names=None, log_level=None, comm=None, tb_writer=None, **ignored):
     """Creates the context: reads the config, loads the plugins it names, opens the loggers.
     The positional order is nvdlfw_inspect's (config_file, feature_dirs, statistics_logger,
     log_dir, init_training_step).
@@ -135,6 +138,8 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     statistics log is written only when no Python logger is there or default_logging_enabled is
     True, as nvdlfw_inspect decides (its message log always is). A config error raises
     ConfigError with its file:line:column; nothing exits the process.
+    Any other keyword (extensions=, which nvdlfw_inspect's own docs pass) is ignored with a
+    warning that names it, where nvdlfw_inspect ignores it silently.
     comm: how statistics are reduced across ranks (docs/distributed.md, "torch.distributed"):
     None (the default) follows $DLINSPECT_COMMUNICATOR when set ("torch", or a module's name),
     else uses torch.distributed when the host initialized it; "torch" requires it; a torch ProcessGroup reduces within
@@ -142,6 +147,14 @@ def initialize(config_file=None, feature_dirs=None, statistics_logger=None, log_
     shards, unless $DLINSPECT_COMMUNICATOR names a module); any other object implementing the
     protocol of dlinspect.distributed is used as is.
     """
+    if ignored:
+        # nvdlfw_inspect's initialize() takes **kwargs and reads only tb_writer and
+        # default_logging_enabled from them: scripts written for it may pass more.
+        # TransformerEngine's docs name statistics_logger `logger`, which nvdlfw_inspect ignores.
+        hint = "; the statistics' logger is statistics_logger=" if "logger" in ignored else ""
+        warnings.warn(f"dlinspect.initialize(): ignored keyword arguments: "
+                      f"{', '.join(sorted(ignored))} (nvdlfw_inspect ignores them too){hint}",
+                      stacklevel=2)
     if isinstance(statistics_logger, (str, bytes, os.PathLike)):
         raise TypeError(
             "initialize(): the third positional argument is statistics_logger, as in "
@@ -377,9 +390,13 @@ def log_message(message, layer_name=None, level="INFO", extra_cachable_args=None
     """Writes a line to the message log (file logger: nvdlfw_inspect_logs/), prefixed with
     "LAYER={layer_name}: " when a layer is named, as nvdlfw_inspect writes it. level: "ERROR",
     "WARNING", "INFO", "DEBUG" or a `logging` level number. With extra_cachable_args (as
-    TransformerEngine passes), a message is written once per (message, layer, args) and context."""
+    TransformerEngine passes), a message is written once per (calling line, layer, args) and
+    context, as nvdlfw_inspect keys it: a line whose text changes (TransformerEngine's plan of a
+    tensor) is written the first time only."""
     if extra_cachable_args is not None:
-        key = (_c._generation(), str(message), str(layer_name), repr(extra_cachable_args))
+        caller = sys._getframe(1)
+        key = (_c._generation(), caller.f_code.co_filename, caller.f_lineno, str(layer_name),
+               repr(extra_cachable_args))
         if key in _logged_once:
             return
         _logged_once.add(key)
@@ -601,16 +618,53 @@ def modify_tensor(layer_name, gemm, tensor_name, tensor, default_quantizer=None,
     return r
 
 
+def _te_takes_tuples():
+    """Whether the TransformerEngine loaded (if any) reads an *_enabled answer as a tuple: its
+    layers do from 2.7 on; before, they test the answer itself, which a tuple would always pass."""
+    version = getattr(sys.modules.get("transformer_engine"), "__version__", None)
+    return _te_version_takes_tuples(version) if isinstance(version, str) else True
+
+
+@functools.lru_cache(maxsize=8)
+def _te_version_takes_tuples(version):
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return not m or (int(m[1]), int(m[2])) >= (2, 7)
+
+
+def _te_answer(enabled_call, default):
+    """An *_enabled call answering as TransformerEngine's namespace does: (answer, the iteration
+    at which its layer must run its debug path again, or None for never). TE runs a layer's debug
+    path only in the iterations those answers name (module/base.py: none at all once every answer
+    says None), and only there do the answers act: an answer other than the default (`default`:
+    FP8 on, nothing inspected or modified) needs it again at the very next iteration however long
+    it lasts, as TE's own features answer (DisableFP8GEMM: (False, iteration + 1)); the default
+    needs it again where dlinspect says it may change (None for NEVER). A TransformerEngine older
+    than 2.7 gets the bare answer it tests."""
+    def call(*args, **kwargs):
+        kwargs["next"] = True
+        answer, nxt = enabled_call(*args, **kwargs)
+        if not _te_takes_tuples():
+            return answer
+        if answer != default:
+            return answer, _c.iteration() + 1  # a non-default answer needs a context
+        return answer, None if nxt == NEVER else nxt
+    call.__name__ = call.__qualname__ = enabled_call.__name__
+    call.__doc__ = enabled_call.__doc__
+    return staticmethod(call)
+
+
 class _TransformerEngineAPI:
     """dlinspect.transformer_engine: the call set under the name TransformerEngine calls it by
-    (debug_api.transformer_engine.X)."""
+    (debug_api.transformer_engine.X). Its *_enabled calls answer a tuple (bool, next iteration or
+    None), as TransformerEngine's own do: its layers skip the calls until then, and its tests
+    read answer[0]."""
 
-    fp8_gemm_enabled = staticmethod(fp8_gemm_enabled)
-    inspect_tensor_enabled = staticmethod(inspect_tensor_enabled)
+    fp8_gemm_enabled = _te_answer(fp8_gemm_enabled, True)
+    inspect_tensor_enabled = _te_answer(inspect_tensor_enabled, False)
     inspect_tensor = staticmethod(inspect_tensor)
-    modify_tensor_enabled = staticmethod(modify_tensor_enabled)
+    modify_tensor_enabled = _te_answer(modify_tensor_enabled, False)
     modify_tensor = staticmethod(modify_tensor)
-    inspect_tensor_postquantize_enabled = staticmethod(inspect_tensor_postquantize_enabled)
+    inspect_tensor_postquantize_enabled = _te_answer(inspect_tensor_postquantize_enabled, False)
     inspect_tensor_postquantize = staticmethod(inspect_tensor_postquantize)
 
 

@@ -49,6 +49,17 @@ out=$("$tool" check "$allow" --allow-tensor activaton 2>&1)
 [ $? = 0 ] && ok || bad "check --allow-tensor still refuses: $out"
 out=$("$tool" check "$allow" --allow-tensor attn_scores 2>&1)
 [ $? = 1 ] && grep -qF "not a standard tensor (activation, gradient, weight, output, wgrad, dgrad) nor one the host declares" <<<"$out" && ok || bad "check --allow-tensor other: $out"
+# An empty option value is named as the option the user gave, not as dli_options' member.
+out=$("$tool" check "$allow" --allow-tensor "" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --allow-tensor: expected a tensor name, got an empty one" <<<"$out" && ok || bad "check --allow-tensor '': $out"
+out=$("$tool" check "$allow" --plugin-dir "" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir '': expected a directory, got an empty name ('.' for the working directory)" <<<"$out" && ok || bad "check --plugin-dir '': $out"
+# A --plugin-dir the user names is meant to be searched: one that is no directory is a mistake
+# (the plugin path's own dirs, like PATH's, may be missing).
+out=$("$tool" check "$allow" --allow-tensor activaton --plugin-dir "$src/no-such-dir" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect check: --plugin-dir '$src/no-such-dir': No such file or directory" <<<"$out" && ok || bad "check --plugin-dir missing: $out"
+out=$("$tool" plugins --plugin-dir "$allow" 2>&1)
+[ $? = 2 ] && grep -qxF "dlinspect plugins: --plugin-dir '$allow': not a directory" <<<"$out" && ok || bad "plugins --plugin-dir a file: $out"
 
 # An empty layer regex selects every layer, as the peers' re.search does: valid, with a warning.
 er=$(mktemp --suffix=.yaml)
@@ -111,7 +122,7 @@ bomb:
 YAML
 out=$("$tool" check "$cfg" --layer aaaaaaaaaaaaaaaaaaaaaaaac 2>&1)
 [ $? = 1 ] && ok || bad "check --layer with a regex over PCRE2's limit should exit 1: $out"
-grep -qF "$cfg:1:1: section 'bomb': layer_name_regex_pattern '(a|a)+b|c' could not be matched against layer 'aaaaaaaaaaaaaaaaaaaaaaaac': match limit exceeded" <<<"$out" && ok || bad "regex limit message: $out"
+grep -qF "$cfg:3:38: section 'bomb': layer_name_regex_pattern '(a|a)+b|c' could not be matched against layer 'aaaaaaaaaaaaaaaaaaaaaaaac': match limit exceeded" <<<"$out" && ok || bad "regex limit message: $out"
 ! grep -q "selected by no section" <<<"$out" && ok || bad "regex limit reported as not selected: $out"
 
 out=$("$tool" plugins --explain 2>&1)

@@ -296,6 +296,16 @@ def test_iteration_sets(tmp):
     check(rc == 2 and r"'\1' is a backreference" in err, "backreference: exit %d, %s" % (rc, err))
     rc, out, err = run(a, b, "--tags", r"[\1]|_max")
     check(rc == 0, "a bracket holding \\1: exit %d, %s" % (rc, err))
+    # glibc compiles a copy of the pattern per repetition (a{1,32767} takes 8 GB): the
+    # product of nested bounds is capped; a brace in a bracket or escaped is no bound.
+    rc, out, err = run(a, b, "--tags", "x{1,255}{1,255}")
+    check(rc == 2 and "--tags 'x{1,255}{1,255}': repetition counts multiply to 65025 at "
+          "'{1,255}' (column 9)" in err, "nested bounds: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, b, "--tags", "(_(m{2}|x{,5000})a)x")
+    check(rc == 2 and "repetition counts multiply to 5000 at '{,5000}' (column 10)" in err
+          and "at most 1000" in err, "a large bound: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, b, "--tags", r"((x{0,10}){0,10}[{]?\{?){0,10}_max")
+    check(rc == 0, "bounds multiplying to 1000: exit %d, %s" % (rc, err))
     # --plot naming a log it reads would overwrite it: refused, the log intact.
     with open(a, "rb") as f:
         before = f.read()

@@ -307,6 +307,112 @@ def test_schedule_and_next():
         assert_stats(got, "l", "activation", it, x * np.float32(it + 1))
 
 
+def test_transformer_engine_namespace_answers_as_its_api_does():
+    """debug_api.transformer_engine.*_enabled answer TransformerEngine's (bool, next iteration),
+    None where the answer never changes, as its namespace API does (its tests read answer[0];
+    its layers skip every call until the next iteration). dlinspect's own calls keep their bool."""
+    te = dlinspect.transformer_engine
+    # Without a context: TransformerEngine's defaults.
+    assert te.fp8_gemm_enabled("l", gemm="fprop", iteration=0) == (True, None)
+    assert te.inspect_tensor_enabled("l", tensor_name="activation", iteration=0) == (False, None)
+    cfg = {"s": {"enabled": True, "layers": {"layer_types": ["qkv"]},
+                 "transformer_engine": {
+                     "DisableFP8GEMM": {"enabled": True, "gemms": ["dgrad"]},
+                     "LogTensorStats": {"enabled": True, "stats": ["max"],
+                                        "tensors": ["activation"], "freq": 3, "start_step": 1}}}}
+    with Run(cfg):
+        for it in range(5):
+            kw = {"layer_name": "m.qkv", "iteration": it}
+            assert te.fp8_gemm_enabled(gemm="fprop", **kw) == (True, None), it
+            # Not the default: TE must run the layer's debug path again next iteration, as
+            # its own DisableFP8GEMM answers (False, iteration + 1).
+            assert te.fp8_gemm_enabled(gemm="dgrad", **kw) == (False, it + 1), it
+            assert te.fp8_gemm_enabled("m.qkv", "dgrad", it)[0] is False, it
+            on = it == 3
+            assert te.inspect_tensor_enabled(tensor_name="activation", **kw) == \
+                (on, it + 1 if on else 3 if it < 3 else 6), it
+            assert te.modify_tensor_enabled(gemm="fprop", tensor_name="activation", **kw) == \
+                (False, None), it
+            assert te.inspect_tensor_postquantize_enabled(
+                gemm="fprop", tensor_name="activation", **kw) == (False, None), it
+            assert dlinspect.fp8_gemm_enabled("m.qkv", "dgrad") is False
+            assert dlinspect.inspect_tensor_enabled("m.qkv", "activation") is on
+            dlinspect.step()
+
+
+def test_transformer_engine_layers_miss_no_iteration_a_feature_acts_in():
+    """TransformerEngine's layers (module/base.py, debug_quantization.py) run their debug path in
+    an iteration only if the answers of the last iteration they ran it in named it (the least
+    next iteration; none ever again when every answer says None), and there ask every call.
+    Played over 40 iterations of schedules with every kind of answer, they must run it in every
+    iteration where one of dlinspect's own answers is not the default, and so act on it."""
+    te = dlinspect.transformer_engine
+    cfg = {
+        "stats": {"enabled": True, "layers": {"layer_types": ["fc1"]},
+                  "transformer_engine": {
+                      "LogTensorStats": {"enabled": True, "stats": ["max"], "tensors": ["activation"],
+                                         "freq": 4, "start_step": 3, "end_step": 20},
+                      "LogFp8TensorStats": {"enabled": True, "stats": ["underflows%"],
+                                            "tensors": ["gradient"],
+                                            "start_end_list": [[5, 6], [30, 31]]}}},
+        "fp8": {"enabled": True, "layers": {"layer_types": ["fc2"]},
+                "transformer_engine": {
+                    "DisableFP8GEMM": {"enabled": True, "gemms": ["wgrad"]},
+                    "FakeQuant": {"enabled": True, "gemms": ["fprop"], "tensors": ["activation"],
+                                  "quant_format": "FP8E4M3"}}},
+    }
+    calls = [("fp8_gemm_enabled", True, {"gemm": g}) for g in ("fprop", "dgrad", "wgrad")]
+    calls += [("inspect_tensor_enabled", False, {"tensor_name": t})
+              for t in ("activation", "gradient", "weight")]
+    calls += [(c, False, {"gemm": g, "tensor_name": t})
+              for c in ("modify_tensor_enabled", "inspect_tensor_postquantize_enabled")
+              for g, t in (("fprop", "activation"), ("wgrad", "gradient"), ("dgrad", "weight"))]
+    names = ("m.fc1", "m.fc2", "m.proj")
+    next_run = {n: 0 for n in names}  # TE's next_iter_when_debug_should_be_run starts at 0
+    acted, ran = {n: [] for n in names}, {n: [] for n in names}
+    with Run(cfg):
+        for it in range(40):
+            for name in names:
+                truth = [getattr(dlinspect, c)(name, **kw) != d for c, d, kw in calls]
+                if any(truth):
+                    acted[name].append(it)
+                if next_run[name] is None or it < next_run[name]:
+                    continue
+                answers = [getattr(te, c)(layer_name=name, iteration=it, **kw)
+                           for c, d, kw in calls]
+                for (c, d, kw), a, t in zip(calls, answers, truth):
+                    assert isinstance(a, tuple) and len(a) == 2 and (a[0] != d) == t, \
+                        (name, it, c, a)
+                if any(truth):
+                    ran[name].append(it)
+                nexts = [a[1] for a in answers if a[1] is not None]
+                assert all(n > it for n in nexts), (name, it, answers)
+                next_run[name] = min(nexts) if nexts else None
+            dlinspect.step()
+    assert ran == acted, f"TE would act in {ran}, dlinspect's answers in {acted}"
+    assert acted == {"m.fc1": [4, 5, 6, 8, 12, 16, 20, 30, 31], "m.fc2": list(range(40)),
+                     "m.proj": []}, acted
+
+
+def test_transformer_engine_before_2_7_gets_bare_answers():
+    """TransformerEngine's layers before 2.7 test an *_enabled answer itself (a tuple would always
+    be true); from 2.7 on they take (answer, next)."""
+    te = dlinspect.transformer_engine
+    had = sys.modules.get("transformer_engine")
+    try:
+        for version, want in (("2.6.0.post1+cu12", False), ("1.13.0", False),
+                              ("2.7.0.dev0", (False, None)), ("2.20.2", (False, None))):
+            sys.modules["transformer_engine"] = type(sys)("transformer_engine")
+            sys.modules["transformer_engine"].__version__ = version
+            assert te.inspect_tensor_enabled("l", tensor_name="activation", iteration=0) == want, \
+                version
+    finally:
+        if had is None:
+            sys.modules.pop("transformer_engine", None)
+        else:
+            sys.modules["transformer_engine"] = had
+
+
 def test_initialize_file_string_dict_alike():
     yaml_text = """stats:
   enabled: true
@@ -765,8 +871,8 @@ def test_quantized_tensors_tuple_and_te_object():
             dlinspect.transformer_engine.inspect_tensor_postquantize(
                 layer_name="l", tensor=qt, tensor_name="activation", iteration=0, tp_group=None,
                 tp_size=1, rowwise=True)
-            dlinspect.log_message("once", layer_name="l", extra_cachable_args=("fprop",))
-            dlinspect.log_message("once", layer_name="l", extra_cachable_args=("fprop",))
+            for _ in range(2):  # one call site: written once
+                dlinspect.log_message("once", layer_name="l", extra_cachable_args=("fprop",))
             dlinspect.step()
         got = r.stats()
         assert math.isclose(got[("l_activation_underflows%", 0)], ref_under, rel_tol=1e-6), (form, got)
@@ -963,6 +1069,35 @@ def test_initialize_refuses_what_its_parts_refuse():
         expect_error(lambda: dlinspect.initialize_training_step(-5), ValueError,
                      "the training step must be >= 0, not -5")
         assert dlinspect.tensor_id("qkv") >= 6 and dlinspect.tensor_id("q") == -1
+
+
+def test_initialize_ignores_unknown_keywords_with_a_warning():
+    """nvdlfw_inspect's initialize(**kwargs) ignores keywords it does not read: extensions= (its
+    docs), logger= (TransformerEngine's docs' name for statistics_logger). dlinspect ignores them
+    too, saying so, and the logger= hint names the keyword that takes a logger."""
+    import warnings
+
+    class Logger:
+        def __init__(self):
+            self.got = []
+
+        def log_scalar(self, name, value, iteration, **kwargs):
+            self.got.append(name)
+
+    d, lg = tempfile.mkdtemp(prefix="dli-py-"), Logger()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        dlinspect.initialize(None, config=stats_config(), log_dir=d, logger=lg, extensions=["x"])
+    try:
+        dlinspect.inspect_tensor("l", "activation", sample())
+        dlinspect.step()
+    finally:
+        dlinspect.end_debug()
+    assert [str(w.message) for w in caught] == [
+        "dlinspect.initialize(): ignored keyword arguments: extensions, logger (nvdlfw_inspect "
+        "ignores them too); the statistics' logger is statistics_logger="], caught
+    assert caught[0].filename == __file__, caught[0].filename
+    assert lg.got == [] and read_stats(d), (lg.got, read_stats(d))
 
 
 class DLPackRefuses:

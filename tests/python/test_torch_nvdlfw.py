@@ -6,7 +6,9 @@ the life of the process), once with each package, on the same torch tensors: a s
 by infer_and_assign_layer_names, several steps, layers selected by regex, layer_numbers with
 layer_types, tensors and tensors_struct, freq / start_step / end_step / start_end_list, the
 `iteration=` keyword, init_training_step and initialize_training_step, tensors holding zeros,
-negatives, huge and tiny values, NaN and inf. Compared: the statistics lines (names, iterations and
+negatives, huge and tiny values, NaN and inf, blocks without freq (nvdlfw_inspect's warning), the
+once-only messages of TransformerEngine's form (one call site, a changing text), a keyword of
+initialize() that nvdlfw_inspect ignores. Compared: the statistics lines (names, iterations and
 order exactly; values within nvdlfw_inspect's 4 decimals and float32 arithmetic), the messages the
 script and infer_and_assign_layer_names write, and that the same misuses are refused.
 Where dlinspect deliberately differs (docs/logging.md, docs/python.md: %.9g values, no empty
@@ -20,6 +22,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import warnings
 
 NVDLFW = "nvdlfw-inspect==0.2.2"
 
@@ -189,6 +192,15 @@ def scenario(impl, name, log_dir):
         debug_api.log_message("msg-debug", level=logging.DEBUG)
         for _ in range(3):
             debug_api.log_message("msg-once", layer_name="model.proj", extra_cachable_args=("k",))
+
+        def plan(p):
+            # TransformerEngine's plan lines: one call site, a text that changes.
+            debug_api.log_message(f"msg-plan {p}", layer_name="model.proj",
+                                  extra_cachable_args=("fprop", "activation"))
+        for p in ("quantize", "high precision", "quantize"):
+            plan(p)
+        debug_api.log_message("msg-two-sites", extra_cachable_args=("k",))
+        debug_api.log_message("msg-two-sites", extra_cachable_args=("k",))
         for step in range(10):
             model(batch(step)).square().sum().backward()
             for b in model.layers:
@@ -310,6 +322,24 @@ def scenario(impl, name, log_dir):
         st.debug_enabled = None
         st.initialize()
         print(f"te: after end_debug: {st.debug_enabled}")
+    elif name == "no_freq":
+        # Blocks without freq (freq 1): nvdlfw_inspect warns once, at the first call a block
+        # without freq takes. A call whose tensor no block has, or one to a block with freq,
+        # comes first and says nothing.
+        with open(config, "w") as f:
+            f.write("with_freq: {enabled: true, layers: {layer_name_regex_pattern: fc1},\n"
+                    "  LogTensorStats: {enabled: true, stats: [max], tensors: [activation], freq: 2}}\n"
+                    "no_freq: {enabled: true, layers: {layer_name_regex_pattern: fc2},\n"
+                    "  LogTensorStats: {enabled: true, stats: [min, mean], tensors: [gradient],\n"
+                    "                   start_step: 1}}\n")
+        debug_api.initialize(config, log_dir=log_dir)
+        for step in range(4):
+            for layer, tensor in (("m.fc2", "activation"), ("m.fc1", "activation"),
+                                  ("m.fc2", "gradient"), ("m.fc3", "gradient")):
+                debug_api.log_tensor_stats(layer, tensor=batch(step), tensor_name=tensor,
+                                           skip_reduction=True)
+            debug_api.step()
+        debug_api.end_debug()
     elif name == "misuse":
         # Each misuse, in order; what is printed is which were refused.
         def refused(what, call):
@@ -331,6 +361,15 @@ def scenario(impl, name, log_dir):
         print("reduction group:", debug_api.get_tensor_reduction_group())
         debug_api.end_debug()
         debug_api.end_debug()
+        # nvdlfw_inspect's initialize() takes **kwargs: its docs pass extensions= (dlinspect
+        # ignores such a keyword too, with a warning that names it).
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            refused("a keyword nvdlfw_inspect does not read",
+                    lambda: debug_api.initialize(config, log_dir=log_dir, extensions=["ext"]))
+        debug_api.end_debug()
+        if impl != "nvdlfw":
+            print("warned:", [str(w.message) for w in caught])
         for label, text in (
                 ("a section without enabled", "s: {layers: {layer_types: [fc]}}\n"),
                 ("a feature without enabled",
@@ -562,6 +601,12 @@ def main():
          f"no_config: message lines: nvdlfw_inspect {messages(ref)}, dlinspect "
          f"{messages(got, DLINSPECT_OWN)}")
 
+    ref, _ = run("nvdlfw", "no_freq")
+    got, _ = run("dlinspect", "no_freq")
+    c.ok(compare_stats(c, "no_freq", ref, got) == 2 + 3 * 2, "no_freq: nvdlfw_inspect's statistics")
+    c.ok(("WARNING", "Frequency of logging is not provided. Using freq = 1 train step as default.")
+         in compare_messages(c, "no_freq", ref, got), "no_freq: nvdlfw_inspect's warning")
+
     ref_dir, ref = run("nvdlfw", "loggers")
     for impl in ("dlinspect", "alias"):
         compare_loggers(c, impl, ref_dir, ref, *run(impl, "loggers"))
@@ -571,8 +616,11 @@ def main():
     verdicts = lambda out: [line if line.startswith("reduction group") else line.split(":")[0]
                             for line in out.splitlines()
                             if line.startswith(("refused", "accepted", "reduction group"))]
-    c.ok(len(verdicts(ref)) == 11 and verdicts(ref) == verdicts(got),
+    c.ok(len(verdicts(ref)) == 12 and verdicts(ref) == verdicts(got),
          f"misuse: the same refused:\nnvdlfw_inspect:\n{ref}dlinspect:\n{got}")
+    c.ok("warned: ['dlinspect.initialize(): ignored keyword arguments: extensions "
+         "(nvdlfw_inspect ignores them too)']" in got,
+         f"misuse: dlinspect names the keyword it ignores:\n{got}")
 
     print(f"{c.passed} passed, {c.failed} failed")
     sys.exit(1 if c.failed else 0)

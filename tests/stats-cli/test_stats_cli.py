@@ -436,6 +436,22 @@ def run_all(tmp):
     if check(rc == 0 and len(lines) == 1, "npy i16 --fp8: %s" % err):
         compare(lines[0], "i16", ints["i16"].astype(np.float64), fp8="e4m3", wide=True,
                 what="npy i16 --fp8 e4m3")
+    # Beyond float32's range a double rounds to an infinity: the FP8 what-if of a float64
+    # tensor is that of its float32 rounding, an overflow and an infinite mse each.
+    big = np.array([1000.0, -1000.0, 1.0, 1e-9, 1e300, -1e308, 3.5])
+    np.save(P("f64_big.npy"), big)
+    with np.errstate(over="ignore"):
+        np.save(P("f32_big.npy"), big.astype(np.float32))
+    rc, lines, err = stats_json(P("f64_big.npy"), "--fp8", "e4m3")
+    rc32, lines32, err32 = stats_json(P("f32_big.npy"), "--fp8", "e4m3")
+    if check(rc == 0 and rc32 == 0 and len(lines) == 1 and len(lines32) == 1,
+             "f64 beyond float32 --fp8: %s %s" % (err, err32)):
+        got = {k: lines[0]["stats"].get(k, lines[0].get("nonfinite", {}).get(k)) for k in FP8_STATS}
+        want = {k: lines32[0]["stats"].get(k, lines32[0].get("nonfinite", {}).get(k))
+                for k in FP8_STATS}
+        check(repr(got) == repr(want) and want["overflows%"] == 100.0 * 4 / 7
+              and want["mse"] == float("inf"),
+              "f64 beyond float32 --fp8 as its float32 rounding: %r, expected %r" % (got, want))
     st_ints = {"model." + k: v for k, v in ints.items()}
     st_ints["model.f64"] = f64
     save_file(st_ints, P("ints.safetensors"))

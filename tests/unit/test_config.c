@@ -414,6 +414,28 @@ static void test_yaml11_and_no_end(void)
 	dli_destroy(ctx);
 }
 
+/* '_' right after a 0x, 0b or octal 0 prefix, as PyYAML takes it ("0_10" is octal 8). */
+static void test_yaml11_underscore_after_prefix(void)
+{
+	struct dli_context *ctx = load_ok("yaml 1.1 underscores",
+		"sec:\n  enabled: true\n  layers: {layer_numbers: all}\n"
+		"  Probe:\n"
+		"    enabled: true\n"
+		"    tensors: [activation]\n"
+		"    freq: 0b_1_1\n"
+		"    start_step: 0_10\n"
+		"    end_step: 0x_1_0\n");
+	if (!ctx)
+		return;
+	const struct dli_target *t = target(ctx, 0);
+	if (t) {
+		CHECK_INT(t->schedule.freq, 3);
+		CHECK_INT(t->schedule.start_step, 8);
+		CHECK_INT(t->schedule.end_step, 16);
+	}
+	dli_destroy(ctx);
+}
+
 static void test_gemms(void)
 {
 	struct dli_context *ctx = load_ok("gemms",
@@ -1108,6 +1130,10 @@ static const struct bad_case bad_cases[] = {
 	{"freq with a fraction",
 	 HDR "  Probe: {enabled: true, tensors: [activation], freq: 1.5}\n", -EINVAL, 4, 55,
 	 {"sec.Probe.freq: expected an integer, got '1.5' (a number with a fraction)"}},
+	{"leading 0 with an 8",
+	 HDR "  Probe: {enabled: true, tensors: [activation], start_step: 08}\n", -EINVAL, 4, 61,
+	 {"sec.Probe.start_step: expected an integer, got '08' (a leading 0 makes a YAML 1.1 octal "
+	  "number, whose digits are 0-7: PyYAML reads '08' as a string; write 8 without the 0)"}},
 	{"end_step below -1",
 	 HDR "  Probe: {enabled: true, tensors: [activation], end_step: -2}\n", -EINVAL, 4, 59,
 	 {"sec.Probe.end_step: expected a step >= 0, or -1 for no end, got -2"}},
@@ -1626,6 +1652,7 @@ int main(void)
 	test_params_and_schedule();
 	test_schedule_null_is_not_given();
 	test_yaml11_and_no_end();
+	test_yaml11_underscore_after_prefix();
 	test_gemms();
 	test_gemms_struct_with_tensors();
 	test_gemms_struct_first_entry_wins();

@@ -407,6 +407,34 @@ static void test_threads_between_steps(void)
 	CHECK_INT(count_lines(MESSAGE_LOG, "reloaded at"), N_ROUNDS);
 }
 
+/* DLINSPECT_CONFIG_RELOAD_STEPS is digits only, as DLINSPECT_LOG_LEVEL's numbers are: a blank or a
+ * sign is refused with the variable's value, not read by strtol's rules. */
+static void test_steps_from_the_environment(void)
+{
+	static const char *const bad[] = {" 5", "+5", "5 ", "-1", "0x10", "5s", "1000000001"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("DLINSPECT_CONFIG_RELOAD_STEPS", bad[i], 1);
+		struct dli_options o;
+		dli_options_init(&o);
+		o.config_yaml = "{}";
+		o.log_dir = log_dir;
+		struct dli_context *ctx = NULL;
+		struct dli_error err = {0};
+		CHECK_INT(dli_init(&o, &ctx, &err), -EINVAL);
+		char want[128];
+		snprintf(want, sizeof want,
+			 "DLINSPECT_CONFIG_RELOAD_STEPS='%s': expected 0 (off) or a number of "
+			 "steps", bad[i]);
+		CHECK_CONTAINS(err.message, want);
+		dli_destroy(ctx);
+	}
+	setenv("DLINSPECT_CONFIG_RELOAD_STEPS", "007", 1);
+	struct dli_context *ctx = open_file("{}\n", -1);
+	CHECK(ctx != NULL);
+	dli_destroy(ctx);
+	unsetenv("DLINSPECT_CONFIG_RELOAD_STEPS");
+}
+
 int main(void)
 {
 	unsetenv("DLINSPECT_CONFIG_RELOAD_STEPS");
@@ -419,6 +447,7 @@ int main(void)
 	test_fifo_refused();
 	test_tensor_ids_keep();
 	test_threads_between_steps();
+	test_steps_from_the_environment();
 	remove_log_dir();
 	return check_exit();
 }
