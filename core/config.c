@@ -339,6 +339,19 @@ static int unknown_in_section(struct resolver *rs, const struct dli_node *key, c
 static int read_section_body(struct resolver *rs, struct dli_section *s,
 			     const struct dli_node *enabled, const struct dli_node *layers);
 
+/* A section without `want`: said at a key that looks like a misspelling of it when there is one
+ * (`layer:`), since that key is the mistake to fix, else at the section. */
+static int missing_in_section(struct resolver *rs, const struct dli_node *sec,
+			      const struct dli_node *at, const char *want, const char *what)
+{
+	const char *const cand[] = {want};
+	for (size_t i = 0; i < sec->n; i++)
+		if (dli_suggest(sec->keys[i]->text, cand, 1))
+			return dli_cfg_fail(rs, sec->keys[i], "missing '%s' (%s); is '%s' meant to be '%s'?",
+					    want, what, sec->keys[i]->text, want);
+	return dli_cfg_fail(rs, at, "missing '%s' (%s)", want, what);
+}
+
 static int read_section(struct resolver *rs, struct dli_section *s)
 {
 	static const char *const top_keys[] = {"extensions", "loggers"};
@@ -363,16 +376,16 @@ static int read_section(struct resolver *rs, struct dli_section *s)
 	}
 	struct dli_node at = {.where = s->where};
 	if (!enabled)
-		return dli_cfg_fail(rs, &at, "missing 'enabled' (true or false)");
+		return missing_in_section(rs, n, &at, "enabled", "true or false");
 	size_t m2 = dli_cfg_path_push(rs, "enabled");
 	int r = dli_cfg_want_bool(rs, enabled, &s->enabled);
 	dli_cfg_path_pop(rs, m2);
 	if (r)
 		return r;
 	if (!layers && s->enabled)
-		return dli_cfg_fail(rs, &at,
-				    "missing 'layers' (which layers this section applies to, e.g. "
-				    "'layers: {layer_name_regex_pattern: .*fc1}')");
+		return missing_in_section(rs, n, &at, "layers",
+					  "which layers this section applies to, e.g. 'layers: "
+					  "{layer_name_regex_pattern: .*fc1}'");
 	r = read_section_body(rs, s, enabled, layers);
 	/* Still checked, so that a typo shows before someone enables the section, but as a warning:
 	 * nvdlfw_inspect skips a disabled section unread, and TransformerEngine's docs park examples

@@ -125,8 +125,13 @@ struct dli_context {
 	 * dli_destroy (core/dispatch.c). */
 	atomic_ullong inspect_failures;
 	atomic_ullong modify_failures; /* the same for dli_modify_tensor */
+	atomic_bool call_refused; /* a dli_layer_plan or dli_mode_set was refused (core/plan.c) */
+	bool eval_step_said; /* a dli_step in DLI_MODE_EVAL was warned about (core/diagnose.c) */
 
 	bool stepped; /* dli_step ran: the silent no-ops were reported (core/diagnose.c) */
+	/* A feature took a tensor of the iteration at this value + 1 (0: none yet), so that
+	 * dli_destroy can say when no dli_step ever logged what they gathered. */
+	_Atomic int64_t inspected_at;
 	atomic_bool freq_default_said; /* dli_call's line about a base block without freq, once */
 
 	/* The host table's request_stop: 0 none, 1 the first request is writing its reason, 2 set.

@@ -91,6 +91,7 @@ int dli_step(struct dli_context *ctx)
 			(long long)ctx->iteration);
 		return -EOVERFLOW;
 	}
+	dli_report_step_in_eval(ctx);
 #ifdef DLI_DEBUG_CHECKS
 	int busy = atomic_load(&ctx->calls_in_flight);
 	if (busy)
@@ -639,8 +640,10 @@ void dli_context_destroy(struct dli_context *ctx)
 {
 	if (!ctx)
 		return;
-	if (!ctx->stepped)
+	if (!ctx->stepped) {
 		dli_report_silent_noops(ctx);
+		dli_report_unstepped(ctx);
+	}
 	for (size_t i = 0; i < ctx->n_layers; i++)
 		dli_layer_destroy(ctx->layer_list[i]);
 	free(ctx->layer_list);

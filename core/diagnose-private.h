@@ -29,4 +29,12 @@ void dli_last_error_set(const struct dli_context *ctx, const char *text);
  * Called at the end of the first step, or at dli_destroy when no step ran. */
 void dli_report_silent_noops(struct dli_context *ctx);
 
+/* Warns, at dli_destroy, when features took tensors but no dli_step ever ran: nothing they
+ * gathered was logged. */
+void dli_report_unstepped(struct dli_context *ctx);
+
+/* Warns once per context when dli_step ends an iteration in DLI_MODE_EVAL (a host that did not
+ * switch back after its evaluation pass inspects nothing from then on). */
+void dli_report_step_in_eval(struct dli_context *ctx);
+
 #endif

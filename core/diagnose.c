@@ -246,3 +246,33 @@ done:
 	free(gemms);
 	free(tensors);
 }
+
+void dli_report_unstepped(struct dli_context *ctx)
+{
+	int64_t at = atomic_load(&ctx->inspected_at);
+	char text[512];
+	if (!at)
+		return;
+	/* The statistics features log at dli_step only, as TransformerEngine does: a host that
+	 * never calls it gets empty statistics logs and no other sign. */
+	snprintf(text, sizeof text,
+		 "no dli_step ran in this context: features took tensors (the last at iteration %lld) "
+		 "but statistics are logged only when dli_step ends an iteration; call dli_step(ctx) "
+		 "after each iteration's last backward",
+		 (long long)(at - 1));
+	warn(ctx, text);
+}
+
+void dli_report_step_in_eval(struct dli_context *ctx)
+{
+	char text[512];
+	if (ctx->mode != DLI_MODE_EVAL || ctx->eval_step_said)
+		return;
+	ctx->eval_step_said = true;
+	snprintf(text, sizeof text,
+		 "dli_step ended iteration %lld in DLI_MODE_EVAL: until dli_mode_set(ctx, "
+		 "DLI_MODE_TRAIN) nothing is inspected and only features with in_eval modify; switch "
+		 "back after each evaluation pass (said once)",
+		 (long long)ctx->iteration);
+	warn(ctx, text);
+}

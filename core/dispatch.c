@@ -631,6 +631,9 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		const struct dli_binding *b = s->bindings[i];
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
+		/* A read before the write keeps the line shared once it is set. */
+		if (atomic_load_explicit(&l->ctx->inspected_at, memory_order_relaxed) != it + 1)
+			atomic_store_explicit(&l->ctx->inspected_at, it + 1, memory_order_relaxed);
 		/* Before the view's copy too: its failure must not carry a reason an earlier
 		 * feature's call left (one that went on after a refusal). */
 		dli_stats_refusal[0] = '\0';

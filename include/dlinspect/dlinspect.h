@@ -174,7 +174,8 @@ int dli_init(const struct dli_options *options, struct dli_context **out, struct
 /* Writes what the loggers and dumps still hold of the steps dli_step ended, flushes and closes
  * loggers, unloads modules, frees the context and every layer handle. Statistics gathered since the
  * last dli_step (an iteration no dli_step ended) are not logged, as TransformerEngine logs them only
- * at its step. Accepts NULL. */
+ * at its step; when features took tensors and no dli_step ran at all, a warning says so (message
+ * log and stderr). Accepts NULL. */
 void dli_destroy(struct dli_context *ctx);
 
 /* Returns in *out the handle for the layer called `name` (borrowed: valid until dli_destroy; the
@@ -356,8 +357,10 @@ enum dli_mode {
  * modifying feature configured with `in_eval: true` (and dli_modify_tensor runs only those);
  * fp8_gemm_enabled answers as in training (the model evaluated is the model trained).
  * Answers and their `next` hold for the mode they were asked in: a host that caches them (or a
- * struct dli_layer_plan) asks again after switching. Same threading rule as dli_step: not
- * concurrently with other calls on the context. Returns 0, or -EINVAL for another value. */
+ * struct dli_layer_plan) asks again after switching. The mode stays until set again: the first
+ * dli_step that runs in DLI_MODE_EVAL warns (message log and stderr). Same threading rule as
+ * dli_step: not concurrently with other calls on the context. Returns 0, or -EINVAL for another value (the
+ * mode stays; dli_last_error and the message log say why). */
 int dli_mode_set(struct dli_context *ctx, enum dli_mode mode);
 enum dli_mode dli_mode_get(const struct dli_context *ctx);
 
@@ -380,7 +383,8 @@ struct dli_layer_plan {
  * for every GEMM and tensor id, exactly as the individual calls give them now, and their earliest
  * `next`: a host calls it once per layer and makes no debug call until plan->next (or a mode
  * switch). Returns 0, or -EINVAL when plan is NULL or its size is smaller than this version's
- * first one. Thread-safe like the individual calls; no allocation. */
+ * first one (a plan of `= {0}`: dli_last_error and the message log say so, the first such
+ * refusal also on stderr). Thread-safe like the individual calls; no allocation. */
 #if defined(__cplusplus) && defined(__GNUC__)
 /* In C++ the function's name hides the struct's (g++ -Wshadow); the struct is named `struct
  * dli_layer_plan` wherever it is used, as here. */
@@ -395,7 +399,8 @@ int dli_layer_plan(struct dli_layer *layer, struct dli_layer_plan *plan);
 /* ---- Errors of calls that return a code ----
  * The text of the last failing call on `ctx` made by this thread (dli_modify_tensor,
  * dli_inspect_tensor*, naming layer, GEMM, tensor, iteration and why; dli_step, naming the stop
- * request or the logger that could not flush), or "" when none failed.
+ * request or the logger that could not flush; dli_layer_plan and dli_mode_set, refused for their
+ * arguments), or "" when none failed.
  * Borrowed: thread-local, valid until the next failing call on this thread; successful calls do
  * not clear it (as errno). Every failing call also leaves the text in the message log; the first
  * failure of a kind is also written to stderr. */

@@ -325,6 +325,136 @@ static void test_silent_noops_warn_once(void)
 	CHECK_INT(count_lines("stderr.txt", "warning"), 0);
 }
 
+/* ---- Host mistakes said, not only returned: no dli_step, a step in eval, a bad plan ---- */
+
+static const char *const fc_stats_yaml =
+	"s:\n  enabled: true\n  layers: {layer_name_regex_pattern: fc}\n"
+	"  transformer_engine:\n"
+	"    LogTensorStats: {enabled: true, tensors: [activation], stats: [max]}\n";
+
+/* A context of fc_stats_yaml with stderr captured into stderr.txt until close_captured. */
+static struct dli_context *open_captured(void)
+{
+	struct dli_context *ctx = open_yaml(fc_stats_yaml, NULL);
+	CHECK(ctx != NULL);
+	if (ctx)
+		CHECK(stderr_capture_begin("stderr.txt"));
+	return ctx;
+}
+
+static void close_captured(struct dli_context *ctx)
+{
+	dli_destroy(ctx);
+	stderr_capture_end();
+}
+
+/* `text` once in the message log and once on the captured stderr. */
+static void check_said_once(const char *text)
+{
+	CHECK_INT(count_lines(MESSAGE_LOG, text), 1);
+	CHECK_INT(count_lines("stderr.txt", text), 1);
+}
+
+/* A host that never calls dli_step: told at dli_destroy that nothing was logged. */
+
+static void test_no_step_is_said(void)
+{
+	const char *said = "no dli_step ran in this context: features took tensors (the last at "
+			   "iteration 3) but statistics are logged only when dli_step ends an "
+			   "iteration; call dli_step(ctx) after each iteration's last backward";
+	float x[4] = {1, 2, 3, 4};
+	struct dli_tensor t = tensor(x, DLI_DTYPE_F32, 4);
+	struct dli_layer *l;
+	struct dli_context *ctx = open_captured();
+	if (!ctx)
+		return;
+	dli_iteration_set(ctx, 3);
+	l = layer(ctx, "fc");
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	close_captured(ctx);
+	check_said_once(said);
+
+	/* A host that stepped, and destroys in the middle of its next iteration: nothing said. */
+	ctx = open_captured();
+	if (!ctx)
+		return;
+	l = layer(ctx, "fc");
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_inspect_tensor(l, DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	close_captured(ctx);
+	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
+	CHECK_INT(count_lines("stderr.txt", "no dli_step ran"), 0);
+
+	/* Nothing taken (no feature selects the layer, or an evaluation pass): nothing said. */
+	ctx = open_captured();
+	if (!ctx)
+		return;
+	CHECK_INT(dli_inspect_tensor(layer(ctx, "other"), DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_inspect_tensor(layer(ctx, "fc"), DLI_TENSOR_ACTIVATION, &t, NULL, NULL), 0);
+	close_captured(ctx);
+	CHECK_INT(count_lines(MESSAGE_LOG, "no dli_step ran"), 0);
+}
+
+/* An evaluation pass left on at dli_step: said once. */
+static void test_step_in_eval_is_said(void)
+{
+	const char *said = "dli_step ended iteration 1 in DLI_MODE_EVAL: until dli_mode_set(ctx, "
+			   "DLI_MODE_TRAIN) nothing is inspected and only features with in_eval "
+			   "modify; switch back after each evaluation pass (said once)";
+	struct dli_context *ctx = open_captured();
+	if (!ctx)
+		return;
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	close_captured(ctx);
+	check_said_once(said);
+
+	/* Switched back before the step, as an evaluation pass inside an iteration does. */
+	ctx = open_captured();
+	if (!ctx)
+		return;
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	CHECK_INT(dli_step(ctx), 0);
+	close_captured(ctx);
+	CHECK_INT(count_lines(MESSAGE_LOG, "DLI_MODE_EVAL"), 0);
+	CHECK_INT(count_lines("stderr.txt", "DLI_MODE_EVAL"), 0);
+}
+
+/* A plan without its size, a mode that is none: said, not only -EINVAL. */
+static void test_refused_plan_and_mode_are_said(void)
+{
+	const char *plan_said = "dli_layer_plan refused the plan of layer 'fc': its size is 0, "
+				"expected sizeof(struct dli_layer_plan) (";
+	const char *mode_said = "dli_mode_set: mode 7 is neither DLI_MODE_TRAIN (0) nor "
+				"DLI_MODE_EVAL (1); the mode stays DLI_MODE_TRAIN";
+	struct dli_context *ctx = open_captured();
+	if (!ctx)
+		return;
+	struct dli_layer *l = layer(ctx, "fc");
+	struct dli_layer_plan plan = {0};
+	CHECK_INT(dli_layer_plan(l, &plan), -EINVAL);
+	CHECK(strstr(dli_last_error(ctx), plan_said) == dli_last_error(ctx));
+	CHECK_INT(dli_layer_plan(l, &plan), -EINVAL);
+	CHECK_INT(dli_mode_set(ctx, (enum dli_mode)7), -EINVAL);
+	CHECK(strcmp(dli_last_error(ctx), mode_said) == 0);
+	CHECK_INT(dli_mode_get(ctx), DLI_MODE_TRAIN);
+	plan.size = sizeof plan;
+	CHECK_INT(dli_layer_plan(l, &plan), 0);
+	CHECK(plan.inspect >> DLI_TENSOR_ACTIVATION & 1u);
+	close_captured(ctx);
+	CHECK_INT(count_lines(MESSAGE_LOG, plan_said), 2);
+	CHECK_INT(count_lines(MESSAGE_LOG, mode_said), 1);
+	/* The terminal gets the first refusal of the run only. */
+	CHECK_INT(count_lines("stderr.txt", plan_said), 1);
+	CHECK_INT(count_lines("stderr.txt", mode_said), 0);
+}
+
 /* ---- Failing dli_modify_tensor: every call in the message log, the first on stderr ---- */
 
 static void *other_thread_error(void *ctx)
@@ -774,6 +904,9 @@ int main(void)
 	test_generic_call_silent_in_eval();
 	test_fake_quant_off_in_eval_by_default();
 	test_silent_noops_warn_once();
+	test_no_step_is_said();
+	test_refused_plan_and_mode_are_said();
+	test_step_in_eval_is_said();
 	test_modify_failures_are_said();
 	test_plan_agrees_with_individual_calls();
 	test_tensor_constructors();
