@@ -46,8 +46,8 @@ static inline int64_t host_next(struct dli_context *ctx, int64_t next)
 	int64_t cap = atomic_load_explicit(&ctx->reload.cap, memory_order_relaxed);
 	if (!cap)
 		return next;
-	if (cap <= ctx->iteration) /* -1: a check at the next step */
-		cap = ctx->iteration + 1;
+	if (cap <= ctx->iteration) /* -1: a check at the next step; none after DLI_NEVER */
+		cap = ctx->iteration < DLI_NEVER ? ctx->iteration + 1 : DLI_NEVER;
 	return next < cap ? next : cap;
 }
 

@@ -72,7 +72,9 @@ void dli_reload_cap(struct dli_context *ctx)
 	if (!rl->path)
 		return;
 	/* The check comes at the step that brings `since` to `every`; the edit is in force after. */
-	int64_t cap = rl->every ? ctx->iteration + (rl->every - rl->since) : 0;
+	int64_t left = rl->every - rl->since, cap = 0; /* no wrap past DLI_NEVER */
+	if (rl->every)
+		cap = ctx->iteration > DLI_NEVER - left ? DLI_NEVER : ctx->iteration + left;
 	atomic_store_explicit(&rl->cap, cap, memory_order_relaxed);
 	if (atomic_load_explicit(&rl->requested, memory_order_relaxed))
 		atomic_store_explicit(&rl->cap, -1, memory_order_relaxed);

@@ -321,6 +321,35 @@ static void test_next_stops_at_reload(void)
 	dli_destroy(ctx);
 }
 
+/* At the last iteration there is (DLI_NEVER), nothing follows: no `next` may go past it, nor wrap
+ * to a negative one, whether a periodic check or a dli_config_reload request caps it. */
+static void test_next_at_the_last_iteration(void)
+{
+	struct dli_context *ctx = open_file(cfg_a, 3);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *fc1 = layer(ctx, "m.0.fc1"), *fc2 = layer(ctx, "m.0.fc2");
+	int w = dli_tensor_id(ctx, "weight");
+	int64_t nx = 0;
+	dli_iteration_set(ctx, DLI_NEVER - 1);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	dli_iteration_set(ctx, DLI_NEVER);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK(!dli_modify_tensor_enabled(fc1, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_config_reload(ctx), 0);
+	CHECK(!dli_modify_tensor_enabled(fc1, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	dli_destroy(ctx);
+}
+
 static struct dli_context *volatile sighup_ctx;
 
 static void on_sighup(int sig)
@@ -515,6 +544,7 @@ int main(void)
 	test_unchanged_not_reloaded();
 	test_every_n_steps();
 	test_next_stops_at_reload();
+	test_next_at_the_last_iteration();
 	test_reload_on_request_and_sighup();
 	test_fifo_refused();
 	test_tensor_ids_keep();
