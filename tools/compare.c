@@ -963,7 +963,6 @@ static int parse_number(const char *opt, const char *v, double *out)
 	return 0;
 }
 
-/* Returns 0, -1 after --help, or the exit status of a usage error (already reported). */
 /* The ']' that ends the bracket expression opening at `p`, or NULL when none does. */
 static const char *bracket_end(const char *p)
 {
@@ -1114,6 +1113,7 @@ static unsigned long expanded_size(const char *re)
 	return total;
 }
 
+/* Returns 0, -1 after --help, or the exit status of a usage error (already reported). */
 static int parse_args(int argc, char **argv, struct options *o)
 {
 	size_t n_runs = 0;
@@ -1161,7 +1161,7 @@ static int parse_args(int argc, char **argv, struct options *o)
 			size_t len;
 			const char *heavy = heavy_bound(o->tags, &product, &len);
 			if (heavy) {
-				char count[32] = "more than 2^64";
+				char count[32] = "2^64 or more";
 				if (product < ULONG_MAX)
 					snprintf(count, sizeof count, "%lu", product);
 				report("--tags '%s': repetition counts multiply to %s at "
