@@ -146,9 +146,10 @@ struct dli_context {
 		int since;           /* steps since the last check */
 		atomic_bool requested; /* dli_config_reload (async-signal-safe) */
 		/* No answer's `next` goes past this (core/dispatch.c's host_next): the iteration
-		 * from which a reload may put an edit in force; -1: the next one (requested);
-		 * 0: no reload to wait for. dli_reload_cap updates it. */
-		atomic_llong cap;
+		 * from which a periodic reload may put an edit in force; 0: no periodic reload.
+		 * Written by dli_reload_cap, where the iteration changes (dli_init, dli_step,
+		 * dli_iteration_set: never beside other calls), read by the calls. */
+		int64_t cap;
 		uint64_t hash;       /* content of the config in force */
 		uint64_t refused;    /* content last refused (0: none), not parsed again */
 		bool refused_said;   /* a refusal went to stderr already */

@@ -36,19 +36,14 @@ static uint64_t cache_word(bool enabled, int64_t next)
 	return ((uint64_t)next << 1) | (enabled ? 1u : 0u);
 }
 
-/* A `next` as the host gets it: no later than the first iteration at which a reload may put an
- * edited config in force (docs/config.md, "Reloading"), or a host that skips its calls until then
- * (dli_layer_plan's pattern, TransformerEngine's layers) would never see the edit. That is the
- * iteration after the next periodic check, or the next one when dli_config_reload asked for a
- * check at the next dli_step (for answers asked after the request: cached ones keep theirs). */
-static inline int64_t host_next(struct dli_context *ctx, int64_t next)
+/* A `next` as the host gets it: no later than the first iteration at which a periodic reload may
+ * put an edited config in force (docs/config.md, "Reloading"), or a host that skips its calls until
+ * then (dli_layer_plan's pattern, TransformerEngine's layers) would never see the edit. The cap is
+ * above the iteration whenever it is set (dli_reload_cap). */
+static inline int64_t host_next(const struct dli_context *ctx, int64_t next)
 {
-	int64_t cap = atomic_load_explicit(&ctx->reload.cap, memory_order_relaxed);
-	if (!cap)
-		return next;
-	if (cap <= ctx->iteration) /* -1: a check at the next step */
-		cap = ctx->iteration + 1;
-	return next < cap ? next : cap;
+	int64_t cap = ctx->reload.cap;
+	return cap && next > cap ? cap : next;
 }
 
 /* ---- Building a handle ---- */
@@ -632,8 +627,9 @@ static int inspect(struct dli_layer *l, int tensor, const struct dli_tensor *hp,
 		if (!ask(b, CALL_INSPECT, -1, tensor, it, &nx))
 			continue;
 		/* A read before the write keeps the line shared once it is set. */
-		if (atomic_load_explicit(&l->ctx->inspected_at, memory_order_relaxed) != it + 1)
-			atomic_store_explicit(&l->ctx->inspected_at, it + 1, memory_order_relaxed);
+		int64_t mark = it < DLI_NEVER ? it + 1 : DLI_NEVER; /* no wrap */
+		if (atomic_load_explicit(&l->ctx->inspected_at, memory_order_relaxed) != mark)
+			atomic_store_explicit(&l->ctx->inspected_at, mark, memory_order_relaxed);
 		/* Before the view's copy too: its failure must not carry a reason an earlier
 		 * feature's call left (one that went on after a refusal). */
 		dli_stats_refusal[0] = '\0';

@@ -60,9 +60,8 @@ int dli_config_reload(struct dli_context *ctx)
 		return -EINVAL;
 	if (!ctx->reload.path)
 		return -ENOENT;
-	/* Lock-free atomics: plain stores, safe in a signal handler. */
+	/* Lock-free atomic_bool: a plain store, safe in a signal handler. */
 	atomic_store_explicit(&ctx->reload.requested, true, memory_order_relaxed);
-	atomic_store_explicit(&ctx->reload.cap, -1, memory_order_relaxed);
 	return 0;
 }
 
@@ -72,10 +71,9 @@ void dli_reload_cap(struct dli_context *ctx)
 	if (!rl->path)
 		return;
 	/* The check comes at the step that brings `since` to `every`; the edit is in force after. */
-	int64_t cap = rl->every ? ctx->iteration + (rl->every - rl->since) : 0;
-	atomic_store_explicit(&rl->cap, cap, memory_order_relaxed);
-	if (atomic_load_explicit(&rl->requested, memory_order_relaxed))
-		atomic_store_explicit(&rl->cap, -1, memory_order_relaxed);
+	int64_t left = rl->every - rl->since; /* >= 1; no wrap past DLI_NEVER */
+	if (rl->every)
+		rl->cap = ctx->iteration > DLI_NEVER - left ? DLI_NEVER : ctx->iteration + left;
 }
 
 int dli_reload_init(struct dli_context *ctx, const struct dli_options *o, const char *path,

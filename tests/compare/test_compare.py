@@ -306,6 +306,14 @@ def test_iteration_sets(tmp):
           and "at most 1000" in err, "a large bound: exit %d, %s" % (rc, err))
     rc, out, err = run(a, b, "--tags", r"((x{0,10}){0,10}[{]?\{?){0,10}_max")
     check(rc == 0, "bounds multiplying to 1000: exit %d, %s" % (rc, err))
+    # Bounds side by side add up: 300 of x{1,1000} took 2.4 GB and 2 s, each within the cap;
+    # the copies of the whole pattern are capped too (11000 here).
+    many = "x{1,1000}" * 11
+    rc, out, err = run(a, b, "--tags", many)
+    check(rc == 2 and "repetitions expand to 11000 copies of an expression in all, at most "
+          "10000" in err, "bounds side by side: exit %d, %s" % (rc, err))
+    rc, out, err = run(a, b, "--tags", "x{1,1000}" * 9 + "|_max")
+    check(rc == 0, "bounds adding up to 9004: exit %d, %s" % (rc, err))
     # --plot naming a log it reads would overwrite it: refused, the log intact.
     with open(a, "rb") as f:
         before = f.read()

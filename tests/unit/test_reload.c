@@ -304,7 +304,7 @@ static void test_next_stops_at_reload(void)
 	CHECK_INT(nx, 12);
 	dli_destroy(ctx);
 
-	/* Without periodic checks: NEVER, until dli_config_reload asks for one at the next step. */
+	/* Without periodic checks: NEVER. */
 	ctx = open_file(cfg_a, 0);
 	CHECK(ctx != NULL);
 	if (!ctx)
@@ -312,12 +312,44 @@ static void test_next_stops_at_reload(void)
 	fc2 = layer(ctx, "m.0.fc2");
 	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
 	CHECK(plan.next == DLI_NEVER);
+	/* A requested check is not foreseen (docs/config.md): the host asks again after the step. */
+	write_config(cfg_b);
 	CHECK_INT(dli_config_reload(ctx), 0);
 	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
-	CHECK_INT(plan.next, 1);
+	CHECK(plan.next == DLI_NEVER && !(plan.inspect >> w & 1u));
 	dli_step(ctx);
 	CHECK_INT(dli_layer_plan(fc2, &plan), 0);
-	CHECK(plan.next == DLI_NEVER);
+	CHECK(!(plan.inspect >> w & 1u)); /* cfg_b: fc2's weight at 3, 6, ... */
+	CHECK_INT(plan.next, 3);
+	dli_destroy(ctx);
+}
+
+/* At the last iteration there is (DLI_NEVER), nothing follows: no `next` may go past it, nor wrap
+ * to a negative one, whether a periodic check or a dli_config_reload request caps it. */
+static void test_next_at_the_last_iteration(void)
+{
+	struct dli_context *ctx = open_file(cfg_a, 3);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	struct dli_layer *fc1 = layer(ctx, "m.0.fc1"), *fc2 = layer(ctx, "m.0.fc2");
+	int w = dli_tensor_id(ctx, "weight");
+	int64_t nx = 0;
+	dli_iteration_set(ctx, DLI_NEVER - 1);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	dli_iteration_set(ctx, DLI_NEVER);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_EVAL), 0);
+	CHECK(!dli_modify_tensor_enabled(fc1, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_config_reload(ctx), 0);
+	CHECK(!dli_modify_tensor_enabled(fc1, DLI_GEMM_FPROP, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
+	CHECK_INT(dli_mode_set(ctx, DLI_MODE_TRAIN), 0);
+	CHECK(!dli_inspect_tensor_enabled(fc2, w, &nx));
+	CHECK_INT(nx, DLI_NEVER);
 	dli_destroy(ctx);
 }
 
@@ -502,6 +534,9 @@ static void test_steps_from_the_environment(void)
 	setenv("DLINSPECT_CONFIG_RELOAD_STEPS", "007", 1);
 	struct dli_context *ctx = open_file("{}\n", -1);
 	CHECK(ctx != NULL);
+	int64_t nx = 0; /* checks every 7 steps: no answer's next past iteration 7 */
+	CHECK(ctx && !dli_inspect_tensor_enabled(layer(ctx, "m.0.fc1"), DLI_TENSOR_WEIGHT, &nx));
+	CHECK_INT(nx, 7);
 	dli_destroy(ctx);
 	unsetenv("DLINSPECT_CONFIG_RELOAD_STEPS");
 }
@@ -515,6 +550,7 @@ int main(void)
 	test_unchanged_not_reloaded();
 	test_every_n_steps();
 	test_next_stops_at_reload();
+	test_next_at_the_last_iteration();
 	test_reload_on_request_and_sighup();
 	test_fifo_refused();
 	test_tensor_ids_keep();
